@@ -1,0 +1,41 @@
+# Two commands for a fresh machine: `make run` and `make test`. Each creates .venv when it is
+# missing and installs what it needs; nothing relies on anything installed by hand.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Silence pip's notes about package mirrors that this machine's pip config names but lacks.
+PIP_QUIET := 2>&1 | { grep -v "^WARNING: Location" || true; }
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: run test install install-dev clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip $(PIP_QUIET)
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e . $(PIP_QUIET)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[dev]' $(PIP_QUIET)
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+## make run: the benchmark on the embedded default (profile quick, 3 minutes, ./aiperf.db)
+run: install
+	$(VENV)/bin/aiperf run $(ARGS)
+
+## make test: every test, the slow integration tests included
+test: install-dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf aiperf-out .pytest_cache

@@ -1,0 +1,8 @@
+"""aiperf: an AutoML workload used as an AI-HPC benchmark.
+
+The machine under test runs an architecture and hyperparameter search for a fixed wall-clock
+budget; every trained and evaluated sample is counted analytically in operations, and the score
+is operations per second over the budget (see DESIGN.md and FLOPS.md).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,205 @@
+"""`aiperf ...`: run the benchmark, look at runs, manage the database, count operations.
+
+A user's mistake (a bad profile, budget, worker count or database URL) is one line on stderr and
+exit status 2, never a traceback; and it is caught before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from aiperf.errors import UserError
+
+# Offline and quiet by default; a user's own settings win.
+for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                     "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+    os.environ.setdefault(_key, _value)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.")
+db_app = typer.Typer(no_args_is_help=True, help="Manage the results database.")
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _open_store(db: str):
+    from aiperf.store import Store
+
+    try:
+        return Store.open(db)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+
+
+def _live_view():
+    """A live line of progress: elapsed of budget, trials done and running, current OPS."""
+    from aiperf.orchestrator import Progress
+    from aiperf.score import format_ops
+
+    def render(p: Progress) -> Table:
+        table = Table.grid(padding=(0, 2))
+        accuracy = "-" if p.best_val_accuracy is None else f"{p.best_val_accuracy:.3f}"
+        table.add_row(f"[bold]elapsed[/] {p.elapsed_s:6.1f} s of {p.budget_s:g} s",
+                      f"[bold]trials[/] {p.trials_done} done, {p.trials_running} running",
+                      f"[bold]OPS[/] {format_ops(p.ops_per_s)}OPS", f"[bold]best val acc[/] {accuracy}")
+        return table
+
+    return render
+
+
+@app.command()
+def run(
+    profile: str = typer.Option("quick", "--profile", "-p", help="Profile name or a YAML profile file."),
+    budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."),
+    workers: Optional[str] = typer.Option(None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."),
+    db: Optional[str] = typer.Option(None, "--db", help="Database URL (default from the profile: sqlite:///aiperf.db)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
+    out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
+) -> None:
+    """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
+    from aiperf.config import load_config
+
+    try:
+        config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    _open_store(config.db).close()  # a bad database URL fails here, before the flow starts
+
+    from aiperf import progress
+    from flows.benchmark import benchmark
+
+    render = _live_view()
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        progress.set_listener(lambda p: live.update(render(p)))
+        try:
+            result = benchmark(profile=profile, budget=str(config.budget_s), workers=config.workers,
+                               db=config.db, seed=config.seed, out=config.out)
+        except UserError as exc:
+            raise fail(str(exc)) from None
+        finally:
+            progress.set_listener(None)
+    _print_score(result["run_id"], config.db)
+
+
+def _print_score(run_id: int, db: str) -> None:
+    from aiperf.report.summary import score_from_record, score_rows
+
+    store = _open_store(db)
+    try:
+        record = store.get_run(run_id)
+    finally:
+        store.close()
+    if record is None:
+        raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
+    score = score_from_record(record)
+    if score is None:
+        console.print(f"run {run_id} ({record.status}) has no score" + (f": {record.message}" if record.message else ""))
+        return
+    table = Table(title=f"aiperf run {run_id}", show_header=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    for row in score_rows(run_id, record.profile, record.workers, record.budget_s, score):
+        table.add_row(row["figure"], row["value"])
+    console.print(table)
+
+
+@app.command()
+def runs(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+         limit: int = typer.Option(50, "--limit", min=1)) -> None:
+    """List runs, newest first."""
+    from aiperf.score import format_ops
+
+    store = _open_store(db)
+    try:
+        records = store.list_runs(limit)
+    finally:
+        store.close()
+    table = Table(title=f"runs in {db}")
+    for column in ("run", "created (UTC)", "profile", "workers", "budget", "status", "OPS", "regulated",
+                   "best val acc", "valid"):
+        table.add_column(column)
+    for r in records:
+        s = r.score
+        table.add_row(str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.profile, str(r.workers),
+                      f"{r.budget_s:g} s", r.status,
+                      f"{format_ops(s.ops)}OPS" if s else "-", f"{format_ops(s.regulated_score)}OPS" if s else "-",
+                      f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
+                      ("yes" if s.valid else "no") if s else "-")
+    console.print(table)
+
+
+@app.command()
+def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
+         db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL.")) -> None:
+    """Print one run's score and its trials."""
+    from aiperf.score import format_ops
+
+    store = _open_store(db)
+    try:
+        record = store.get_run(run_id)
+    finally:
+        store.close()
+    if record is None:
+        raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
+    _print_score(run_id, db)
+    table = Table(title=f"trials of run {run_id}")
+    for column in ("trial", "status", "worker", "depth", "filters", "kernel", "lr", "batch", "epochs",
+                   "train ops/sample", "best val acc"):
+        table.add_column(column)
+    for t in record.trials:
+        hp, arch = t.hyperparameters, t.architecture
+        table.add_row(t.trial_key, t.status, t.worker or "-", str(len(arch["stages"])) + "x" +
+                      str(arch["stages"][0]["blocks"]), str(arch["stem_filters"]), str(arch["kernel_size"]),
+                      f"{hp.get('learning_rate', 0):.4g}", str(hp.get("batch_size", "-")),
+                      f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
+                      format_ops(t.train_ops_per_sample) if t.train_ops_per_sample else "-",
+                      f"{t.best_val_accuracy:.4f}" if t.best_val_accuracy is not None else "-")
+    console.print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL.")) -> None:
+    """Apply pending migrations (runs do this themselves; use it to prepare a shared database)."""
+    from aiperf.store import database
+
+    store = _open_store(db)
+    try:
+        console.print(f"{database.safe_url(db)} is at revision {database.current_revision(store.engine)}")
+    finally:
+        store.close()
+
+
+def _register_optional_commands() -> None:
+    try:
+        from aiperf.ops.cli import flops
+    except ImportError:  # pragma: no cover - the counter's CLI is part of the package
+        return
+    app.command("flops")(flops)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

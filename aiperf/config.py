@@ -1,0 +1,232 @@
+"""One validated benchmark config, built from a YAML profile plus command-line overrides.
+
+A profile is the whole description of a workload (data, search space, epochs, validity rules);
+the command line only changes how long and where it runs. Every value is checked here, before
+anything touches the database or starts a worker, so a mistake costs nothing already recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from aiperf.errors import UserError
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from '3m', '90s', '1h30m', '45' or a number; raises ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match or not any(match.groups()):
+        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 3m, 1h30m)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo in a profile must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    kind: Literal["synthetic"] = "synthetic"
+    image_size: int = Field(32, ge=8, le=512)
+    channels: int = Field(3, ge=1, le=4)
+    classes: int = Field(10, ge=2)
+    train_samples: int = Field(3000, ge=16)
+    val_samples: int = Field(1000, ge=8)
+    noise: float = Field(0.6, ge=0.0)
+    label_noise: float = Field(0.05, ge=0.0, lt=1.0)
+
+
+class SpaceConfig(_Strict):
+    """Choices of the random search space; each one changes the built model or its training."""
+
+    blocks_per_stage: list[int] = [1, 2]
+    stages: list[int] = [2, 3]
+    base_filters: list[int] = [8, 16, 24]
+    kernel_size: list[int] = [3, 5]
+    learning_rate: tuple[float, float] = (0.001, 0.05)
+    batch_size: list[int] = [32, 64, 128]
+
+    @field_validator("blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size")
+    @classmethod
+    def _positive_choices(cls, values: list[int]) -> list[int]:
+        if not values or any(v <= 0 for v in values):
+            raise ValueError("must be a non-empty list of positive integers")
+        return values
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _lr_range(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        low, high = bounds
+        if not 0 < low <= high:
+            raise ValueError("must be [low, high] with 0 < low <= high")
+        return bounds
+
+
+class SearchConfig(_Strict):
+    oracle: Literal["random"] = "random"
+    objective: Literal["val_accuracy"] = "val_accuracy"
+    space: SpaceConfig = SpaceConfig()
+
+
+class TrainConfig(_Strict):
+    epochs: int = Field(3, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+
+
+class ValidityConfig(_Strict):
+    min_budget_s: float = Field(60.0, ge=0.0)
+    accuracy_floor: float = Field(0.2, ge=0.0, le=1.0)
+
+
+class BenchmarkConfig(_Strict):
+    """Everything one run needs. Stored verbatim (as JSON) with the run."""
+
+    profile: str
+    budget_s: float = Field(gt=0)
+    workers: int = Field(ge=1)
+    db: str
+    seed: int = Field(0, ge=0)
+    out: str = "aiperf-out"
+    data: DataConfig = DataConfig()
+    search: SearchConfig = SearchConfig()
+    train: TrainConfig = TrainConfig()
+    validity: ValidityConfig = ValidityConfig()
+
+    @model_validator(mode="after")
+    def _batch_fits_data(self) -> BenchmarkConfig:
+        if max(self.search.space.batch_size) > self.data.train_samples:
+            raise ValueError("search.space.batch_size: a batch is larger than data.train_samples")
+        return self
+
+
+def available_profiles() -> list[str]:
+    folder = resources.files("aiperf") / "profiles"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_profile(name_or_path: str) -> dict[str, Any]:
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")):
+        if not path.is_file():
+            raise UserError(f"profile file {name_or_path} does not exist; give a YAML file or one of: "
+                            f"{', '.join(available_profiles())}")
+        text = path.read_text()
+    elif name_or_path in available_profiles():
+        text = (resources.files("aiperf") / "profiles" / f"{name_or_path}.yaml").read_text()
+    else:
+        raise UserError(f"unknown profile {name_or_path!r}; use one of: {', '.join(available_profiles())} "
+                        "(or a path to a .yaml profile)")
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"profile {name_or_path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"profile {name_or_path} must be a YAML mapping of settings")
+    return raw
+
+
+def machine_cores() -> int:
+    """Cores this process may use (respects CPU affinity, e.g. inside a SLURM allocation)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "config"
+    return f"{where}: {err['msg']}"
+
+
+def load_config(
+    profile: str = "quick",
+    *,
+    budget: str | float | None = None,
+    workers: int | str | None = None,
+    db: str | None = None,
+    seed: int | None = None,
+    out: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> BenchmarkConfig:
+    """Profile + overrides -> a validated config, or a UserError naming the bad value."""
+    raw = _read_profile(profile)
+    raw.setdefault("profile", Path(profile).stem if profile.endswith((".yaml", ".yml")) else profile)
+    for key, value in (overrides or {}).items():
+        _set_dotted(raw, key, value)
+    if budget is not None:
+        raw["budget"] = budget
+    if workers is not None:
+        raw["workers"] = workers
+    if db is not None:
+        raw["db"] = db
+    if seed is not None:
+        raw["seed"] = seed
+    if out is not None:
+        raw["out"] = out
+
+    raw["budget_s"] = _budget_seconds(raw.pop("budget", "3m"))
+    raw["workers"] = _worker_count(raw.get("workers", "auto"))
+    validity = raw.get("validity")
+    if isinstance(validity, dict) and "min_budget" in validity:
+        try:
+            validity["min_budget_s"] = parse_duration(validity.pop("min_budget"))
+        except ValueError as exc:
+            raise UserError(f"validity.min_budget: {exc}") from None
+    try:
+        return BenchmarkConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"invalid setting {_first_error(exc)}") from None
+
+
+def _budget_seconds(value: Any) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise UserError(f"--budget: {exc}") from None
+    if seconds <= 0:
+        raise UserError(f"--budget must be positive, got {value!r}; give e.g. --budget 3m")
+    return seconds
+
+
+def _worker_count(value: Any) -> int:
+    """Workers for the local machine: 'auto' is one per core; more than the cores is refused."""
+    cores = machine_cores()
+    if value in (None, "auto"):
+        return cores
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--workers must be a whole number or 'auto', got {value!r}") from None
+    if count < 1:
+        raise UserError(f"--workers must be at least 1, got {count}")
+    if count > cores:
+        raise UserError(f"--workers {count} is more than this machine can hold ({cores} cores); "
+                        f"use --workers {cores} or fewer")
+    return count
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"cannot set {dotted}: {part} is not a section")
+    node[leaf] = value

@@ -1,0 +1,1 @@
+"""Reports of a run, built from its records alone."""

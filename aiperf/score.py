@@ -1,0 +1,111 @@
+"""Scores: operations per second, the accuracy-regulated score, and the validity verdict.
+
+Pure arithmetic over what the database holds (samples per epoch, operations per sample per
+trial, the timed window), so anyone can recompute a published score from SQL alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from aiperf.config import ValidityConfig
+
+
+@dataclass(frozen=True)
+class EpochWork:
+    """The operations one epoch performed: its samples times its trial's per-sample counts."""
+
+    samples_trained: int
+    samples_evaluated: int
+    train_ops_per_sample: int
+    eval_ops_per_sample: int
+    tensor_train_ops_per_sample: int
+    tensor_eval_ops_per_sample: int
+
+    @property
+    def ops(self) -> int:
+        return self.samples_trained * self.train_ops_per_sample + self.samples_evaluated * self.eval_ops_per_sample
+
+    @property
+    def tensor_ops(self) -> int:
+        return (self.samples_trained * self.tensor_train_ops_per_sample
+                + self.samples_evaluated * self.tensor_eval_ops_per_sample)
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    elapsed_s: float
+    total_ops: int
+    ops: float
+    tensor_ops: float
+    best_val_accuracy: float | None
+    val_samples: int
+    regulated_score: float
+    trials_completed: int
+    samples_trained: int
+    samples_evaluated: int
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def capped_accuracy(accuracy: float, val_samples: int) -> float:
+    """n validation samples cannot show an error below 1/n: cap there so ln(1 - a) stays finite."""
+    return min(accuracy, 1.0 - 1.0 / val_samples)
+
+
+def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: int) -> float:
+    """AIPerf's regulated score: OPS * |ln(1 - accuracy)|; 0 when nothing was evaluated."""
+    if best_val_accuracy is None or val_samples <= 0:
+        return 0.0
+    return ops * abs(math.log(1.0 - capped_accuracy(best_val_accuracy, val_samples)))
+
+
+def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_completed: int,
+            rules: ValidityConfig) -> list[str]:
+    """Every rule the result breaks, named; an empty list means valid."""
+    broken = []
+    if budget_s < rules.min_budget_s:
+        broken.append(f"too short: budget {budget_s:g} s is under the profile's minimum {rules.min_budget_s:g} s")
+    if trials_completed == 0:
+        broken.append("no trial completed all its epochs")
+    if best_val_accuracy is None:
+        broken.append("no validation accuracy was measured")
+    elif best_val_accuracy < rules.accuracy_floor:
+        broken.append(f"accuracy under the floor: best val accuracy {best_val_accuracy:.4f} "
+                      f"< {rules.accuracy_floor:g}")
+    return broken
+
+
+def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accuracy: float | None,
+                  val_samples: int, trials_completed: int, budget_s: float,
+                  rules: ValidityConfig) -> ScoreResult:
+    if elapsed_s <= 0:
+        raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
+    epochs = list(work)
+    total = sum(e.ops for e in epochs)
+    tensor_total = sum(e.tensor_ops for e in epochs)
+    ops = total / elapsed_s
+    broken = verdict(budget_s=budget_s, best_val_accuracy=best_val_accuracy,
+                     trials_completed=trials_completed, rules=rules)
+    return ScoreResult(
+        elapsed_s=elapsed_s, total_ops=total, ops=ops, tensor_ops=tensor_total / elapsed_s,
+        best_val_accuracy=best_val_accuracy, val_samples=val_samples,
+        regulated_score=regulated_score(ops, best_val_accuracy, val_samples),
+        trials_completed=trials_completed,
+        samples_trained=sum(e.samples_trained for e in epochs),
+        samples_evaluated=sum(e.samples_evaluated for e in epochs),
+        valid=not broken, reasons=broken,
+    )
+
+
+def format_ops(value: float) -> str:
+    """1.23 GOPS-style figures for tables."""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value:.1f} "

@@ -1,0 +1,1 @@
+"""Search: the hyperparameter space, the oracles, and the epoch schedule."""

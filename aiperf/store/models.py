@@ -1,0 +1,182 @@
+"""SQLAlchemy models: the SQL schema users query. Part of the product, so every column says what it
+holds, constraints are explicit, and every change comes with an Alembic migration
+(migrations/versions); no table is ever created outside a migration.
+
+Times are UTC. Operation counts per sample are exact integers; run totals can pass 2**63 on a
+large machine, so totals and rates are stored as floating point.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+TRIAL_STATUSES = ("running", "completed", "stopped", "failed")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class System(Base):
+    """The machine under test, identified by a fingerprint of what shapes its speed."""
+
+    __tablename__ = "systems"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    cpu_model: Mapped[str] = mapped_column(String(255))
+    cpu_cores: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[dict[str, Any]] = mapped_column(JSON, doc="{'count': n, 'models': [...]}")
+    platform: Mapped[str] = mapped_column(String(255))
+    python_version: Mapped[str] = mapped_column(String(32))
+    tensorflow_version: Mapped[str | None] = mapped_column(String(32))
+    keras_version: Mapped[str] = mapped_column(String(32))
+    keras_backend: Mapped[str] = mapped_column(String(32))
+    first_seen_at: Mapped[datetime]
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="run_status_known"),
+        CheckConstraint("budget_s > 0", name="run_budget_positive"),
+        CheckConstraint("workers >= 1", name="run_workers_positive"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    system_id: Mapped[int] = mapped_column(ForeignKey("systems.id"))
+    profile: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, doc="the whole validated config")
+    seed: Mapped[int] = mapped_column(Integer)
+    budget_s: Mapped[float] = mapped_column(Float)
+    workers: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    search_started_at: Mapped[datetime | None] = mapped_column(doc="start of the timed window")
+    deadline: Mapped[datetime | None] = mapped_column(doc="when trials are told to stop")
+    search_ended_at: Mapped[datetime | None] = mapped_column(doc="end of the timed window")
+    flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str | None] = mapped_column(Text, doc="why a run failed or was interrupted")
+
+    system: Mapped[System] = relationship()
+    trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
+    score: Mapped[Score | None] = relationship(back_populates="run")
+
+
+class Dataset(Base):
+    """A staged dataset a run trained on, with the manifest that describes and checks it."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(32))
+    sha256: Mapped[str] = mapped_column(String(64))
+    train_samples: Mapped[int] = mapped_column(Integer)
+    val_samples: Mapped[int] = mapped_column(Integer)
+    classes: Mapped[int] = mapped_column(Integer)
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("run_id", "trial_key", name="trial_key_unique_in_run"),
+        CheckConstraint(_in("status", TRIAL_STATUSES), name="trial_status_known"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    trial_key: Mapped[str] = mapped_column(String(32), doc="the oracle's trial id")
+    number: Mapped[int] = mapped_column(Integer, doc="order of creation within the run, from 0")
+    parent_trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))
+    architecture: Mapped[dict[str, Any]] = mapped_column(JSON, doc="aiperf.arch.ArchSpec as JSON")
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(String(255))
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    parameters: Mapped[int | None] = mapped_column(BigInteger, doc="trainable + non-trainable weights")
+    train_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'aiperf' convention")
+    eval_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'aiperf' convention")
+    tensor_train_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'tensor' convention")
+    tensor_eval_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'tensor' convention")
+    best_val_accuracy: Mapped[float | None] = mapped_column(Float)
+    message: Mapped[str | None] = mapped_column(Text)
+
+    run: Mapped[Run] = relationship(back_populates="trials")
+    epochs: Mapped[list[Epoch]] = relationship(back_populates="trial", order_by="Epoch.epoch")
+
+
+class Epoch(Base):
+    """One epoch of one trial: what was trained and evaluated, and when. A partial epoch is one
+    cut by the deadline; its samples count, its accuracy does not."""
+
+    __tablename__ = "epochs"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "epoch", name="epoch_unique_in_trial"),
+        CheckConstraint("samples_trained >= 0 AND samples_evaluated >= 0", name="epoch_samples_nonnegative"),
+        CheckConstraint("ended_at >= started_at", name="epoch_ends_after_start"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer, doc="from 0")
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime]
+    samples_trained: Mapped[int] = mapped_column(BigInteger)
+    samples_evaluated: Mapped[int] = mapped_column(BigInteger)
+    loss: Mapped[float | None] = mapped_column(Float)
+    accuracy: Mapped[float | None] = mapped_column(Float)
+    val_loss: Mapped[float | None] = mapped_column(Float)
+    val_accuracy: Mapped[float | None] = mapped_column(Float)
+    complete: Mapped[bool] = mapped_column(Boolean)
+
+    trial: Mapped[Trial] = relationship(back_populates="epochs")
+
+
+class Score(Base):
+    __tablename__ = "scores"
+    __table_args__ = (CheckConstraint("elapsed_s > 0", name="score_elapsed_positive"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    elapsed_s: Mapped[float] = mapped_column(Float)
+    total_ops: Mapped[float] = mapped_column(Float, doc="'aiperf' convention, train + eval")
+    ops: Mapped[float] = mapped_column(Float, doc="total_ops / elapsed_s")
+    tensor_ops: Mapped[float] = mapped_column(Float, doc="'tensor' convention FLOP/s")
+    best_val_accuracy: Mapped[float | None] = mapped_column(Float)
+    val_samples: Mapped[int] = mapped_column(Integer)
+    regulated_score: Mapped[float] = mapped_column(Float, doc="ops * |ln(1 - capped accuracy)|")
+    trials_completed: Mapped[int] = mapped_column(Integer)
+    samples_trained: Mapped[int] = mapped_column(BigInteger)
+    samples_evaluated: Mapped[int] = mapped_column(BigInteger)
+    valid: Mapped[bool] = mapped_column(Boolean)
+    reasons: Mapped[dict[str, Any]] = mapped_column(JSON, doc="{'invalid': [every broken rule]}")
+    computed_at: Mapped[datetime]
+
+    run: Mapped[Run] = relationship(back_populates="score")

@@ -1,0 +1,213 @@
+"""The one module that reads and writes aiperf's records.
+
+Only the orchestrator (the flow's process) holds a Store, so a run's records have one writer.
+Each method is one short transaction: if a run dies, everything it reported so far is already
+committed, and nothing a failed command did touches earlier runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from aiperf.score import EpochWork, ScoreResult
+from aiperf.store import database
+from aiperf.store.models import Dataset, Epoch, Run, Score, System, Trial
+
+
+def utc(moment: datetime | float | None) -> datetime | None:
+    """UTC-aware datetime from a datetime (naive ones are UTC, as SQLite returns them) or a Unix time."""
+    if moment is None:
+        return None
+    if isinstance(moment, (int, float)):
+        return datetime.fromtimestamp(moment, tz=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass(frozen=True)
+class RunWork:
+    """What a run's score is computed from, read back from the records."""
+
+    epochs: list[EpochWork]
+    elapsed_s: float
+    best_val_accuracy: float | None
+    val_samples: int
+    trials_completed: int
+    budget_s: float
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True) -> Store:
+        """Connect (a bad URL is a UserError) and apply pending migrations."""
+        engine = database.open_engine(url)
+        if migrate:
+            database.upgrade(engine)
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    # --- writes, in the order a run makes them -------------------------------------------------
+
+    def upsert_system(self, facts: Mapping[str, Any]) -> int:
+        with self.session() as s:
+            system = s.scalar(select(System).where(System.fingerprint == facts["fingerprint"]))
+            if system is None:
+                system = System(**facts, first_seen_at=now())
+                s.add(system)
+                s.flush()
+            return system.id
+
+    def create_run(self, *, system_id: int, profile: str, config: dict[str, Any], seed: int,
+                   budget_s: float, workers: int, flow_run_id: str | None = None) -> int:
+        with self.session() as s:
+            run = Run(system_id=system_id, profile=profile, config=config, seed=seed, budget_s=budget_s,
+                      workers=workers, status="running", created_at=now(), flow_run_id=flow_run_id)
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def record_dataset(self, run_id: int, manifest: Mapping[str, Any]) -> None:
+        with self.session() as s:
+            s.add(Dataset(run_id=run_id, name=manifest["name"], kind=manifest["kind"],
+                          sha256=manifest["sha256"], train_samples=manifest["train_samples"],
+                          val_samples=manifest["val_samples"], classes=manifest["classes"],
+                          manifest=dict(manifest)))
+
+    def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
+        with self.session() as s:
+            run = s.get_one(Run, run_id)
+            run.search_started_at, run.deadline = utc(started_at), utc(deadline)
+
+    def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
+                     hyperparameters: dict[str, Any], started_at: float,
+                     parent_trial_id: int | None = None) -> int:
+        with self.session() as s:
+            trial = Trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
+                          hyperparameters=hyperparameters, status="running", started_at=utc(started_at),
+                          parent_trial_id=parent_trial_id)
+            s.add(trial)
+            s.flush()
+            return trial.id
+
+    def trial_placed(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
+                     tensor_train_ops: int, tensor_eval_ops: int) -> None:
+        """The worker built the model: record where it runs and its counted operations."""
+        with self.session() as s:
+            trial = s.get_one(Trial, trial_id)
+            trial.worker, trial.parameters = worker, parameters
+            trial.train_ops_per_sample, trial.eval_ops_per_sample = train_ops, eval_ops
+            trial.tensor_train_ops_per_sample, trial.tensor_eval_ops_per_sample = tensor_train_ops, tensor_eval_ops
+
+    def record_epoch(self, trial_id: int, *, epoch: int, started_at: float, ended_at: float,
+                     samples_trained: int, samples_evaluated: int, loss: float | None,
+                     accuracy: float | None, val_loss: float | None, val_accuracy: float | None,
+                     complete: bool) -> bool:
+        """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored."""
+        with self.session() as s:
+            exists = s.scalar(select(Epoch.id).where(Epoch.trial_id == trial_id, Epoch.epoch == epoch))
+            if exists is not None:
+                return False
+            s.add(Epoch(trial_id=trial_id, epoch=epoch, started_at=utc(started_at), ended_at=utc(ended_at),
+                        samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
+                        accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete))
+            if val_accuracy is not None and complete:
+                trial = s.get_one(Trial, trial_id)
+                if trial.best_val_accuracy is None or val_accuracy > trial.best_val_accuracy:
+                    trial.best_val_accuracy = val_accuracy
+            return True
+
+    def finish_trial(self, trial_id: int, *, status: str, ended_at: float, message: str | None = None) -> None:
+        with self.session() as s:
+            trial = s.get_one(Trial, trial_id)
+            trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
+
+    def finish_search(self, run_id: int, ended_at: float) -> None:
+        with self.session() as s:
+            s.get_one(Run, run_id).search_ended_at = utc(ended_at)
+
+    def finish_run(self, run_id: int, *, status: str, message: str | None = None) -> None:
+        with self.session() as s:
+            run = s.get_one(Run, run_id)
+            run.status, run.message = status, message
+            for trial in s.scalars(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):
+                trial.status, trial.ended_at = "stopped", trial.ended_at or now()
+
+    def save_score(self, run_id: int, score: ScoreResult) -> None:
+        with self.session() as s:
+            existing = s.scalar(select(Score).where(Score.run_id == run_id))
+            if existing is not None:
+                s.delete(existing)
+                s.flush()
+            s.add(Score(run_id=run_id, elapsed_s=score.elapsed_s, total_ops=float(score.total_ops),
+                        ops=score.ops, tensor_ops=score.tensor_ops, best_val_accuracy=score.best_val_accuracy,
+                        val_samples=score.val_samples, regulated_score=score.regulated_score,
+                        trials_completed=score.trials_completed, samples_trained=score.samples_trained,
+                        samples_evaluated=score.samples_evaluated, valid=score.valid,
+                        reasons={"invalid": list(score.reasons)}, computed_at=now()))
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def run_work(self, run_id: int) -> RunWork:
+        """Everything the score needs, from the records alone."""
+        with self.session() as s:
+            run = s.get_one(Run, run_id)
+            rows = s.execute(
+                select(Epoch.samples_trained, Epoch.samples_evaluated, Trial.train_ops_per_sample,
+                       Trial.eval_ops_per_sample, Trial.tensor_train_ops_per_sample,
+                       Trial.tensor_eval_ops_per_sample)
+                .join(Trial, Epoch.trial_id == Trial.id).where(Trial.run_id == run_id)
+            ).all()
+            best = s.scalar(select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id))
+            completed = s.scalar(select(func.count()).select_from(Trial)
+                                 .where(Trial.run_id == run_id, Trial.status == "completed"))
+            dataset = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
+            start, end = utc(run.search_started_at), utc(run.search_ended_at)
+            if start is None or end is None:
+                raise ValueError(f"run {run_id} has no finished search window to score")
+            missing = [r for r in rows if r[2] is None and (r[0] or r[1])]
+            if missing:
+                raise ValueError(f"run {run_id} has counted samples on a trial without operation counts")
+            return RunWork(
+                epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
+                elapsed_s=(end - start).total_seconds(),
+                best_val_accuracy=best, val_samples=dataset.val_samples if dataset else 0,
+                trials_completed=int(completed or 0), budget_s=run.budget_s)
+
+    def list_runs(self, limit: int = 50) -> list[Run]:
+        with self.session() as s:
+            query = (select(Run).options(selectinload(Run.score), selectinload(Run.system))
+                     .order_by(Run.id.desc()).limit(limit))
+            return list(s.scalars(query))
+
+    def get_run(self, run_id: int) -> Run | None:
+        with self.session() as s:
+            return s.scalar(select(Run).where(Run.id == run_id).options(
+                selectinload(Run.score), selectinload(Run.system),
+                selectinload(Run.trials).selectinload(Trial.epochs)))
+
+    def run_progress(self, run_id: int) -> dict[str, int]:
+        with self.session() as s:
+            counts = dict(s.execute(select(Trial.status, func.count()).where(Trial.run_id == run_id)
+                                    .group_by(Trial.status)).all())
+            return {k: int(v) for k, v in counts.items()}

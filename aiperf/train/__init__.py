@@ -1,0 +1,1 @@
+"""One trial on one worker: build, compile, fit to the deadline, report each epoch."""

@@ -1,0 +1,86 @@
+"""What a trial's worker and the orchestrator say to each other: plain, picklable data.
+
+The worker sends `TrialPlaced` once it has built the model and `EpochReport` after every epoch,
+as Dask events, the moment they happen; the same facts come back again in `TrialResult`, so an
+event lost in transit is recovered when the trial ends (the store ignores repeats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+TrialStatus = Literal["completed", "stopped", "failed"]
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    run_id: int
+    trial_key: str
+    architecture: dict[str, Any]
+    learning_rate: float
+    batch_size: int
+    epochs: int
+    deadline: float  # Unix time at which the trial stops, whatever it is doing
+    data_path: str
+    seed: int
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    events_topic: str | None = None  # Dask event topic for live reports; None: report nothing live
+
+
+@dataclass(frozen=True)
+class TrialPlaced:
+    trial_key: str
+    worker: str
+    parameters: int
+    train_ops: int
+    eval_ops: int
+    tensor_train_ops: int
+    tensor_eval_ops: int
+    kind: str = "placed"
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    trial_key: str
+    epoch: int
+    started_at: float
+    ended_at: float
+    samples_trained: int
+    samples_evaluated: int
+    loss: float | None
+    accuracy: float | None
+    val_loss: float | None
+    val_accuracy: float | None
+    complete: bool
+    kind: str = "epoch"
+
+    def fields(self) -> dict[str, Any]:
+        """The columns of an epochs row."""
+        data = asdict(self)
+        del data["trial_key"], data["kind"]
+        return data
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    trial_key: str
+    status: TrialStatus
+    placed: TrialPlaced | None
+    epochs: list[EpochReport] = field(default_factory=list)
+    message: str | None = None
+
+
+def to_event(message: TrialPlaced | EpochReport) -> dict[str, Any]:
+    return asdict(message)
+
+
+def from_event(data: dict[str, Any]) -> TrialPlaced | EpochReport:
+    """Rebuild a message from a Dask event (Dask adds keys of its own, such as 'worker')."""
+    kinds = {"placed": TrialPlaced, "epoch": EpochReport}
+    cls = kinds.get(data.get("kind"))
+    if cls is None:
+        raise ValueError(f"unknown trial event {data.get('kind')!r}")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,146 @@
+"""Train one trial on this worker until its epochs are done or the run's deadline comes.
+
+The steps a trial finishes count toward the score even when the deadline cuts an epoch short,
+so the deadline is checked after every batch, in training and in evaluation alike. A trial
+uses only the cores its worker owns (AIPERF_WORKER_CORES), so concurrent trials on one node do
+not fight over cores.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+
+from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult
+
+Reporter = Callable[[TrialPlaced | EpochReport], None]
+
+CORES_ENV = "AIPERF_WORKER_CORES"
+
+
+def configure_threads(cores: int | None) -> None:
+    """Size TensorFlow's thread pools to this worker's cores, once, before TensorFlow starts."""
+    if not cores:
+        return
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(cores))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", str(cores))
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(cores)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            pass  # already initialised by an earlier trial in this process: same sizes
+
+
+def worker_cores() -> int | None:
+    value = os.environ.get(CORES_ENV)
+    return int(value) if value else None
+
+
+def _deadline_watch(deadline: float):
+    """A Keras callback that stops training or evaluation at the deadline and counts batches."""
+    import keras
+
+    class DeadlineWatch(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.train_batches = 0
+            self.test_batches = 0
+            self.hit_deadline = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.train_batches += 1
+            if time.time() >= deadline:
+                self.hit_deadline = True
+                self.model.stop_training = True
+
+        def on_test_batch_end(self, batch, logs=None):
+            self.test_batches += 1
+            if time.time() >= deadline:
+                self.hit_deadline = True
+                self.model.stop_evaluating = True
+
+    return DeadlineWatch()
+
+
+def _optimizer(request: TrialRequest):
+    import keras
+
+    if request.optimizer == "adam":
+        return keras.optimizers.Adam(learning_rate=request.learning_rate)
+    return keras.optimizers.SGD(learning_rate=request.learning_rate, momentum=request.momentum)
+
+
+def _finite(value) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
+    """Build, count, train and evaluate; every epoch is reported the moment it ends."""
+    placed: TrialPlaced | None = None
+    epochs: list[EpochReport] = []
+    try:
+        configure_threads(worker_cores())
+        import keras
+
+        from aiperf.arch import ArchSpec, build_model
+        from aiperf.data.staging import load_staged
+        from aiperf.ops import count_model
+
+        keras.utils.set_random_seed(request.seed)
+        data = load_staged(request.data_path)
+        model = build_model(ArchSpec.from_dict(request.architecture))
+        counted = count_model(model, "aiperf")
+        tensor = count_model(model, "tensor")
+        placed = TrialPlaced(trial_key=request.trial_key, worker=worker or socket.gethostname(),
+                             parameters=int(model.count_params()),
+                             train_ops=counted.train_per_sample, eval_ops=counted.eval_per_sample,
+                             tensor_train_ops=tensor.train_per_sample, tensor_eval_ops=tensor.eval_per_sample)
+        report(placed)
+        model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
+                      metrics=["accuracy"])
+        n_train, n_val, batch = len(data.y_train), len(data.y_val), request.batch_size
+
+        for epoch in range(request.epochs):
+            if time.time() >= request.deadline:
+                break
+            watch = _deadline_watch(request.deadline)
+            started = time.time()
+            history = model.fit(data.x_train, data.y_train, batch_size=batch, epochs=1, shuffle=True,
+                                verbose=0, callbacks=[watch])
+            trained = min(watch.train_batches * batch, n_train)
+            logs = {k: v[-1] for k, v in history.history.items() if v}
+            evaluation: dict = {}
+            if not watch.hit_deadline:
+                evaluation = model.evaluate(data.x_val, data.y_val, batch_size=batch, verbose=0,
+                                            callbacks=[watch], return_dict=True)
+            evaluated = min(watch.test_batches * batch, n_val)
+            complete = not watch.hit_deadline
+            epoch_report = EpochReport(
+                trial_key=request.trial_key, epoch=epoch, started_at=started, ended_at=time.time(),
+                samples_trained=trained, samples_evaluated=evaluated,
+                loss=_finite(logs.get("loss")), accuracy=_finite(logs.get("accuracy")),
+                # An evaluation the deadline cut short measured only part of the validation set.
+                val_loss=_finite(evaluation.get("loss")) if complete else None,
+                val_accuracy=_finite(evaluation.get("accuracy")) if complete else None,
+                complete=complete)
+            epochs.append(epoch_report)
+            report(epoch_report)
+            if not complete:
+                break
+        done = len(epochs) == request.epochs and all(e.complete for e in epochs)
+        return TrialResult(request.trial_key, "completed" if done else "stopped", placed, epochs)
+    except Exception as exc:  # the trial fails; the run and its other trials go on
+        message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        return TrialResult(request.trial_key, "failed", placed, epochs, message=message)

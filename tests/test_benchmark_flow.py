@@ -1,0 +1,85 @@
+"""The whole benchmark through the real Prefect flow on real Dask workers, with a budget of seconds,
+then its score recomputed from SQL alone, and the CLI reading the records."""
+
+import math
+import sqlite3
+from datetime import datetime
+
+import pytest
+from typer.testing import CliRunner
+
+from aiperf.cli import app
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished_run(prefect_api, tmp_path_factory):
+    from flows.benchmark import benchmark
+
+    folder = tmp_path_factory.mktemp("run")
+    db = f"sqlite:///{folder / 'aiperf.db'}"
+    result = benchmark(profile="quick", budget="25s", workers=2, db=db, seed=3, out=str(folder / "out"),
+                       overrides=TINY)
+    return result, db, folder / "aiperf.db"
+
+
+def test_run_is_recorded_with_trials_and_epochs(finished_run):
+    result, _db, path = finished_run
+    with sqlite3.connect(path) as sql:
+        status, profile = sql.execute("SELECT status, profile FROM runs WHERE id = ?",
+                                      (result["run_id"],)).fetchone()
+        assert (status, profile) == ("completed", "quick")
+        trials = sql.execute("SELECT status, worker, train_ops_per_sample, eval_ops_per_sample FROM trials").fetchall()
+        epochs = sql.execute("SELECT COUNT(*) FROM epochs WHERE complete").fetchone()[0]
+        dataset = sql.execute("SELECT kind, train_samples FROM datasets").fetchone()
+    assert len(trials) >= 2
+    assert all(t[1] for t in trials), "every trial records the Dask worker it ran on"
+    assert all(t[2] > t[3] > 0 for t in trials if t[0] == "completed")
+    assert sum(t[0] == "completed" for t in trials) >= 1
+    assert epochs >= 2
+    assert dataset == ("synthetic", 384)
+
+
+def test_score_recomputed_from_sql(finished_run):
+    result, _db, path = finished_run
+    with sqlite3.connect(path) as sql:
+        total = sql.execute("""
+            SELECT SUM(e.samples_trained * t.train_ops_per_sample + e.samples_evaluated * t.eval_ops_per_sample)
+            FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = ?""", (result["run_id"],)).fetchone()[0]
+        start, end = sql.execute("SELECT search_started_at, search_ended_at FROM runs WHERE id = ?",
+                                 (result["run_id"],)).fetchone()
+        stored = sql.execute("SELECT total_ops, ops, elapsed_s, regulated_score, best_val_accuracy, val_samples "
+                             "FROM scores WHERE run_id = ?", (result["run_id"],)).fetchone()
+        best = sql.execute("SELECT MAX(val_accuracy) FROM epochs WHERE complete").fetchone()[0]
+    elapsed = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    assert total > 0 and stored[0] == pytest.approx(total)
+    assert stored[2] == pytest.approx(elapsed, abs=1e-3)
+    assert stored[1] == pytest.approx(total / elapsed, rel=1e-6)
+    assert stored[4] == pytest.approx(best)
+    capped = min(best, 1 - 1 / stored[5])
+    assert stored[3] == pytest.approx(stored[1] * abs(math.log(1 - capped)), rel=1e-6)
+    assert result["ops"] == pytest.approx(stored[1])
+    assert result["elapsed_s"] >= 25
+
+
+def test_score_published_as_artifacts(finished_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["aiperf-score", "aiperf-score-summary"])))
+    assert {a.type for a in artifacts} >= {"table", "markdown"}
+
+
+def test_cli_lists_and_shows_the_run(finished_run):
+    result, db, _path = finished_run
+    listing = CliRunner().invoke(app, ["runs", "--db", db], env={"COLUMNS": "200"})
+    assert listing.exit_code == 0, listing.output
+    assert "completed" in listing.output
+    shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "regulated score" in shown.output and "trials of run" in shown.output

@@ -1,0 +1,56 @@
+"""One real trial on tiny data: every epoch is reported as it ends, and the deadline cuts it."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from aiperf.config import load_config
+from aiperf.data.staging import stage_synthetic
+from aiperf.search.space import architecture
+from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest
+from aiperf.train.trial import run_trial
+
+from conftest import TINY
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    config = load_config("quick", workers=1, overrides=TINY)
+    return config, stage_synthetic(config.data, 0, Path(tmp_path_factory.mktemp("data")))
+
+
+def _request(staged, deadline: float, epochs: int = 2) -> TrialRequest:
+    config, manifest = staged
+    arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
+                        manifest.image_shape, manifest.classes)
+    return TrialRequest(run_id=1, trial_key="t0", architecture=arch.to_dict(), learning_rate=0.05, batch_size=32,
+                        epochs=epochs, deadline=deadline, data_path=manifest.path, seed=1)
+
+
+def test_reports_placement_then_each_epoch(staged):
+    reports = []
+    result = run_trial(_request(staged, time.time() + 300), reports.append)
+    assert result.status == "completed", result.message
+    assert isinstance(reports[0], TrialPlaced) and reports[0].train_ops > reports[0].eval_ops > 0
+    epochs = [r for r in reports if isinstance(r, EpochReport)]
+    assert [e.epoch for e in epochs] == [0, 1]
+    assert all(e.complete and e.samples_trained == 384 and e.samples_evaluated == 128 for e in epochs)
+    assert all(e.val_accuracy is not None and e.ended_at >= e.started_at for e in epochs)
+    assert result.epochs == epochs
+
+
+def test_deadline_already_passed_trains_nothing(staged):
+    result = run_trial(_request(staged, time.time() - 1), lambda _m: None)
+    assert result.status == "stopped" and result.epochs == []
+
+
+def test_deadline_mid_training_keeps_the_partial_epoch(tmp_path):
+    # Epochs of about a second: the deadline lands inside one, not in the instant between two.
+    config = load_config("quick", workers=1, overrides={**TINY, "data.train_samples": 6000})
+    staged = (config, stage_synthetic(config.data, 0, tmp_path))
+    result = run_trial(_request(staged, time.time() + 8, epochs=50), lambda _m: None)
+    assert result.status == "stopped"
+    last = result.epochs[-1]
+    assert not last.complete and last.val_accuracy is None
+    assert last.samples_trained <= config.data.train_samples
