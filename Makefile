@@ -33,9 +33,9 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(VENV)/bin/aiperf run $(ARGS)
 
-## make test: every test, the slow integration tests included
+## make test: every test, the slow integration tests included, with the services they need
 test: install-dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf aiperf-out .pytest_cache

@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from aiperf.errors import UserError
+from aiperf.ops.cli import flops
 
 # Offline and quiet by default; a user's own settings win.
 for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -182,15 +183,7 @@ def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Datab
         store.close()
 
 
-def _register_optional_commands() -> None:
-    try:
-        from aiperf.ops.cli import flops
-    except ImportError:  # pragma: no cover - the counter's CLI is part of the package
-        return
-    app.command("flops")(flops)
-
-
-_register_optional_commands()
+app.command("flops")(flops)
 
 
 def main() -> None:

@@ -83,3 +83,17 @@ def test_cli_lists_and_shows_the_run(finished_run):
     shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "regulated score" in shown.output and "trials of run" in shown.output
+
+
+def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):
+    result, _db, path = finished_run
+    with sqlite3.connect(path) as sql:
+        deadline = datetime.fromisoformat(sql.execute("SELECT deadline FROM runs").fetchone()[0])
+        trials = sql.execute("SELECT worker, started_at, ended_at FROM trials ORDER BY number").fetchall()
+        last_epoch = datetime.fromisoformat(sql.execute("SELECT MAX(ended_at) FROM epochs").fetchone()[0])
+    assert len({t[0] for t in trials}) == 2, "both workers ran trials"
+    spans = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for _w, a, b in trials]
+    overlapping = any(s1 < e2 and s2 < e1 for i, (s1, e1) in enumerate(spans) for (s2, e2) in spans[i + 1:])
+    assert overlapping, "trials ran concurrently"
+    # A trial notices the deadline after its current batch: well within seconds on tiny models.
+    assert (last_epoch - deadline).total_seconds() < 10

@@ -96,13 +96,13 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
 
         from aiperf.arch import ArchSpec, build_model
         from aiperf.data.staging import load_staged
-        from aiperf.ops import count_model
+        from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
         data = load_staged(request.data_path)
         model = build_model(ArchSpec.from_dict(request.architecture))
-        counted = count_model(model, "aiperf")
-        tensor = count_model(model, "tensor")
+        counts = count_all(model)  # one walk of the model that will train, both conventions
+        counted, tensor = counts["aiperf"], counts["tensor"]
         placed = TrialPlaced(trial_key=request.trial_key, worker=worker or socket.gethostname(),
                              parameters=int(model.count_params()),
                              train_ops=counted.train_per_sample, eval_ops=counted.eval_per_sample,

@@ -1,0 +1,216 @@
+"""`aiperf flops MODEL`: count a model's operations per sample and show them.
+
+Registered by aiperf/cli.py with `app.command("flops")(flops)`. TensorFlow is imported only when
+the command runs, so `aiperf --help` stays fast. Bad input (unknown model name, missing file,
+malformed --input-shape, unknown layer or convention) is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from aiperf.ops.conventions import CONVENTIONS, check_convention
+
+DEFAULT_INPUT_SHAPE = (224, 224, 3)
+DEFAULT_CLASSES = 1000
+
+# Built-in keras.applications models (weights=None: never pretrained), by CLI name.
+APPLICATIONS = {
+    "resnet50": "ResNet50",
+    "mobilenetv2": "MobileNetV2",
+    "densenet121": "DenseNet121",
+    "efficientnetb0": "EfficientNetB0",
+}
+
+
+class _BadInput(Exception):
+    """A user mistake, reported as one line naming the problem and the fix."""
+
+
+def flops(
+    model: str = typer.Argument(..., help="A built-in model (resnet50, mobilenetv2, densenet121, efficientnetb0, "
+                                "or a seed model of the search), a saved .keras file, or an architecture "
+                                ".json file."),
+    input_shape: str | None = typer.Option(None, "--input-shape",
+                                           help="H,W,C of one input sample. Default: 224,224,3 for "
+                                           "keras.applications models, the model's own otherwise."),
+    classes: int | None = typer.Option(None, "--classes", help="Number of output classes. Default: 1000 for "
+                                    "keras.applications models, the model's own otherwise."),
+    convention: str = typer.Option("aiperf", "--convention", help="aiperf (AIPerf's rules) or tensor "
+                                   "(2 x conv/matmul multiply-adds; train = 3 x forward)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Count a model's operations per sample (forward, backward, eval, train) layer by layer."""
+    try:
+        _check_convention(convention)
+        shape = _parse_input_shape(input_shape)
+        if classes is not None and classes < 1:
+            raise _BadInput(f"--classes {classes} is not a positive number of classes; pass e.g. --classes 1000")
+        keras_model = _resolve_model(model, shape, classes)
+        ops = _count(keras_model, convention, model, shape)
+    except _BadInput as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+
+    if json_output:
+        result = {"model": model, "input_shape": list(_input_shape_of(keras_model, shape)), **ops.to_dict()}
+        typer.echo(json.dumps(result))
+    else:
+        _print_table(model, keras_model, ops)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_convention(convention: str) -> None:
+    try:
+        check_convention(convention)
+    except ValueError:
+        raise _BadInput(f"unknown convention {convention!r}; pass --convention "
+                        f"{' or --convention '.join(CONVENTIONS)}") from None
+
+
+def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise _BadInput(f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
+                        "pass e.g. --input-shape 224,224,3")
+    return tuple(int(p) for p in parts)
+
+
+def _resolve_model(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+    # Keep TensorFlow's start-up chatter off stderr, where our one-line errors go. The oneDNN
+    # notice ignores TF_CPP_MIN_LOG_LEVEL; switching oneDNN off is harmless here: nothing runs.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    path = Path(name)
+    if name.lower() in APPLICATIONS:
+        return _build(name, lambda: _application(name.lower(), shape, classes))
+    if path.suffix in (".keras", ".json") or path.exists():
+        if not path.exists():
+            raise _BadInput(f"model file {name} does not exist; check the path")
+        if not path.is_file():
+            raise _BadInput(f"{name} is not a model file; pass a saved .keras model or an architecture .json")
+        if path.suffix == ".keras":
+            return _load_keras(path, classes)
+        if path.suffix == ".json":
+            return _load_spec(path, shape, classes)
+        raise _BadInput(f"cannot count {name}: a model file must be a saved .keras model or an architecture .json")
+    return _seed(name, shape, classes)
+
+
+def _build(what: str, build: Any) -> Any:
+    """Build a model; anything Keras or the builder rejects is the user's input, in one line."""
+    from aiperf.errors import UserError
+
+    try:
+        return build()
+    except _BadInput:
+        raise
+    except (UserError, ValueError, TypeError, KeyError) as error:
+        raise _BadInput(f"cannot build {what}: {_first_line(error)}") from None
+
+
+def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+    import keras
+
+    build = getattr(keras.applications, APPLICATIONS[name])
+    return build(weights=None, input_shape=shape or DEFAULT_INPUT_SHAPE, classes=classes or DEFAULT_CLASSES)
+
+
+def _load_keras(path: Path, classes: int | None) -> Any:
+    import keras
+
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as error:  # a corrupt or foreign file: Keras raises many types
+        raise _BadInput(f"cannot load {path}: {_first_line(error)}; pass a model saved with model.save()") from None
+    out = model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
+    if classes is not None and classes != out:
+        raise _BadInput(f"{path} has {out} outputs, not --classes {classes}; a saved model's classes are "
+                        "fixed, drop --classes")
+    return model
+
+
+def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+    try:
+        from aiperf.arch import build_model, load_spec
+    except ImportError:
+        raise _BadInput(f"cannot read {path}: architecture files need aiperf.arch, which is not installed") from None
+    return _build(f"the architecture in {path}", lambda: build_model(load_spec(path), input_shape=shape,
+                                                                    num_classes=classes))
+
+
+def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+    try:
+        from aiperf.arch import build_seed, seed_names
+    except ImportError:
+        seeds: list[str] = []
+    else:
+        seeds = list(seed_names())
+    if name not in seeds:
+        known = ", ".join([*APPLICATIONS, *seeds])
+        raise _BadInput(f"unknown model {name!r}; pass one of {known}, a .keras file or an architecture .json file")
+    # None leaves a seed's own input shape and classes (those of the benchmark's data).
+    return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
+
+
+def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] | None) -> Any:
+    from aiperf.ops import UnknownLayerError, count_model
+
+    built = tuple(keras_model.inputs[0].shape[1:]) if getattr(keras_model, "inputs", None) else ()
+    extra = {"input_shape": shape} if shape is not None and None in built else {}
+    if shape is not None and None not in built and built != shape:
+        raise _BadInput(f"{name} is built for inputs of shape {','.join(map(str, built))}, not --input-shape "
+                        f"{','.join(map(str, shape))}; drop --input-shape or pass the built shape")
+    try:
+        return count_model(keras_model, convention, **extra)
+    except UnknownLayerError as error:
+        raise _BadInput(str(error)) from None
+    except ValueError as error:
+        raise _BadInput(f"cannot count {name}: {_first_line(error)}") from None
+
+
+def _input_shape_of(keras_model: Any, shape: tuple[int, ...] | None) -> tuple:
+    return shape or tuple(keras_model.inputs[0].shape[1:])
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def _print_table(name: str, keras_model: Any, ops: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{name}: operations per sample, convention {ops.convention!r}")
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("layer", overflow="fold")
+    table.add_column("type", overflow="fold")
+    table.add_column("output shape")
+    table.add_column("forward", justify="right")
+    table.add_column("backward", justify="right")
+    for index, layer in enumerate(ops.layers):
+        table.add_row(str(index), layer.name, layer.type, _shape_text(layer.output_shape),
+                      f"{layer.forward:,}", f"{layer.backward:,}")
+    table.add_section()
+    table.add_row("", "total", "", "", f"{ops.forward:,}", f"{ops.backward:,}", style="bold")
+    console = Console()
+    console.print(table)
+    shape = ",".join(map(str, _input_shape_of(keras_model, None)))
+    console.print(f"input shape {shape}; eval per sample [bold]{ops.eval_per_sample:,}[/bold]  "
+                  f"train per sample [bold]{ops.train_per_sample:,}[/bold]  ({ops.convention} convention)")
+
+
+def _shape_text(shape: tuple) -> str:
+    if shape and isinstance(shape[0], tuple):
+        return " ".join(_shape_text(s) for s in shape)
+    return "(" + ", ".join(map(str, shape)) + ")"
