@@ -37,3 +37,40 @@ def prefect_api():
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'aiperf.db'}"
+
+
+def _fresh_postgres_database(server_url: str):
+    """A new, empty database on the test PostgreSQL server, dropped afterwards: no test sees
+    another's records, and migrations start from nothing as they do on a fresh SQLite file."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"aiperf_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh database on each engine: SQLite in a temp file, PostgreSQL from
+    AIPERF_TEST_POSTGRES_URL (infra/postgres/ctl.sh start; `make test` starts it). Without that
+    variable the PostgreSQL case is skipped on a developer's machine and fails in CI (CI=true)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'aiperf.db'}"
+        return
+    server = os.environ.get("AIPERF_TEST_POSTGRES_URL")
+    if not server:
+        message = "AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    yield from _fresh_postgres_database(server)
