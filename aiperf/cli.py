@@ -17,6 +17,7 @@ from rich.table import Table
 
 from aiperf.errors import UserError
 from aiperf.ops.cli import flops
+from aiperf.history_cli import compare, history, report
 
 # Offline and quiet by default; a user's own settings win.
 for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -184,6 +185,9 @@ def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Datab
 
 
 app.command("flops")(flops)
+app.command("history")(history)
+app.command("compare")(compare)
+app.command("report")(report)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, or_, select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from aiperf.score import EpochWork, ScoreResult
@@ -211,3 +211,49 @@ class Store:
             counts = dict(s.execute(select(Trial.status, func.count()).where(Trial.run_id == run_id)
                                     .group_by(Trial.status)).all())
             return {k: int(v) for k, v in counts.items()}
+
+    # --- history: read through the SQL views of migration 0002 (run_scores, trial_summary) ----------
+
+    def run_scores(self, *, system_id: int | None = None, profile: str | None = None,
+                   run_ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
+        where, params = [], {}
+        if system_id is not None:
+            where.append("system_id = :system_id")
+            params["system_id"] = system_id
+        if profile is not None:
+            where.append("profile = :profile")
+            params["profile"] = profile
+        if run_ids is not None:
+            where.append("run_id IN :run_ids")
+            params["run_ids"] = list(run_ids)
+        sql = text("SELECT * FROM run_scores" + (" WHERE " + " AND ".join(where) if where else "")
+                   + " ORDER BY created_at, run_id").columns(created_at=DateTime(timezone=True), valid=Boolean())
+        if run_ids is not None:
+            sql = sql.bindparams(bindparam("run_ids", expanding=True))
+        with self.engine.connect() as connection:
+            rows = [dict(row._mapping) for row in connection.execute(sql, params)]
+        for row in rows:
+            row["created_at"] = utc(row["created_at"])
+        return rows
+
+    def trial_summary(self, run_id: int) -> list[dict[str, Any]]:
+        """Rows of the trial_summary view for one run, in trial order."""
+        sql = text("SELECT * FROM trial_summary WHERE run_id = :run_id ORDER BY number").columns(
+            started_at=DateTime(timezone=True), ended_at=DateTime(timezone=True))
+        with self.engine.connect() as connection:
+            rows = [dict(row._mapping) for row in connection.execute(sql, {"run_id": run_id})]
+        for row in rows:
+            row["started_at"], row["ended_at"] = utc(row["started_at"]), utc(row["ended_at"])
+        return rows
+
+    def find_systems(self, term: str | None = None) -> list[dict[str, Any]]:
+        """Systems whose id, hostname or fingerprint prefix is `term` (every system when None)."""
+        with self.session() as s:
+            query = select(System.id, System.fingerprint, System.hostname, System.cpu_model, System.cpu_cores)
+            if term is not None:
+                conditions = [System.hostname == term, System.fingerprint.startswith(term.lower())]
+                if term.isdigit():
+                    conditions.append(System.id == int(term))
+                query = query.where(or_(*conditions))
+            return [dict(row._mapping) for row in s.execute(query.order_by(System.id))]

@@ -1,0 +1,133 @@
+"""A system's history of scores and side-by-side comparison of two runs.
+
+Both read the run_scores view (migration 0002), so `aiperf history` and `aiperf compare` show the
+figures a user gets from SQL, on SQLite and PostgreSQL alike. Nothing here prints: the CLI and the
+HTML report render what these functions return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiperf.errors import UserError
+from aiperf.store import Store
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One scored run in a system's history, with its change from the previous one."""
+
+    run_id: int
+    system_id: int
+    hostname: str
+    profile: str
+    created_at: datetime
+    workers: int
+    budget_s: float
+    ops: float
+    regulated_score: float
+    best_val_accuracy: float | None
+    valid: bool
+    status: str
+    ops_change_pct: float | None
+
+    @classmethod
+    def from_view(cls, row: dict[str, Any]) -> HistoryRow:
+        return cls(run_id=int(row["run_id"]), system_id=int(row["system_id"]), hostname=row["hostname"],
+                   profile=row["profile"], created_at=row["created_at"], workers=int(row["workers"]),
+                   budget_s=float(row["budget_s"]), ops=float(row["ops"]),
+                   regulated_score=float(row["regulated_score"]),
+                   best_val_accuracy=None if row["best_val_accuracy"] is None else float(row["best_val_accuracy"]),
+                   valid=bool(row["valid"]), status=row["status"],
+                   ops_change_pct=None if row["ops_change_pct"] is None else float(row["ops_change_pct"]))
+
+
+def resolve_system(store: Store, term: str | None) -> int | None:
+    """A system id from an id, a hostname or a fingerprint prefix; None means every system."""
+    if term is None:
+        return None
+    found = store.find_systems(term)
+    if not found:
+        known = ", ".join(f"{s['id']} ({s['hostname']}, {s['fingerprint'][:8]})" for s in store.find_systems())
+        raise UserError(f"--system {term!r} matches no system; use an id, hostname or fingerprint prefix"
+                        + (f" of: {known}" if known else " (the database has no runs yet)"))
+    if len(found) > 1:
+        listed = ", ".join(f"{s['id']} ({s['fingerprint'][:8]})" for s in found)
+        raise UserError(f"--system {term!r} matches {len(found)} systems ({listed}); give the id or a "
+                        "longer fingerprint prefix")
+    return int(found[0]["id"])
+
+
+def history(store: Store, *, system: str | None = None, profile: str | None = None) -> list[HistoryRow]:
+    """Scored runs, oldest first, for one system and/or profile (all when not given)."""
+    system_id = resolve_system(store, system)
+    return [HistoryRow.from_view(r) for r in store.run_scores(system_id=system_id, profile=profile)]
+
+
+def sparkline(values: list[float]) -> str:
+    """A one-line picture of a series (the trend of OPS in `aiperf history`)."""
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    if high == low:
+        return SPARK[len(SPARK) // 2] * len(values)
+    return "".join(SPARK[round((v - low) / (high - low) * (len(SPARK) - 1))] for v in values)
+
+
+def percent_change(before: float | None, after: float | None) -> float | None:
+    """(after - before) / before in percent; None when either is missing or before is 0."""
+    if before is None or after is None or before == 0:
+        return None
+    return 100.0 * (after - before) / before
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure of two runs side by side."""
+
+    figure: str
+    a: float | None
+    b: float | None
+    unit: str
+
+    @property
+    def change_pct(self) -> float | None:
+        return percent_change(self.a, self.b)
+
+
+# (figure, column of run_scores, unit): what `aiperf compare` lines up.
+COMPARED = (
+    ("OPS", "ops", "OPS"),
+    ("regulated score", "regulated_score", "OPS"),
+    ("tensor FLOP/s", "tensor_ops", "FLOP/s"),
+    ("best val accuracy", "best_val_accuracy", ""),
+    ("total operations", "total_ops", "ops"),
+    ("elapsed", "elapsed_s", "s"),
+    ("trials completed", "trials_completed", ""),
+    ("workers", "workers", ""),
+    ("budget", "budget_s", "s"),
+)
+
+
+@dataclass(frozen=True)
+class RunPair:
+    a: dict[str, Any]
+    b: dict[str, Any]
+    figures: list[Comparison]
+
+
+def compare(store: Store, run_a: int, run_b: int) -> RunPair:
+    """Two scored runs side by side, with B's percent difference from A for every figure."""
+    rows = {r["run_id"]: r for r in store.run_scores(run_ids=[run_a, run_b])}
+    for run_id in (run_a, run_b):
+        if run_id not in rows:
+            raise UserError(f"run {run_id} has no score (it is missing, still running or failed); "
+                            "list scored runs with `aiperf history`")
+    a, b = rows[run_a], rows[run_b]
+    figures = [Comparison(name, None if a[col] is None else float(a[col]),
+                          None if b[col] is None else float(b[col]), unit) for name, col, unit in COMPARED]
+    return RunPair(a=a, b=b, figures=figures)

@@ -1,0 +1,130 @@
+"""`aiperf history`, `aiperf compare` and `aiperf report`: the Typer side of aiperf.history and
+aiperf.report.html. Registered in aiperf/cli.py; every figure comes from the SQL views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from aiperf.errors import UserError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _open(db: str):
+    from aiperf.store import Store
+
+    try:
+        return Store.open(db)
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def history(
+    system: Optional[str] = typer.Option(None, "--system", "-s", help="System id, hostname or fingerprint prefix."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
+    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+) -> None:
+    """Scored runs over time, oldest first, with each run's change from the previous one."""
+    from aiperf.history import history as read_history
+    from aiperf.history import sparkline
+    from aiperf.score import format_ops
+
+    store = _open(db)
+    try:
+        rows = read_history(store, system=system, profile=profile)
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+    scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
+    table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
+    for column in ("run", "created (UTC)", "system", "profile", "workers", "budget", "OPS", "change",
+                   "regulated", "best val acc", "valid"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(str(r.run_id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), f"{r.system_id} {r.hostname}",
+                      r.profile, str(r.workers), f"{r.budget_s:g} s", f"{format_ops(r.ops)}OPS",
+                      _pct(r.ops_change_pct), f"{format_ops(r.regulated_score)}OPS",
+                      "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
+                      "yes" if r.valid else "no")
+    console.print(table)
+    if not rows:
+        console.print("no scored runs yet; run `aiperf run` first")
+        return
+    ops = [r.ops for r in rows]
+    console.print(f"trend of OPS, oldest to newest: {sparkline(ops)}  "
+                  f"(first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
+                  f"best {format_ops(max(ops))}OPS)")
+
+
+def compare(
+    run_a: int = typer.Argument(..., help="The reference run."),
+    run_b: int = typer.Argument(..., help="The run compared with it."),
+    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+) -> None:
+    """Two runs side by side, with B's percent difference from A."""
+    from aiperf.history import compare as compare_runs
+    from aiperf.score import format_ops
+
+    store = _open(db)
+    try:
+        pair = compare_runs(store, run_a, run_b)
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+
+    def show(value: float | None, unit: str) -> str:
+        if value is None:
+            return "-"
+        if unit in ("OPS", "FLOP/s", "ops"):
+            return f"{format_ops(value)}{unit}"
+        if unit == "s":
+            return f"{value:.1f} s"
+        return f"{value:.4f}" if not float(value).is_integer() else f"{value:g}"
+
+    table = Table(title=f"run {run_a} vs run {run_b}")
+    table.add_column("figure", style="bold")
+    table.add_column(f"run {run_a}")
+    table.add_column(f"run {run_b}")
+    table.add_column("difference")
+    for row in (("system", f"{pair.a['system_id']} {pair.a['hostname']}", f"{pair.b['system_id']} {pair.b['hostname']}"),
+                ("profile", pair.a["profile"], pair.b["profile"]),
+                ("valid", "yes" if pair.a["valid"] else "no", "yes" if pair.b["valid"] else "no")):
+        table.add_row(*row, "")
+    for f in pair.figures:
+        table.add_row(f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct))
+    console.print(table)
+
+
+def report(
+    run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
+    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."),
+) -> None:
+    """Write one self-contained HTML page about a run: score over time, trials, workers, history."""
+    from aiperf.report.html import write_report
+
+    store = _open(db)
+    try:
+        path = write_report(store, run_id, output or Path(f"aiperf-report-{run_id}.html"))
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+    console.print(f"wrote {path}")

@@ -1,0 +1,137 @@
+"""Nightly regression check: a run's score against the baseline of the same system and profile.
+
+The baseline is the median of the last few valid, completed runs (5 by default) of the same
+system fingerprint and profile, so one lucky or unlucky night does not move it much. A run is a
+regression when its OPS or its regulated score falls more than a threshold (5% by default) below
+the baseline. The first run on a system has no baseline: it passes and becomes the baseline.
+An invalid run is never a baseline, and a nightly run that is invalid fails the check.
+
+Prefect-free: the nightly flow calls check_run() and turns the verdict into a flow state and a
+markdown artifact.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiperf.score import format_ops
+from aiperf.store import Store
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_WINDOW = 5
+
+
+@dataclass(frozen=True)
+class Baseline:
+    run_ids: list[int]
+    ops: float
+    regulated_score: float
+
+
+@dataclass(frozen=True)
+class RegressionVerdict:
+    run_id: int
+    profile: str
+    system_id: int
+    ops: float
+    regulated_score: float
+    valid: bool
+    reasons: list[str]
+    baseline: Baseline | None
+    threshold: float
+    regressions: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.valid and not self.regressions
+
+    @property
+    def ops_change(self) -> float | None:
+        return None if self.baseline is None else _change(self.baseline.ops, self.ops)
+
+    @property
+    def regulated_change(self) -> float | None:
+        return None if self.baseline is None else _change(self.baseline.regulated_score, self.regulated_score)
+
+    def message(self) -> str:
+        """One line for the flow run's state: both figures, and what happened."""
+        figures = (f"OPS {format_ops(self.ops)}OPS, regulated {format_ops(self.regulated_score)}OPS")
+        if not self.valid:
+            return f"run {self.run_id} is invalid ({'; '.join(self.reasons)}): {figures}"
+        if self.baseline is None:
+            return f"run {self.run_id} is the first valid {self.profile} run on this system and sets the baseline: {figures}"
+        base = (f"baseline (median of runs {', '.join(map(str, self.baseline.run_ids))}) "
+                f"OPS {format_ops(self.baseline.ops)}OPS, regulated {format_ops(self.baseline.regulated_score)}OPS")
+        changes = f"OPS {self.ops_change:+.1%}, regulated {self.regulated_change:+.1%}"
+        if self.regressions:
+            return (f"regression in run {self.run_id}: {'; '.join(self.regressions)} "
+                    f"(threshold {self.threshold:.0%}): {figures} vs {base}")
+        return f"run {self.run_id} within {self.threshold:.0%} of the baseline ({changes}): {figures} vs {base}"
+
+    def markdown(self) -> str:
+        """The comparison as a markdown artifact."""
+        head = "PASSED" if self.passed else "REGRESSION" if self.regressions else "FAILED"
+        lines = [f"# aiperf nightly regression: {head}", "", self.message(), ""]
+        lines += ["| figure | this run | baseline | change | threshold |", "| --- | --- | --- | --- | --- |"]
+        for name, value, base, change in (
+            ("OPS", self.ops, self.baseline and self.baseline.ops, self.ops_change),
+            ("regulated score", self.regulated_score, self.baseline and self.baseline.regulated_score,
+             self.regulated_change),
+        ):
+            lines.append(f"| {name} | {format_ops(value)}OPS | "
+                         f"{'-' if base is None else format_ops(base) + 'OPS'} | "
+                         f"{'-' if change is None else f'{change:+.2%}'} | -{self.threshold:.0%} |")
+        lines += ["", f"run {self.run_id}, profile {self.profile}, system {self.system_id}; valid: "
+                  + ("yes" if self.valid else "no: " + "; ".join(self.reasons))]
+        if self.baseline is not None:
+            lines.append(f"baseline runs: {', '.join(map(str, self.baseline.run_ids))}")
+        return "\n".join(lines) + "\n"
+
+
+def _change(before: float, after: float) -> float | None:
+    return None if before == 0 else (after - before) / before
+
+
+def baseline(history: list[dict[str, Any]], run: dict[str, Any], window: int = DEFAULT_WINDOW) -> Baseline | None:
+    """Median of the last `window` valid completed runs before `run` (rows of run_scores, oldest first)."""
+    earlier = [r for r in history if r["run_id"] != run["run_id"] and r["valid"] and r["status"] == "completed"
+               and (r["created_at"], r["run_id"]) < (run["created_at"], run["run_id"])]
+    chosen = earlier[-window:]
+    if not chosen:
+        return None
+    return Baseline(run_ids=[int(r["run_id"]) for r in chosen],
+                    ops=statistics.median(float(r["ops"]) for r in chosen),
+                    regulated_score=statistics.median(float(r["regulated_score"]) for r in chosen))
+
+
+def judge(run: dict[str, Any], base: Baseline | None, *, threshold: float = DEFAULT_THRESHOLD,
+          reasons: list[str] | None = None) -> RegressionVerdict:
+    """Compare one run_scores row with a baseline: which figures fell more than the threshold."""
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must be between 0 and 1 (a share, 0.05 = 5%), got {threshold}")
+    ops, regulated = float(run["ops"]), float(run["regulated_score"])
+    regressions = []
+    if base is not None:
+        for name, value, reference in (("OPS", ops, base.ops), ("regulated score", regulated, base.regulated_score)):
+            change = _change(reference, value)
+            if change is not None and change < -threshold:
+                regressions.append(f"{name} fell {-change:.1%}")
+    return RegressionVerdict(run_id=int(run["run_id"]), profile=run["profile"], system_id=int(run["system_id"]),
+                             ops=ops, regulated_score=regulated, valid=bool(run["valid"]),
+                             reasons=list(reasons or []), baseline=base, threshold=threshold,
+                             regressions=regressions)
+
+
+def check_run(store: Store, run_id: int, *, threshold: float = DEFAULT_THRESHOLD,
+              window: int = DEFAULT_WINDOW) -> RegressionVerdict:
+    """The verdict for a scored run against its system's and profile's baseline."""
+    rows = store.run_scores(run_ids=[run_id])
+    if not rows:
+        raise ValueError(f"run {run_id} has no score to compare")
+    run = rows[0]
+    history = store.run_scores(system_id=run["system_id"], profile=run["profile"])
+    record = store.get_run(run_id)
+    reasons = list(record.score.reasons.get("invalid", [])) if record and record.score else []
+    return judge(run, baseline(history, run, window), threshold=threshold, reasons=reasons)
