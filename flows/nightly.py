@@ -1,0 +1,63 @@
+"""The `aiperf-nightly-regression` flow: run the nightly profile, then hold its score against the
+baseline of this system.
+
+    benchmark (the nightly profile, as a subflow: its trials, logs and artifacts show in the UI)
+    -> compare with the median of the last valid runs of the same system and profile
+    -> a markdown artifact with the comparison
+    -> Completed, or Failed with both figures in the message when OPS or the regulated score fell
+       more than the threshold
+
+The first valid run on a system has nothing to compare with: it passes and sets the baseline.
+The comparison itself is aiperf.regression (no Prefect), so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed, Failed
+
+from aiperf.config import load_config
+from aiperf.regression import DEFAULT_THRESHOLD, DEFAULT_WINDOW, RegressionVerdict, check_run
+from aiperf.store import Store
+from flows.benchmark import benchmark
+
+
+@task(name="compare_with_baseline", cache_policy=NO_CACHE)
+def compare_with_baseline(db: str, run_id: int, threshold: float, window: int) -> RegressionVerdict:
+    """The run against the median of the last `window` valid runs of its system and profile."""
+    store = Store.open(db, migrate=False)
+    try:
+        verdict = check_run(store, run_id, threshold=threshold, window=window)
+    finally:
+        store.close()
+    create_markdown_artifact(markdown=verdict.markdown(), key="aiperf-regression",
+                             description=f"aiperf nightly regression check of run {run_id}")
+    get_run_logger().info(verdict.message())
+    return verdict
+
+
+@flow(name="aiperf-nightly-regression", log_prints=True)
+def nightly(profile: str = "nightly", budget: str | None = None, workers: int | None = None,
+            db: str | None = None, seed: int | None = None, out: str | None = None,
+            overrides: dict[str, Any] | None = None, threshold: float = DEFAULT_THRESHOLD,
+            baseline_runs: int = DEFAULT_WINDOW):
+    """Run the nightly profile and fail when its score fell more than `threshold` below the baseline."""
+    if not 0 < threshold < 1:
+        return Failed(message=f"threshold must be a share between 0 and 1 (0.05 = 5%), got {threshold}")
+    if baseline_runs < 1:
+        return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
+    config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides)
+    result = benchmark(profile=profile, budget=budget, workers=workers, db=config.db, seed=seed, out=out,
+                       overrides=overrides)
+    verdict = compare_with_baseline(config.db, result["run_id"], threshold, baseline_runs)
+    summary = {"run_id": verdict.run_id, "ops": verdict.ops, "regulated_score": verdict.regulated_score,
+               "baseline_ops": verdict.baseline.ops if verdict.baseline else None,
+               "baseline_regulated_score": verdict.baseline.regulated_score if verdict.baseline else None,
+               "regressions": verdict.regressions, "valid": verdict.valid}
+    if verdict.passed:
+        return Completed(message=verdict.message(), data=summary)
+    return Failed(message=verdict.message(), data=summary)
