@@ -1,0 +1,77 @@
+"""The nightly regression flow end to end: the real benchmark subflow on a real Dask worker, then the
+comparison. A planted better baseline for this machine is flagged (the flow run ends Failed with
+both figures); the first run sets the baseline; a run within the threshold passes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from aiperf.store import Store
+from aiperf.system import fingerprint
+from conftest import TINY
+from test_history_data import plant_run, scaled_trials
+
+pytestmark = pytest.mark.slow
+
+# Tiny runs of seconds would break the profile's validity rules; the regression check needs valid ones.
+SHORT = {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}
+
+
+def run_nightly(db: str, out, **parameters):
+    from flows.nightly import nightly
+
+    return nightly(budget="8s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
+
+
+def regression_artifact(state) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["aiperf-regression"]),
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    assert len(artifacts) == 1 and artifacts[0].type == "markdown"
+    return artifacts[0].data
+
+
+def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefect_api, tmp_path):
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    first = run_nightly(db, tmp_path / "out")
+    assert first.is_completed(), first.message
+    assert "sets the baseline" in first.message
+    assert "sets the baseline" in regression_artifact(first)
+    # Same seed, same trials: the second night lands well within a 50% threshold of the first.
+    second = run_nightly(db, tmp_path / "out", threshold=0.5)
+    assert second.is_completed(), second.message
+    assert "within 50% of the baseline" in second.message
+    summary = second.result()
+    assert summary["baseline_ops"] == pytest.approx(first.result()["ops"])
+    assert "PASSED" in regression_artifact(second)
+
+
+def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    store = Store.open(db)
+    try:  # five earlier nights on this very machine, each far faster than a tiny run can be
+        planted = [plant_run(store, fingerprint(), profile="nightly", started=datetime(2026, 11, d, 2, 0, tzinfo=UTC),
+                             trials=scaled_trials(1e4)) for d in range(1, 6)]
+        planted_ops = store.run_scores(run_ids=planted[:1])[0]["ops"]
+    finally:
+        store.close()
+    state = run_nightly(db, tmp_path / "out")
+    assert state.is_failed()
+    message = state.message
+    assert message.startswith("regression in run 6: OPS fell"), message
+    assert "regulated score fell" in message and f"runs {', '.join(map(str, planted))}" in message
+    from aiperf.score import format_ops
+    assert f"OPS {format_ops(planted_ops)}OPS" in message  # the baseline's figure ...
+    store = Store.open(db)
+    try:
+        measured = store.run_scores(run_ids=[6])[0]
+    finally:
+        store.close()
+    assert f"OPS {format_ops(measured['ops'])}OPS" in message  # ... and this run's
+    assert "REGRESSION" in regression_artifact(state)
