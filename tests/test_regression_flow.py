@@ -22,7 +22,7 @@ SHORT = {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}
 def run_nightly(db: str, out, **parameters):
     from flows.nightly import nightly
 
-    return nightly(budget="8s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
+    return nightly(budget="20s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
 
 
 def regression_artifact(state) -> str:

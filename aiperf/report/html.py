@@ -279,3 +279,22 @@ def write_report(store: Store, run_id: int, path: Path) -> Path:
         raise UserError(f"--output {path}: folder {path.parent} does not exist; create it or choose another path")
     path.write_text(build_report(store, run_id), encoding="utf-8")
     return path
+
+
+def markdown_summary(store: Store, run_id: int, path: Path) -> str:
+    """What the flow publishes beside the page: where it is, and the score over time as AIPerf prints it."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise UserError(f"run {run_id} is not in the database; list runs with `aiperf runs`")
+    score = score_from_record(run)
+    lines = [f"# aiperf report of run {run_id}", "", f"The full HTML report (plots of the score over time, accuracy "
+             f"against operations per sample, trials on each worker, this system's history): `{Path(path).resolve()}`",
+             "", "## Score over time", "", "| time (h) | time (s) | OPS | best val accuracy | regulated score |",
+             "| --- | --- | --- | --- | --- |"]
+    span = window(run)
+    if span is not None and score is not None:
+        for c in score_over_time(run, aiperf_checkpoints(span[1]), score.val_samples):
+            accuracy = "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}"
+            lines.append(f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {format_ops(c.ops)}OPS | {accuracy} | "
+                         f"{format_ops(c.regulated_score)}OPS |")
+    return "\n".join(lines) + "\n"
