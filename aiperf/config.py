@@ -40,19 +40,51 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+from pydantic_core import PydanticCustomError  # noqa: E402  (a message without "Value error,")
+
+DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
+
+
 class DataConfig(_Strict):
-    kind: Literal["synthetic"] = "synthetic"
-    image_size: int = Field(32, ge=8, le=512)
+    """The data a run trains on (see aiperf/data/). Kinds: `synthetic` (generated from the seed),
+    `folder` (ROOT/train/<class>/* and ROOT/val/<class>/*, JPEG or PNG, converted to TFRecord
+    shards), `tfrecord` (shards in the usual ImageNet format) and `digits` (scikit-learn's
+    digits, real images that ship with the package)."""
+
+    kind: Literal["synthetic", "folder", "tfrecord", "digits"] = "synthetic"
+    source: str | None = None  # folder or tfrecord: where the user's data is
+    stage_to: str | None = None  # node-local folder on every worker to copy the shards to
+    image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
     channels: int = Field(3, ge=1, le=4)
-    classes: int = Field(10, ge=2)
-    train_samples: int = Field(3000, ge=16)
-    val_samples: int = Field(1000, ge=8)
+    classes: int = Field(10, ge=2)  # synthetic: classes made; tfrecord: labels must be in range
+    train_samples: int = Field(3000, ge=16)  # synthetic and digits only
+    val_samples: int = Field(1000, ge=8)  # synthetic and digits only
     noise: float = Field(0.6, ge=0.0)
     label_noise: float = Field(0.05, ge=0.0, lt=1.0)
+    shard_images: int = Field(1024, ge=1)  # folder: images per TFRecord shard
+    label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)
+
+    @model_validator(mode="after")
+    def _source_fits_kind(self) -> DataConfig:
+        if self.kind in ("folder", "tfrecord") and not self.source:
+            what = "an image folder ROOT with train/ and val/" if self.kind == "folder" else "a folder of TFRecord shards"
+            raise PydanticCustomError("data", f"data.kind {self.kind} needs data.source: the path of {what}")
+        if self.kind in ("synthetic", "digits") and self.source:
+            raise PydanticCustomError("data", f"data.source is only for kinds folder and tfrecord, not "
+                                      f"{self.kind}; remove it")
+        if self.kind == "digits" and self.train_samples + self.val_samples > DIGITS_IMAGES:
+            raise PydanticCustomError("data", f"data.train_samples + data.val_samples must be at most "
+                                      f"{DIGITS_IMAGES} for digits (e.g. 1437 and 360)")
+        return self
 
 
 class SpaceConfig(_Strict):
-    """Choices of the random search space; each one changes the built model or its training."""
+    """The searched hyperparameters; each one changes the built model or its training.
+
+    The morphism oracle searches learning rate, batch size, kernel size (of the convolutions a
+    deepen adds) and dropout (before the head) alongside the architecture; keras-tuner's own
+    oracles search the ResNet family (stages, blocks per stage, base filters, kernel size) too.
+    """
 
     blocks_per_stage: list[int] = [1, 2]
     stages: list[int] = [2, 3]
@@ -60,6 +92,14 @@ class SpaceConfig(_Strict):
     kernel_size: list[int] = [3, 5]
     learning_rate: tuple[float, float] = (0.001, 0.05)
     batch_size: list[int] = [32, 64, 128]
+    dropout: list[float] = [0.0, 0.2, 0.4]
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout_rates(cls, values: list[float]) -> list[float]:
+        if not values or any(not 0.0 <= v < 1.0 for v in values):
+            raise ValueError("must be a non-empty list of rates in [0, 1)")
+        return values
 
     @field_validator("blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size")
     @classmethod
@@ -77,16 +117,63 @@ class SpaceConfig(_Strict):
         return bounds
 
 
+class LimitsConfig(_Strict):
+    """Bounds on what morphism may grow: a proposal past them is never made."""
+
+    max_layers: int = Field(400, ge=4)
+    max_params: int = Field(50_000_000, ge=1)
+
+
 class SearchConfig(_Strict):
-    oracle: Literal["random"] = "random"
+    oracle: Literal["morphism", "random", "bayesian", "hyperband"] = "morphism"
     objective: Literal["val_accuracy"] = "val_accuracy"
+    seed_architecture: str = "resnet-mini"  # the morphism oracle's first round (aiperf.arch.seeds)
+    candidates: int = Field(24, ge=1)  # morphisms scored by the acquisition per proposal
+    ucb_beta: float = Field(2.0, ge=0.0)  # exploration weight of the upper confidence bound
+    limits: LimitsConfig = LimitsConfig()
     space: SpaceConfig = SpaceConfig()
 
 
+ClusterKind = Literal["local", "slurm", "pbs", "lsf", "sge"]
+
+
+class ClusterConfig(_Strict):
+    """Where the workers run. Unset job settings come from infra/jobqueue.yaml (Dask config), so a
+    site sets its queue once there; a profile's `cluster:` section and the command line override it."""
+
+    kind: ClusterKind = "local"
+    queue: str | None = None
+    account: str | None = None
+    walltime: str | None = None  # HH:MM:SS, as the queue takes it
+    cores: int | None = Field(None, ge=1)  # per job
+    memory: str | None = None  # per job, e.g. "8GB"
+    gpus: int = Field(0, ge=0)  # per job; one worker per GPU
+    workers_per_job: int | None = Field(None, ge=1)  # without GPUs; default 1 (one worker per node)
+    prologue: list[str] = []  # shell lines run before the worker starts (module loads, environment)
+    interface: str | None = None  # network interface the workers and the scheduler talk on
+    adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
+
+
 class TrainConfig(_Strict):
-    epochs: int = Field(3, ge=1)
+    # Epochs per trial, by round: AIPerf grows them (15, 30, 45, 60 on ImageNet). Round r is the
+    # r-th wave of trials across the workers; the last entry holds for every later round.
+    epochs: list[int] = [2, 3, 4]
+    # Stop a trial when its validation loss has not improved for this many epochs (None: never).
+    early_stopping_patience: int | None = Field(2, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    # "simulated" trains nothing: trials take a modelled time (for orchestration at scale);
+    # a result made with it is always invalid.
+    trainer: Literal["keras", "simulated"] = "keras"
+
+
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _epochs_schedule(cls, value: Any) -> list[int]:
+        values = [value] if isinstance(value, int) else value
+        if not isinstance(values, list) or not values or any(not isinstance(v, int) or v < 1 for v in values):
+            raise ValueError("must be a positive whole number or a list of them (epochs per round)")
+        return values
 
 
 class ValidityConfig(_Strict):
@@ -107,6 +194,7 @@ class BenchmarkConfig(_Strict):
     search: SearchConfig = SearchConfig()
     train: TrainConfig = TrainConfig()
     validity: ValidityConfig = ValidityConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _batch_fits_data(self) -> BenchmarkConfig:
@@ -163,6 +251,7 @@ def load_config(
     db: str | None = None,
     seed: int | None = None,
     out: str | None = None,
+    cluster: str | dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> BenchmarkConfig:
     """Profile + overrides -> a validated config, or a UserError naming the bad value."""
@@ -180,9 +269,18 @@ def load_config(
         raw["seed"] = seed
     if out is not None:
         raw["out"] = out
+    if cluster is not None:  # a kind ("slurm") or a mapping of cluster settings
+        section = raw.setdefault("cluster", {})
+        if not isinstance(section, dict):
+            raise UserError("cluster: must be a mapping of settings (kind, queue, walltime, ...)")
+        section.update({"kind": cluster} if isinstance(cluster, str) else cluster)
 
     raw["budget_s"] = _budget_seconds(raw.pop("budget", "3m"))
-    raw["workers"] = _worker_count(raw.get("workers", "auto"))
+    section = raw.get("cluster")
+    kind = section.get("kind", "local") if isinstance(section, dict) else "local"
+    train = raw.get("train")
+    simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
+    raw["workers"] = _worker_count(raw.get("workers", "auto"), local=kind == "local" and not simulated)
     validity = raw.get("validity")
     if isinstance(validity, dict) and "min_budget" in validity:
         try:
@@ -205,18 +303,19 @@ def _budget_seconds(value: Any) -> float:
     return seconds
 
 
-def _worker_count(value: Any) -> int:
-    """Workers for the local machine: 'auto' is one per core; more than the cores is refused."""
+def _worker_count(value: Any, local: bool = True) -> int:
+    """Workers for the local machine: 'auto' is one per core; more than the cores is refused.
+    On a job queue the machine is the cluster: any count goes, and 'auto' means one worker."""
     cores = machine_cores()
     if value in (None, "auto"):
-        return cores
+        return cores if local else 1
     try:
         count = int(value)
     except (TypeError, ValueError):
         raise UserError(f"--workers must be a whole number or 'auto', got {value!r}") from None
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
-    if count > cores:
+    if local and count > cores:
         raise UserError(f"--workers {count} is more than this machine can hold ({cores} cores); "
                         f"use --workers {cores} or fewer")
     return count

@@ -23,6 +23,7 @@ import keras_tuner as kt
 
 from aiperf.config import BenchmarkConfig
 from aiperf.search import space
+from aiperf.search.schedule import epochs_for
 from aiperf.store import Store
 from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult, from_event
 
@@ -88,6 +89,7 @@ class Search:
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
         self.running: dict[str, _Running] = {}
+        self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
         self.counts = {"completed": 0, "stopped": 0, "failed": 0}
         self.created = 0
         self.total_ops = 0
@@ -124,21 +126,26 @@ class Search:
         if trial.status != kt.engine.trial.TrialStatus.RUNNING:
             return False  # the oracle has nothing to propose right now
         values = dict(trial.hyperparameters.values)
-        arch = space.architecture(values, self.image_shape, self.num_classes)
-        hp = space.training(values)
+        proposal = space.decode(values, self.image_shape, self.num_classes)
         number = self.created
         self.created += 1
-        trial_id = self.store.create_trial(run_id=self.run_id, trial_key=trial.trial_id, number=number,
-                                           architecture=arch.to_dict(), hyperparameters=values,
-                                           started_at=time.time())
+        epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
+        trial_id = self.store.create_trial(
+            run_id=self.run_id, trial_key=trial.trial_id, number=number,
+            architecture=proposal.network.to_dict(),
+            hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
+            started_at=time.time(), parent_trial_id=self.trial_ids.get(proposal.parent_key or ""),
+            operator=proposal.operator)
+        self.trial_ids[trial.trial_id] = trial_id
         request = TrialRequest(
-            run_id=self.run_id, trial_key=trial.trial_id, architecture=arch.to_dict(),
-            learning_rate=hp.learning_rate, batch_size=hp.batch_size, epochs=self.config.train.epochs,
+            run_id=self.run_id, trial_key=trial.trial_id, architecture=proposal.network.to_dict(),
+            learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
             deadline=deadline, data_path=self.data_path, seed=self.config.seed * 100_003 + number,
             optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
+            dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
             events_topic=self.events_topic)
         self.running[trial.trial_id] = _Running(trial_id, tuner_id, trial, self.launch(request))
-        log.info("trial %s started: %s", trial.trial_id, values)
+        log.info("trial %s started: %s", trial.trial_id, proposal.operator or values)
         return True
 
     # --- what workers report ---------------------------------------------------------------------
@@ -203,6 +210,7 @@ class Search:
         trial.status = kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
         trial.message = message
         self.oracle.end_trial(trial)
+        self.store.save_search_state(self.run_id, self.config.search.oracle, self.oracle.get_state())
         if status == "failed":
             log.warning("trial %s failed: %s", key, (message or "").splitlines()[0] if message else "")
 

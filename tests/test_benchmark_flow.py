@@ -8,7 +8,10 @@ from datetime import datetime
 import pytest
 from typer.testing import CliRunner
 
+from aiperf.arch import network_from_dict
+from aiperf.arch.morph import Morphism, apply
 from aiperf.cli import app
+from aiperf.store import Store
 
 from conftest import TINY
 
@@ -21,7 +24,7 @@ def finished_run(prefect_api, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("run")
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    result = benchmark(profile="quick", budget="25s", workers=2, db=db, seed=3, out=str(folder / "out"),
+    result = benchmark(profile="quick", budget="30s", workers=2, db=db, seed=3, out=str(folder / "out"),
                        overrides=TINY)
     return result, db, folder / "aiperf.db"
 
@@ -62,7 +65,7 @@ def test_score_recomputed_from_sql(finished_run):
     capped = min(best, 1 - 1 / stored[5])
     assert stored[3] == pytest.approx(stored[1] * abs(math.log(1 - capped)), rel=1e-6)
     assert result["ops"] == pytest.approx(stored[1])
-    assert result["elapsed_s"] >= 25
+    assert result["elapsed_s"] >= 30
 
 
 def test_score_published_as_artifacts(finished_run):
@@ -83,6 +86,25 @@ def test_cli_lists_and_shows_the_run(finished_run):
     shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "regulated score" in shown.output and "trials of run" in shown.output
+    tree = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db, "--tree"], env={"COLUMNS": "200"})
+    assert tree.exit_code == 0, tree.output
+    assert "search tree of run" in tree.output and "seed" in tree.output
+
+
+def test_children_are_one_morphism_from_their_parents(finished_run):
+    result, db, _path = finished_run
+    store = Store.open(db)
+    trials = store.get_run(result["run_id"]).trials
+    by_id = {t.id: t for t in trials}
+    seeds = [t for t in trials if t.operator == "seed"]
+    children = [t for t in trials if t.operator != "seed"]
+    assert len(seeds) == 2, "the first round trains the seed on both workers"
+    assert all(t.parent_trial_id is None for t in seeds)
+    for child in children:
+        parent = network_from_dict(by_id[child.parent_trial_id].architecture)
+        assert apply(parent, Morphism.parse(child.operator)) == network_from_dict(child.architecture)
+    state = store.search_state(result["run_id"])
+    assert state is not None and state["morphism"]["tried"], "the oracle's state is in the database"
 
 
 def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):

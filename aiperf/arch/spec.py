@@ -1,8 +1,7 @@
-"""Architecture spec: plain data describing a ResNet-family network, with a JSON round-trip.
+"""ResNet families as a few numbers (stages of basic or bottleneck blocks), and loading specs.
 
-A spec is what the search proposes, what a worker builds and what the database stores, so it is
-frozen, hashable, and holds nothing but numbers and names. The builder (builder.py) is the one
-place that turns it into a Keras model.
+An ArchSpec is how keras-tuner's own oracles describe a network (a handful of hyperparameters);
+`to_network()` expands it into the graph (graph.py) that every trial stores and builds.
 """
 
 from __future__ import annotations
@@ -12,6 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from aiperf.arch.compose import Composer
+from aiperf.arch.graph import Network
 from aiperf.errors import UserError
 
 BlockKind = Literal["basic", "bottleneck"]
@@ -37,7 +38,6 @@ class ArchSpec:
     stem_stride: int = 1
     stem_pool: bool = False
     kernel_size: int = 3
-    dropout: float = 0.0
     name: str = field(default="resnet", compare=False)
 
     def __post_init__(self) -> None:
@@ -54,22 +54,41 @@ class ArchSpec:
             problems.append(f"block must be 'basic' or 'bottleneck', got {self.block!r}")
         if self.kernel_size < 1 or self.stem_kernel < 1:
             problems.append("kernel sizes must be positive")
-        if not 0.0 <= self.dropout < 1.0:
-            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
         if problems:
             raise ValueError("invalid architecture: " + "; ".join(problems))
 
     def with_io(self, input_shape: tuple[int, int, int] | None = None,
                 num_classes: int | None = None) -> ArchSpec:
-        """The same network for another input shape or class count."""
         return replace(self, input_shape=tuple(input_shape or self.input_shape),
                        num_classes=num_classes or self.num_classes)
 
-    @property
-    def depth(self) -> int:
-        """Weighted layers on the main path (stem conv + block convs + head), as ResNet names count."""
-        per_block = 2 if self.block == "basic" else 3
-        return 1 + per_block * sum(s.blocks for s in self.stages) + 1
+    def to_network(self) -> Network:
+        g = Composer()
+        x = g.conv_bn("input", "stem", self.stem_filters, self.stem_kernel, self.stem_stride)
+        if self.stem_pool:
+            x = g.add("stem_pool", "maxpool", x, pool=3, stride=2, padding="same")
+        channels = self.stem_filters
+        for s, stage in enumerate(self.stages, start=1):
+            for b in range(1, stage.blocks + 1):
+                stride = stage.stride if b == 1 else 1
+                name = f"stage{s}_block{b}"
+                out_channels = stage.filters * (4 if self.block == "bottleneck" else 1)
+                if self.block == "basic":
+                    y = g.conv_bn(x, f"{name}_1", stage.filters, self.kernel_size, stride)
+                    y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size, relu=False)
+                else:
+                    y = g.conv_bn(x, f"{name}_1", stage.filters, 1, stride)
+                    y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size)
+                    y = g.conv_bn(y, f"{name}_3", out_channels, 1, relu=False)
+                shortcut = x
+                if stride != 1 or channels != out_channels:
+                    shortcut = g.conv_bn(x, f"{name}_proj", out_channels, 1, stride, relu=False)
+                y = g.add(f"{name}_add", "add", [shortcut, y])
+                x = g.add(f"{name}_out", "relu", y)
+                channels = out_channels
+        x = g.add("pool", "gap", x)
+        g.add("predictions", "dense", x, units="classes", activation="softmax")
+        return g.network(self.name, self.input_shape, self.num_classes)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -84,20 +103,20 @@ class ArchSpec:
         data["stages"] = tuple(StageSpec(**s) for s in data["stages"])
         return cls(**data)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
-    @classmethod
-    def from_json(cls, text: str) -> ArchSpec:
-        return cls.from_dict(json.loads(text))
+def network_from_dict(data: dict[str, Any]) -> Network:
+    """A network from either stored form: a graph ('nodes') or a family spec ('stages')."""
+    if "nodes" in data:
+        return Network.from_dict(data)
+    return ArchSpec.from_dict(data).to_network()
 
 
-def load_spec(path: str | Path) -> ArchSpec:
+def load_spec(path: str | Path) -> Network:
     """Read an architecture JSON file; a bad file is the user's mistake, said in one line."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"architecture file {path} does not exist")
     try:
-        return ArchSpec.from_json(path.read_text())
+        return network_from_dict(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"architecture file {path} is not a valid aiperf spec: {exc}") from None

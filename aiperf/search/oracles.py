@@ -1,5 +1,8 @@
-"""The keras-tuner oracle a run uses. The flow is the oracle's only client (the "chief"): it
-calls create_trial / update_trial / end_trial itself, with no gRPC and no Tuner.search().
+"""The keras-tuner oracle a run uses, chosen by the profile's `search.oracle`.
+
+The flow is the oracle's only client (the "chief"): it calls create_trial / update_trial /
+end_trial itself, with no gRPC and no Tuner.search(). `morphism` is aiperf's own (morphism.py);
+`random`, `bayesian` and `hyperband` are keras-tuner's, searching the ResNet family.
 """
 
 from __future__ import annotations
@@ -8,23 +11,47 @@ from pathlib import Path
 
 import keras_tuner as kt
 
+from aiperf.arch.morph import Limits
+from aiperf.arch.seeds import seed_spec
 from aiperf.config import BenchmarkConfig
 from aiperf.search import space
+from aiperf.search.morphism import MorphismOracle
 
-# Large enough never to stop a run; the wall-clock budget is what ends the search.
+# Large enough never to stop a run: the wall-clock budget is what ends the search.
 MAX_TRIALS = 100_000
 
 
-def make_oracle(config: BenchmarkConfig, state_dir: Path) -> kt.Oracle:
-    """An oracle for the profile's `search.oracle`, saving its state under `state_dir`."""
-    hp = space.hyperparameters(config.search.space)
-    objective = kt.Objective(config.search.objective, direction="max")
-    if config.search.oracle == "random":
-        oracle = kt.oracles.RandomSearchOracle(objective=objective, max_trials=MAX_TRIALS,
-                                               hyperparameters=hp, seed=config.seed + 1,
+def make_oracle(config: BenchmarkConfig, state_dir: Path, input_shape: tuple[int, int, int],
+                num_classes: int) -> kt.Oracle:
+    """An oracle for the profile, saving keras-tuner's own state files under `state_dir`."""
+    search = config.search
+    objective = kt.Objective(search.objective, direction="max")
+    # keras-tuner treats seed 0 as "no seed" and draws one at random: shift by one to stay reproducible.
+    seed = config.seed + 1
+    if search.oracle == "morphism":
+        oracle: kt.Oracle = MorphismOracle(
+            seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
+            search_space=search.space, first_round=config.workers,
+            limits=Limits(max_layers=search.limits.max_layers, max_params=search.limits.max_params),
+            objective=objective, seed=seed, max_trials=MAX_TRIALS, candidates=search.candidates,
+            beta=search.ucb_beta)
+    elif search.oracle == "random":
+        oracle = kt.oracles.RandomSearchOracle(objective=objective, max_trials=MAX_TRIALS, seed=seed,
+                                               hyperparameters=space.family_hyperparameters(search.space),
                                                max_consecutive_failed_trials=MAX_TRIALS)
+    elif search.oracle == "bayesian":
+        oracle = kt.oracles.BayesianOptimizationOracle(
+            objective=objective, max_trials=MAX_TRIALS, seed=seed,
+            num_initial_points=max(2, config.workers),
+            hyperparameters=space.family_hyperparameters(search.space),
+            max_consecutive_failed_trials=MAX_TRIALS)
+    elif search.oracle == "hyperband":
+        oracle = kt.oracles.HyperbandOracle(
+            objective=objective, max_epochs=max(config.train.epochs), factor=3, seed=seed,
+            hyperband_iterations=MAX_TRIALS, hyperparameters=space.family_hyperparameters(search.space),
+            max_consecutive_failed_trials=MAX_TRIALS)
     else:  # pragma: no cover - config validation admits only the oracles above
-        raise ValueError(f"unknown oracle {config.search.oracle!r}")
+        raise ValueError(f"unknown oracle {search.oracle!r}")
     state_dir.mkdir(parents=True, exist_ok=True)
     oracle._set_project_dir(str(state_dir), "oracle")
     oracle.verbose = 0

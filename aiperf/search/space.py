@@ -1,46 +1,64 @@
-"""The searched space: keras-tuner hyperparameters, and how their values become a model and
-its training. Each hyperparameter here changes either the built model (and so its operation
-count) or the training; tests/test_search_space.py holds that to account.
+"""The searched hyperparameters, and how a trial's values become a network and its training.
+
+Each value changes the built model or its training (tests/test_search_space.py holds that to
+account): learning rate and batch size shape training; dropout puts a Dropout layer of that rate
+before the head; kernel size sets the kernel of the convolutions a deepen adds (morphism oracle)
+or of every block convolution (keras-tuner's oracles, which also search the ResNet family).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
 
 import keras_tuner as kt
 
-from aiperf.arch.spec import ArchSpec, StageSpec
+from aiperf.arch.graph import Network
+from aiperf.arch.spec import ArchSpec, StageSpec, network_from_dict
 from aiperf.config import SpaceConfig
 
-# Names of the searched values, used by the oracle, the trial records and the tests.
+# Names of the searched values, used by the oracles, the trial records and the tests.
 STAGES = "stages"
 BLOCKS_PER_STAGE = "blocks_per_stage"
 BASE_FILTERS = "base_filters"
 KERNEL_SIZE = "kernel_size"
 LEARNING_RATE = "learning_rate"
 BATCH_SIZE = "batch_size"
+DROPOUT = "dropout"
+# Set by the morphism oracle: the proposed network, its parent trial and the edit between them.
+ARCHITECTURE = "architecture"
+PARENT = "parent"
+OPERATOR = "operator"
+SEED_OPERATOR = "seed"
+# Set by keras-tuner's Hyperband: epochs for this trial.
+HYPERBAND_EPOCHS = "tuner/epochs"
 
 
-def hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
+def _training(hp: kt.HyperParameters, space: SpaceConfig) -> None:
+    low, high = space.learning_rate
+    hp.Float(LEARNING_RATE, low, high, sampling="log" if low < high else "linear")
+    hp.Choice(BATCH_SIZE, space.batch_size)
+    hp.Choice(KERNEL_SIZE, space.kernel_size)
+    hp.Choice(DROPOUT, space.dropout)
+
+
+def morphism_hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
+    """What the morphism oracle searches beside the architecture."""
+    hp = kt.HyperParameters()
+    _training(hp, space)
+    return hp
+
+
+def family_hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
+    """What keras-tuner's own oracles search: a ResNet family member and its training."""
     hp = kt.HyperParameters()
     hp.Choice(STAGES, space.stages)
     hp.Choice(BLOCKS_PER_STAGE, space.blocks_per_stage)
     hp.Choice(BASE_FILTERS, space.base_filters)
-    hp.Choice(KERNEL_SIZE, space.kernel_size)
-    low, high = space.learning_rate
-    hp.Float(LEARNING_RATE, low, high, sampling="log" if low < high else "linear")
-    hp.Choice(BATCH_SIZE, space.batch_size)
+    _training(hp, space)
     return hp
-
-
-@dataclass(frozen=True)
-class TrainingHParams:
-    """The searched values that shape training rather than the network."""
-
-    learning_rate: float
-    batch_size: int
 
 
 def architecture(values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int) -> ArchSpec:
@@ -54,13 +72,34 @@ def architecture(values: dict[str, Any], input_shape: tuple[int, int, int], num_
                     stem_filters=base, kernel_size=int(values[KERNEL_SIZE]), name="resnet-searched")
 
 
-def training(values: dict[str, Any]) -> TrainingHParams:
-    return TrainingHParams(learning_rate=float(values[LEARNING_RATE]), batch_size=int(values[BATCH_SIZE]))
+@dataclass(frozen=True)
+class Proposal:
+    """One trial as the orchestrator runs it, decoded from the oracle's values."""
+
+    network: Network
+    learning_rate: float
+    batch_size: int
+    dropout: float
+    parent_key: str | None
+    operator: str | None
+    epochs: int | None  # set by Hyperband; otherwise the profile's schedule decides
+
+
+def decode(values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int) -> Proposal:
+    if ARCHITECTURE in values:
+        network = network_from_dict(json.loads(values[ARCHITECTURE])).with_io(input_shape, num_classes)
+    else:
+        network = architecture(values, input_shape, num_classes).to_network()
+    epochs = values.get(HYPERBAND_EPOCHS)
+    return Proposal(network=network, learning_rate=float(values[LEARNING_RATE]),
+                    batch_size=int(values[BATCH_SIZE]), dropout=float(values.get(DROPOUT, 0.0)),
+                    parent_key=values.get(PARENT), operator=values.get(OPERATOR),
+                    epochs=int(epochs) if epochs else None)
 
 
 def random_architecture(seed: int, input_shape: tuple[int, int, int] = (32, 32, 3), num_classes: int = 10,
                         space: SpaceConfig | None = None) -> ArchSpec:
-    """One architecture drawn from the space: for tests and the operation-counter checks."""
+    """One family member drawn from the space: for tests and the operation-counter checks."""
     space = space or SpaceConfig()
     rng = random.Random(seed)
     values = {

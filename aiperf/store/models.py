@@ -114,6 +114,7 @@ class Trial(Base):
     trial_key: Mapped[str] = mapped_column(String(32), doc="the oracle's trial id")
     number: Mapped[int] = mapped_column(Integer, doc="order of creation within the run, from 0")
     parent_trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))
+    operator: Mapped[str | None] = mapped_column(Text, doc="the morphism that made it from its parent, or 'seed'")
     architecture: Mapped[dict[str, Any]] = mapped_column(JSON, doc="aiperf.arch.ArchSpec as JSON")
     hyperparameters: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
@@ -180,3 +181,16 @@ class Score(Base):
     computed_at: Mapped[datetime]
 
     run: Mapped[Run] = relationship(back_populates="score")
+
+
+class SearchState(Base):
+    """The oracle's own state after the latest trial ended: with the trials' records, enough to
+    rebuild the oracle and resume the search after an interruption."""
+
+    __tablename__ = "search_states"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    oracle: Mapped[str] = mapped_column(String(32))
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime]

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from aiperf.score import EpochWork, ScoreResult
 from aiperf.store import database
-from aiperf.store.models import Dataset, Epoch, Run, Score, System, Trial
+from aiperf.store.models import Dataset, Epoch, Run, Score, SearchState, System, Trial
 
 
 def utc(moment: datetime | float | None) -> datetime | None:
@@ -101,11 +101,11 @@ class Store:
 
     def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
                      hyperparameters: dict[str, Any], started_at: float,
-                     parent_trial_id: int | None = None) -> int:
+                     parent_trial_id: int | None = None, operator: str | None = None) -> int:
         with self.session() as s:
             trial = Trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
                           hyperparameters=hyperparameters, status="running", started_at=utc(started_at),
-                          parent_trial_id=parent_trial_id)
+                          parent_trial_id=parent_trial_id, operator=operator)
             s.add(trial)
             s.flush()
             return trial.id
@@ -141,6 +141,20 @@ class Store:
         with self.session() as s:
             trial = s.get_one(Trial, trial_id)
             trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
+
+    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
+        """Replace the run's oracle state with the latest one."""
+        with self.session() as s:
+            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
+            if row is None:
+                s.add(SearchState(run_id=run_id, oracle=oracle, state=state, updated_at=now()))
+            else:
+                row.oracle, row.state, row.updated_at = oracle, state, now()
+
+    def search_state(self, run_id: int) -> dict[str, Any] | None:
+        with self.session() as s:
+            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
+            return None if row is None else row.state
 
     def finish_search(self, run_id: int, ended_at: float) -> None:
         with self.session() as s:

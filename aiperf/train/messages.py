@@ -26,6 +26,8 @@ class TrialRequest:
     seed: int
     optimizer: str = "sgd"
     momentum: float = 0.9
+    dropout: float = 0.0  # rate of the Dropout layer before the head (0: none)
+    early_stopping_patience: int | None = None  # epochs without a better val loss before stopping
     events_topic: str | None = None  # Dask event topic for live reports; None: report nothing live
 
 

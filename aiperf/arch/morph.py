@@ -1,0 +1,179 @@
+"""Network morphism: the three operators AIPerf grows networks with, as edits of the graph.
+
+    deepen  insert Conv(k x k)-BN-ReLU after a ReLU, keeping its channel count
+    widen   double the filters of a convolution whose output reaches no add (so every downstream
+            shape stays consistent: later convolutions and the head take the wider input)
+    skip    add a residual connection from an earlier ReLU to a later one: the later output
+            becomes later + shortcut, with a strided 1x1 Conv+BN on the shortcut when the
+            spatial size or the channel count differs
+
+Each operator returns a new, valid Network whose history has one more entry, naming the
+operator and its arguments; `apply` replays such an entry, so a child can always be checked
+against its parent. Candidates are enumerated from the graph, so the search never proposes an
+edit that would not build.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiperf.arch.graph import Network, Node, count_params, infer_shapes
+
+OPERATORS = ("deepen", "widen", "skip")
+_PASS_THROUGH = ("bn", "relu", "maxpool", "zeropad")
+
+
+@dataclass(frozen=True)
+class Morphism:
+    operator: str
+    args: dict[str, Any]
+
+    def describe(self) -> str:
+        args = ",".join(f"{k}={v}" for k, v in sorted(self.args.items()))
+        return f"{self.operator}({args})"
+
+    @classmethod
+    def parse(cls, text: str) -> Morphism:
+        operator, _, rest = text.partition("(")
+        args: dict[str, Any] = {}
+        for part in filter(None, rest.rstrip(")").split(",")):
+            key, _, value = part.partition("=")
+            args[key] = int(value) if value.lstrip("-").isdigit() else value
+        return cls(operator, args)
+
+
+def _prefix(net: Network) -> str:
+    return f"m{len(net.history) + 1}"
+
+
+def _rewire(nodes: list[Node], old: str, new: str, skip_ids: set[str]) -> list[Node]:
+    """Consumers of `old` read `new` instead (except the new nodes themselves)."""
+    return [n if n.id in skip_ids else replace(n, inputs=tuple(new if i == old else i for i in n.inputs))
+            for n in nodes]
+
+
+def deepen(net: Network, after: str, kernel: int) -> Network:
+    node = net.node(after)
+    if node.kind != "relu":
+        raise ValueError(f"deepen inserts after a relu, not after {node.kind} {after!r}")
+    channels = infer_shapes(net)[after][-1]
+    p = _prefix(net)
+    new = [Node(f"{p}_conv", "conv", (after,), {"filters": channels, "kernel": kernel, "stride": 1,
+                                                  "padding": "same", "bias": False}),
+           Node(f"{p}_bn", "bn", (f"{p}_conv",), {"epsilon": 1e-3}),
+           Node(f"{p}_relu", "relu", (f"{p}_bn",))]
+    nodes = _rewire(list(net.nodes), after, f"{p}_relu", {n.id for n in new})
+    at = [n.id for n in nodes].index(after) + 1
+    nodes[at:at] = new
+    entry = Morphism("deepen", {"after": after, "kernel": kernel}).describe()
+    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+
+
+def widenable(net: Network) -> list[str]:
+    """Convolutions whose output reaches only convolutions, pooling or the head: widening one
+    leaves every add's operands the same shape. The last convolution is never one of them."""
+    convs = [n.id for n in net.nodes if n.kind == "conv"]
+    result = []
+    for conv_id in convs[:-1]:
+        frontier, ok = [conv_id], True
+        while frontier and ok:
+            for consumer in net.consumers(frontier.pop()):
+                if consumer.kind == "add":
+                    ok = False
+                    break
+                if consumer.kind in _PASS_THROUGH:
+                    frontier.append(consumer.id)
+        if ok:
+            result.append(conv_id)
+    return result
+
+
+def widen(net: Network, conv: str) -> Network:
+    if conv not in widenable(net):
+        raise ValueError(f"convolution {conv!r} cannot be widened without breaking a downstream shape")
+    nodes = [replace(n, params={**n.params, "filters": 2 * n.params["filters"]}) if n.id == conv else n
+             for n in net.nodes]
+    entry = Morphism("widen", {"conv": conv}).describe()
+    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+
+
+def skip_pairs(net: Network) -> list[tuple[str, str]]:
+    """(source, target) ReLU pairs a residual connection can join: the source comes earlier,
+    they are not adjacent already, and the target's size divides the source's evenly."""
+    shapes = infer_shapes(net)
+    relus = [n.id for n in net.nodes if n.kind == "relu"]
+    pairs = []
+    for i, src in enumerate(relus):
+        for dst in relus[i + 1:]:
+            (hs, ws, _), (hd, wd, _) = shapes[src], shapes[dst]
+            if hs % hd or ws % wd or hs // hd != ws // wd:
+                continue
+            if any(src in n.inputs for n in net.nodes if n.kind == "add" and dst in n.inputs):
+                continue
+            pairs.append((src, dst))
+    return pairs
+
+
+def skip(net: Network, source: str, target: str) -> Network:
+    if (source, target) not in skip_pairs(net):
+        raise ValueError(f"no residual connection can join {source!r} to {target!r}")
+    shapes = infer_shapes(net)
+    (hs, _, cs), (hd, _, cd) = shapes[source], shapes[target]
+    p = _prefix(net)
+    new: list[Node] = []
+    shortcut = source
+    if hs != hd or cs != cd:
+        new += [Node(f"{p}_proj_conv", "conv", (source,), {"filters": cd, "kernel": 1, "stride": hs // hd,
+                                                             "padding": "same", "bias": False}),
+                Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), {"epsilon": 1e-3})]
+        shortcut = f"{p}_proj_bn"
+    new.append(Node(f"{p}_add", "add", (target, shortcut)))
+    nodes = _rewire(list(net.nodes), target, f"{p}_add", {n.id for n in new})
+    at = [n.id for n in nodes].index(target) + 1
+    nodes[at:at] = new
+    entry = Morphism("skip", {"source": source, "target": target}).describe()
+    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+
+
+def apply(net: Network, morphism: Morphism) -> Network:
+    """Replay one recorded morphism."""
+    if morphism.operator == "deepen":
+        return deepen(net, morphism.args["after"], int(morphism.args["kernel"]))
+    if morphism.operator == "widen":
+        return widen(net, morphism.args["conv"])
+    if morphism.operator == "skip":
+        return skip(net, morphism.args["source"], morphism.args["target"])
+    raise ValueError(f"unknown morphism {morphism.operator!r}; known: {', '.join(OPERATORS)}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds from the profile: a morphism that would pass them is never proposed."""
+
+    max_layers: int = 200
+    max_params: int = 50_000_000
+
+
+def within(net: Network, limits: Limits) -> bool:
+    return len(net.nodes) <= limits.max_layers and count_params(net) <= limits.max_params
+
+
+def random_morphism(net: Network, rng: random.Random, kernel: int, limits: Limits,
+                    operators: tuple[str, ...] = OPERATORS, attempts: int = 20) -> Network | None:
+    """One random valid morphism of `net` within the limits, or None when none is found."""
+    for _ in range(attempts):
+        operator = rng.choice(operators)
+        if operator == "deepen":
+            choices = [n.id for n in net.nodes if n.kind == "relu"]
+            child = deepen(net, rng.choice(choices), kernel) if choices else None
+        elif operator == "widen":
+            choices = widenable(net)
+            child = widen(net, rng.choice(choices)) if choices else None
+        else:
+            pairs = skip_pairs(net)
+            child = skip(net, *rng.choice(pairs)) if pairs else None
+        if child is not None and within(child, limits):
+            return child
+    return None

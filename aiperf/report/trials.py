@@ -1,0 +1,55 @@
+"""A run's trials for the terminal: a table, and the search tree (parent to child, by morphism)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.tree import Tree
+
+from aiperf.arch.spec import network_from_dict
+from aiperf.score import format_ops
+from aiperf.store.models import Run, Trial
+
+
+def _accuracy(trial: Trial) -> str:
+    return "-" if trial.best_val_accuracy is None else f"{trial.best_val_accuracy:.4f}"
+
+
+def _ops(trial: Trial) -> str:
+    return f"{format_ops(trial.train_ops_per_sample)}OPS" if trial.train_ops_per_sample else "-"
+
+
+def trial_table(run: Run) -> Table:
+    table = Table(title=f"trials of run {run.id}")
+    for column in ("trial", "parent", "operator", "status", "worker", "convs", "skips", "params", "lr", "batch",
+                   "dropout", "epochs", "train ops/sample", "best val acc"):
+        table.add_column(column)
+    keys = {t.id: t.trial_key for t in run.trials}
+    for t in run.trials:
+        net = network_from_dict(t.architecture)
+        hp = t.hyperparameters
+        table.add_row(t.trial_key, keys.get(t.parent_trial_id, "-"), t.operator or "-", t.status, t.worker or "-",
+                      str(net.conv_count), str(net.skip_count), f"{t.parameters:,}" if t.parameters else "-",
+                      f"{hp.get('learning_rate', 0):.4g}", str(hp.get("batch_size", "-")),
+                      str(hp.get("dropout", "-")), f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
+                      _ops(t), _accuracy(t))
+    return table
+
+
+def search_tree(run: Run) -> Tree:
+    """Every trial under its parent; seeds (and keras-tuner's parentless trials) at the root."""
+    root = Tree(f"[bold]search tree of run {run.id}[/] ({len(run.trials)} trials)")
+    children: dict[int | None, list[Trial]] = {}
+    for t in run.trials:
+        children.setdefault(t.parent_trial_id, []).append(t)
+
+    def label(t: Trial) -> str:
+        operator = t.operator or "proposed"
+        return (f"[bold]{t.trial_key}[/] {operator}  val acc {_accuracy(t)}  {_ops(t)}/sample  "
+                f"[dim]{t.status}[/]")
+
+    def grow(branch: Tree, parent_id: int | None) -> None:
+        for t in children.get(parent_id, []):
+            grow(branch.add(label(t)), t.id)
+
+    grow(root, None)
+    return root

@@ -1,0 +1,125 @@
+"""MorphismOracle: network-morphism architecture search with hyperparameter search, as a
+keras-tuner Oracle the flow drives (create_trial / update_trial / end_trial).
+
+- First round: the seed network on every worker, each with its own hyperparameters (and, through
+  the trial number, its own weight seed).
+- Later: for every free worker, candidates are drawn as one random morphism (deepen, widen, skip)
+  of a well-scoring parent; a Gaussian process over architectures with an edit-distance kernel
+  predicts each candidate's score and the upper confidence bound picks one (AIPerf and Auto-Keras
+  do the same). Architectures already tried are not proposed again.
+- Hyperparameters (learning rate, batch size, kernel size of added convolutions, dropout) are
+  drawn from the space for each proposal.
+
+Everything the oracle decides is in the trial's values (architecture JSON, parent trial,
+operator, hyperparameters), and its own state (which architectures were tried, its random state)
+is in get_state(), which the orchestrator stores in the database after every trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import keras_tuner as kt
+
+from aiperf.arch.graph import Network
+from aiperf.arch.morph import Limits, random_morphism
+from aiperf.arch.spec import network_from_dict
+from aiperf.config import SpaceConfig
+from aiperf.search import space
+from aiperf.search.distance import describe
+from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
+
+RUNNING = kt.engine.trial.TrialStatus.RUNNING
+IDLE = kt.engine.trial.TrialStatus.IDLE
+COMPLETED = kt.engine.trial.TrialStatus.COMPLETED
+
+
+class MorphismOracle(kt.Oracle):
+    def __init__(self, *, seed_network: Network, search_space: SpaceConfig, first_round: int,
+                 limits: Limits, objective: kt.Objective, seed: int, max_trials: int,
+                 candidates: int = 24, beta: float = 2.0, top_parents: int = 5) -> None:
+        super().__init__(objective=objective, max_trials=max_trials,
+                         hyperparameters=space.morphism_hyperparameters(search_space), seed=seed,
+                         max_consecutive_failed_trials=max_trials)
+        self.seed_network, self.search_space = seed_network, search_space
+        self.first_round, self.limits = first_round, limits
+        self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
+        self._rng = random.Random(seed)
+        self._tried: set[str] = {seed_network.topology_key()}
+
+    # --- proposals ------------------------------------------------------------------------------
+
+    def populate_space(self, trial_id: str) -> dict[str, Any]:
+        values = self._sample_hyperparameters()
+        seeds = sum(1 for t in self.trials.values()
+                    if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR)
+        if seeds < self.first_round:
+            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+        scored = [t for t in self.trials.values() if t.status == COMPLETED and _finite(t.score)]
+        if not scored:
+            return {"status": IDLE}  # the first round is still training: nothing to grow yet
+        proposal = self._propose(scored, int(values[space.KERNEL_SIZE]))
+        if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
+            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+        child, parent_id, operator = proposal
+        self._tried.add(child.topology_key())
+        return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: child.to_json(),
+                                              space.PARENT: parent_id, space.OPERATOR: operator}}
+
+    def _seed_values(self) -> dict[str, Any]:
+        return {space.ARCHITECTURE: self.seed_network.to_json(), space.PARENT: None,
+                space.OPERATOR: space.SEED_OPERATOR}
+
+    def _sample_hyperparameters(self) -> dict[str, Any]:
+        s, rng = self.search_space, self._rng
+        low, high = s.learning_rate
+        return {space.LEARNING_RATE: math.exp(rng.uniform(math.log(low), math.log(high))),
+                space.BATCH_SIZE: rng.choice(s.batch_size), space.KERNEL_SIZE: rng.choice(s.kernel_size),
+                space.DROPOUT: rng.choice(s.dropout)}
+
+    def _propose(self, scored: list[kt.engine.trial.Trial], kernel: int) -> tuple[Network, str, str] | None:
+        networks = {t.trial_id: network_from_dict_json(t) for t in scored}
+        ranked = sorted(scored, key=lambda t: t.score, reverse=True)[: self.top_parents]
+        candidates: list[tuple[Network, str]] = []
+        for _ in range(self.candidates * 3):
+            if len(candidates) >= self.candidates:
+                break
+            parent = self._rng.choice(ranked)
+            child = random_morphism(networks[parent.trial_id], self._rng, kernel, self.limits)
+            if child is not None and child.topology_key() not in self._tried:
+                if all(child.topology_key() != c.topology_key() for c, _ in candidates):
+                    candidates.append((child, parent.trial_id))
+        if not candidates:
+            return None
+        gp = ArchitectureGP().fit([describe(networks[t.trial_id]) for t in scored], [t.score for t in scored])
+        mean, std = gp.predict([describe(c) for c, _ in candidates])
+        best = int(upper_confidence_bound(mean, std, self.beta).argmax())
+        child, parent_id = candidates[best]
+        return child, parent_id, child.history[-1]
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        version, internal, gauss = self._rng.getstate()
+        state["morphism"] = {"tried": sorted(self._tried), "rng": [version, list(internal), gauss]}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        morphism = state.get("morphism", {})
+        self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()}
+        if "rng" in morphism:
+            version, internal, gauss = morphism["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
+
+
+def network_from_dict_json(trial: kt.engine.trial.Trial) -> Network:
+    return network_from_dict(json.loads(trial.hyperparameters.values[space.ARCHITECTURE]))
+
+
+def _finite(score: float | None) -> bool:
+    return score is not None and math.isfinite(score)
