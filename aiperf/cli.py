@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from aiperf.errors import UserError
+from aiperf.data.cli import stage
 from aiperf.ops.cli import flops
 from aiperf.history_cli import compare, history, report
 
@@ -70,12 +71,21 @@ def run(
     db: Optional[str] = typer.Option(None, "--db", help="Database URL (default from the profile: sqlite:///aiperf.db)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: infra/jobqueue.yaml)."),
+    cluster_opt: Optional[list[str]] = typer.Option(
+        None, "--cluster-opt", help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
+                                    "gpus, workers_per_job, prologue (one shell line each), interface."),
+    adaptive: bool = typer.Option(False, "--adaptive", help="Scale jobs between 1 and --workers with demand "
+                                                            "(default: a fixed number of workers)."),
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
     from aiperf.config import load_config
 
     try:
-        config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out)
+        overrides = _cluster_overrides(cluster, cluster_opt or [], adaptive)
+        config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
+                             overrides=overrides)
     except UserError as exc:
         raise fail(str(exc)) from None
     _open_store(config.db).close()  # a bad database URL fails here, before the flow starts
@@ -88,12 +98,41 @@ def run(
         progress.set_listener(lambda p: live.update(render(p)))
         try:
             result = benchmark(profile=profile, budget=str(config.budget_s), workers=config.workers,
-                               db=config.db, seed=config.seed, out=config.out)
+                               db=config.db, seed=config.seed, out=config.out, overrides=overrides or None)
         except UserError as exc:
             raise fail(str(exc)) from None
         finally:
             progress.set_listener(None)
     _print_score(result["run_id"], config.db)
+
+
+def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> dict:
+    """--cluster, --cluster-opt KEY=VALUE and --adaptive as config overrides of the `cluster` section."""
+    import yaml
+
+    from aiperf.config import ClusterConfig
+
+    settable = sorted(set(ClusterConfig.model_fields) - {"kind", "adaptive"})
+    overrides: dict = {}
+    if kind is not None:
+        overrides["cluster.kind"] = kind
+    if adaptive:
+        overrides["cluster.adaptive"] = True
+    for option in options:
+        key, sep, text = option.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in settable:
+            raise UserError(f"--cluster-opt {option!r}: give KEY=VALUE with KEY one of {', '.join(settable)}")
+        if key == "prologue":
+            overrides.setdefault("cluster.prologue", []).append(text)
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        # Walltimes (01:00:00) and memory (8GB) stay text; counts become numbers.
+        overrides[f"cluster.{key}"] = text if key in ("walltime", "memory", "queue", "account", "interface") else value
+    return overrides
 
 
 def _print_score(run_id: int, db: str) -> None:
@@ -145,9 +184,10 @@ def runs(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database UR
 
 @app.command()
 def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-         db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL.")) -> None:
-    """Print one run's score and its trials."""
-    from aiperf.score import format_ops
+         db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+         tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism.")) -> None:
+    """Print one run's score and its trials (or, with --tree, how the search grew them)."""
+    from aiperf.report.trials import search_tree, trial_table
 
     store = _open_store(db)
     try:
@@ -157,19 +197,7 @@ def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists 
     if record is None:
         raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
     _print_score(run_id, db)
-    table = Table(title=f"trials of run {run_id}")
-    for column in ("trial", "status", "worker", "depth", "filters", "kernel", "lr", "batch", "epochs",
-                   "train ops/sample", "best val acc"):
-        table.add_column(column)
-    for t in record.trials:
-        hp, arch = t.hyperparameters, t.architecture
-        table.add_row(t.trial_key, t.status, t.worker or "-", str(len(arch["stages"])) + "x" +
-                      str(arch["stages"][0]["blocks"]), str(arch["stem_filters"]), str(arch["kernel_size"]),
-                      f"{hp.get('learning_rate', 0):.4g}", str(hp.get("batch_size", "-")),
-                      f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
-                      format_ops(t.train_ops_per_sample) if t.train_ops_per_sample else "-",
-                      f"{t.best_val_accuracy:.4f}" if t.best_val_accuracy is not None else "-")
-    console.print(table)
+    console.print(search_tree(record) if tree else trial_table(record))
 
 
 @db_app.command("upgrade")
@@ -185,6 +213,7 @@ def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Datab
 
 
 app.command("flops")(flops)
+app.command("stage")(stage)
 app.command("history")(history)
 app.command("compare")(compare)
 app.command("report")(report)

@@ -74,3 +74,33 @@ def db_url(request, tmp_path):
             pytest.fail(message)
         pytest.skip(message)
     yield from _fresh_postgres_database(server)
+
+
+@pytest.fixture(scope="session")
+def make_image_folder():
+    """A writer of small ImageNet-layout folders of real JPEG files: ROOT/train/<class>/*.jpg and
+    ROOT/val/<class>/*.jpg. Each class has its own colour and stripe direction, plus noise, so the
+    images are learnable; sizes vary so the pipeline's crops and resizes are exercised."""
+    import numpy as np
+    from PIL import Image
+
+    def write(root, classes=("cat", "dog", "fish"), train_per_class=10, val_per_class=4, seed=0):
+        from pathlib import Path
+
+        root = Path(root)
+        rng = np.random.default_rng(seed)
+        for c, name in enumerate(classes):
+            colour = np.array([(c * 97) % 256, (c * 57 + 80) % 256, (c * 151 + 30) % 256], dtype=np.float32)
+            for split, count in (("train", train_per_class), ("val", val_per_class)):
+                folder = root / split / name
+                folder.mkdir(parents=True, exist_ok=True)
+                for i in range(count):
+                    h, w = int(rng.integers(20, 33)), int(rng.integers(20, 33))
+                    yy, xx = np.mgrid[0:h, 0:w]
+                    stripes = np.sin((xx if c % 2 else yy) * (0.5 + 0.3 * c))[..., None] * 60
+                    image = colour + stripes + rng.normal(0, 20, (h, w, 3))
+                    Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(
+                        folder / f"{name}_{i:04d}.jpg", "JPEG", quality=90)
+        return root
+
+    return write

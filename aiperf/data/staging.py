@@ -1,8 +1,18 @@
 """Stage a dataset where every worker can read it, and describe it in a manifest.
 
-Staging writes one compressed-free .npz file named by the content's checksum; a second stage of
-the same data finds the file and its checksum and does no work. Workers load the file once per
-process (see load_staged).
+One entry point, `stage(config.data, seed, folder, client=...)`, for every kind of data:
+
+- synthetic: generated from the seed into one .npz named by its settings;
+- digits: scikit-learn's digits, split by the seed, written as TFRecord shards;
+- folder: an ImageNet-layout image folder, checked, then converted to TFRecord shards in
+  parallel on the Dask workers (each shard's images are decode-checked where they are written);
+- tfrecord: ImageNet-format shards the user brought, each read and checked on the workers.
+
+Work already done is skipped: a shard whose inputs and checksum match its stored record is not
+rewritten, a user shard with a known checksum is not decoded again. With `data.stage_to`, every
+worker then copies the shards to that node-local path and verifies their checksums there, and the
+trials read that copy. The staged folder's manifest.json is written last; without it a staged
+folder is unfinished and never read.
 """
 
 from __future__ import annotations
@@ -10,69 +20,81 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from aiperf.config import DataConfig
 from aiperf.data import synthetic
+from aiperf.data.manifest import (MANIFEST_FILE, Manifest, dataset_digest, read_manifest, sha256_file,
+                                  shard_path, write_json_atomic)
+from aiperf.data.problems import DataError
 from aiperf.data.synthetic import ImageArrays
 
+__all__ = ["Manifest", "stage", "stage_synthetic", "load_staged"]
 
-@dataclass(frozen=True)
-class Manifest:
-    """What was staged: enough to check a copy and to describe the data in the records."""
-
-    name: str
-    kind: str
-    path: str
-    sha256: str
-    size_bytes: int
-    image_shape: tuple[int, int, int]
-    classes: int
-    train_samples: int
-    val_samples: int
-    images_per_class: dict[str, int]
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["image_shape"] = list(self.image_shape)
-        return data
+# done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
+Progress = Callable[[int, int, str], None]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _no_progress(_done: int, _total: int, _what: str) -> None:
+    pass
 
+
+def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = None,
+          on_progress: Progress | None = None) -> Manifest:
+    """Validate, convert or generate the data into `folder` (once), place it, return its manifest.
+
+    `client` is a dask.distributed Client: shard work is spread over its workers and node-local
+    copies are made on each of them. Without one, everything runs in this process."""
+    progress = on_progress or _no_progress
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if config.kind == "synthetic":
+        manifest = stage_synthetic(config, seed, folder)
+    elif config.kind == "digits":
+        manifest = stage_digits(config, seed, folder)
+    elif config.kind == "folder":
+        manifest = stage_folder(config, folder, client, progress)
+    else:
+        manifest = stage_tfrecord(config, folder, client, progress)
+    if config.stage_to:
+        manifest = place(manifest, config.stage_to, client, progress)
+    return manifest
+
+
+# --- synthetic ---------------------------------------------------------------------------------
 
 def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
     """Generate the profile's synthetic data into `folder` (once) and return its manifest."""
     folder.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(json.dumps({"data": config.model_dump(), "seed": seed},
+    key = hashlib.sha256(json.dumps({"data": config.model_dump(exclude={"stage_to"}), "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     name = f"synthetic-{config.image_size}px-{config.classes}c-{key}"
     path = folder / f"{name}.npz"
     meta_path = folder / f"{name}.json"
     if path.is_file() and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        if meta.get("sha256") == _sha256(path):
-            return Manifest(**{**meta, "image_shape": tuple(meta["image_shape"])})
+        if meta.get("sha256") == sha256_file(path):
+            return Manifest.from_dict(meta)
     arrays = synthetic.generate(config, seed)
     tmp = path.with_name(path.name + ".partial.npz")
     np.savez(tmp, x_train=arrays.x_train, y_train=arrays.y_train, x_val=arrays.x_val, y_val=arrays.y_val)
     os.replace(tmp, path)  # a crash never leaves a file that looks complete
     counts = np.bincount(arrays.y_train, minlength=config.classes)
-    manifest = Manifest(name=name, kind="synthetic", path=str(path.resolve()), sha256=_sha256(path),
+    val_counts = np.bincount(arrays.y_val, minlength=config.classes)
+    manifest = Manifest(name=name, kind="synthetic", path=str(path.resolve()), sha256=sha256_file(path),
                         size_bytes=path.stat().st_size, image_shape=arrays.image_shape,
                         classes=config.classes, train_samples=len(arrays.y_train),
                         val_samples=len(arrays.y_val),
-                        images_per_class={str(c): int(n) for c, n in enumerate(counts)})
-    meta_path.write_text(json.dumps(manifest.to_dict(), indent=1))
+                        images_per_class={str(c): int(n) for c, n in enumerate(counts)},
+                        val_images_per_class={str(c): int(n) for c, n in enumerate(val_counts)},
+                        class_names=[str(c) for c in range(config.classes)])
+    write_json_atomic(meta_path, manifest.to_dict())
     return manifest
 
 
@@ -81,3 +103,207 @@ def load_staged(path: str) -> ImageArrays:
     """The staged arrays, read once per worker process and kept for its later trials."""
     with np.load(path) as data:
         return ImageArrays(data["x_train"], data["y_train"], data["x_val"], data["y_val"])
+
+
+# --- sharded data: shared by digits, folder and tfrecord -----------------------------------------
+
+def _image_shape(config: DataConfig) -> tuple[int, int, int]:
+    return (config.image_size, config.image_size, config.channels)
+
+
+def _sharded_manifest(*, config: DataConfig, name: str, kind: str, out: Path, source: str | None,
+                      class_names: list[str], shards: list[dict[str, Any]], label_offset: int,
+                      preprocess: str) -> Manifest:
+    """Sum the shard entries into the manifest, write manifest.json last, drop stale files."""
+    shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))
+    per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
+    for shard in shards:
+        counts = per_split[shard["split"]]
+        for label, n in shard["per_class"].items():
+            cname = class_names[int(label)]
+            counts[cname] = counts.get(cname, 0) + n
+    entries = [{k: s[k] for k in ("split", "name", "file", "images", "size_bytes", "sha256")} for s in shards]
+    manifest = Manifest(
+        name=name, kind=kind, path=str(out.resolve()), sha256=dataset_digest(entries),
+        size_bytes=sum(s["size_bytes"] for s in entries), image_shape=_image_shape(config),
+        classes=len(class_names),
+        train_samples=sum(s["images"] for s in entries if s["split"] == "train"),
+        val_samples=sum(s["images"] for s in entries if s["split"] == "validation"),
+        images_per_class={c: per_split["train"].get(c, 0) for c in class_names},
+        val_images_per_class={c: per_split["validation"].get(c, 0) for c in class_names},
+        format="tfrecord", source=source, class_names=class_names, label_offset=label_offset,
+        preprocess=preprocess, shards=entries)
+    write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
+    keep = {MANIFEST_FILE, "checks"} | {s["file"] for s in entries} | {s["file"] + ".json" for s in entries}
+    for stale in out.iterdir():  # shards of an earlier plan (another shard size) and leftovers
+        if stale.name not in keep and stale.is_file():
+            stale.unlink(missing_ok=True)
+    return manifest
+
+
+def _run(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Iterator[dict]:
+    """Each task's result as it finishes: on the Dask workers, or here in order."""
+    if client is None:
+        for task in tasks:
+            yield fn(task)
+        return
+    from distributed import as_completed
+
+    futures = client.map(fn, tasks, pure=False)
+    for future in as_completed(futures):
+        yield future.result()
+
+
+def _collect(results: Iterable[dict], total: int, weight: Callable[[dict], int], what: str,
+             progress: Progress) -> tuple[list[dict], list[str]]:
+    done, shards, problems = 0, [], []
+    progress(0, total, what)
+    for result in results:
+        done += weight(result)
+        progress(done, total, what)
+        if result["problems"]:
+            problems.extend(result["problems"])
+        else:
+            shards.append(result)
+    return shards, problems
+
+
+def _name(prefix: str, source: Path) -> str:
+    return f"{prefix}-{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
+
+
+# --- digits --------------------------------------------------------------------------------------
+
+def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
+    from aiperf.data import digits
+
+    name = f"digits-{config.train_samples}-{config.val_samples}-seed{seed}"
+    out = folder / name
+    existing = _intact(out)
+    if existing is not None:
+        return replace(existing, image_shape=_image_shape(config))
+    out.mkdir(parents=True, exist_ok=True)
+    entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
+    return _sharded_manifest(config=config, name=name, kind="digits", out=out, source="sklearn.datasets.load_digits",
+                             class_names=digits.CLASS_NAMES, shards=entries, label_offset=1, preprocess="resize")
+
+
+def _intact(out: Path) -> Manifest | None:
+    """The manifest of a finished staging whose shards still have their checksums."""
+    if not (out / MANIFEST_FILE).is_file():
+        return None
+    data = read_manifest(out)
+    for shard in data["shards"]:
+        path = Path(shard_path(out, shard))
+        if not path.is_file() or path.stat().st_size != shard["size_bytes"] or sha256_file(path) != shard["sha256"]:
+            return None
+    return Manifest.from_dict(data)
+
+
+# --- an ImageNet-layout image folder ------------------------------------------------------------
+
+def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress: Progress) -> Manifest:
+    from aiperf.data.folder import scan_folder
+    from aiperf.data.tfrecord import ConvertTask, convert_shard
+
+    assert config.source is not None
+    layout = scan_folder(config.source)  # structural problems stop here, before any work
+    name = _name("folder", layout.root)
+    out = folder / name
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for split, files in layout.files.items():
+        # A fixed shuffle spreads every class over the shards; the plan depends only on the files.
+        order = np.random.default_rng(0).permutation(len(files))
+        shuffled = [files[i] for i in order]
+        total = -(-len(shuffled) // config.shard_images)
+        size = -(-len(shuffled) // total)
+        for index in range(total):
+            tasks.append(ConvertTask(root=str(layout.root), out=str(out), split=split, index=index, total=total,
+                                     files=shuffled[index * size:(index + 1) * size], class_names=layout.class_names))
+    count = sum(len(t.files) for t in tasks)
+    shards, problems = _collect(_run(client, convert_shard, tasks), count,
+                                lambda r: next(len(t.files) for t in tasks if t.name == r["name"]),
+                                "checking and converting images", progress)
+    if problems:
+        (out / MANIFEST_FILE).unlink(missing_ok=True)  # what is staged no longer matches the source
+        raise DataError(config.source, sorted(problems))
+    return _sharded_manifest(config=config, name=name, kind="folder", out=out, source=str(layout.root),
+                             class_names=layout.class_names, shards=shards,
+                             label_offset=1, preprocess="imagenet")
+
+
+# --- TFRecord shards the user brought ---------------------------------------------------------
+
+def _user_shards(source: Path) -> dict[str, list[Path]]:
+    if not source.is_dir():
+        raise DataError(str(source), [f"folder {source} does not exist; give the folder that holds the "
+                                      "train-*-of-* and validation-*-of-* TFRecord shards"])
+    files = [p for p in sorted(source.iterdir()) if p.is_file() and not p.name.startswith(".")]
+    found = {"train": [p for p in files if p.name.startswith("train-")],
+             "validation": [p for p in files if p.name.startswith(("validation-", "val-"))]}
+    missing = [split for split, paths in found.items() if not paths]
+    if missing:
+        raise DataError(str(source), [f"{source} has no {split}-* shards (ImageNet shards are named "
+                                      f"train-00000-of-01024 and validation-00000-of-00128)" for split in missing])
+    return found
+
+
+def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progress: Progress) -> Manifest:
+    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones)."""
+    from aiperf.data.tfrecord import CheckTask, check_shard
+
+    assert config.source is not None
+    source = Path(config.source).expanduser().resolve()
+    found = _user_shards(source)
+    name = _name("tfrecord", source)
+    out = folder / name
+    (out / "checks").mkdir(parents=True, exist_ok=True)
+    tasks = [CheckTask(path=str(p), split=split, classes=config.classes, label_offset=config.label_offset,
+                       checks=str(out / "checks")) for split, paths in found.items() for p in paths]
+    sizes = {t.path: Path(t.path).stat().st_size for t in tasks}
+    shards, problems = _collect(_run(client, check_shard, tasks), sum(sizes.values()),
+                                lambda r: sizes[str(source / r["name"])], "checking shards", progress)
+    if problems:
+        (out / MANIFEST_FILE).unlink(missing_ok=True)
+        raise DataError(config.source, problems)
+    synsets: dict[str, str] = {}
+    for shard in shards:
+        for label, synset in shard.get("synsets", {}).items():
+            synsets.setdefault(label, synset)
+    class_names = [synsets.get(str(i)) or str(i) for i in range(config.classes)]
+    if len(set(class_names)) != len(class_names):
+        class_names = [str(i) for i in range(config.classes)]
+    train_labels = {label for s in shards if s["split"] == "train" for label in s["per_class"]}
+    val_labels = {label for s in shards if s["split"] == "validation" for label in s["per_class"]}
+    if val_labels - train_labels:
+        raise DataError(config.source, [f"validation shards hold classes that no train shard holds (labels "
+                                        f"{', '.join(sorted(val_labels - train_labels, key=int)[:10])}, from 0)"])
+    return _sharded_manifest(config=config, name=name, kind="tfrecord", out=out, source=str(source),
+                             class_names=class_names, shards=shards, label_offset=config.label_offset,
+                             preprocess="imagenet")
+
+
+# --- node-local copies --------------------------------------------------------------------------
+
+def place(manifest: Manifest, stage_to: str, client: Any | None, progress: Progress) -> Manifest:
+    """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there."""
+    from aiperf.data.placement import place_everywhere
+
+    dest = str(Path(stage_to) / manifest.name)
+    if manifest.format == "npz":
+        files = [{"src": manifest.path, "file": Path(manifest.path).name, "sha256": manifest.sha256,
+                  "size_bytes": manifest.size_bytes}]
+        local_path, local_manifest = str(Path(dest) / Path(manifest.path).name), None
+    else:
+        files = [{"src": shard_path(manifest.path, s), "file": s["name"], "sha256": s["sha256"],
+                  "size_bytes": s["size_bytes"]} for s in manifest.shards]
+        shards = [{**s, "file": s["name"]} for s in manifest.shards]
+        local_path = dest
+        local_manifest = replace(manifest, path=dest, shards=shards, stage_to=stage_to).to_dict()
+    progress(0, len(files), f"copying to {stage_to} on every worker")
+    done = place_everywhere(files, dest, local_manifest, client)
+    progress(len(files), len(files), f"copying to {stage_to} on every worker")
+    copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
+    shards = [{**s, "file": s["name"]} for s in manifest.shards] if manifest.format != "npz" else []
+    return replace(manifest, path=local_path, stage_to=stage_to, copies=copies, shards=shards)

@@ -40,6 +40,16 @@ def configure_threads(cores: int | None) -> None:
             pass  # already initialised by an earlier trial in this process: same sizes
 
 
+def warm_up() -> str:
+    """Import the framework and size its thread pools on this worker before the timed window
+    opens: a worker's start-up is not the machine's AI work and should not eat into the budget."""
+    configure_threads(worker_cores())
+    import keras
+
+    keras.ops.convert_to_tensor([0.0])  # initialises the backend's runtime
+    return keras.backend.backend()
+
+
 def worker_cores() -> int | None:
     value = os.environ.get(CORES_ENV)
     return int(value) if value else None
@@ -86,6 +96,14 @@ def _finite(value) -> float | None:
     return value if value == value and abs(value) != float("inf") else None
 
 
+def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
+    """Early stopping on validation loss: no improvement in the last `patience` epochs."""
+    losses = [e.val_loss for e in epochs if e.val_loss is not None]
+    if patience is None or len(losses) <= patience:
+        return False
+    return min(losses[-patience:]) >= min(losses[:-patience])
+
+
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
     """Build, count, train and evaluate; every epoch is reported the moment it ends."""
     placed: TrialPlaced | None = None
@@ -94,13 +112,14 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         configure_threads(worker_cores())
         import keras
 
-        from aiperf.arch import ArchSpec, build_model
-        from aiperf.data.staging import load_staged
+        from aiperf.arch import build_model, network_from_dict
+        from aiperf.data.feed import open_feed
         from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
-        data = load_staged(request.data_path)
-        model = build_model(ArchSpec.from_dict(request.architecture))
+        feed = open_feed(request.data_path, batch_size=request.batch_size, seed=request.seed,
+                         input_shape=request.architecture["input_shape"], threads=worker_cores())
+        model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
         counts = count_all(model)  # one walk of the model that will train, both conventions
         counted, tensor = counts["aiperf"], counts["tensor"]
         placed = TrialPlaced(trial_key=request.trial_key, worker=worker or socket.gethostname(),
@@ -110,21 +129,19 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         report(placed)
         model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
                       metrics=["accuracy"])
-        n_train, n_val, batch = len(data.y_train), len(data.y_val), request.batch_size
+        n_train, n_val, batch = feed.train_samples, feed.val_samples, request.batch_size
 
         for epoch in range(request.epochs):
             if time.time() >= request.deadline:
                 break
             watch = _deadline_watch(request.deadline)
             started = time.time()
-            history = model.fit(data.x_train, data.y_train, batch_size=batch, epochs=1, shuffle=True,
-                                verbose=0, callbacks=[watch])
+            history = model.fit(**feed.train, epochs=1, verbose=0, callbacks=[watch])
             trained = min(watch.train_batches * batch, n_train)
             logs = {k: v[-1] for k, v in history.history.items() if v}
             evaluation: dict = {}
             if not watch.hit_deadline:
-                evaluation = model.evaluate(data.x_val, data.y_val, batch_size=batch, verbose=0,
-                                            callbacks=[watch], return_dict=True)
+                evaluation = model.evaluate(**feed.val, verbose=0, callbacks=[watch], return_dict=True)
             evaluated = min(watch.test_batches * batch, n_val)
             complete = not watch.hit_deadline
             epoch_report = EpochReport(
@@ -137,9 +154,11 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 complete=complete)
             epochs.append(epoch_report)
             report(epoch_report)
-            if not complete:
+            if not complete or _stalled(epochs, request.early_stopping_patience):
                 break
-        done = len(epochs) == request.epochs and all(e.complete for e in epochs)
+        # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
+        done = bool(epochs) and all(e.complete for e in epochs) and (
+            len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience))
         return TrialResult(request.trial_key, "completed" if done else "stopped", placed, epochs)
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"

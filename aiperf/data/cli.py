@@ -1,0 +1,161 @@
+"""`aiperf stage SOURCE --to DIR`: check a dataset, convert it to TFRecord shards on Dask workers,
+optionally copy the shards to node-local storage on every worker, and print its manifest.
+
+Registered by aiperf/cli.py with `app.command("stage")(stage)`. A run whose profile names the
+same source and whose `--out` holds DIR as its `data/` folder reuses the shards (same checksums:
+nothing is converted again) and records the manifest with the run. Bad data is one line on
+stderr naming the files, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from aiperf.errors import UserError
+
+KINDS = ("folder", "tfrecord", "digits")
+
+
+def guess_kind(source: str) -> str:
+    """digits by name; a folder with train/ is an image folder; one with train-* files, shards."""
+    if source == "digits":
+        return "digits"
+    path = Path(source).expanduser()
+    if path.is_dir() and not (path / "train").is_dir() and any(p.name.startswith("train-") for p in path.iterdir()):
+        return "tfrecord"
+    return "folder"
+
+
+def _config(source: str, kind: str | None, stage_to: str | None, classes: int | None,
+            label_offset: int | None, shard_images: int, image_size: int, channels: int):
+    from pydantic import ValidationError
+
+    from aiperf.config import DataConfig
+
+    kind = kind or guess_kind(source)
+    if kind not in KINDS:
+        raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    values: dict[str, Any] = {"kind": kind, "stage_to": stage_to, "shard_images": shard_images,
+                              "image_size": image_size, "channels": channels}
+    if kind == "digits":
+        values.update(channels=1, train_samples=1437, val_samples=360)
+    else:
+        values["source"] = source
+    if classes is not None:
+        values["classes"] = classes
+    if label_offset is not None:
+        values["label_offset"] = label_offset
+    try:
+        return DataConfig.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}") from None
+
+
+def stage(
+    source: str = typer.Argument(..., help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
+                                 "of ImageNet-format TFRecord shards, or 'digits' (scikit-learn's digits)."),
+    to: str = typer.Option("aiperf-out/data", "--to", help="Folder the staged shards and manifest go to "
+                           "(a run with --out X stages into X/data)."),
+    kind: Optional[str] = typer.Option(None, "--kind", help="folder, tfrecord or digits; guessed from SOURCE."),
+    stage_to: Optional[str] = typer.Option(None, "--stage-to", help="Node-local folder every worker copies the "
+                                           "shards to, checksums verified there."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
+                                          help="Dask workers that convert shards (default: one per core)."),
+    classes: Optional[int] = typer.Option(None, "--classes", help="tfrecord: number of classes (labels must be "
+                                          "in range)."),
+    label_offset: Optional[int] = typer.Option(None, "--label-offset", help="tfrecord: label of the first class "
+                                               "(1 in ImageNet shards, the default)."),
+    shard_images: int = typer.Option(1024, "--shard-images", min=1, help="folder: images per shard."),
+    image_size: int = typer.Option(224, "--image-size", min=8, help="Size the input pipeline crops to."),
+    channels: int = typer.Option(3, "--channels", min=1, max=4),
+    seed: int = typer.Option(0, "--seed", help="digits: seed of the train/val split."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Check a dataset, convert it to TFRecord shards on Dask workers, and write its manifest."""
+    err = Console(stderr=True)
+    try:
+        config = _config(source, kind, stage_to, classes, label_offset, shard_images, image_size, channels)
+        manifest = _stage_with_progress(config, seed, Path(to), workers, err)
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(manifest.to_dict(), indent=1))
+        return
+    _print_manifest(manifest)
+
+
+def _stage_with_progress(config, seed: int, to: Path, workers: int | None, err: Console):
+    from aiperf.config import machine_cores
+    from aiperf.data.staging import stage as stage_data
+
+    if config.kind in ("folder", "tfrecord"):  # structural problems first, before any worker starts
+        from aiperf.data.folder import scan_folder
+        from aiperf.data.staging import _user_shards
+
+        if config.kind == "folder":
+            scan_folder(config.source)
+        else:
+            _user_shards(Path(config.source).expanduser())
+    needs_workers = config.kind != "digits" or config.stage_to
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(done: int, total: int, what: str) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done, total=total)
+
+        if not needs_workers:
+            return stage_data(config, seed, to, on_progress=update)
+        # Staging workers only decode and copy; TensorFlow's oneDNN start-up notice stays quiet.
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from distributed import Client
+
+        from aiperf.cluster import local_cluster
+
+        count = min(workers or machine_cores(), machine_cores())
+        starting = bar.add_task(f"starting {count} Dask workers", total=None)
+        with local_cluster(count) as cluster, Client(cluster) as client:
+            bar.remove_task(starting)
+            return stage_data(config, seed, to, client=client, on_progress=update)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _print_manifest(manifest) -> None:
+    console = Console()
+    table = Table(title=f"staged {manifest.name}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    rows = [("kind", manifest.kind), ("path", manifest.path), ("source", manifest.source or "-"),
+            ("classes", str(manifest.classes)), ("train images", str(manifest.train_samples)),
+            ("val images", str(manifest.val_samples)),
+            ("shards", f"{len(manifest.shards)} ({_size(manifest.size_bytes)})"),
+            ("sha256", manifest.sha256)]
+    counts = manifest.images_per_class
+    if counts:
+        low, high = min(counts.values()), max(counts.values())
+        rows.append(("train images per class", f"{low}..{high}"))
+    for worker, where in manifest.copies.items():
+        rows.append((f"copy on {worker}", where))
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
