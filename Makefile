@@ -12,7 +12,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test install install-dev clean
+.PHONY: run test serve install install-dev clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ install-dev: $(VENV)/.installed-dev
 ## make run: the benchmark on the embedded default (profile quick, 3 minutes, ./aiperf.db)
 run: install
 	$(VENV)/bin/aiperf run $(ARGS)
+
+## make serve: Prefect UI on 127.0.0.1:4200 with the aiperf work pool, deployments and a worker
+##   (PREFECT_API_URL=http://host:4200/api make serve uses an existing server instead)
+serve: install
+	infra/prefect/serve.sh
 
 ## make test: every test, the slow integration tests included, with the services they need
 test: install-dev

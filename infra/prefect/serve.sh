@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `make serve`: the Prefect UI for aiperf on this machine.
+#
+#   1. starts a Prefect server on 127.0.0.1:4200 (AIPERF_PREFECT_PORT), unless PREFECT_API_URL
+#      already names a server, which is then used instead;
+#   2. creates the process work pool `aiperf` (kept if it exists);
+#   3. registers the deployments of prefect.yaml (`benchmark`, `nightly-regression`);
+#   4. runs a worker on the pool in the foreground until Ctrl-C, then stops what it started.
+#
+# Open http://127.0.0.1:4200, pick Deployments -> benchmark -> Run -> Custom run, and watch the
+# flow run's task runs, logs and artifacts. Runs start in this checkout (AIPERF_REPO, the pull
+# step of prefect.yaml), so relative paths such as sqlite:///aiperf.db land here.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+prefect="${PREFECT_BIN:-$repo/.venv/bin/prefect}"
+port="${AIPERF_PREFECT_PORT:-4200}"
+pool="${AIPERF_WORK_POOL:-aiperf}"
+state="${AIPERF_SERVE_DIR:-${PREFECT_HOME:-$HOME/.prefect}/aiperf-serve}"
+export AIPERF_REPO="$repo"
+export DO_NOT_TRACK="${DO_NOT_TRACK:-1}"
+export PREFECT_SERVER_ANALYTICS_ENABLED="${PREFECT_SERVER_ANALYTICS_ENABLED:-false}"
+export PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
+mkdir -p "$state"
+
+healthy() {  # the API answers /health (python, not curl: the venv is all a fresh machine has)
+  "$repo/.venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=3)' \
+    "$PREFECT_API_URL/health" >/dev/null 2>&1
+}
+
+children=()
+stop_children() {
+  for pid in "${children[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${children[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_children EXIT
+trap 'exit 130' INT TERM
+
+if [ -z "${PREFECT_API_URL:-}" ]; then
+  export PREFECT_API_URL="http://127.0.0.1:$port/api"
+  if healthy; then
+    echo "serve: a Prefect server already answers on $PREFECT_API_URL; using it" >&2
+  else
+    echo "serve: starting a Prefect server on 127.0.0.1:$port (log: $state/server.log)" >&2
+    "$prefect" server start --host 127.0.0.1 --port "$port" >"$state/server.log" 2>&1 &
+    children+=("$!")
+    for _ in $(seq 1 240); do
+      healthy && break
+      kill -0 "${children[0]}" 2>/dev/null || { tail -n 30 "$state/server.log" >&2; exit 1; }
+      sleep 0.5
+    done
+    healthy || { echo "serve: the server did not answer within 2 minutes" >&2; exit 1; }
+  fi
+else
+  echo "serve: using the Prefect server at $PREFECT_API_URL" >&2
+  healthy || { echo "serve: no Prefect server answers at $PREFECT_API_URL/health; check PREFECT_API_URL" >&2; exit 1; }
+fi
+
+if ! "$prefect" work-pool inspect "$pool" >/dev/null 2>&1; then
+  "$prefect" work-pool create "$pool" --type process >/dev/null
+  echo "serve: created the process work pool $pool" >&2
+fi
+
+cd "$repo"
+"$prefect" --no-prompt deploy --all --prefect-file "$repo/prefect.yaml" >"$state/deploy.log" 2>&1 \
+  || { cat "$state/deploy.log" >&2; exit 1; }
+echo "serve: deployed $(grep -c '^  - name:' "$repo/prefect.yaml") deployments from prefect.yaml" >&2
+
+ui="${PREFECT_API_URL%/api}"
+echo "serve: open $ui and run Deployments -> aiperf-benchmark/benchmark; Ctrl-C stops the worker" >&2
+# One flow run at a time: a benchmark run uses every core, two at once would measure each other.
+"$prefect" worker start --pool "$pool" --name "aiperf-$(hostname -s)" --type process --limit 1 &
+children+=("$!")
+wait "${children[-1]}"

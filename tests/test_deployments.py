@@ -1,0 +1,111 @@
+"""`make serve` for real: infra/prefect/serve.sh starts a Prefect server, creates the work pool,
+deploys prefect.yaml and starts a worker; a run of the `benchmark` deployment created through the
+API (as the UI's "Run" button does) completes with its task runs, logs and artifacts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """serve.sh in its own process group, against a fresh PREFECT_HOME and a free port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), AIPERF_PREFECT_PORT=str(port),
+               PREFECT_WORKER_QUERY_SECONDS="2", PREFECT_WORKER_PREFETCH_SECONDS="5",
+               DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([str(REPO / "infra/prefect/serve.sh")], cwd=REPO, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield f"http://127.0.0.1:{port}/api", process, log
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+def wait_for(what: str, check, timeout: float, process, log: Path):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        if process.poll() is not None:
+            pytest.fail(f"serve.sh exited ({process.returncode}) before {what}:\n{log.read_text()[-4000:]}")
+        time.sleep(1)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
+
+
+def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, \
+        FlowRunFilterId, LogFilter, LogFilterFlowRunId
+
+    api, process, log = served
+    with SyncPrefectClient(api) as client:
+        def deployed():
+            try:
+                return {d.name: d for d in client.read_deployments()} if client.api_healthcheck() is None else None
+            except Exception:
+                return None
+
+        deployments = wait_for("both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240, process, log)
+        nightly = deployments["nightly-regression"]
+        assert nightly.global_concurrency_limit is not None and nightly.global_concurrency_limit.limit == 1
+        assert [(s.schedule.cron, s.schedule.timezone) for s in nightly.schedules] == [("0 2 * * *", "UTC")]
+        assert nightly.work_pool_name == "aiperf" and deployments["benchmark"].work_pool_name == "aiperf"
+        assert client.read_work_pool("aiperf").type == "process"
+
+        db = tmp_path / "aiperf.db"
+        run = client.create_flow_run_from_deployment(
+            deployments["benchmark"].id,
+            parameters={"profile": "quick", "budget": "15s", "workers": 1, "db": f"sqlite:///{db}", "seed": 5,
+                        "out": str(tmp_path / "out"), "overrides": TINY})
+        final = wait_for("the flow run to finish", lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
+                         420, process, log)
+        assert final.state.is_completed(), f"{final.state}\n{log.read_text()[-4000:]}"
+
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+        names = {t.name.split("-")[0] for t in tasks}
+        assert {"stage_dataset", "trial", "score", "report"} <= names, names
+        assert all(t.state.is_completed() for t in tasks)
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        assert any("search started on 1 workers" in entry.message for entry in logs)
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+    kinds = {a.key: a.type for a in artifacts}
+    # A link artifact is stored (and shown) as markdown holding the link.
+    assert kinds == {"aiperf-score": "table", "aiperf-score-summary": "markdown", "aiperf-report": "markdown",
+                     "aiperf-report-summary": "markdown"}, kinds
+    link = next(a for a in artifacts if a.key == "aiperf-report").data
+    page = Path(re.search(r"\(file://([^)]+)\)", link).group(1))
+    assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")
+    summary = next(a for a in artifacts if a.key == "aiperf-report-summary").data
+    assert "## Score over time" in summary and str(page) in summary
+    assert db.is_file()
