@@ -66,9 +66,11 @@ def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: in
 
 
 def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_completed: int,
-            rules: ValidityConfig) -> list[str]:
+            rules: ValidityConfig, simulated: bool = False) -> list[str]:
     """Every rule the result breaks, named; an empty list means valid."""
     broken = []
+    if simulated:
+        broken.append("simulated trainer: trials were modelled, no model was trained")
     if budget_s < rules.min_budget_s:
         broken.append(f"too short: budget {budget_s:g} s is under the profile's minimum {rules.min_budget_s:g} s")
     if trials_completed == 0:
@@ -83,7 +85,7 @@ def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_complete
 
 def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accuracy: float | None,
                   val_samples: int, trials_completed: int, budget_s: float,
-                  rules: ValidityConfig) -> ScoreResult:
+                  rules: ValidityConfig, simulated: bool = False) -> ScoreResult:
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
     epochs = list(work)
@@ -91,7 +93,7 @@ def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accur
     tensor_total = sum(e.tensor_ops for e in epochs)
     ops = total / elapsed_s
     broken = verdict(budget_s=budget_s, best_val_accuracy=best_val_accuracy,
-                     trials_completed=trials_completed, rules=rules)
+                     trials_completed=trials_completed, rules=rules, simulated=simulated)
     return ScoreResult(
         elapsed_s=elapsed_s, total_ops=total, ops=ops, tensor_ops=tensor_total / elapsed_s,
         best_val_accuracy=best_val_accuracy, val_samples=val_samples,

@@ -1,0 +1,138 @@
+"""A simulated trainer: trials that take a modelled time and report modelled epochs and operations.
+
+It lets the orchestrator, the store and the Dask plumbing be exercised at a scale no test machine
+can train at (hundreds of workers on one machine): each trial's epochs last the time a worker of
+a modelled speed would need for its modelled operations, end at the run's deadline like real
+ones (a partial last epoch), and report the same messages as the Keras trainer. Nothing is
+trained, so a result made with it is always marked invalid (aiperf.score.verdict).
+
+Two ways to run it: `run_simulated_trial` on a real worker (it sleeps through its epochs), and
+`SimulatedLauncher`, which hands the orchestrator handles that play the plan out by the clock in
+the orchestrator's own thread (no worker at all: what is measured is the orchestration).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import random
+import time
+from dataclasses import dataclass
+
+from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult, TrialStatus
+from aiperf.train.trial import Reporter
+
+SPEED_ENV = "AIPERF_SIMULATED_OPS_PER_S"
+
+
+@dataclass(frozen=True)
+class SimulatedModel:
+    """The modelled machine and workload. Defaults: an epoch takes about 0.5-3 s."""
+
+    ops_per_s: float = float(os.environ.get(SPEED_ENV, "5e10"))  # one worker's modelled speed
+    train_ops_range: tuple[float, float] = (5e6, 5e7)  # per training sample; eval is a third of it
+    train_samples: int = 3000
+    val_samples: int = 1000
+    parameters_range: tuple[int, int] = (10_000, 1_000_000)
+
+
+@dataclass(frozen=True)
+class SimulatedPlan:
+    placed: TrialPlaced
+    epochs: list[EpochReport]  # each with its modelled end time
+    status: TrialStatus
+    ends_at: float
+
+
+def plan_trial(request: TrialRequest, started_at: float, worker: str,
+               model: SimulatedModel = SimulatedModel()) -> SimulatedPlan:
+    """The whole trial, decided up front from its seed: operations, epoch times, accuracies."""
+    rng = random.Random(request.seed)
+    low, high = model.train_ops_range
+    train_ops = int(math.exp(rng.uniform(math.log(low), math.log(high))))
+    eval_ops = train_ops // 3
+    placed = TrialPlaced(trial_key=request.trial_key, worker=worker,
+                         parameters=rng.randint(*model.parameters_range), train_ops=train_ops,
+                         eval_ops=eval_ops, tensor_train_ops=train_ops, tensor_eval_ops=eval_ops)
+    train_s = model.train_samples * train_ops / model.ops_per_s
+    eval_s = model.val_samples * eval_ops / model.ops_per_s
+    base, gain = rng.uniform(0.1, 0.3), rng.uniform(0.1, 0.5)
+    epochs: list[EpochReport] = []
+    now = started_at
+    for epoch in range(request.epochs):
+        if now >= request.deadline:
+            break
+        trained_by = min(request.deadline, now + train_s)
+        trained = int(model.train_samples * (trained_by - now) / train_s)
+        evaluated_by = min(request.deadline, trained_by + eval_s) if trained_by < request.deadline else trained_by
+        evaluated = int(model.val_samples * (evaluated_by - trained_by) / eval_s)
+        complete = trained == model.train_samples and evaluated == model.val_samples
+        accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
+        epochs.append(EpochReport(
+            trial_key=request.trial_key, epoch=epoch, started_at=now, ended_at=evaluated_by,
+            samples_trained=trained, samples_evaluated=evaluated, loss=-math.log(max(accuracy, 1e-3)),
+            accuracy=accuracy, val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
+            val_accuracy=accuracy - 0.02 if complete else None, complete=complete))
+        now = evaluated_by
+        if not complete:
+            break
+    done = len(epochs) == request.epochs and all(e.complete for e in epochs)
+    return SimulatedPlan(placed, epochs, "completed" if done else "stopped", now)
+
+
+def run_simulated_trial(request: TrialRequest, report: Reporter, worker: str | None = None,
+                        model: SimulatedModel = SimulatedModel()) -> TrialResult:
+    """On a worker: live through the plan, reporting each epoch when its modelled end comes."""
+    plan = plan_trial(request, time.time(), worker or "simulated", model)
+    report(plan.placed)
+    for epoch in plan.epochs:
+        time.sleep(max(0.0, epoch.ended_at - time.time()))
+        report(epoch)
+    return TrialResult(request.trial_key, plan.status, plan.placed, plan.epochs)
+
+
+class _PlayedTrial:
+    """An orchestrator handle that plays a plan by the clock: epochs reach the event queue when
+    their modelled end has passed, as a worker's Dask events would."""
+
+    def __init__(self, plan: SimulatedPlan, events: queue.Queue, release) -> None:
+        self.plan, self.events, self.release = plan, events, release
+        self.sent = 0
+        self.cancelled = False
+        self.finished = False
+        events.put(plan.placed)
+
+    def done(self) -> bool:
+        now = time.time()
+        while self.sent < len(self.plan.epochs) and self.plan.epochs[self.sent].ended_at <= now:
+            self.events.put(self.plan.epochs[self.sent])
+            self.sent += 1
+        if not self.finished and (self.cancelled or now >= self.plan.ends_at):
+            self.finished = True
+            self.release()
+        return self.finished
+
+    def result(self) -> TrialResult:
+        played = self.plan.epochs[:self.sent]
+        return TrialResult(self.plan.placed.trial_key, self.plan.status, self.plan.placed, played)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SimulatedLauncher:
+    """The orchestrator's launcher for `workers` simulated workers in this process."""
+
+    def __init__(self, workers: int, events: queue.Queue, model: SimulatedModel = SimulatedModel()) -> None:
+        self.events, self.model = events, model
+        self.free = list(range(workers - 1, -1, -1))  # worker slots, lowest handed out first
+        self.launched = 0
+
+    def __call__(self, request: TrialRequest) -> _PlayedTrial:
+        if not self.free:
+            raise RuntimeError("every simulated worker is busy: the orchestrator launched too many trials")
+        slot = self.free.pop()
+        self.launched += 1
+        plan = plan_trial(request, time.time(), f"sim-{slot}", self.model)
+        return _PlayedTrial(plan, self.events, lambda: self.free.append(slot))

@@ -1,0 +1,171 @@
+"""The benchmark on a real SLURM (slurmctld + slurmd on localhost, infra/slurm/ctl.sh): trials run
+on Dask workers that are SLURM jobs, and a worker whose job is cancelled mid-trial costs only
+the epoch in progress while the run goes on.
+
+`make test` starts the local SLURM (infra/with-services.sh). Without `sinfo` these tests skip,
+except in CI (CI=true), where a missing SLURM is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+JOB = re.compile(r"@slurm-job-(\d+)$")
+
+
+def _slurm_available() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    return result.returncode == 0 and any(s.strip("*~#") in ("idle", "mixed", "allocated")
+                                          for s in result.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not _slurm_available():
+        message = ("no running SLURM (sinfo missing or no idle node): start one with "
+                   "`eval \"$(infra/slurm/ctl.sh start)\"` or run `make test`")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+class QueueWatch(threading.Thread):
+    """Polls squeue while a run goes on: which aiperf-worker jobs were RUNNING."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.running: set[int] = set()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                job, name, state = line.split()
+                if name == "aiperf-worker" and state == "RUNNING":
+                    self.running.add(int(job))
+            self.stopping.wait(1.0)
+
+    def stop(self) -> set[int]:
+        self.stopping.set()
+        self.join()
+        return self.running
+
+
+def _jobcomp() -> dict[int, str]:
+    """Job id -> final state, from slurmctld's job completion log (sacct needs slurmdbd)."""
+    conf = Path(os.environ.get("SLURM_CONF", "/tmp/aiperf-slurm/slurm.conf"))
+    log = conf.parent / "log" / "jobcomp.log"
+    states = {}
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            if "JobId" in fields:
+                states[int(fields["JobId"])] = fields.get("JobState", "")
+    return states
+
+
+@pytest.fixture(scope="module")
+def slurm_run(slurm, prefect_api, tmp_path_factory):
+    from flows.benchmark import benchmark
+
+    folder = tmp_path_factory.mktemp("slurm")
+    watch = QueueWatch()
+    watch.start()
+    try:
+        result = benchmark(profile="quick", budget="20s", workers=2, db=f"sqlite:///{folder / 'aiperf.db'}",
+                           seed=5, out=str(folder / "out"), overrides={**TINY, "cluster.kind": "slurm"})
+    finally:
+        seen = watch.stop()
+    return result, folder / "aiperf.db", seen
+
+
+def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):
+    result, path, seen_running = slurm_run
+    with sqlite3.connect(path) as sql:
+        status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        workers = [w for (w,) in sql.execute("SELECT worker FROM trials")]
+        epochs = sql.execute("SELECT COUNT(*) FROM epochs").fetchone()[0]
+    assert status == "completed"
+    assert epochs >= 1 and result["total_ops"] > 0
+    jobs = {int(JOB.search(w).group(1)) for w in workers if w and JOB.search(w)}
+    assert len(jobs) == 2 and len(jobs) == len({w for w in workers if w}), workers
+    assert jobs <= seen_running, f"trial jobs {jobs} were not all seen RUNNING in squeue ({seen_running})"
+    finished = _jobcomp()
+    assert all(finished.get(j) in ("CANCELLED", "COMPLETED") for j in jobs), finished
+    assert not any(JOB.search(w) is None for w in workers)
+
+
+def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_path):
+    """scancel a worker's job after its trial finished an epoch: the trial is recorded failed with
+    that epoch kept, a new job replaces the worker, and the run completes with its score."""
+    from flows.benchmark import benchmark
+
+    db = tmp_path / "aiperf.db"
+    cancelled: dict[str, object] = {}
+    problems: list[str] = []
+
+    def cancel_when_an_epoch_is_done() -> None:
+        try:
+            watch_and_cancel()
+        except Exception as exc:  # reported by the assertion below
+            problems.append(repr(exc))
+
+    def watch_and_cancel() -> None:
+        end = time.time() + 120
+        while time.time() < end and not cancelled:
+            if db.exists():
+                try:
+                    with sqlite3.connect(db, timeout=1) as sql:
+                        row = sql.execute(
+                            "SELECT t.trial_key, t.worker, COUNT(e.id) FROM trials t JOIN epochs e ON e.trial_id = t.id "
+                            "WHERE t.status = 'running' AND e.complete GROUP BY t.id LIMIT 1").fetchone()
+                except sqlite3.Error as exc:  # not migrated yet, or busy: look again
+                    problems[:] = [repr(exc)]
+                    row = None
+                if row and row[1] and JOB.search(row[1]):
+                    job = JOB.search(row[1]).group(1)
+                    subprocess.run(["scancel", job], check=True, capture_output=True)
+                    cancelled.update(trial=row[0], job=int(job), epochs=row[2], at=time.time())
+                    return
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=cancel_when_an_epoch_is_done, daemon=True)
+    killer.start()
+    overrides = {**TINY, "train.epochs": 6, "search.space.base_filters": [8], "search.space.stages": [2],
+                 "cluster.kind": "slurm"}
+    result = benchmark(profile="quick", budget="50s", workers=2, db=f"sqlite:///{db}", seed=11,
+                       out=str(tmp_path / "out"), overrides=overrides)
+    killer.join(timeout=5)
+    assert cancelled, f"no trial finished an epoch in time to cancel its job {problems}"
+
+    with sqlite3.connect(db) as sql:
+        run_status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        status, message, kept = sql.execute(
+            "SELECT t.status, t.message, COUNT(e.id) FROM trials t LEFT JOIN epochs e ON e.trial_id = t.id "
+            "WHERE t.trial_key = ? GROUP BY t.id", (cancelled["trial"],)).fetchone()
+        later = sql.execute("SELECT worker FROM trials WHERE started_at > (SELECT ended_at FROM trials "
+                            "WHERE trial_key = ?)", (cancelled["trial"],)).fetchall()
+        scored = sql.execute("SELECT COUNT(*) FROM scores WHERE run_id = ?", (result["run_id"],)).fetchone()[0]
+    assert run_status == "completed" and scored == 1
+    assert status == "failed" and "worker lost" in (message or ""), (status, message)
+    assert kept >= cancelled["epochs"] >= 1, "the epochs it finished before the cancel are kept"
+    assert later, "the run went on after the lost worker"
+    replaced = {int(JOB.search(w).group(1)) for (w,) in later if w and JOB.search(w)}
+    assert replaced - {cancelled["job"]}, "trials after the cancel ran on SLURM jobs"
+    assert _jobcomp().get(cancelled["job"]) == "CANCELLED"
