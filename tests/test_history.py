@@ -3,7 +3,6 @@ on SQLite and PostgreSQL for the same records."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from aiperf.cli import app
 from aiperf.errors import UserError
 from aiperf.history import compare, history, sparkline
 from aiperf.store import Store
-from conftest import _fresh_postgres_database
+from test_postgres import postgres_db  # noqa: F401  (a fixture)
 from test_history_data import plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
@@ -102,22 +101,12 @@ def test_cli_history_and_compare(db_url):
     assert unknown.exit_code == 2 and "matches no system" in unknown.output
 
 
-@pytest.fixture
-def postgres_url():
-    server = os.environ.get("AIPERF_TEST_POSTGRES_URL")
-    if not server:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("AIPERF_TEST_POSTGRES_URL is not set; `make test` starts PostgreSQL")
-        pytest.skip("AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first")
-    yield from _fresh_postgres_database(server)
-
-
-def test_same_answers_on_sqlite_and_postgresql(tmp_path, postgres_url):
+def test_same_answers_on_sqlite_and_postgresql(tmp_path, postgres_db):
     sqlite_url = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    ids_sqlite, ids_postgres = seed(sqlite_url), seed(postgres_url)
+    ids_sqlite, ids_postgres = seed(sqlite_url), seed(postgres_db)
     assert ids_sqlite == ids_postgres
     outputs = {}
-    for name, url in (("sqlite", sqlite_url), ("postgresql", postgres_url)):
+    for name, url in (("sqlite", sqlite_url), ("postgresql", postgres_db)):
         store = Store.open(url)
         try:
             data = [r.__dict__ for r in history(store)]

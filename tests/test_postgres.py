@@ -1,0 +1,64 @@
+"""`--db postgresql+psycopg://...` works as SQLite does: a real benchmark run through the Prefect
+flow records into a real PostgreSQL server, and the CLI reads it back (show, history, compare, report)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from sqlalchemy import create_engine, text
+from typer.testing import CliRunner
+
+from aiperf.cli import app
+from conftest import TINY, _fresh_postgres_database
+
+@pytest.fixture
+def postgres_db():
+    """A fresh database on the test PostgreSQL server (skipped without one, except in CI)."""
+    server = os.environ.get("AIPERF_TEST_POSTGRES_URL")
+    if not server:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("AIPERF_TEST_POSTGRES_URL is not set; `make test` starts PostgreSQL")
+        pytest.skip("AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first")
+    yield from _fresh_postgres_database(server)
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.slow
+def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path):
+    from flows.benchmark import benchmark
+
+    first = benchmark(profile="quick", budget="15s", workers=1, db=postgres_db, seed=1, out=str(tmp_path / "out"),
+                      overrides=TINY)
+    second = benchmark(profile="quick", budget="15s", workers=1, db=postgres_db, seed=1, out=str(tmp_path / "out"),
+                       overrides=TINY)
+    engine = create_engine(postgres_db)
+    try:
+        with engine.connect() as sql:
+            status = sql.execute(text("SELECT status FROM runs ORDER BY id")).scalars().all()
+            recomputed = sql.execute(text("""
+                SELECT SUM(e.samples_trained * t.train_ops_per_sample + e.samples_evaluated * t.eval_ops_per_sample)
+                       / EXTRACT(EPOCH FROM (r.search_ended_at - r.search_started_at))
+                FROM runs r JOIN trials t ON t.run_id = r.id JOIN epochs e ON e.trial_id = t.id
+                WHERE r.id = :run GROUP BY r.id, r.search_ended_at, r.search_started_at"""),
+                {"run": first["run_id"]}).scalar_one()
+            view = sql.execute(text("SELECT run_id, ops, previous_ops FROM run_scores ORDER BY run_id")).all()
+    finally:
+        engine.dispose()
+    assert status == ["completed", "completed"]
+    assert float(recomputed) == pytest.approx(first["ops"], rel=1e-6)
+    assert [(r[0], r[1]) for r in view] == [(first["run_id"], pytest.approx(first["ops"])),
+                                           (second["run_id"], pytest.approx(second["ops"]))]
+    assert view[1][2] == pytest.approx(first["ops"])
+
+    assert "regulated score" in cli("show", str(first["run_id"]), "--db", postgres_db)
+    assert "trend of OPS" in cli("history", "--db", postgres_db, "--profile", "quick")
+    assert "difference" in cli("compare", str(first["run_id"]), str(second["run_id"]), "--db", postgres_db)
+    page = tmp_path / "report.html"
+    cli("report", str(second["run_id"]), "--db", postgres_db, "--output", str(page))
+    assert 'id="plot-history"' in page.read_text()
