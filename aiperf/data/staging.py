@@ -150,7 +150,7 @@ def _run(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Ite
     from distributed import as_completed
 
     futures = client.map(fn, tasks, pure=False)
-    for future in as_completed(futures):
+    for future in as_completed(futures, loop=client.loop):
         yield future.result()
 
 

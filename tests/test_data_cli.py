@@ -1,0 +1,40 @@
+"""`aiperf stage` on real Dask workers: converts, copies node-local with checksums, and prints the
+manifest; a second call does no conversion again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from aiperf.cli import app
+
+pytestmark = pytest.mark.slow
+
+
+def test_stage_command_converts_and_copies(make_image_folder, tmp_path):
+    images = make_image_folder(tmp_path / "images", train_per_class=6, val_per_class=2)
+    args = ["stage", str(images), "--to", str(tmp_path / "out"), "--workers", "2", "--shard-images", "5",
+            "--stage-to", str(tmp_path / "local"), "--json"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.stdout[result.stdout.index("{"):])
+    assert (manifest["kind"], manifest["train_samples"], manifest["val_samples"]) == ("folder", 18, 6)
+    assert len([s for s in manifest["shards"] if s["split"] == "train"]) == 4
+    assert len(manifest["copies"]) == 2 and manifest["path"].startswith(str(tmp_path / "local"))
+    staged = next((tmp_path / "out").iterdir())
+    stamps = {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
+    again = CliRunner().invoke(app, args[:-1], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert "train images" in again.stdout and manifest["sha256"][:20] in again.stdout
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
+
+
+def test_stage_digits(tmp_path):
+    result = CliRunner().invoke(app, ["stage", "digits", "--to", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.stdout[result.stdout.index("{"):])
+    assert (manifest["kind"], manifest["classes"], manifest["train_samples"]) == ("digits", 10, 1437)
+    assert Path(manifest["path"], "manifest.json").is_file()
