@@ -63,18 +63,21 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
     for epoch in range(request.epochs):
         if now >= request.deadline:
             break
-        trained_by = min(request.deadline, now + train_s)
-        trained = int(model.train_samples * (trained_by - now) / train_s)
-        evaluated_by = min(request.deadline, trained_by + eval_s) if trained_by < request.deadline else trained_by
-        evaluated = int(model.val_samples * (evaluated_by - trained_by) / eval_s)
+        if now + train_s + eval_s <= request.deadline:  # the whole epoch fits
+            trained, evaluated, ended = model.train_samples, model.val_samples, now + train_s + eval_s
+        else:  # cut at the deadline: the samples done by then count, as with the Keras trainer
+            trained_by = min(request.deadline, now + train_s)
+            trained = int(model.train_samples * (trained_by - now) / train_s)
+            evaluated = int(model.val_samples * max(0.0, request.deadline - trained_by) / eval_s)
+            ended = request.deadline
         complete = trained == model.train_samples and evaluated == model.val_samples
         accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
         epochs.append(EpochReport(
-            trial_key=request.trial_key, epoch=epoch, started_at=now, ended_at=evaluated_by,
+            trial_key=request.trial_key, epoch=epoch, started_at=now, ended_at=ended,
             samples_trained=trained, samples_evaluated=evaluated, loss=-math.log(max(accuracy, 1e-3)),
             accuracy=accuracy, val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
             val_accuracy=accuracy - 0.02 if complete else None, complete=complete))
-        now = evaluated_by
+        now = ended
         if not complete:
             break
     done = len(epochs) == request.epochs and all(e.complete for e in epochs)
@@ -128,11 +131,21 @@ class SimulatedLauncher:
         self.events, self.model = events, model
         self.free = list(range(workers - 1, -1, -1))  # worker slots, lowest handed out first
         self.launched = 0
+        self.freed_at: dict[int, float] = {}
+        self.refill_s: list[float] = []  # per relaunch: how long a freed worker waited for its next trial
 
     def __call__(self, request: TrialRequest) -> _PlayedTrial:
         if not self.free:
             raise RuntimeError("every simulated worker is busy: the orchestrator launched too many trials")
         slot = self.free.pop()
         self.launched += 1
-        plan = plan_trial(request, time.time(), f"sim-{slot}", self.model)
-        return _PlayedTrial(plan, self.events, lambda: self.free.append(slot))
+        now = time.time()
+        if slot in self.freed_at:
+            self.refill_s.append(now - self.freed_at.pop(slot))
+        plan = plan_trial(request, now, f"sim-{slot}", self.model)
+        return _PlayedTrial(plan, self.events, lambda: self._release(slot, min(plan.ends_at, time.time())))
+
+    def _release(self, slot: int, ended_at: float) -> None:
+        # The worker was free from its trial's modelled end, not from when the orchestrator noticed.
+        self.free.append(slot)
+        self.freed_at[slot] = ended_at
