@@ -209,7 +209,7 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         "job_extra_directives": directives,
         "worker_extra_args": ["--resources", resources, "--lifetime", f"{lifetime:.0f}s",
                               "--lifetime-stagger", f"{stagger:.0f}s"],
-        "scheduler_options": {"dashboard": False, "dashboard_address": None},
+        "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # any free port
     }
     for key in ("death-timeout", "local-directory"):
         if settings.get(key) is not None:
@@ -230,6 +230,13 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     return JobPlan(kind=c.kind, jobs=jobs, workers_per_job=per_job, cores=cores, memory=memory, gpus=c.gpus,
                    walltime=kwargs["walltime"], lifetime_s=lifetime, stagger_s=stagger, adaptive=c.adaptive,
                    kwargs=kwargs)
+
+
+def jobqueue_cluster_class(kind: str) -> type:
+    """The dask-jobqueue cluster class of a batch system."""
+    import dask_jobqueue
+
+    return getattr(dask_jobqueue, QUEUES[kind].cluster_class)
 
 
 def trial_resources(config: BenchmarkConfig) -> dict[str, int]:
@@ -358,13 +365,11 @@ def _wait_for_workers(cluster: Any, count: int, kind: str, timeout_s: float) -> 
 def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
                      timeout_s: float = WORKERS_TIMEOUT_S) -> Iterator[StartedCluster]:
     """Jobs on a batch queue, each running workers that connect back to a scheduler in this process."""
-    import dask_jobqueue
-
     _quiet()
     logs = Path(config.out).resolve() / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
-    cls = getattr(dask_jobqueue, QUEUES[plan.kind].cluster_class)
+    cls = jobqueue_cluster_class(plan.kind)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         cluster = cls(**plan.kwargs)
     keeper = _Keeper(cluster)

@@ -1,0 +1,156 @@
+"""Cluster settings: the job scripts dask-jobqueue writes for SLURM, PBS, LSF and SGE from
+infra/jobqueue.yaml, the profile and the command line; walltime-aware lifetimes; worker rules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from aiperf.cluster import (
+    JOB_GPUS_ENV, JOB_STARTED_ENV, QUEUES, format_walltime, job_id, job_plan, jobqueue_cluster_class,
+    parse_walltime, pin_gpu, trial_resources, worker_end, worker_lifetime,
+)
+from aiperf.config import load_config
+from aiperf.errors import UserError
+
+API = "http://10.1.2.3:4200/api"
+
+
+def _script(kind: str, **cluster) -> str:
+    """The real job script dask-jobqueue would submit (building the cluster submits nothing)."""
+    config = load_config("quick", workers=4, cluster={"kind": kind, **cluster})
+    plan = job_plan(config, API)
+    cls = jobqueue_cluster_class(kind)
+    cluster_obj = cls(**plan.kwargs)
+    try:
+        return cluster_obj.job_script()
+    finally:
+        cluster_obj.close()
+
+
+@pytest.mark.parametrize("text, seconds", [("01:00:00", 3600), ("00:30", 1800), ("1-02:00:00", 93600),
+                                           ("90m", 5400), ("2h", 7200)])
+def test_walltime_formats(text, seconds):
+    assert parse_walltime(text) == seconds
+
+
+def test_walltime_written_as_each_queue_takes_it():
+    assert format_walltime(5400) == "01:30:00"
+    assert format_walltime(5401, fields=2) == "01:31"  # LSF: minutes, rounded up
+
+
+def test_workers_retire_before_the_walltime_with_staggered_ends():
+    for walltime in (30, 600, 3600, 86400):
+        lifetime, stagger = worker_lifetime(walltime)
+        assert 0 < lifetime - stagger and lifetime + stagger <= walltime - 5
+        assert stagger > 0
+    assert worker_lifetime(3600) == (3240.0, 180.0)
+
+
+def test_slurm_script_has_directives_resources_lifetime_and_prologue():
+    script = _script("slurm", queue="gpu", account="proj7", walltime="02:00:00", cores=8, memory="32GB",
+                     gpus=4, prologue=["module load cuda/12.4"], interface="lo")
+    assert "#SBATCH -p gpu" in script and "#SBATCH -A proj7" in script
+    assert "#SBATCH -t 02:00:00" in script and "#SBATCH --gres=gpu:4" in script
+    assert "#SBATCH -J aiperf-worker" in script and "#SBATCH --cpus-per-task=8" in script
+    assert "--nworkers 4" in script, "one worker per GPU"
+    assert "--resources trial=1,GPU=1" in script
+    assert "--lifetime 6600s" in script and "--lifetime-stagger 300s" in script
+    assert "--interface lo" in script
+    api = script.index(f"export PREFECT_API_URL={API}")
+    assert api < script.index("module load cuda/12.4"), "the user's prologue runs after ours and may override it"
+    assert "export AIPERF_WORKER_CORES=2" in script and f"export {JOB_STARTED_ENV}=$(date +%s)" in script
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("pbs", ["#PBS -q batch", "#PBS -A proj7", "#PBS -l walltime=02:00:00", "#PBS -l ngpus=2"]),
+    ("lsf", ["#BSUB -q batch", '#BSUB -P "proj7"', "#BSUB -W 02:00", '#BSUB -gpu "num=2"']),
+    ("sge", ["#$ -q batch", "#$ -P proj7", "#$ -l h_rt=02:00:00", "#$ -l gpu=2"]),
+])
+def test_pbs_lsf_sge_scripts_differ_only_in_directives(kind, expected):
+    script = _script(kind, queue="batch", account="proj7", walltime="02:00:00", cores=4, gpus=2)
+    for line in expected:
+        assert line in script, f"{line!r} missing from the {kind} script:\n{script}"
+    assert "--resources trial=1,GPU=1" in script and "--nworkers 2" in script
+    assert f"export PREFECT_API_URL={API}" in script
+
+
+def test_without_gpus_one_worker_per_job_owns_every_core():
+    config = load_config("quick", workers=3, cluster={"kind": "slurm", "cores": 16})
+    plan = job_plan(config, API)
+    assert (plan.jobs, plan.workers_per_job, plan.cores_per_worker) == (3, 1, 16)
+    assert trial_resources(config) == {"trial": 1}
+    with_gpus = load_config("quick", workers=8, cluster={"kind": "slurm", "cores": 32, "gpus": 4})
+    assert job_plan(with_gpus, API).jobs == 2 and trial_resources(with_gpus) == {"trial": 1, "GPU": 1}
+
+
+def test_defaults_come_from_jobqueue_yaml_and_the_profile_wins(tmp_path, monkeypatch):
+    site = tmp_path / "site.yaml"
+    site.write_text("jobqueue:\n  slurm:\n    cores: 6\n    memory: 12GB\n    queue: site-q\n"
+                    "    job-script-prologue: ['source /site/env.sh']\n")
+    monkeypatch.setenv("AIPERF_JOBQUEUE_CONFIG", str(site))
+    plan = job_plan(load_config("quick", workers=1, cluster="slurm"), API)
+    assert (plan.cores, plan.memory, plan.kwargs["queue"]) == (6, "12GB", "site-q")
+    assert "source /site/env.sh" in plan.kwargs["job_script_prologue"]
+    plan = job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "queue": "mine", "cores": 2}), API)
+    assert (plan.cores, plan.kwargs["queue"]) == (2, "mine")
+
+
+def test_repository_jobqueue_yaml_sets_one_core_jobs():
+    plan = job_plan(load_config("quick", workers=2, cluster="slurm"), API)
+    assert (plan.cores, plan.memory, plan.walltime, plan.kwargs["job_name"]) == (1, "2GB", "01:00:00", "aiperf-worker")
+
+
+def test_bad_cluster_settings_are_one_clear_error(monkeypatch):
+    with pytest.raises(UserError, match="cluster.kind"):
+        load_config("quick", cluster="moab")
+    with pytest.raises(UserError, match="cluster.walltime"):
+        job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "walltime": "soon"}), API)
+    with pytest.raises(UserError, match="workers per job"):
+        job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "cores": 2, "workers_per_job": 4}), API)
+    monkeypatch.setenv("AIPERF_JOBQUEUE_CONFIG", "/nonexistent/jobqueue.yaml")
+    with pytest.raises(UserError, match="AIPERF_JOBQUEUE_CONFIG"):
+        job_plan(load_config("quick", workers=1, cluster="slurm"), API)
+
+
+def test_core_limit_applies_to_local_clusters_only():
+    cores = os.cpu_count() or 1
+    with pytest.raises(UserError, match="more than this machine"):
+        load_config("quick", workers=cores + 64)
+    assert load_config("quick", workers=cores + 64, cluster="slurm").workers == cores + 64
+    assert load_config("quick", cluster="pbs").workers == 1  # 'auto' on a queue: one worker
+
+
+def test_inside_a_job(monkeypatch):
+    for queue in QUEUES.values():
+        monkeypatch.delenv(queue.job_id_env, raising=False)
+    assert job_id() is None
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert job_id() == "slurm-job-42"
+    monkeypatch.setenv(JOB_STARTED_ENV, "1000")
+    assert worker_end(300.0) == 1300.0 and worker_end(None) is None
+
+
+def test_one_gpu_per_worker(monkeypatch):
+    monkeypatch.setenv(JOB_GPUS_ENV, "4")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.delenv("AIPERF_GPU_PINNED", raising=False)
+    pin_gpu("SLURMCluster-3-2")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+
+
+def test_cli_cluster_options_fail_in_one_line():
+    def aiperf(*args):
+        return subprocess.run([sys.executable, "-m", "aiperf.cli", "run", *args], capture_output=True, text=True,
+                              timeout=120)
+
+    for args, words in ((["--cluster", "moab"], "cluster.kind"),
+                        (["--cluster", "slurm", "--cluster-opt", "nodes=3"], "--cluster-opt"),
+                        (["--cluster", "slurm", "--cluster-opt", "gpus=two"], "cluster.gpus")):
+        result = aiperf(*args)
+        assert result.returncode == 2, result.stderr
+        assert words in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
