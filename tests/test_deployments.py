@@ -99,6 +99,17 @@ def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
         assert any("search started on 1 workers" in entry.message for entry in logs)
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+
+        # The nightly deployment too: the first nightly run on this system passes and sets the baseline.
+        night = client.create_flow_run_from_deployment(
+            nightly.id, parameters={"budget": "15s", "workers": 1, "db": f"sqlite:///{db}", "out": str(tmp_path / "out"),
+                                    "overrides": {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}})
+        night_final = wait_for("the nightly run to finish",
+                               lambda: (r := client.read_flow_run(night.id)).state.is_final() and r, 420, process, log)
+        assert night_final.state.is_completed(), f"{night_final.state}\n{log.read_text()[-4000:]}"
+        assert "sets the baseline" in night_final.state.message
+        checks = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[night.id])))
+        assert [a.key for a in checks] == ["aiperf-regression"]
     kinds = {a.key: a.type for a in artifacts}
     # A link artifact is stored (and shown) as markdown holding the link.
     assert kinds == {"aiperf-score": "table", "aiperf-score-summary": "markdown", "aiperf-report": "markdown",

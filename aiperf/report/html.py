@@ -24,7 +24,7 @@ from aiperf.store.models import Run
 from aiperf.store.repository import utc
 
 WIDTH, HEIGHT = 720, 300
-MARGIN = {"left": 90, "right": 20, "top": 20, "bottom": 50}
+MARGIN = {"left": 90, "right": 40, "top": 20, "bottom": 50}
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 STATUS_COLORS = {"completed": "#2ca02c", "stopped": "#ff7f0e", "failed": "#d62728", "running": "#7f7f7f"}
 
