@@ -103,3 +103,24 @@ def test_views_agree_with_the_tables(db_url):
     assert [t["duration_s"] for t in trials] == [pytest.approx(20.0, abs=1e-3)] * 2
     assert [(t["epochs"], t["complete_epochs"], t["samples_trained"]) for t in trials] == [(2, 2, 768)] * 2
     assert trials[1]["started_at"] - trials[0]["started_at"] == timedelta(seconds=5)
+
+
+def test_views_migration_goes_down_and_up(db_url):
+    """0002 alone, down to 0001 and up again to head (later migrations own their own downgrades)."""
+    from alembic import command
+    from sqlalchemy import inspect
+
+    from aiperf.store import database
+
+    engine = database.open_engine(db_url)
+    try:
+        config = database._alembic_config(engine)
+        command.upgrade(config, "0002")
+        assert {"run_scores", "trial_summary"} <= set(inspect(engine).get_view_names())
+        command.downgrade(config, "0001")
+        assert not {"run_scores", "trial_summary"} & set(inspect(engine).get_view_names())
+        database.upgrade(engine)
+        assert {"run_scores", "trial_summary"} <= set(inspect(engine).get_view_names())
+        assert database.current_revision(engine) == database.head_revision()
+    finally:
+        engine.dispose()
