@@ -169,3 +169,25 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
     replaced = {int(JOB.search(w).group(1)) for (w,) in later if w and JOB.search(w)}
     assert replaced - {cancelled["job"]}, "trials after the cancel ran on SLURM jobs"
     assert _jobcomp().get(cancelled["job"]) == "CANCELLED"
+
+
+def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
+    """Jobs with a 40 s walltime in a 60 s run: workers retire on their own before SLURM's limit
+    (the job ends COMPLETED, never TIMEOUT), new jobs replace them, and no trial fails."""
+    from flows.benchmark import benchmark
+
+    db = tmp_path / "aiperf.db"
+    result = benchmark(profile="quick", budget="60s", workers=2, db=f"sqlite:///{db}", seed=13,
+                       out=str(tmp_path / "out"),
+                       overrides={**TINY, "train.epochs": 3, "cluster.kind": "slurm", "cluster.walltime": "00:00:40"})
+    with sqlite3.connect(db) as sql:
+        run_status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        trials = sql.execute("SELECT status, worker FROM trials").fetchall()
+    jobs = {int(JOB.search(w).group(1)) for _s, w in trials if w and JOB.search(w)}
+    finished = _jobcomp()
+    assert run_status == "completed"
+    assert len(jobs) >= 3, f"retired jobs were replaced: trials ran on {sorted(jobs)}"
+    retired = [j for j in jobs if finished.get(j) == "COMPLETED"]
+    assert retired, f"some job retired by itself before the end of the run: {[finished.get(j) for j in jobs]}"
+    assert not any(finished.get(j) == "TIMEOUT" for j in jobs), "no job reached SLURM's time limit"
+    assert not any(s == "failed" for s, _w in trials), trials
