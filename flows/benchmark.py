@@ -27,7 +27,7 @@ from prefect_dask import DaskTaskRunner
 from aiperf import progress
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig, load_config
-from aiperf.data.staging import Manifest, stage
+from aiperf.data.staging import Manifest, preflight, stage
 from aiperf.orchestrator import Search
 from aiperf.report.summary import markdown, score_rows
 from aiperf.score import ScoreResult, compute_score
@@ -90,7 +90,7 @@ def train_trial(request: TrialRequest, trainer: str = "keras") -> TrialResult:
             # The scheduler overwrites an event's "worker" with the worker's address: send ours aside.
             worker.log_event(request.events_topic, {**to_event(message), "worker_label": label})
     # Walltime-aware: a trial stops at its worker's end of life as at the run's deadline.
-    end = worker_end(getattr(worker, "lifetime", None))
+    end = worker_end(str(worker.name))
     if end is not None and end < request.deadline:
         request = replace(request, deadline=end)
     if trainer == "simulated":
@@ -135,6 +135,7 @@ def _launch(runner: DaskTaskRunner, request: TrialRequest, resources: dict[str, 
 
 def search(config: BenchmarkConfig, store: Store, run_id: int) -> None:
     """Start the workers, stage the data on them, then keep them busy with trials until the deadline."""
+    preflight(config.data)  # a missing folder or an empty class fails here, before any worker starts
     logger = get_run_logger()
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()

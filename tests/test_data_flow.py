@@ -64,3 +64,24 @@ def test_trials_trained_on_the_shards_with_exact_counts(folder_run):
         assert trained == 90 // batch * batch and evaluated == 30
         assert val_accuracy is not None
     assert result["ops"] > 0
+
+
+def test_a_broken_folder_fails_the_run_before_any_worker_starts(prefect_api, make_image_folder, tmp_path):
+    import time
+
+    from aiperf.data.problems import DataError
+    from flows.benchmark import benchmark
+
+    images = make_image_folder(tmp_path / "images", train_per_class=2, val_per_class=1)
+    for f in (images / "val" / "fish").iterdir():
+        f.unlink()
+    db = tmp_path / "aiperf.db"
+    started = time.time()
+    with pytest.raises(DataError, match="class folder val/fish is empty"):
+        benchmark(profile="quick", budget="20s", workers=1, db=f"sqlite:///{db}", out=str(tmp_path / "out"),
+                  overrides={**TINY, "data.kind": "folder", "data.source": str(images)})
+    assert time.time() - started < 15, "no cluster was started for a folder that cannot be staged"
+    with sqlite3.connect(db) as sql:
+        status, message = sql.execute("SELECT status, message FROM runs").fetchone()
+        assert sql.execute("SELECT COUNT(*) FROM datasets").fetchone()[0] == 0
+    assert status == "failed" and "val/fish is empty" in message

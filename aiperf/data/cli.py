@@ -98,14 +98,9 @@ def _stage_with_progress(config, seed: int, to: Path, workers: int | None, err: 
     from aiperf.config import machine_cores
     from aiperf.data.staging import stage as stage_data
 
-    if config.kind in ("folder", "tfrecord"):  # structural problems first, before any worker starts
-        from aiperf.data.folder import scan_folder
-        from aiperf.data.staging import _user_shards
+    from aiperf.data.staging import preflight
 
-        if config.kind == "folder":
-            scan_folder(config.source)
-        else:
-            _user_shards(Path(config.source).expanduser())
+    preflight(config)  # structural problems first, before any worker starts
     needs_workers = config.kind != "digits" or config.stage_to
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=False) as bar:

@@ -67,6 +67,22 @@ def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = N
     return manifest
 
 
+def preflight(config: DataConfig) -> None:
+    """The cheap checks, before any worker starts or anything is recorded: the source exists and
+    has the right shape (folders and classes, or shard names), and digits can be loaded. Images
+    are decoded later, by the workers that convert them."""
+    if config.kind == "folder":
+        from aiperf.data.folder import scan_folder
+
+        scan_folder(config.source or "")
+    elif config.kind == "tfrecord":
+        _user_shards(Path(config.source or "").expanduser())
+    elif config.kind == "digits":
+        from aiperf.data.digits import load_digits_arrays
+
+        load_digits_arrays()
+
+
 # --- synthetic ---------------------------------------------------------------------------------
 
 def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
@@ -221,10 +237,9 @@ def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress:
         for index in range(total):
             tasks.append(ConvertTask(root=str(layout.root), out=str(out), split=split, index=index, total=total,
                                      files=shuffled[index * size:(index + 1) * size], class_names=layout.class_names))
-    count = sum(len(t.files) for t in tasks)
-    shards, problems = _collect(_run(client, convert_shard, tasks), count,
-                                lambda r: next(len(t.files) for t in tasks if t.name == r["name"]),
-                                "checking and converting images", progress)
+    sizes = {t.name: len(t.files) for t in tasks}
+    shards, problems = _collect(_run(client, convert_shard, tasks), sum(sizes.values()),
+                                lambda r: sizes[r["name"]], "checking and converting images", progress)
     if problems:
         (out / MANIFEST_FILE).unlink(missing_ok=True)  # what is staged no longer matches the source
         raise DataError(config.source, sorted(problems))
