@@ -23,6 +23,8 @@ import math
 import os
 import shlex
 import threading
+import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,10 +43,12 @@ TRIAL_RESOURCE = "trial"
 GPU_RESOURCE = "GPU"
 JOB_STARTED_ENV = "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
 JOB_GPUS_ENV = "AIPERF_JOB_GPUS"  # GPUs of the job, shared one per worker
+LIFETIME_ENV = "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
+RETIRE_LEAD_S = 15.0  # the keeper stops sending trials this long before a worker's own end (start-up slack)
 JOBQUEUE_CONFIG_ENV = "AIPERF_JOBQUEUE_CONFIG"
 DEFAULT_JOBQUEUE_CONFIG = Path(__file__).resolve().parent.parent / "infra" / "jobqueue.yaml"
 WORKERS_TIMEOUT_S = float(os.environ.get("AIPERF_WORKERS_TIMEOUT", "600"))
-KEEPER_PERIOD_S = 5.0
+KEEPER_PERIOD_S = 2.0
 
 log = logging.getLogger("aiperf.cluster")
 
@@ -106,6 +110,13 @@ def worker_lifetime(walltime_s: float) -> tuple[float, float]:
     for a clean exit before the queue's kill. The margin is 10% of the walltime, 10 s to 10 min."""
     margin = min(max(0.1 * walltime_s, 10.0), 600.0, walltime_s / 2)
     return walltime_s - margin, margin / 2
+
+
+def staggered_lifetime(worker_name: str, lifetime_s: float, stagger_s: float) -> float:
+    """This worker's own lifetime in [lifetime - stagger, lifetime + stagger], fixed by its name, so
+    the worker (stopping its trial) and the keeper (retiring it) agree without talking."""
+    fraction = zlib.crc32(worker_name.encode()) / 2**32
+    return lifetime_s + stagger_s * (2 * fraction - 1)
 
 
 # --- the plan of a job queue cluster (pure data, testable without a queue) ---------------------
@@ -194,6 +205,7 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins.
     prologue = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
+    prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
     prologue += list(settings.get("job-script-prologue") or []) + list(c.prologue)
     directives = list(settings.get("job-extra-directives") or [])
     if c.gpus:
@@ -207,8 +219,9 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         "job_name": settings.get("name") or "aiperf-worker",
         "job_script_prologue": prologue,
         "job_extra_directives": directives,
-        "worker_extra_args": ["--resources", resources, "--lifetime", f"{lifetime:.0f}s",
-                              "--lifetime-stagger", f"{stagger:.0f}s"],
+        # Dask's own lifetime is the backstop, halfway between the latest planned end and the walltime.
+        "worker_extra_args": ["--resources", resources, "--lifetime",
+                              f"{(lifetime + stagger + walltime_s) / 2:.0f}s"],
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # any free port
     }
     for key in ("death-timeout", "local-directory"):
@@ -258,12 +271,14 @@ def job_id() -> str | None:
     return None
 
 
-def worker_end(lifetime_s: float | None) -> float | None:
-    """Unix time this worker retires (its job's start plus its staggered lifetime), if it will."""
-    started = os.environ.get(JOB_STARTED_ENV)
-    if not lifetime_s or not started:
+def worker_end(worker_name: str) -> float | None:
+    """Unix time this worker stops taking trials (its job's start plus its staggered lifetime),
+    inside a job with a walltime; None elsewhere."""
+    started, lifetime = os.environ.get(JOB_STARTED_ENV), os.environ.get(LIFETIME_ENV)
+    if not started or not lifetime:
         return None
-    return float(started) + float(lifetime_s)
+    base, stagger = (float(v) for v in lifetime.split(","))
+    return float(started) + staggered_lifetime(worker_name, base, stagger)
 
 
 def pin_gpu(worker_name: str) -> None:
@@ -300,8 +315,10 @@ def _quiet() -> None:
 
 
 @contextmanager
-def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: bool = False):
-    """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory.
+def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: bool = False,
+                  cores_per_worker: int | None = None):
+    """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
+    (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
     Simulated trials use no cores, so then many slots share a few processes as threads."""
     from distributed import LocalCluster
 
@@ -312,7 +329,7 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
         cores = 1
     else:
         processes, threads = workers, 1
-        cores = max(1, machine_cores() // workers)
+        cores = cores_per_worker or max(1, machine_cores() // workers)
     memory = int(psutil.virtual_memory().total * 0.9 / processes)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         cluster = LocalCluster(
@@ -327,21 +344,50 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
 
 
 class _Keeper(threading.Thread):
-    """Every few seconds, asks the cluster to restart jobs that ended (retired at their lifetime,
-    cancelled, or killed): dask's SpecCluster keeps their spec, so correcting its state resubmits."""
+    """Keeps a job queue cluster whole, every few seconds, on the cluster's event loop:
 
-    def __init__(self, cluster: Any, period_s: float = KEEPER_PERIOD_S) -> None:
+    - a worker whose staggered lifetime is near stops getting trials (the scheduler marks it
+      closing_gracefully; its running trial stops itself at the worker's end, keeping its epochs);
+      once it is idle it is retired and its job ends cleanly, before the queue's walltime;
+    - jobs that ended (retired, cancelled, killed) are resubmitted: dask's SpecCluster keeps their
+      spec, so correcting its state submits a new job under the same name.
+    """
+
+    def __init__(self, cluster: Any, plan: JobPlan, period_s: float = KEEPER_PERIOD_S) -> None:
         super().__init__(name="aiperf-cluster-keeper", daemon=True)
-        self.cluster, self.period_s = cluster, period_s
+        self.cluster, self.plan, self.period_s = cluster, plan, period_s
+        self.first_seen: dict[str, float] = {}
+        self.retiring: set[str] = set()
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.wait(self.period_s):
             try:
-                self.cluster.loop.add_callback(self.cluster._correct_state)
+                self.cluster.loop.add_callback(self._tend)
             except Exception as exc:  # pragma: no cover - the loop is closing
                 log.debug("keeper: %s", exc)
                 return
+
+    async def _tend(self) -> None:
+        from distributed.core import Status
+
+        scheduler = self.cluster.scheduler
+        now = time.time()
+        for address, ws in list(scheduler.workers.items()):
+            first = self.first_seen.setdefault(address, now)
+            own = staggered_lifetime(str(ws.name), self.plan.lifetime_s, self.plan.stagger_s)
+            if now < first + own - RETIRE_LEAD_S or address in self.retiring:
+                continue
+            if ws.status == Status.running:
+                log.info("worker %s is near its end of life: no more trials for it", ws.name)
+                scheduler.handle_worker_status_change(Status.closing_gracefully, ws,
+                                                      stimulus_id=f"aiperf-lifetime-{now}")
+            if not ws.processing:
+                self.retiring.add(address)
+                log.info("retiring worker %s before its job's walltime", ws.name)
+                await scheduler.retire_workers(workers=[address], close_workers=True, remove=True,
+                                               stimulus_id=f"aiperf-retire-{now}")
+        self.cluster._correct_state()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -372,7 +418,7 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
     cls = jobqueue_cluster_class(plan.kind)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         cluster = cls(**plan.kwargs)
-    keeper = _Keeper(cluster)
+    keeper = _Keeper(cluster, plan)
     try:
         if plan.adaptive:
             cluster.adapt(minimum_jobs=1, maximum_jobs=plan.jobs)
@@ -397,7 +443,12 @@ def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -
     """The run's cluster, its workers up (the timed window opens after this, not before)."""
     if config.cluster.kind == "local":
         simulated = config.train.trainer == "simulated"
-        with local_cluster(config.workers, prefect_api_url, simulated=simulated) as cluster:
+        wanted = (config.cluster.cores or 1) * config.workers
+        if config.cluster.cores and not simulated and wanted > machine_cores():
+            raise UserError(f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
+                            f"than this machine's {machine_cores()} cores; lower one of them")
+        with local_cluster(config.workers, prefect_api_url, simulated=simulated,
+                           cores_per_worker=config.cluster.cores) as cluster:
             yield StartedCluster(kind="local", cluster=cluster, workers=config.workers)
         return
     host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]

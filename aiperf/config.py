@@ -145,7 +145,7 @@ class ClusterConfig(_Strict):
     queue: str | None = None
     account: str | None = None
     walltime: str | None = None  # HH:MM:SS, as the queue takes it
-    cores: int | None = Field(None, ge=1)  # per job
+    cores: int | None = Field(None, ge=1)  # per job; on a local cluster, per worker (default: split evenly)
     memory: str | None = None  # per job, e.g. "8GB"
     gpus: int = Field(0, ge=0)  # per job; one worker per GPU
     workers_per_job: int | None = Field(None, ge=1)  # without GPUs; default 1 (one worker per node)

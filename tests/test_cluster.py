@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from aiperf.cluster import (
-    JOB_GPUS_ENV, JOB_STARTED_ENV, QUEUES, format_walltime, job_id, job_plan, jobqueue_cluster_class,
-    parse_walltime, pin_gpu, trial_resources, worker_end, worker_lifetime,
+    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, QUEUES, format_walltime, job_id, job_plan,
+    jobqueue_cluster_class, parse_walltime, pin_gpu, staggered_lifetime, trial_resources, worker_end,
+    worker_lifetime,
 )
 from aiperf.config import load_config
 from aiperf.errors import UserError
@@ -58,7 +59,8 @@ def test_slurm_script_has_directives_resources_lifetime_and_prologue():
     assert "#SBATCH -J aiperf-worker" in script and "#SBATCH --cpus-per-task=8" in script
     assert "--nworkers 4" in script, "one worker per GPU"
     assert "--resources trial=1,GPU=1" in script
-    assert "--lifetime 6600s" in script and "--lifetime-stagger 300s" in script
+    assert "export AIPERF_WORKER_LIFETIME=6600,300" in script, "workers end at 6600 +- 300 s, staggered"
+    assert "--lifetime 7050s" in script, "dask's own lifetime is only the backstop, before the 7200 s walltime"
     assert "--interface lo" in script
     api = script.index(f"export PREFECT_API_URL={API}")
     assert api < script.index("module load cuda/12.4"), "the user's prologue runs after ours and may override it"
@@ -130,8 +132,13 @@ def test_inside_a_job(monkeypatch):
     assert job_id() is None
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     assert job_id() == "slurm-job-42"
+    monkeypatch.delenv(LIFETIME_ENV, raising=False)
+    assert worker_end("SLURMCluster-0") is None
     monkeypatch.setenv(JOB_STARTED_ENV, "1000")
-    assert worker_end(300.0) == 1300.0 and worker_end(None) is None
+    monkeypatch.setenv(LIFETIME_ENV, "300,30")
+    ends = {worker_end(f"SLURMCluster-{i}") for i in range(20)}
+    assert all(1270 <= e <= 1330 for e in ends) and len(ends) == 20, "staggered by worker name"
+    assert worker_end("SLURMCluster-3") == 1000 + staggered_lifetime("SLURMCluster-3", 300, 30)
 
 
 def test_one_gpu_per_worker(monkeypatch):
