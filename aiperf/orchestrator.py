@@ -30,6 +30,11 @@ from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialR
 log = logging.getLogger("aiperf.orchestrator")
 
 
+def trial_seed(run_seed: int, number: int) -> int:
+    """Each trial's weight seed, distinct per trial and within what numpy and the frameworks take."""
+    return (run_seed * 100_003 + number) % 2**32
+
+
 class TrialHandle(Protocol):
     def done(self) -> bool: ...
     def result(self) -> TrialResult: ...
@@ -140,7 +145,7 @@ class Search:
         request = TrialRequest(
             run_id=self.run_id, trial_key=trial.trial_id, architecture=proposal.network.to_dict(),
             learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
-            deadline=deadline, data_path=self.data_path, seed=self.config.seed * 100_003 + number,
+            deadline=deadline, data_path=self.data_path, seed=trial_seed(self.config.seed, number),
             optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
             dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
             events_topic=self.events_topic)
