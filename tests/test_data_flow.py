@@ -44,10 +44,12 @@ def test_run_records_the_dataset_manifest(folder_run):
     assert [s["name"] for s in manifest["shards"]][:2] == ["train-00000-of-00006", "train-00001-of-00006"]
     assert all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in manifest["shards"])
     assert manifest["sha256"] == sha and name == manifest["name"]
-    # Copied node-local on both Dask workers, and the trials read that copy.
-    assert len(manifest["copies"]) == 2
-    assert manifest["path"] == str(folder / "node-local" / name)
-    assert (Path(manifest["path"]) / "manifest.json").is_file()
+    # Copied node-local on both Dask workers (the trials read that copy), checksums verified there.
+    assert len(manifest["copies"]) == 2 and manifest["stage_to"] == str(folder / "node-local")
+    local = folder / "node-local" / name
+    copy = json.loads((local / "manifest.json").read_text())
+    assert copy["path"] == str(local) and copy["sha256"] == sha
+    assert {s["name"] for s in copy["shards"]} == {s["name"] for s in manifest["shards"]}
 
 
 def test_trials_trained_on_the_shards_with_exact_counts(folder_run):

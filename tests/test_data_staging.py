@@ -143,20 +143,30 @@ def test_user_tfrecord_shards_are_checked_in_place(staged, tmp_path):
 
 
 def test_stage_to_copies_and_verifies_node_local_shards(staged, tmp_path):
+    from aiperf.data.feed import open_feed
+
     config, out, manifest = staged
     local = tmp_path / "node-local"
     placed = stage(config.model_copy(update={"stage_to": str(local)}), 0, out)
-    assert placed.path == str(local / manifest.name) and placed.sha256 == manifest.sha256
+    assert placed.path == manifest.path and placed.stage_to == str(local) and placed.sha256 == manifest.sha256
     assert placed.copies and all(str(local) in where for where in placed.copies.values())
-    copy = read_manifest(placed.path)
-    assert copy["path"] == placed.path
+    copy_folder = local / manifest.name
+    copy = read_manifest(copy_folder)
+    assert copy["path"] == str(copy_folder)
     for s in copy["shards"]:
-        assert sha256_file(Path(placed.path) / s["file"]) == s["sha256"]
-    # A damaged copy is found by its checksum and replaced.
-    first = Path(placed.path) / copy["shards"][0]["file"]
+        assert sha256_file(copy_folder / s["file"]) == s["sha256"]
+    # A damaged copy is found by its checksum and replaced by the next staging.
+    first = copy_folder / copy["shards"][0]["file"]
     first.write_bytes(b"damaged")
     stage(config.model_copy(update={"stage_to": str(local)}), 0, out)
     assert sha256_file(first) == copy["shards"][0]["sha256"]
+    # A worker that joined after staging (no copy on its node yet) makes its own when a trial opens the data.
+    shutil.rmtree(local)
+    feed = open_feed(placed.path, batch_size=8, input_shape=(16, 16, 3), seed=0)
+    assert (copy_folder / MANIFEST_FILE).is_file() and feed.train_samples == 24
+    # A later staging without stage_to reads the shared shards again.
+    plain = stage(config, 0, out)
+    assert plain.stage_to is None and read_manifest(plain.path).get("stage_to") is None
 
 
 def test_digits_are_real_images_split_by_seed(tmp_path):

@@ -30,7 +30,9 @@ def open_feed(data_path: str, *, batch_size: int, input_shape: tuple[int, int, i
                     train_samples=len(data.y_train), val_samples=len(data.y_val))
     from aiperf.data.manifest import read_manifest
     from aiperf.data.pipeline import make_dataset
+    from aiperf.data.placement import local_copy
 
+    data_path = local_copy(data_path)  # node-local shards, when the staging asked for them
     manifest = read_manifest(data_path)
     images = int(manifest["train_samples"])
     if images < batch_size:

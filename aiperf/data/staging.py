@@ -64,6 +64,9 @@ def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = N
         manifest = stage_tfrecord(config, folder, client, progress)
     if config.stage_to:
         manifest = place(manifest, config.stage_to, client, progress)
+    elif manifest.format == "tfrecord" and manifest.stage_to:  # an earlier run's node-local setting
+        manifest = replace(manifest, stage_to=None, copies={})
+        write_json_atomic(Path(manifest.path) / MANIFEST_FILE, manifest.to_dict())
     return manifest
 
 
@@ -302,23 +305,28 @@ def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progres
 # --- node-local copies --------------------------------------------------------------------------
 
 def place(manifest: Manifest, stage_to: str, client: Any | None, progress: Progress) -> Manifest:
-    """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there."""
-    from aiperf.data.placement import place_everywhere
+    """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there.
 
-    dest = str(Path(stage_to) / manifest.name)
+    Sharded data keeps its shared path in the manifest, which now names `stage_to`: trials open
+    the node-local copy (a worker that joins later makes its own; see placement.local_copy).
+    An .npz (synthetic data) is small: its path becomes the node-local copy."""
+    from aiperf.data.placement import copy_plan, place_everywhere
+
+    what = f"copying to {stage_to} on every worker"
     if manifest.format == "npz":
+        dest = str(Path(stage_to) / manifest.name)
         files = [{"src": manifest.path, "file": Path(manifest.path).name, "sha256": manifest.sha256,
                   "size_bytes": manifest.size_bytes}]
-        local_path, local_manifest = str(Path(dest) / Path(manifest.path).name), None
-    else:
-        files = [{"src": shard_path(manifest.path, s), "file": s["name"], "sha256": s["sha256"],
-                  "size_bytes": s["size_bytes"]} for s in manifest.shards]
-        shards = [{**s, "file": s["name"]} for s in manifest.shards]
-        local_path = dest
-        local_manifest = replace(manifest, path=dest, shards=shards, stage_to=stage_to).to_dict()
-    progress(0, len(files), f"copying to {stage_to} on every worker")
-    done = place_everywhere(files, dest, local_manifest, client)
-    progress(len(files), len(files), f"copying to {stage_to} on every worker")
+        progress(0, len(files), what)
+        done = place_everywhere(files, dest, None, client)
+        progress(len(files), len(files), what)
+        copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
+        return replace(manifest, path=str(Path(dest) / Path(manifest.path).name), stage_to=stage_to, copies=copies)
+    shared = replace(manifest, stage_to=stage_to)
+    write_json_atomic(Path(manifest.path) / MANIFEST_FILE, shared.to_dict())
+    dest, files, local = copy_plan(manifest.path, shared.to_dict())
+    progress(0, len(files), what)
+    done = place_everywhere(files, dest, local, client)
+    progress(len(files), len(files), what)
     copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
-    shards = [{**s, "file": s["name"]} for s in manifest.shards] if manifest.format != "npz" else []
-    return replace(manifest, path=local_path, stage_to=stage_to, copies=copies, shards=shards)
+    return replace(shared, copies=copies)
