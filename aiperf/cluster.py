@@ -416,26 +416,29 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
     cls = jobqueue_cluster_class(plan.kind)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    settings = {"distributed.scheduler.allowed-failures": 0,
+                # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
+                "distributed.deploy.lost-worker-timeout": "3s"}
+    with dask.config.set(settings):
         cluster = cls(**plan.kwargs)
-    keeper = _Keeper(cluster, plan)
-    try:
-        if plan.adaptive:
-            cluster.adapt(minimum_jobs=1, maximum_jobs=plan.jobs)
-            ready = plan.workers_per_job
-        else:
-            cluster.scale(jobs=plan.jobs)
-            ready = plan.workers
-        log.info("submitted %s jobs of %d worker(s), %d cores, %s, walltime %s",
-                 f"1-{plan.jobs}" if plan.adaptive else plan.jobs, plan.workers_per_job, plan.cores,
-                 plan.memory, plan.walltime)
-        _wait_for_workers(cluster, ready, plan.kind, timeout_s)
-        keeper.start()
-        yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan)
-    finally:
-        if keeper.is_alive():
-            keeper.stop()
-        cluster.close()
+        keeper = _Keeper(cluster, plan)
+        try:
+            if plan.adaptive:
+                cluster.adapt(minimum_jobs=1, maximum_jobs=plan.jobs)
+                ready = plan.workers_per_job
+            else:
+                cluster.scale(jobs=plan.jobs)
+                ready = plan.workers
+            log.info("submitted %s jobs of %d worker(s), %d cores, %s, walltime %s",
+                     f"1-{plan.jobs}" if plan.adaptive else plan.jobs, plan.workers_per_job, plan.cores,
+                     plan.memory, plan.walltime)
+            _wait_for_workers(cluster, ready, plan.kind, timeout_s)
+            keeper.start()
+            yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan)
+        finally:
+            if keeper.is_alive():
+                keeper.stop()
+            cluster.close()
 
 
 @contextmanager
