@@ -78,12 +78,15 @@ def run(
                                     "gpus, workers_per_job, prologue (one shell line each), interface."),
     adaptive: bool = typer.Option(False, "--adaptive", help="Scale jobs between 1 and --workers with demand "
                                                             "(default: a fixed number of workers)."),
+    settings: Optional[list[str]] = typer.Option(
+        None, "--set", help="Override a profile setting KEY=VALUE (dotted key, YAML value), repeatable: "
+                            "e.g. --set data.source=/data/imagenet --set train.epochs=[2,4]."),
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
     from aiperf.config import load_config
 
     try:
-        overrides = _cluster_overrides(cluster, cluster_opt or [], adaptive)
+        overrides = {**_setting_overrides(settings or []), **_cluster_overrides(cluster, cluster_opt or [], adaptive)}
         config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
                              overrides=overrides)
     except UserError as exc:
@@ -104,6 +107,22 @@ def run(
         finally:
             progress.set_listener(None)
     _print_score(result["run_id"], config.db)
+
+
+def _setting_overrides(settings: list[str]) -> dict:
+    """--set KEY=VALUE pairs as dotted config overrides; values are read as YAML (numbers, lists)."""
+    import yaml
+
+    overrides = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {item!r} is not KEY=VALUE; write e.g. --set data.source=/data/imagenet")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
+    return overrides
 
 
 def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> dict:

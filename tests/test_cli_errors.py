@@ -34,6 +34,9 @@ def recorded_db(tmp_path):
     (["--budget", "-5s"], "not a duration"),
     (["--workers", "4096"], "more than this machine can hold"),
     (["--workers", "0"], "at least 1"),
+    (["--set", "nonsense"], "is not KEY=VALUE"),
+    (["--set", "train.epochs=0"], "train.epochs"),
+    (["--set", "data.kind=tfrecord"], "needs data.source"),
 ])
 def test_bad_run_settings(recorded_db, args, fragment):
     result = aiperf("run", "--db", recorded_db, *args)
