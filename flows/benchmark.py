@@ -210,8 +210,12 @@ def publish(config: BenchmarkConfig, run_id: int, score: ScoreResult) -> None:
 @flow(name="aiperf-benchmark", log_prints=True)
 def benchmark(profile: str = "quick", budget: str | None = None, workers: int | None = None,
               db: str | None = None, seed: int | None = None, out: str | None = None,
-              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the benchmark for a fixed wall-clock budget and return its score."""
+              cluster: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the benchmark for a fixed wall-clock budget and return its score.
+    `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
+    profile settings, as `aiperf run --set` takes them."""
+    if cluster is not None:
+        overrides = {**(overrides or {}), "cluster.kind": cluster}
     config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
                          overrides=overrides)
     store = Store.open(config.db)
