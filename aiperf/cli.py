@@ -106,7 +106,7 @@ def run(
             raise fail(str(exc)) from None
         finally:
             progress.set_listener(None)
-    _print_score(result["run_id"], config.db)
+    _print_score(_load_run(result["run_id"], config.db))
 
 
 def _setting_overrides(settings: list[str]) -> dict:
@@ -154,9 +154,8 @@ def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> 
     return overrides
 
 
-def _print_score(run_id: int, db: str) -> None:
-    from aiperf.report.summary import score_from_record, score_rows
-
+def _load_run(run_id: int, db: str):
+    """The run with its score and trials, or a one-line error naming how to find run ids."""
     store = _open_store(db)
     try:
         record = store.get_run(run_id)
@@ -164,6 +163,13 @@ def _print_score(run_id: int, db: str) -> None:
         store.close()
     if record is None:
         raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
+    return record
+
+
+def _print_score(record) -> None:
+    from aiperf.report.summary import score_from_record, score_rows
+
+    run_id = record.id
     score = score_from_record(record)
     if score is None:
         console.print(f"run {run_id} ({record.status}) has no score" + (f": {record.message}" if record.message else ""))
@@ -208,14 +214,8 @@ def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists 
     """Print one run's score and its trials (or, with --tree, how the search grew them)."""
     from aiperf.report.trials import search_tree, trial_table
 
-    store = _open_store(db)
-    try:
-        record = store.get_run(run_id)
-    finally:
-        store.close()
-    if record is None:
-        raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
-    _print_score(run_id, db)
+    record = _load_run(run_id, db)
+    _print_score(record)
     console.print(search_tree(record) if tree else trial_table(record))
 
 
