@@ -63,13 +63,16 @@ class QueueKind:
     job_id_env: str  # set inside a job: its id
     walltime_fields: int  # 3: HH:MM:SS, 2: HH:MM (LSF)
     status_command: str  # how a user sees the jobs
+    workdir_line: str = ""  # start the job where it was submitted (SLURM and LSF do by themselves)
 
 
 QUEUES: dict[str, QueueKind] = {
     "slurm": QueueKind("SLURMCluster", "account", "--gres=gpu:{gpus}", "SLURM_JOB_ID", 3, "squeue"),
-    "pbs": QueueKind("PBSCluster", "account", "-l ngpus={gpus}", "PBS_JOBID", 3, "qstat"),
+    "pbs": QueueKind("PBSCluster", "account", "-l ngpus={gpus}", "PBS_JOBID", 3, "qstat",
+                     'cd "${PBS_O_WORKDIR:-$PWD}"'),
     "lsf": QueueKind("LSFCluster", "project", '-gpu "num={gpus}"', "LSB_JOBID", 2, "bjobs"),
-    "sge": QueueKind("SGECluster", "project", "-l gpu={gpus}", "JOB_ID", 3, "qstat"),
+    "sge": QueueKind("SGECluster", "project", "-l gpu={gpus}", "JOB_ID", 3, "qstat",
+                     'cd "${SGE_O_WORKDIR:-$PWD}"'),
 }
 
 
@@ -203,7 +206,8 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     if c.gpus:
         env[JOB_GPUS_ENV] = str(c.gpus)
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins.
-    prologue = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    prologue = [queue_kind.workdir_line] if queue_kind.workdir_line else []  # relative data paths resolve
+    prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
     prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
     prologue += list(settings.get("job-script-prologue") or []) + list(c.prologue)

@@ -68,9 +68,10 @@ def test_slurm_script_has_directives_resources_lifetime_and_prologue():
 
 
 @pytest.mark.parametrize("kind, expected", [
-    ("pbs", ["#PBS -q batch", "#PBS -A proj7", "#PBS -l walltime=02:00:00", "#PBS -l ngpus=2"]),
+    ("pbs", ["#PBS -q batch", "#PBS -A proj7", "#PBS -l walltime=02:00:00", "#PBS -l ngpus=2",
+             'cd "${PBS_O_WORKDIR:-$PWD}"']),
     ("lsf", ["#BSUB -q batch", '#BSUB -P "proj7"', "#BSUB -W 02:00", '#BSUB -gpu "num=2"']),
-    ("sge", ["#$ -q batch", "#$ -P proj7", "#$ -l h_rt=02:00:00", "#$ -l gpu=2"]),
+    ("sge", ["#$ -q batch", "#$ -P proj7", "#$ -l h_rt=02:00:00", "#$ -l gpu=2", 'cd "${SGE_O_WORKDIR:-$PWD}"']),
 ])
 def test_pbs_lsf_sge_scripts_differ_only_in_directives(kind, expected):
     script = _script(kind, queue="batch", account="proj7", walltime="02:00:00", cores=4, gpus=2)
