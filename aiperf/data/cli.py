@@ -92,6 +92,10 @@ def stage(
         typer.echo(json.dumps(manifest.to_dict(), indent=1))
         return
     _print_manifest(manifest)
+    if manifest.kind in ("folder", "tfrecord"):
+        out = f" --out {Path(to).parent}" if Path(to).name == "data" else ""
+        Console().print(f"run on it with a profile whose data section says kind: {manifest.kind}, source: "
+                        f"{manifest.source}; `aiperf run{out}` then reuses these shards", highlight=False)
 
 
 def _stage_with_progress(config, seed: int, to: Path, workers: int | None, err: Console):

@@ -3,6 +3,8 @@
     shards -> interleaved parallel reads -> parse -> (cache, when small) -> shuffle
            -> parallel decode + preprocess -> batch -> prefetch
 
+(without random augmentation, as in evaluation, small sets are cached after preprocessing).
+
 Training preprocessing is AIPerf's (and the reference ResNet-50's) ImageNet augmentation: a
 random crop from a distorted bounding box (8-100% of the area, aspect 3:4 to 4:3; JPEGs decode
 only the crop window), resized to the model's size, and a random left-right flip. Evaluation
@@ -119,21 +121,29 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 16), block_length=1,
                        num_parallel_calls=autotune, deterministic=not training)
     ds = ds.map(_parse, num_parallel_calls=autotune)
-    size = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
-    if cache if cache is not None else size <= CACHE_LIMIT_BYTES:
-        ds = ds.cache()  # encoded bytes only: augmentation stays random every epoch
+    images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
+    encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
+    decoded = images * image_size * image_size * channels * 4
+    prepare = lambda e, l: preprocess(e, l, image_size=image_size, channels=channels,  # noqa: E731
+                                      training=training, style=style,
+                                      label_offset=int(manifest.get("label_offset", 0)))
+    # Without random augmentation (evaluation, digits) the prepared images are the same every
+    # epoch: a small set is decoded once and kept. Otherwise only the encoded bytes are kept.
+    same_every_epoch = not training or style != "imagenet"
+    keep_prepared = same_every_epoch and (cache if cache is not None else decoded <= CACHE_LIMIT_BYTES)
+    if keep_prepared:
+        ds = ds.map(prepare, num_parallel_calls=autotune, deterministic=not training).cache()
+    elif cache if cache is not None else encoded <= CACHE_LIMIT_BYTES:
+        ds = ds.cache()
     if repeat:
         ds = ds.repeat()
     if training:
-        images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
         ds = ds.shuffle(min(images, 10_000), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.map(lambda e, l: preprocess(e, l, image_size=image_size, channels=channels, training=training,
-                                        style=style, label_offset=int(manifest.get("label_offset", 0))),
-                num_parallel_calls=autotune, deterministic=not training)
+    if not keep_prepared:
+        ds = ds.map(prepare, num_parallel_calls=autotune, deterministic=not training)
     drop = training if drop_remainder is None else drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
     if not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
-        images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
         ds = ds.apply(tf.data.experimental.assert_cardinality(
             images // batch_size if drop else -(-images // batch_size)))
     ds = ds.prefetch(autotune)
