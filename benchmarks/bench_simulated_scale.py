@@ -39,6 +39,7 @@ class ScalePoint:
     writes: int
     busy_worker_s: float
     refill_s: float  # mean wait of a freed worker for its next trial
+    refills: int
 
     @property
     def overhead_per_trial_ms(self) -> float:
@@ -108,7 +109,8 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
         busy = sum(_seconds(b) - _seconds(a) for a, b in spans)
         return ScalePoint(workers=workers, trials=summary.trials, epochs=epoch_count, wall_s=wall, cpu_s=cpu,
                           writes=writes[0], busy_worker_s=busy,
-                          refill_s=sum(launcher.refill_s) / max(1, len(launcher.refill_s)))
+                          refill_s=sum(launcher.refill_s) / max(1, len(launcher.refill_s)),
+                          refills=len(launcher.refill_s))
     finally:
         store.close()
 
@@ -140,8 +142,9 @@ def main() -> None:
             folder.mkdir()
             db = args.db or f"sqlite:///{folder / 'aiperf.db'}"
             p = simulate(n, args.budget, db, folder, epoch_s=args.epoch_s, oracle=args.oracle)
+            refill = f"{p.refill_s * 1000:.0f} ms" if p.refills else "none"  # none: no worker was freed and refilled
             print(f"{p.workers:>8} {p.trials:>7} {p.epochs:>7} {p.trials / p.wall_s:>9.1f} "
-                  f"{p.overhead_per_trial_ms:>12.2f} ms {p.writes_per_s:>12.0f} {p.refill_s * 1000:>9.0f} ms "
+                  f"{p.overhead_per_trial_ms:>12.2f} ms {p.writes_per_s:>12.0f} {refill:>12} "
                   f"{p.utilisation:>12.2f}",
                   flush=True)
 
