@@ -173,6 +173,8 @@ class Search:
         if running is None:
             return  # a late repeat for a trial already finished: its result carried it too
         if isinstance(message, TrialPlaced):
+            if running.train_ops is not None:
+                return  # the live event recorded it; the result repeats it
             self.store.trial_placed(running.trial_id, worker=message.worker, parameters=message.parameters,
                                     train_ops=message.train_ops, eval_ops=message.eval_ops,
                                     tensor_train_ops=message.tensor_train_ops,
