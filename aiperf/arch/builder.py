@@ -22,7 +22,8 @@ def _layer(node: Node, num_classes: int):
         return layers.Conv2D(p["filters"], p["kernel"], strides=p["stride"], padding=p["padding"],
                              use_bias=bool(p.get("bias", False)), name=node.id)
     if node.kind == "bn":
-        return layers.BatchNormalization(epsilon=p.get("epsilon", 1e-3), name=node.id)
+        return layers.BatchNormalization(epsilon=p.get("epsilon", 1e-3), momentum=p.get("momentum", 0.99),
+                                         name=node.id)
     if node.kind == "relu":
         return layers.Activation("relu", name=node.id)
     if node.kind == "maxpool":

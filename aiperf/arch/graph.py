@@ -10,7 +10,7 @@ Node kinds and their parameters:
     input                        the image
     zeropad   pad                symmetric zero padding
     conv      filters, kernel, stride, padding ('same'|'valid'), bias
-    bn        epsilon
+    bn        epsilon, momentum (of the moving statistics; Keras' default 0.99)
     relu
     maxpool   pool, stride, padding
     add                          two or more inputs of one shape

@@ -48,6 +48,12 @@ def _prefix(net: Network) -> str:
     return f"m{len(net.history) + 1}"
 
 
+def _bn_params(net: Network) -> dict[str, Any]:
+    """Added BNs follow the network's own convention (its first BN's epsilon and momentum)."""
+    first = next((n for n in net.nodes if n.kind == "bn"), None)
+    return {"epsilon": 1e-3, "momentum": 0.99, **(first.params if first else {})}
+
+
 def _rewire(nodes: list[Node], old: str, new: str, skip_ids: set[str]) -> list[Node]:
     """Consumers of `old` read `new` instead (except the new nodes themselves)."""
     return [n if n.id in skip_ids else replace(n, inputs=tuple(new if i == old else i for i in n.inputs))
@@ -62,7 +68,7 @@ def deepen(net: Network, after: str, kernel: int) -> Network:
     p = _prefix(net)
     new = [Node(f"{p}_conv", "conv", (after,), {"filters": channels, "kernel": kernel, "stride": 1,
                                                   "padding": "same", "bias": False}),
-           Node(f"{p}_bn", "bn", (f"{p}_conv",), {"epsilon": 1e-3}),
+           Node(f"{p}_bn", "bn", (f"{p}_conv",), _bn_params(net)),
            Node(f"{p}_relu", "relu", (f"{p}_bn",))]
     nodes = _rewire(list(net.nodes), after, f"{p}_relu", {n.id for n in new})
     at = [n.id for n in nodes].index(after) + 1
@@ -127,7 +133,7 @@ def skip(net: Network, source: str, target: str) -> Network:
     if hs != hd or cs != cd:
         new += [Node(f"{p}_proj_conv", "conv", (source,), {"filters": cd, "kernel": 1, "stride": hs // hd,
                                                              "padding": "same", "bias": False}),
-                Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), {"epsilon": 1e-3})]
+                Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), _bn_params(net))]
         shortcut = f"{p}_proj_bn"
     new.append(Node(f"{p}_add", "add", (target, shortcut)))
     nodes = _rewire(list(net.nodes), target, f"{p}_add", {n.id for n in new})
