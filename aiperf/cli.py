@@ -89,6 +89,9 @@ def run(
         overrides = {**_setting_overrides(settings or []), **_cluster_overrides(cluster, cluster_opt or [], adaptive)}
         config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
                              overrides=overrides)
+        from aiperf.data.staging import preflight
+
+        preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
     except UserError as exc:
         raise fail(str(exc)) from None
     _open_store(config.db).close()  # a bad database URL fails here, before the flow starts

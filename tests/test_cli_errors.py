@@ -37,6 +37,7 @@ def recorded_db(tmp_path):
     (["--set", "nonsense"], "is not KEY=VALUE"),
     (["--set", "train.epochs=0"], "train.epochs"),
     (["--set", "data.kind=tfrecord"], "needs data.source"),
+    (["--set", "data.kind=folder", "--set", "data.source=/no/such/images"], "/no/such/images does not exist"),
 ])
 def test_bad_run_settings(recorded_db, args, fragment):
     result = aiperf("run", "--db", recorded_db, *args)

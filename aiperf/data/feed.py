@@ -25,9 +25,16 @@ def open_feed(data_path: str, *, batch_size: int, input_shape: tuple[int, int, i
         from aiperf.data.staging import load_staged
 
         data = load_staged(data_path)
-        return Feed(train={"x": data.x_train, "y": data.y_train, "batch_size": batch_size, "shuffle": True},
+        # Whole batches only, as from shards: a ragged last batch of some sizes crashes oneDNN's
+        # strided-convolution gradient on these CPUs (5, 29 or 31 samples, seen here).
+        whole = len(data.y_train) // batch_size * batch_size
+        if whole == 0:
+            raise ValueError(f"batch size {batch_size} is larger than the {len(data.y_train)} training "
+                             "images; use a smaller search.space.batch_size")
+        return Feed(train={"x": data.x_train[:whole], "y": data.y_train[:whole], "batch_size": batch_size,
+                           "shuffle": True},
                     val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
-                    train_samples=len(data.y_train), val_samples=len(data.y_val))
+                    train_samples=whole, val_samples=len(data.y_val))
     from aiperf.data.manifest import read_manifest
     from aiperf.data.pipeline import make_dataset
     from aiperf.data.placement import local_copy
