@@ -11,10 +11,10 @@ import sys
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from aiperf.cli_support import console, err, fail, open_store
 from aiperf.errors import UserError
 from aiperf.data.cli import stage
 from aiperf.ops.cli import flops
@@ -29,23 +29,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.")
 db_app = typer.Typer(no_args_is_help=True, help="Manage the results database.")
 app.add_typer(db_app, name="db")
-console = Console()
-err = Console(stderr=True)
-
-
-def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
-def _open_store(db: str):
-    from aiperf.store import Store
-
-    try:
-        return Store.open(db)
-    except UserError as exc:
-        raise fail(str(exc)) from None
-
 
 def _live_view():
     """A live line of progress: elapsed of budget, trials done and running, current OPS."""
@@ -94,7 +77,7 @@ def run(
         preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
     except UserError as exc:
         raise fail(str(exc)) from None
-    _open_store(config.db).close()  # a bad database URL fails here, before the flow starts
+    open_store(config.db).close()  # a bad database URL fails here, before the flow starts
 
     from aiperf import progress
     from flows.benchmark import benchmark
@@ -159,7 +142,7 @@ def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> 
 
 def _load_run(run_id: int, db: str):
     """The run with its score and trials, or a one-line error naming how to find run ids."""
-    store = _open_store(db)
+    store = open_store(db)
     try:
         record = store.get_run(run_id)
     finally:
@@ -191,7 +174,7 @@ def runs(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database UR
     """List runs, newest first."""
     from aiperf.score import format_ops
 
-    store = _open_store(db)
+    store = open_store(db)
     try:
         records = store.list_runs(limit)
     finally:
@@ -227,7 +210,7 @@ def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Datab
     """Apply pending migrations (runs do this themselves; use it to prepare a shared database)."""
     from aiperf.store import database
 
-    store = _open_store(db)
+    store = open_store(db)
     try:
         console.print(f"{database.safe_url(db)} is at revision {database.current_revision(store.engine)}")
     finally:

@@ -7,28 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from aiperf.cli_support import console, fail, open_store
 from aiperf.errors import UserError
-
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
-def _open(db: str):
-    from aiperf.store import Store
-
-    try:
-        return Store.open(db)
-    except UserError as exc:
-        raise _fail(str(exc)) from None
-
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
@@ -44,11 +26,11 @@ def history(
     from aiperf.history import sparkline
     from aiperf.score import format_ops
 
-    store = _open(db)
+    store = open_store(db)
     try:
         rows = read_history(store, system=system, profile=profile)
     except UserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     finally:
         store.close()
     scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
@@ -81,11 +63,11 @@ def compare(
     from aiperf.history import compare as compare_runs
     from aiperf.score import format_ops
 
-    store = _open(db)
+    store = open_store(db)
     try:
         pair = compare_runs(store, run_a, run_b)
     except UserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     finally:
         store.close()
 
@@ -120,11 +102,11 @@ def report(
     """Write one self-contained HTML page about a run: score over time, trials, workers, history."""
     from aiperf.report.html import write_report
 
-    store = _open(db)
+    store = open_store(db)
     try:
         path = write_report(store, run_id, output or Path(f"aiperf-report-{run_id}.html"))
     except UserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     finally:
         store.close()
     console.print(f"wrote {path}")

@@ -5,7 +5,6 @@ the real digits well above chance."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 

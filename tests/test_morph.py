@@ -58,7 +58,7 @@ def test_skip_with_projection_when_sizes_differ(seed):
     source, target = "stem_relu", "stage3_block1_out"
     assert (source, target) in skip_pairs(seed)
     child = skip(seed, source, target)
-    (hs, ws, cs), (ht, wt, ct) = infer_shapes(seed)[source], infer_shapes(seed)[target]
+    (_hs, _ws, cs), (ht, wt, ct) = infer_shapes(seed)[source], infer_shapes(seed)[target]
     before, after = ops(seed), ops(child)
     stride_area = ht * wt
     forward = 2 * stride_area * cs * ct + 7 * stride_area * ct + stride_area * ct  # 1x1 conv, BN, add

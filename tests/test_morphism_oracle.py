@@ -3,8 +3,6 @@ the database is enough to resume the search."""
 
 import random
 
-import keras_tuner as kt
-import pytest
 
 from aiperf.arch import Network, seed_spec
 from aiperf.arch.morph import Morphism, apply, deepen, widen

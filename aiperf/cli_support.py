@@ -1,0 +1,30 @@
+"""What every `aiperf` command shares: the consoles, the one-line error, opening the store.
+
+A user's mistake ends a command with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from aiperf.errors import UserError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print the error line; `raise fail(...)` ends the command with status 2."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def open_store(db: str):
+    """The Store at `db` with migrations applied, or a one-line error about the URL."""
+    from aiperf.store import Store
+
+    try:
+        return Store.open(db)
+    except UserError as exc:
+        raise fail(str(exc)) from None
