@@ -59,7 +59,8 @@ class DataConfig(_Strict):
     classes: int = Field(10, ge=2)  # synthetic: classes made; tfrecord: labels must be in range
     train_samples: int = Field(3000, ge=16)  # synthetic and digits only
     val_samples: int = Field(1000, ge=8)  # synthetic and digits only
-    noise: float = Field(0.6, ge=0.0)
+    noise: float = Field(0.6, ge=0.0)  # synthetic: pixel noise relative to the class pattern
+    clutter: float = Field(0.0, ge=0.0)  # synthetic: a random smooth pattern per image, unrelated to its class
     label_noise: float = Field(0.05, ge=0.0, lt=1.0)
     shard_images: int = Field(1024, ge=1)  # folder: images per TFRecord shard
     label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)

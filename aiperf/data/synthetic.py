@@ -1,9 +1,11 @@
 """Synthetic image classification data that a network can learn, generated from a seed.
 
 Each class has a smooth random pattern; a sample is its class pattern, randomly scaled and
-shifted, plus pixel noise, and a share of labels is flipped. Models must learn the patterns to
-beat chance, and the flipped labels keep accuracy measurably below 100% (so the regulated score,
-which takes ln(1 - accuracy), stays finite and meaningful).
+shifted, plus a smooth random pattern of its own ("clutter", unrelated to the class) and pixel
+noise, and a share of labels is flipped. Models must learn to tell the class pattern from the
+clutter to beat chance, so better architectures and longer training score higher; the flipped
+labels keep accuracy measurably below 100% (so the regulated score, which takes
+ln(1 - accuracy), stays finite and meaningful).
 """
 
 from __future__ import annotations
@@ -62,4 +64,7 @@ def generate(config: DataConfig, seed: int) -> ImageArrays:
     patterns = _class_patterns(rng, config.classes, config.image_size, config.channels)
     x_train, y_train = _samples(rng, patterns, config.train_samples, config.noise, config.label_noise)
     x_val, y_val = _samples(rng, patterns, config.val_samples, config.noise, config.label_noise)
+    if config.clutter > 0:
+        for x in (x_train, x_val):
+            x += config.clutter * _class_patterns(rng, len(x), config.image_size, config.channels)
     return ImageArrays(x_train, y_train, x_val, y_val)
