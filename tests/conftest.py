@@ -16,6 +16,7 @@ TINY = {
     "data.train_samples": 384,
     "data.val_samples": 128,
     "data.noise": 0.5,
+    "data.clutter": 0.0,
     "search.space.stages": [1, 2],
     "search.space.blocks_per_stage": [1],
     "search.space.base_filters": [4, 8],
