@@ -203,6 +203,17 @@ class BenchmarkConfig(_Strict):
             raise ValueError("search.space.batch_size: a batch is larger than data.train_samples")
         return self
 
+    @model_validator(mode="after")
+    def _local_cores_fit(self) -> BenchmarkConfig:
+        """On this machine, cores per worker times workers must fit its cores (checked here, before
+        anything is recorded, rather than when the cluster starts)."""
+        cores = self.cluster.cores
+        if self.cluster.kind == "local" and self.train.trainer != "simulated" and cores \
+                and cores * self.workers > machine_cores():
+            raise ValueError(f"cluster.cores {cores} per worker x {self.workers} workers is more than this "
+                             f"machine's {machine_cores()} cores; lower one of them")
+        return self
+
 
 def available_profiles() -> list[str]:
     folder = resources.files("aiperf") / "profiles"
@@ -239,9 +250,11 @@ def machine_cores() -> int:
 
 
 def _first_error(exc: ValidationError) -> str:
+    """One line for the first problem: the setting's dotted name and pydantic's message."""
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "config"
-    return f"{where}: {err['msg']}"
+    where = ".".join(str(p) for p in err["loc"])
+    message = err["msg"].removeprefix("Value error, ")
+    return f"invalid setting {where}: {message}" if where else f"invalid profile: {message}"
 
 
 def load_config(
@@ -291,7 +304,7 @@ def load_config(
     try:
         return BenchmarkConfig.model_validate(raw)
     except ValidationError as exc:
-        raise UserError(f"invalid setting {_first_error(exc)}") from None
+        raise UserError(_first_error(exc)) from None
 
 
 def _budget_seconds(value: Any) -> float:

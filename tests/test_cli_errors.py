@@ -35,6 +35,7 @@ def recorded_db(tmp_path):
     (["--workers", "4096"], "more than this machine can hold"),
     (["--workers", "0"], "at least 1"),
     (["--set", "nonsense"], "is not KEY=VALUE"),
+    (["--workers", "2", "--cluster-opt", "cores=2"], "cluster.cores 2 per worker x 2 workers"),
     (["--set", "train.epochs=0"], "train.epochs"),
     (["--set", "data.kind=tfrecord"], "needs data.source"),
     (["--set", "data.kind=folder", "--set", "data.source=/no/such/images"], "/no/such/images does not exist"),
