@@ -9,15 +9,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sqlalchemy import select
+
 from aiperf.cli import app
+from aiperf.store import Store
+from aiperf.store.models import Dataset
 
 pytestmark = pytest.mark.slow
 
 
 def test_stage_command_converts_and_copies(make_image_folder, tmp_path):
     images = make_image_folder(tmp_path / "images", train_per_class=6, val_per_class=2)
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     args = ["stage", str(images), "--to", str(tmp_path / "out"), "--workers", "2", "--shard-images", "5",
-            "--stage-to", str(tmp_path / "local"), "--json"]
+            "--stage-to", str(tmp_path / "local"), "--db", db, "--json"]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout[result.stdout.index("{"):])
@@ -31,10 +36,15 @@ def test_stage_command_converts_and_copies(make_image_folder, tmp_path):
     assert again.exit_code == 0, again.output
     assert "train images" in again.stdout and manifest["sha256"][:20] in again.stdout
     assert stamps == {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
+    with Store.open(db).session() as session:
+        recorded = session.execute(select(Dataset.run_id, Dataset.sha256, Dataset.manifest)).all()
+    assert [(r.run_id, r.sha256) for r in recorded] == [(None, manifest["sha256"])] * 2, "each staging is recorded"
+    assert recorded[0].manifest["shards"] == manifest["shards"]
 
 
 def test_stage_digits(tmp_path):
-    result = CliRunner().invoke(app, ["stage", "digits", "--to", str(tmp_path), "--json"])
+    result = CliRunner().invoke(app, ["stage", "digits", "--to", str(tmp_path), "--json",
+                                      "--db", f"sqlite:///{tmp_path / 'aiperf.db'}"])
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout[result.stdout.index("{"):])
     assert (manifest["kind"], manifest["classes"], manifest["train_samples"]) == ("digits", 10, 1437)

@@ -125,7 +125,8 @@ def test_every_bad_file_is_named_and_no_shard_looks_complete(images, tmp_path):
 def test_cli_prints_one_line_and_exits_2(images):
     for f in (images / "train" / "dog").iterdir():
         f.unlink()
-    result = CliRunner().invoke(app, ["stage", str(images), "--to", str(images.parent / "out")],
+    db = f"sqlite:///{images.parent / 'aiperf.db'}"
+    result = CliRunner().invoke(app, ["stage", str(images), "--to", str(images.parent / "out"), "--db", db],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]

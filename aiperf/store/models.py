@@ -87,12 +87,14 @@ class Run(Base):
 
 
 class Dataset(Base):
-    """A staged dataset a run trained on, with the manifest that describes and checks it."""
+    """A staged dataset, with the manifest that describes and checks it: one row per run that
+    trained on it, and one (without a run) each time `aiperf stage` staged it on its own."""
 
     __tablename__ = "datasets"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    staged_at: Mapped[datetime | None]
     name: Mapped[str] = mapped_column(String(255))
     kind: Mapped[str] = mapped_column(String(32))
     sha256: Mapped[str] = mapped_column(String(64))

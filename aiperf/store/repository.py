@@ -87,12 +87,16 @@ class Store:
             s.flush()
             return run.id
 
-    def record_dataset(self, run_id: int, manifest: Mapping[str, Any]) -> None:
+    def record_dataset(self, run_id: int | None, manifest: Mapping[str, Any]) -> int:
+        """A staged dataset's manifest, for a run (or for `aiperf stage` alone: run_id None)."""
         with self.session() as s:
-            s.add(Dataset(run_id=run_id, name=manifest["name"], kind=manifest["kind"],
+            row = Dataset(run_id=run_id, staged_at=now(), name=manifest["name"], kind=manifest["kind"],
                           sha256=manifest["sha256"], train_samples=manifest["train_samples"],
                           val_samples=manifest["val_samples"], classes=manifest["classes"],
-                          manifest=dict(manifest)))
+                          manifest=dict(manifest))
+            s.add(row)
+            s.flush()
+            return row.id
 
     def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
         with self.session() as s:
