@@ -63,7 +63,6 @@ class Progress:
 @dataclass
 class _Running:
     trial_id: int
-    tuner_id: str
     kt_trial: kt.engine.trial.Trial
     handle: TrialHandle
     train_ops: int | None = None
@@ -149,7 +148,7 @@ class Search:
             optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
             dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
             events_topic=self.events_topic)
-        self.running[trial.trial_id] = _Running(trial_id, tuner_id, trial, self.launch(request))
+        self.running[trial.trial_id] = _Running(trial_id, trial, self.launch(request))
         log.info("trial %s started: %s", trial.trial_id, proposal.operator or values)
         return True
 

@@ -81,23 +81,25 @@ class MorphismOracle(kt.Oracle):
                 space.DROPOUT: rng.choice(s.dropout)}
 
     def _propose(self, scored: list[kt.engine.trial.Trial], kernel: int) -> tuple[Network, str, str] | None:
-        networks = {t.trial_id: network_from_dict_json(t) for t in scored}
+        networks = {t.trial_id: _trial_network(t) for t in scored}
         ranked = sorted(scored, key=lambda t: t.score, reverse=True)[: self.top_parents]
-        candidates: list[tuple[Network, str]] = []
+        candidates: dict[str, tuple[Network, str]] = {}  # topology key -> (child, parent trial id)
         for _ in range(self.candidates * 3):
             if len(candidates) >= self.candidates:
                 break
             parent = self._rng.choice(ranked)
             child = random_morphism(networks[parent.trial_id], self._rng, kernel, self.limits)
-            if child is not None and child.topology_key() not in self._tried:
-                if all(child.topology_key() != c.topology_key() for c, _ in candidates):
-                    candidates.append((child, parent.trial_id))
+            if child is not None:
+                key = child.topology_key()
+                if key not in self._tried and key not in candidates:
+                    candidates[key] = (child, parent.trial_id)
         if not candidates:
             return None
+        proposals = list(candidates.values())
         gp = ArchitectureGP().fit([describe(networks[t.trial_id]) for t in scored], [t.score for t in scored])
-        mean, std = gp.predict([describe(c) for c, _ in candidates])
+        mean, std = gp.predict([describe(c) for c, _ in proposals])
         best = int(upper_confidence_bound(mean, std, self.beta).argmax())
-        child, parent_id = candidates[best]
+        child, parent_id = proposals[best]
         return child, parent_id, child.history[-1]
 
     # --- state ----------------------------------------------------------------------------------
@@ -117,7 +119,7 @@ class MorphismOracle(kt.Oracle):
             self._rng.setstate((version, tuple(internal), gauss))
 
 
-def network_from_dict_json(trial: kt.engine.trial.Trial) -> Network:
+def _trial_network(trial: kt.engine.trial.Trial) -> Network:
     return network_from_dict(json.loads(trial.hyperparameters.values[space.ARCHITECTURE]))
 
 
