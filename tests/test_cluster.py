@@ -1,19 +1,24 @@
 """Cluster settings: the job scripts dask-jobqueue writes for SLURM, PBS, LSF and SGE from
-infra/jobqueue.yaml, the profile and the command line; walltime-aware lifetimes; worker rules."""
+aiperf/cluster/jobqueue.yaml, the profile and the command line; walltime-aware lifetimes; worker
+rules; the keeper's retire-and-resubmit decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from aiperf.cluster import (
-    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, QUEUES, format_walltime, job_id, job_plan,
+    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, QUEUES, JobPlan, format_walltime, job_id, job_plan,
     jobqueue_cluster_class, parse_walltime, pin_gpu, staggered_lifetime, trial_resources, worker_end,
     worker_lifetime,
 )
+from aiperf.cluster.keeper import RETIRE_LEAD_S, Keeper
+from aiperf.cluster.plan import DEFAULT_JOBQUEUE_CONFIG
 from aiperf.config import load_config
 from aiperf.errors import UserError
 
@@ -102,7 +107,12 @@ def test_defaults_come_from_jobqueue_yaml_and_the_profile_wins(tmp_path, monkeyp
     assert (plan.cores, plan.kwargs["queue"]) == (2, "mine")
 
 
-def test_repository_jobqueue_yaml_sets_one_core_jobs():
+def test_packaged_jobqueue_yaml_sets_one_core_jobs_from_any_folder(tmp_path, monkeypatch):
+    import aiperf
+
+    assert DEFAULT_JOBQUEUE_CONFIG.parent.parent == Path(aiperf.__file__).resolve().parent, "ships in the wheel"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AIPERF_JOBQUEUE_CONFIG", raising=False)
     plan = job_plan(load_config("quick", workers=2, cluster="slurm"), API)
     assert (plan.cores, plan.memory, plan.walltime, plan.kwargs["job_name"]) == (1, "2GB", "01:00:00", "aiperf-worker")
 
@@ -162,3 +172,51 @@ def test_cli_cluster_options_fail_in_one_line():
         assert result.returncode == 2, result.stderr
         assert words in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_worker_environment_imports_neither_dask_distributed_nor_a_framework():
+    """A worker pins its GPU before any framework starts: reading its environment must not start one."""
+    code = ("import sys, aiperf.cluster.environment; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'distributed', 'tensorflow', 'keras', 'jax'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+class FakeDask:
+    """The keeper's view of Dask, recorded: what it stopped, retired and resubmitted."""
+
+    def __init__(self, workers: dict[str, bool]) -> None:  # address -> busy
+        self.busy, self.stopped, self.retired, self.resubmits = workers, [], [], 0
+
+    def workers(self):
+        return [(address, f"SLURMCluster-{address}", address) for address in self.busy]
+
+    def stop_sending_tasks(self, ws, stimulus_id):
+        if ws in self.stopped:
+            return False
+        self.stopped.append(ws)
+        return True
+
+    def is_idle(self, ws):
+        return not self.busy[ws]
+
+    async def retire(self, address, stimulus_id):
+        self.retired.append(address)
+
+    def resubmit_ended_jobs(self):
+        self.resubmits += 1
+
+
+def test_keeper_stops_trials_near_a_workers_end_and_retires_it_once_idle():
+    plan = JobPlan(kind="slurm", jobs=3, workers_per_job=1, cores=1, memory="2GB", gpus=0, walltime="01:00:00",
+                   lifetime_s=RETIRE_LEAD_S, stagger_s=0.0, adaptive=False)
+    keeper = Keeper(cluster=None, plan=plan)
+    keeper.dask = FakeDask({"idle": False, "busy": True})
+    asyncio.run(keeper._tend())
+    assert keeper.dask.stopped == ["idle", "busy"] and keeper.dask.retired == ["idle"]
+    assert keeper.dask.resubmits == 1, "ended jobs are resubmitted on every round"
+    keeper.dask.busy.update(busy=False, young=False)
+    keeper.first_seen["young"] = 1e12  # a worker whose end is far away is left alone
+    asyncio.run(keeper._tend())
+    assert keeper.dask.retired == ["idle", "busy"] and "young" not in keeper.dask.stopped
+    assert keeper.dask.resubmits == 2

@@ -1,0 +1,40 @@
+"""The Dask cluster a run's trials execute on: this machine, or jobs on a batch queue.
+
+Every worker runs one trial at a time (a "trial" resource of 1; a trial on GPUs also asks for its
+"GPU" resource) and tells its trials how many cores it owns (AIPERF_WORKER_CORES), so framework
+thread pools never oversubscribe a node.
+
+- local: a LocalCluster, the machine's cores split evenly between worker processes.
+- slurm, pbs, lsf, sge: dask-jobqueue. The batch systems differ only in data (`QUEUES`): one job
+  per node (or part of one) running one worker, or one worker per GPU when jobs have GPUs. Defaults
+  come from aiperf/cluster/jobqueue.yaml, then the profile's `cluster:` section, then the command line.
+
+Walltime: each worker retires (`--lifetime`, staggered so jobs do not all end at once) before the
+queue would kill it, and a keeper replaces jobs that ended, whether retired, cancelled or killed.
+A trial stops itself at its worker's end of life, like at the run's deadline, keeping every step
+it finished. A worker lost mid-trial fails that trial at once (allowed-failures 0: Dask does not
+rerun it from scratch); its reported epochs are already recorded, and the run goes on.
+
+Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
+no Dask), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
+Dask internal aiperf calls), start (starting a cluster and waiting for its workers).
+"""
+
+from aiperf.cluster.environment import (
+    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, job_id, pin_gpu, worker_end, worker_environment,
+)
+from aiperf.cluster.plan import (
+    GPU_RESOURCE, TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class, jobqueue_defaults, trial_resources,
+)
+from aiperf.cluster.queues import (
+    QUEUES, QueueKind, format_walltime, parse_walltime, staggered_lifetime, worker_lifetime,
+)
+from aiperf.cluster.start import StartedCluster, jobqueue_cluster, local_cluster, start_cluster
+
+__all__ = [
+    "GPU_RESOURCE", "JOB_GPUS_ENV", "JOB_STARTED_ENV", "LIFETIME_ENV", "QUEUES", "TRIAL_RESOURCE",
+    "JobPlan", "QueueKind", "StartedCluster",
+    "format_walltime", "job_id", "job_plan", "jobqueue_cluster", "jobqueue_cluster_class", "jobqueue_defaults",
+    "local_cluster", "parse_walltime", "pin_gpu", "staggered_lifetime", "start_cluster", "trial_resources",
+    "worker_end", "worker_environment", "worker_lifetime",
+]

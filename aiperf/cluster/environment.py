@@ -1,0 +1,65 @@
+"""What a worker process reads from its environment, and the names of those variables.
+
+The job script (plan.py) and the local cluster (start.py) set them; a trial reads them on its
+worker. Neither Dask nor a framework is imported here: a worker pins its GPU before TensorFlow or
+JAX starts, and the CUDA devices a framework sees are fixed when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from aiperf.cluster.queues import QUEUES, staggered_lifetime
+from aiperf.train.trial import CORES_ENV
+
+JOB_STARTED_ENV = "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
+JOB_GPUS_ENV = "AIPERF_JOB_GPUS"  # GPUs of the job, shared one per worker
+LIFETIME_ENV = "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
+
+
+def worker_environment(cores_per_worker: int, prefect_api_url: str | None = None) -> dict[str, str]:
+    """Environment of every worker process. Workers must report task runs to the flow's own
+    Prefect API: without PREFECT_API_URL each would start a temporary server of its own."""
+    env = {
+        CORES_ENV: str(cores_per_worker),
+        "OMP_NUM_THREADS": str(cores_per_worker),
+        "TF_NUM_INTRAOP_THREADS": str(cores_per_worker),
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    if prefect_api_url:
+        env["PREFECT_API_URL"] = prefect_api_url
+    return env
+
+
+def job_id() -> str | None:
+    """'slurm-job-123' inside a batch job, None elsewhere: recorded with every trial it runs."""
+    for kind, queue_kind in QUEUES.items():
+        value = os.environ.get(queue_kind.job_id_env)
+        if value:
+            return f"{kind}-job-{value}"
+    return None
+
+
+def worker_end(worker_name: str) -> float | None:
+    """Unix time this worker stops taking trials (its job's start plus its staggered lifetime),
+    inside a job with a walltime; None elsewhere."""
+    started, lifetime = os.environ.get(JOB_STARTED_ENV), os.environ.get(LIFETIME_ENV)
+    if not started or not lifetime:
+        return None
+    base, stagger = (float(v) for v in lifetime.split(","))
+    return float(started) + staggered_lifetime(worker_name, base, stagger)
+
+
+def pin_gpu(worker_name: str) -> None:
+    """One worker per GPU: the i-th worker of a job sees only the job's i-th GPU. dask-jobqueue
+    names a job's workers '<job>-0', '<job>-1', ...; set before any framework starts."""
+    gpus = int(os.environ.get(JOB_GPUS_ENV) or 0)
+    if gpus < 1 or os.environ.get("AIPERF_GPU_PINNED"):
+        return
+    index = int(worker_name.rsplit("-", 1)[-1]) if gpus > 1 and worker_name.rsplit("-", 1)[-1].isdigit() else 0
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(i) for i in range(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
+    os.environ["AIPERF_GPU_PINNED"] = "1"

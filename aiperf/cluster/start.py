@@ -1,0 +1,148 @@
+"""Starting the run's cluster and waiting for its workers, so the timed window opens only once they are up.
+
+- local: a LocalCluster, the machine's cores split evenly between worker processes.
+- slurm, pbs, lsf, sge: dask-jobqueue jobs whose workers connect back to a scheduler in this
+  process, kept whole by the keeper.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dask
+import psutil
+
+from aiperf.cluster.environment import worker_environment
+from aiperf.cluster.keeper import Keeper
+from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
+from aiperf.cluster.queues import QUEUES
+from aiperf.config import BenchmarkConfig, machine_cores
+from aiperf.errors import UserError
+
+WORKERS_TIMEOUT_S = float(os.environ.get("AIPERF_WORKERS_TIMEOUT", "600"))
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StartedCluster:
+    """A cluster whose workers are up: the flow connects to `scheduler_address`."""
+
+    kind: str
+    cluster: Any
+    workers: int
+    plan: JobPlan | None = None
+
+    @property
+    def scheduler_address(self) -> str:
+        return self.cluster.scheduler_address
+
+
+def _quiet() -> None:
+    for name in ("distributed", "dask_jobqueue"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextmanager
+def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: bool = False,
+                  cores_per_worker: int | None = None) -> Iterator[Any]:
+    """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
+    (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
+    Simulated trials use no cores, so then many slots share a few processes as threads."""
+    from distributed import LocalCluster
+
+    _quiet()
+    if simulated:
+        processes = max(1, min(workers, machine_cores()))
+        threads = math.ceil(workers / processes)
+        cores = 1
+    else:
+        processes, threads = workers, 1
+        cores = cores_per_worker or max(1, machine_cores() // workers)
+    memory = int(psutil.virtual_memory().total * 0.9 / processes)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(
+            n_workers=processes, threads_per_worker=threads, processes=True, memory_limit=memory,
+            dashboard_address=None, resources={TRIAL_RESOURCE: threads},
+            env=worker_environment(cores, prefect_api_url), host="127.0.0.1",
+        )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _wait_for_workers(cluster: Any, count: int, kind: str, timeout_s: float) -> None:
+    from distributed import Client
+
+    with Client(cluster, set_as_default=False) as client:
+        try:
+            client.wait_for_workers(count, timeout=timeout_s)
+        except (TimeoutError, OSError):
+            seen = len(client.scheduler_info(n_workers=-1)["workers"])
+            raise UserError(f"--cluster {kind}: {seen} of {count} workers started within {timeout_s:g} s; "
+                            f"check the jobs with `{QUEUES[kind].status_command}` and the queue, account "
+                            "and walltime settings (job logs are under the run's out folder, jobs/)") from None
+
+
+@contextmanager
+def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
+                     timeout_s: float = WORKERS_TIMEOUT_S) -> Iterator[StartedCluster]:
+    """Jobs on a batch queue, each running workers that connect back to a scheduler in this process."""
+    _quiet()
+    logs = Path(config.out).resolve() / "jobs"
+    logs.mkdir(parents=True, exist_ok=True)
+    plan = job_plan(config, prefect_api_url, log_directory=str(logs))
+    cls = jobqueue_cluster_class(plan.kind)
+    settings = {"distributed.scheduler.allowed-failures": 0,
+                # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
+                "distributed.deploy.lost-worker-timeout": "3s"}
+    with dask.config.set(settings):
+        cluster = cls(**plan.kwargs)
+        keeper = Keeper(cluster, plan)
+        try:
+            if plan.adaptive:
+                cluster.adapt(minimum_jobs=1, maximum_jobs=plan.jobs)
+                ready = plan.workers_per_job
+            else:
+                cluster.scale(jobs=plan.jobs)
+                ready = plan.workers
+            log.info("submitted %s jobs of %d worker(s), %d cores, %s, walltime %s",
+                     f"1-{plan.jobs}" if plan.adaptive else plan.jobs, plan.workers_per_job, plan.cores,
+                     plan.memory, plan.walltime)
+            _wait_for_workers(cluster, ready, plan.kind, timeout_s)
+            keeper.start()
+            yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan)
+        finally:
+            if keeper.is_alive():
+                keeper.stop()
+            cluster.close()
+
+
+@contextmanager
+def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -> Iterator[StartedCluster]:
+    """The run's cluster, its workers up (the timed window opens after this, not before)."""
+    if config.cluster.kind == "local":
+        simulated = config.train.trainer == "simulated"
+        wanted = (config.cluster.cores or 1) * config.workers
+        if config.cluster.cores and not simulated and wanted > machine_cores():
+            raise UserError(f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
+                            f"than this machine's {machine_cores()} cores; lower one of them")
+        with local_cluster(config.workers, prefect_api_url, simulated=simulated,
+                           cores_per_worker=config.cluster.cores) as cluster:
+            yield StartedCluster(kind="local", cluster=cluster, workers=config.workers)
+        return
+    host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]
+    if host in ("127.0.0.1", "localhost"):
+        log.warning("workers will report to %s, which only this node can reach; for jobs on other nodes "
+                    "start `prefect server start --host 0.0.0.0` and set PREFECT_API_URL to its address",
+                    prefect_api_url)
+    with jobqueue_cluster(config, prefect_api_url) as started:
+        yield started
