@@ -1,41 +1,49 @@
-"""Alembic environment. aiperf passes its engine in `config.attributes["engine"]`
-(aiperf.store.database.upgrade); the `alembic` command line uses sqlalchemy.url from alembic.ini
-or the AIPERF_DB environment variable instead."""
+"""Alembic environment, shipped inside the aiperf package.
+
+aiperf passes its engine in `config.attributes["engine"]` (aiperf.store.database.upgrade and
+downgrade); the `alembic` command line opens AIPERF_DB, else sqlalchemy.url from alembic.ini, else
+aiperf's default database. Either way every online run is one transaction from
+database.migration_transaction, which on SQLite keeps foreign keys off while batch mode rebuilds
+tables and checks them before the commit.
+"""
 
 import os
 
 from alembic import context
-from sqlalchemy import create_engine
 
+from aiperf.config import DEFAULT_DB_URL
+from aiperf.store import database
 from aiperf.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata
 
 
-def _engine():
-    engine = config.attributes.get("engine")
-    if engine is not None:
-        return engine
-    url = os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url") or "sqlite:///aiperf.db"
-    return create_engine(url)
+def _url() -> str:
+    return os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url") or DEFAULT_DB_URL
 
 
 def run_migrations_offline() -> None:
-    url = os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url")
-    context.configure(url=url, target_metadata=target_metadata, literal_binds=True,
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
                       render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_online() -> None:
-    with _engine().connect() as connection:
-        # Batch mode lets later migrations alter tables on SQLite too.
-        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
-        with context.begin_transaction():
-            context.run_migrations()
-        connection.commit()
+    engine = config.attributes.get("engine")
+    owned = engine is None
+    if owned:
+        engine = database.open_engine(_url())
+    try:
+        with database.migration_transaction(engine) as connection:
+            # Batch mode lets later migrations alter tables on SQLite too.
+            context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        if owned:
+            engine.dispose()
 
 
 if context.is_offline_mode():
