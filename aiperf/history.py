@@ -8,42 +8,11 @@ HTML report render what these functions return.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from aiperf.errors import UserError
-from aiperf.store import Store
+from aiperf.store import RunScoreRow, Store
 
 SPARK = "▁▂▃▄▅▆▇█"
-
-
-@dataclass(frozen=True)
-class HistoryRow:
-    """One scored run in a system's history, with its change from the previous one."""
-
-    run_id: int
-    system_id: int
-    hostname: str
-    profile: str
-    created_at: datetime
-    workers: int
-    budget_s: float
-    ops: float
-    regulated_score: float
-    best_val_accuracy: float | None
-    valid: bool
-    status: str
-    ops_change_pct: float | None
-
-    @classmethod
-    def from_view(cls, row: dict[str, Any]) -> HistoryRow:
-        return cls(run_id=int(row["run_id"]), system_id=int(row["system_id"]), hostname=row["hostname"],
-                   profile=row["profile"], created_at=row["created_at"], workers=int(row["workers"]),
-                   budget_s=float(row["budget_s"]), ops=float(row["ops"]),
-                   regulated_score=float(row["regulated_score"]),
-                   best_val_accuracy=None if row["best_val_accuracy"] is None else float(row["best_val_accuracy"]),
-                   valid=bool(row["valid"]), status=row["status"],
-                   ops_change_pct=None if row["ops_change_pct"] is None else float(row["ops_change_pct"]))
 
 
 def resolve_system(store: Store, term: str | None) -> int | None:
@@ -52,20 +21,19 @@ def resolve_system(store: Store, term: str | None) -> int | None:
         return None
     found = store.find_systems(term)
     if not found:
-        known = ", ".join(f"{s['id']} ({s['hostname']}, {s['fingerprint'][:8]})" for s in store.find_systems())
+        known = ", ".join(f"{s.id} ({s.hostname}, {s.fingerprint[:8]})" for s in store.find_systems())
         raise UserError(f"--system {term!r} matches no system; use an id, hostname or fingerprint prefix"
                         + (f" of: {known}" if known else " (the database has no runs yet)"))
     if len(found) > 1:
-        listed = ", ".join(f"{s['id']} ({s['fingerprint'][:8]})" for s in found)
+        listed = ", ".join(f"{s.id} ({s.fingerprint[:8]})" for s in found)
         raise UserError(f"--system {term!r} matches {len(found)} systems ({listed}); give the id or a "
                         "longer fingerprint prefix")
-    return int(found[0]["id"])
+    return found[0].id
 
 
-def history(store: Store, *, system: str | None = None, profile: str | None = None) -> list[HistoryRow]:
+def history(store: Store, *, system: str | None = None, profile: str | None = None) -> list[RunScoreRow]:
     """Scored runs, oldest first, for one system and/or profile (all when not given)."""
-    system_id = resolve_system(store, system)
-    return [HistoryRow.from_view(r) for r in store.run_scores(system_id=system_id, profile=profile)]
+    return store.run_scores(system_id=resolve_system(store, system), profile=profile)
 
 
 def sparkline(values: list[float]) -> str:
@@ -115,19 +83,23 @@ COMPARED = (
 
 @dataclass(frozen=True)
 class RunPair:
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: RunScoreRow
+    b: RunScoreRow
     figures: list[Comparison]
 
 
 def compare(store: Store, run_a: int, run_b: int) -> RunPair:
     """Two scored runs side by side, with B's percent difference from A for every figure."""
-    rows = {r["run_id"]: r for r in store.run_scores(run_ids=[run_a, run_b])}
+    rows = {r.run_id: r for r in store.run_scores(run_ids=[run_a, run_b])}
     for run_id in (run_a, run_b):
         if run_id not in rows:
             raise UserError(f"run {run_id} has no score (it is missing, still running or failed); "
                             "list scored runs with `aiperf history`")
     a, b = rows[run_a], rows[run_b]
-    figures = [Comparison(name, None if a[col] is None else float(a[col]),
-                          None if b[col] is None else float(b[col]), unit) for name, col, unit in COMPARED]
+    figures = [Comparison(name, _number(getattr(a, column)), _number(getattr(b, column)), unit)
+               for name, column, unit in COMPARED]
     return RunPair(a=a, b=b, figures=figures)
+
+
+def _number(value: float | int | None) -> float | None:
+    return None if value is None else float(value)

@@ -9,8 +9,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from aiperf.cli_support import console, fail, open_store
+from aiperf.cli_support import console, fail, open_existing
+from aiperf.config import DEFAULT_DB_URL
 from aiperf.errors import UserError
+from aiperf.store.database import safe_url
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
@@ -19,20 +21,18 @@ def _pct(value: float | None) -> str:
 def history(
     system: Optional[str] = typer.Option(None, "--system", "-s", help="System id, hostname or fingerprint prefix."),
     profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
-    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""
     from aiperf.history import history as read_history
     from aiperf.history import sparkline
     from aiperf.score import format_ops
 
-    store = open_store(db)
-    try:
-        rows = read_history(store, system=system, profile=profile)
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.close()
+    with open_existing(db) as store:
+        try:
+            rows = read_history(store, system=system, profile=profile)
+        except UserError as exc:
+            raise fail(str(exc)) from None
     scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
     table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
     for column in ("run", "created (UTC)", "system", "profile", "workers", "budget", "OPS", "change",
@@ -57,19 +57,17 @@ def history(
 def compare(
     run_a: int = typer.Argument(..., help="The reference run."),
     run_b: int = typer.Argument(..., help="The run compared with it."),
-    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
 ) -> None:
     """Two runs side by side, with B's percent difference from A."""
     from aiperf.history import compare as compare_runs
     from aiperf.score import format_ops
 
-    store = open_store(db)
-    try:
-        pair = compare_runs(store, run_a, run_b)
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.close()
+    with open_existing(db) as store:
+        try:
+            pair = compare_runs(store, run_a, run_b)
+        except UserError as exc:
+            raise fail(str(exc)) from None
 
     def show(value: float | None, unit: str) -> str:
         if value is None:
@@ -85,9 +83,9 @@ def compare(
     table.add_column(f"run {run_a}")
     table.add_column(f"run {run_b}")
     table.add_column("difference")
-    for row in (("system", f"{pair.a['system_id']} {pair.a['hostname']}", f"{pair.b['system_id']} {pair.b['hostname']}"),
-                ("profile", pair.a["profile"], pair.b["profile"]),
-                ("valid", "yes" if pair.a["valid"] else "no", "yes" if pair.b["valid"] else "no")):
+    for row in (("system", f"{pair.a.system_id} {pair.a.hostname}", f"{pair.b.system_id} {pair.b.hostname}"),
+                ("profile", pair.a.profile, pair.b.profile),
+                ("valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no")):
         table.add_row(*row, "")
     for f in pair.figures:
         table.add_row(f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct))
@@ -96,17 +94,19 @@ def compare(
 
 def report(
     run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."),
 ) -> None:
     """Write one self-contained HTML page about a run: score over time, trials, workers, history."""
     from aiperf.report.html import write_report
 
-    store = open_store(db)
-    try:
-        path = write_report(store, run_id, output or Path(f"aiperf-report-{run_id}.html"))
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.close()
+    from aiperf.store import RecordNotFound
+
+    with open_existing(db) as store:
+        try:
+            path = write_report(store, run_id, output or Path(f"aiperf-report-{run_id}.html"))
+        except RecordNotFound as exc:
+            raise fail(f"{exc}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+        except UserError as exc:
+            raise fail(str(exc)) from None
     console.print(f"wrote {path}")

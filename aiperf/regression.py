@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiperf.score import format_ops
-from aiperf.store import Store
+from aiperf.status import RunStatus
+from aiperf.store import RunScoreRow, Store
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_WINDOW = 5
@@ -94,32 +94,32 @@ def _change(before: float, after: float) -> float | None:
     return None if before == 0 else (after - before) / before
 
 
-def baseline(history: list[dict[str, Any]], run: dict[str, Any], window: int = DEFAULT_WINDOW) -> Baseline | None:
+def baseline(history: list[RunScoreRow], run: RunScoreRow, window: int = DEFAULT_WINDOW) -> Baseline | None:
     """Median of the last `window` valid completed runs before `run` (rows of run_scores, oldest first)."""
-    earlier = [r for r in history if r["run_id"] != run["run_id"] and r["valid"] and r["status"] == "completed"
-               and (r["created_at"], r["run_id"]) < (run["created_at"], run["run_id"])]
+    earlier = [r for r in history if r.run_id != run.run_id and r.valid and r.status == RunStatus.COMPLETED
+               and (r.created_at, r.run_id) < (run.created_at, run.run_id)]
     chosen = earlier[-window:]
     if not chosen:
         return None
-    return Baseline(run_ids=[int(r["run_id"]) for r in chosen],
-                    ops=statistics.median(float(r["ops"]) for r in chosen),
-                    regulated_score=statistics.median(float(r["regulated_score"]) for r in chosen))
+    return Baseline(run_ids=[r.run_id for r in chosen],
+                    ops=statistics.median(r.ops for r in chosen),
+                    regulated_score=statistics.median(r.regulated_score for r in chosen))
 
 
-def judge(run: dict[str, Any], base: Baseline | None, *, threshold: float = DEFAULT_THRESHOLD,
+def judge(run: RunScoreRow, base: Baseline | None, *, threshold: float = DEFAULT_THRESHOLD,
           reasons: list[str] | None = None) -> RegressionVerdict:
     """Compare one run_scores row with a baseline: which figures fell more than the threshold."""
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be between 0 and 1 (a share, 0.05 = 5%), got {threshold}")
-    ops, regulated = float(run["ops"]), float(run["regulated_score"])
+    ops, regulated = run.ops, run.regulated_score
     regressions = []
     if base is not None:
         for name, value, reference in (("OPS", ops, base.ops), ("regulated score", regulated, base.regulated_score)):
             change = _change(reference, value)
             if change is not None and change < -threshold:
                 regressions.append(f"{name} fell {-change:.1%}")
-    return RegressionVerdict(run_id=int(run["run_id"]), profile=run["profile"], system_id=int(run["system_id"]),
-                             ops=ops, regulated_score=regulated, valid=bool(run["valid"]),
+    return RegressionVerdict(run_id=run.run_id, profile=run.profile, system_id=run.system_id,
+                             ops=ops, regulated_score=regulated, valid=run.valid,
                              reasons=list(reasons or []), baseline=base, threshold=threshold,
                              regressions=regressions)
 
@@ -131,7 +131,7 @@ def check_run(store: Store, run_id: int, *, threshold: float = DEFAULT_THRESHOLD
     if not rows:
         raise ValueError(f"run {run_id} has no score to compare")
     run = rows[0]
-    history = store.run_scores(system_id=run["system_id"], profile=run["profile"])
-    record = store.get_run(run_id)
-    reasons = list(record.score.reasons.get("invalid", [])) if record and record.score else []
+    history = store.run_scores(system_id=run.system_id, profile=run.profile)
+    score = store.get_run(run_id).score
+    reasons = list(score.reasons) if score else []
     return judge(run, baseline(history, run, window), threshold=threshold, reasons=reasons)

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import DateTime, bindparam, text
 
 from aiperf.config import ValidityConfig
 from aiperf.score import EpochWork, compute_score
+from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
-from aiperf.store.models import Run
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
@@ -45,8 +46,10 @@ def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: d
     system_id = store.upsert_system(facts)
     run_id = store.create_run(system_id=system_id, profile=profile, config={"profile": profile}, seed=seed,
                               budget_s=elapsed_s, workers=len({t.worker for t in trials}))
-    with store.session() as session:  # as if the run had been started a minute before its search
-        session.get_one(Run, run_id).created_at = started - timedelta(minutes=1)
+    backdate = text("UPDATE runs SET created_at = :created WHERE id = :run_id").bindparams(
+        bindparam("created", type_=DateTime(timezone=True)))
+    with store.engine.begin() as connection:  # as if the run had been started a minute before its search
+        connection.execute(backdate, {"created": started - timedelta(minutes=1), "run_id": run_id})
     t0 = started.timestamp()
     store.start_search(run_id, t0, t0 + elapsed_s)
     store.record_dataset(run_id, {"name": "synthetic", "kind": "synthetic", "sha256": "0" * 64,
@@ -57,8 +60,8 @@ def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: d
                                       architecture={"stages": [{"blocks": 1}], "stem_filters": 4, "kernel_size": 3},
                                       hyperparameters={"learning_rate": 0.01, "batch_size": 32},
                                       started_at=t0 + t.start_s)
-        store.trial_placed(trial_id, worker=t.worker, parameters=1000, train_ops=t.train_ops, eval_ops=t.eval_ops,
-                           tensor_train_ops=t.train_ops // 2, tensor_eval_ops=t.eval_ops // 2)
+        store.record_trial_built(trial_id, worker=t.worker, parameters=1000, train_ops=t.train_ops,
+                                 eval_ops=t.eval_ops, tensor_train_ops=t.train_ops // 2, tensor_eval_ops=t.eval_ops // 2)
         for epoch in range(t.epochs):
             begin = t0 + t.start_s + epoch * t.epoch_s
             store.record_epoch(trial_id, epoch=epoch, started_at=begin, ended_at=begin + t.epoch_s,
@@ -67,14 +70,14 @@ def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: d
                                val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs, complete=True)
             work.append(EpochWork(t.samples_trained, t.samples_evaluated, t.train_ops, t.eval_ops,
                                   t.train_ops // 2, t.eval_ops // 2))
-        store.finish_trial(trial_id, status="completed", ended_at=t0 + t.start_s + t.epochs * t.epoch_s)
+        store.finish_trial(trial_id, status=TrialStatus.COMPLETED, ended_at=t0 + t.start_s + t.epochs * t.epoch_s)
     store.finish_search(run_id, t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
     rules = ValidityConfig(min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0)
     score = compute_score(work, elapsed_s=elapsed_s, best_val_accuracy=best, val_samples=128,
                           trials_completed=len(trials), budget_s=elapsed_s, rules=rules)
     store.save_score(run_id, score)
-    store.finish_run(run_id, status="completed")
+    store.finish_run(run_id, status=RunStatus.COMPLETED)
     return run_id
 
 
@@ -92,17 +95,18 @@ def test_views_agree_with_the_tables(db_url):
         trials = store.trial_summary(run_id)
     finally:
         store.close()
-    assert [r["run_id"] for r in rows] == [run_id]
+    assert [r.run_id for r in rows] == [run_id]
     # 2 epochs x (384 x train + 128 x eval) per trial, over 60 s.
     expected_total = 2 * (384 * 3_000_000 + 128 * 1_000_000) + 2 * (384 * 5_000_000 + 128 * 1_500_000)
-    assert rows[0]["total_ops"] == pytest.approx(expected_total)
-    assert rows[0]["ops"] == pytest.approx(expected_total / 60.0)
-    assert rows[0]["valid"] is True and rows[0]["previous_ops"] is None
-    assert [t["trial_key"] for t in trials] == ["t00", "t01"]
-    assert sum(t["total_ops"] for t in trials) == pytest.approx(expected_total)
-    assert [t["duration_s"] for t in trials] == [pytest.approx(20.0, abs=1e-3)] * 2
-    assert [(t["epochs"], t["complete_epochs"], t["samples_trained"]) for t in trials] == [(2, 2, 768)] * 2
-    assert trials[1]["started_at"] - trials[0]["started_at"] == timedelta(seconds=5)
+    assert rows[0].total_ops == pytest.approx(expected_total)
+    assert rows[0].ops == pytest.approx(expected_total / 60.0)
+    assert rows[0].valid is True and rows[0].previous_ops is None
+    assert rows[0].status is RunStatus.COMPLETED
+    assert [t.trial_key for t in trials] == ["t00", "t01"]
+    assert sum(t.total_ops for t in trials) == pytest.approx(expected_total)
+    assert [t.duration_s for t in trials] == [pytest.approx(20.0, abs=1e-3)] * 2
+    assert [(t.epochs, t.complete_epochs, t.samples_trained) for t in trials] == [(2, 2, 768)] * 2
+    assert trials[1].started_at - trials[0].started_at == timedelta(seconds=5)
 
 
 def test_views_migration_goes_down_and_up(db_url):

@@ -8,22 +8,27 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aiperf.regression import baseline, check_run, judge
-from aiperf.store import Store
+from aiperf.status import RunStatus
+from aiperf.store import RunScoreRow, Store
 from test_history_data import plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
 
 def row(run_id: int, ops: float, regulated: float | None = None, *, valid: bool = True,
-        status: str = "completed", night: int | None = None) -> dict:
-    return {"run_id": run_id, "system_id": 1, "profile": "nightly", "ops": ops,
-            "regulated_score": ops if regulated is None else regulated, "valid": valid, "status": status,
-            "created_at": NIGHT + timedelta(days=run_id if night is None else night)}
+        status: RunStatus = RunStatus.COMPLETED, night: int | None = None) -> RunScoreRow:
+    return RunScoreRow(run_id=run_id, system_id=1, fingerprint="f" * 64, hostname="node", profile="nightly",
+                       workers=1, budget_s=60.0, seed=0, status=status,
+                       created_at=NIGHT + timedelta(days=run_id if night is None else night), elapsed_s=60.0,
+                       total_ops=60.0 * ops, ops=ops, tensor_ops=ops,
+                       regulated_score=ops if regulated is None else regulated, best_val_accuracy=0.5,
+                       trials_completed=1, valid=valid, previous_ops=None, previous_regulated_score=None,
+                       ops_change_pct=None)
 
 
 def test_baseline_is_the_median_of_the_last_five_valid_runs():
     history = [row(1, 1000.0), row(2, 100.0), row(3, 110.0, valid=False), row(4, 90.0), row(5, 120.0),
-               row(6, 95.0), row(7, 105.0, status="failed"), row(8, 101.0), row(9, 50.0)]
+               row(6, 95.0), row(7, 105.0, status=RunStatus.FAILED), row(8, 101.0), row(9, 50.0)]
     base = baseline(history, history[-1])
     assert base.run_ids == [2, 4, 5, 6, 8]  # run 1 is older than the last five valid ones
     assert base.ops == 100.0

@@ -58,7 +58,7 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     try:  # five earlier nights on this very machine, each far faster than a tiny run can be
         planted = [plant_run(store, fingerprint(), profile="nightly", started=datetime(2026, 11, d, 2, 0, tzinfo=UTC),
                              trials=scaled_trials(1e4)) for d in range(1, 6)]
-        planted_ops = store.run_scores(run_ids=planted[:1])[0]["ops"]
+        planted_ops = store.run_scores(run_ids=planted[:1])[0].ops
     finally:
         store.close()
     state = run_nightly(db, tmp_path / "out")
@@ -73,5 +73,5 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
         measured = store.run_scores(run_ids=[6])[0]
     finally:
         store.close()
-    assert f"OPS {format_ops(measured['ops'])}OPS" in message  # ... and this run's
+    assert f"OPS {format_ops(measured.ops)}OPS" in message  # ... and this run's
     assert "REGRESSION" in regression_artifact(state)

@@ -16,17 +16,17 @@ from datetime import datetime
 from pathlib import Path
 
 from aiperf.errors import UserError
-from aiperf.report.summary import score_from_record, score_rows
+from aiperf.report.summary import score_rows
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
 from aiperf.score import format_ops
-from aiperf.store import Store
-from aiperf.store.models import Run
-from aiperf.store.repository import utc
+from aiperf.status import TrialStatus
+from aiperf.store import RunRecord, Store
 
 WIDTH, HEIGHT = 720, 300
 MARGIN = {"left": 90, "right": 40, "top": 20, "bottom": 50}
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-STATUS_COLORS = {"completed": "#2ca02c", "stopped": "#ff7f0e", "failed": "#d62728", "running": "#7f7f7f"}
+STATUS_COLORS = {TrialStatus.COMPLETED: "#2ca02c", TrialStatus.STOPPED: "#ff7f0e", TrialStatus.FAILED: "#d62728",
+                 TrialStatus.RUNNING: "#7f7f7f"}
 
 CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto; max-width: 900px;
@@ -143,7 +143,7 @@ def _ops_axis(v: float) -> str:
     return _compact(v, "OPS")
 
 
-def _score_over_time(run: Run, val_samples: int) -> str:
+def _score_over_time(run: RunRecord, val_samples: int) -> str:
     span = window(run)
     if span is None:
         return "<p class=note>The search has not ended: no score over time yet.</p>"
@@ -165,7 +165,7 @@ def _score_over_time(run: Run, val_samples: int) -> str:
             f"every epoch finished by then over the time so far.</p>{table}{plot.render()}{legend}")
 
 
-def _accuracy_vs_ops(run: Run) -> str:
+def _accuracy_vs_ops(run: RunRecord) -> str:
     trials = [t for t in run.trials if t.train_ops_per_sample]
     if not trials:
         return "<p class=note>No trial built a model.</p>"
@@ -186,7 +186,7 @@ def _accuracy_vs_ops(run: Run) -> str:
             "finished an epoch, so they have no accuracy.</p>")
 
 
-def _worker_timeline(run: Run) -> str:
+def _worker_timeline(run: RunRecord) -> str:
     span = window(run)
     trials = [t for t in run.trials if t.started_at is not None]
     if not trials or span is None:
@@ -195,12 +195,12 @@ def _worker_timeline(run: Run) -> str:
     workers = sorted({t.worker or "(not placed)" for t in trials})
     lane = 28
     height = MARGIN["top"] + MARGIN["bottom"] + lane * len(workers)
-    ends = [(utc(t.ended_at or run.search_ended_at) - start).total_seconds() for t in trials]
-    begins = [(utc(t.started_at) - start).total_seconds() for t in trials]
+    ends = [((t.ended_at or run.search_ended_at) - start).total_seconds() for t in trials]
+    begins = [(t.started_at - start).total_seconds() for t in trials]
     plot = Plot("plot-worker-timeline", "Trials on each worker", begins + ends + [0.0, span[1]], [0, len(workers)],
                 x_label="seconds into the timed window", y_label="", x_format=lambda v: f"{v:.0f}",
                 y_format=lambda v: "", height=height)
-    deadline = (utc(run.deadline) - start).total_seconds() if run.deadline else None
+    deadline = (run.deadline - start).total_seconds() if run.deadline else None
     for i, name in enumerate(workers):
         y = MARGIN["top"] + i * lane
         plot.add(f'<text x="{MARGIN["left"] - 6}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">{esc(name[-12:])}</text>')
@@ -218,25 +218,25 @@ def _worker_timeline(run: Run) -> str:
     return plot.render() + "<p class=note>Each bar is a trial, coloured by how it ended; the dashed line is the deadline.</p>"
 
 
-def _history(store: Store, run: Run) -> str:
+def _history(store: Store, run: RunRecord) -> str:
     rows = store.run_scores(system_id=run.system_id, profile=run.profile)
     if not rows:
         return "<p class=note>No scored runs of this profile on this system yet.</p>"
     xs = list(range(len(rows)))
     plot = Plot("plot-history", f"History of {run.profile} on this system", xs,
-                [r["ops"] for r in rows] + [r["regulated_score"] for r in rows], x_label="run (oldest to newest)",
-                y_label="OPS", x_format=lambda v: str(rows[int(v)]["run_id"]), y_format=_ops_axis, x_pad=0.05,
+                [r.ops for r in rows] + [r.regulated_score for r in rows], x_label="run (oldest to newest)",
+                y_label="OPS", x_format=lambda v: str(rows[int(v)].run_id), y_format=_ops_axis, x_pad=0.05,
                 x_ticks=xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)])
-    _line(plot, [(i, r["ops"]) for i, r in zip(xs, rows)], COLORS[0], "OPS")
-    _line(plot, [(i, r["regulated_score"]) for i, r in zip(xs, rows)], COLORS[1], "regulated score")
+    _line(plot, [(i, r.ops) for i, r in zip(xs, rows)], COLORS[0], "OPS")
+    _line(plot, [(i, r.regulated_score) for i, r in zip(xs, rows)], COLORS[1], "regulated score")
     for i, r in zip(xs, rows):
-        if r["run_id"] == run.id:
-            plot.add(f'<circle class="this-run" cx="{plot.x(i):.1f}" cy="{plot.y(r["ops"]):.1f}" r="7" fill="none" '
+        if r.run_id == run.id:
+            plot.add(f'<circle class="this-run" cx="{plot.x(i):.1f}" cy="{plot.y(r.ops):.1f}" r="7" fill="none" '
                      f'stroke="#000" stroke-width="2"><title>this run</title></circle>')
     table = _table(["run", "created (UTC)", "workers", "OPS", "change", "regulated", "valid"],
-                   [[r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M"), r["workers"], f"{format_ops(r['ops'])}OPS",
-                     "-" if r["ops_change_pct"] is None else f"{r['ops_change_pct']:+.1f}%",
-                     f"{format_ops(r['regulated_score'])}OPS", "yes" if r["valid"] else "no"] for r in rows],
+                   [[r.run_id, r.created_at.strftime("%Y-%m-%d %H:%M"), r.workers, f"{format_ops(r.ops)}OPS",
+                     "-" if r.ops_change_pct is None else f"{r.ops_change_pct:+.1f}%",
+                     f"{format_ops(r.regulated_score)}OPS", "yes" if r.valid else "no"] for r in rows],
                    numeric=(0, 2, 3, 4, 5))
     return plot.render() + table
 
@@ -244,16 +244,14 @@ def _history(store: Store, run: Run) -> str:
 def build_report(store: Store, run_id: int) -> str:
     """The whole page as a string."""
     run = store.get_run(run_id)
-    if run is None:
-        raise UserError(f"run {run_id} is not in the database; list runs with `aiperf runs`")
-    score = score_from_record(run)
+    score = run.score
     val_samples = score.val_samples if score else 0
     summary = (_table(["figure", "value"], [[r["figure"], r["value"]] for r in
                                             score_rows(run.id, run.profile, run.workers, run.budget_s, score)])
                if score else f"<p>Run {run.id} ({esc(run.status)}) has no score{': ' + esc(run.message) if run.message else ''}.</p>")
     system = run.system
     gpus = ", ".join(system.gpus.get("models", [])) or "none"
-    created = utc(run.created_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    created = run.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = [
         ("Score", summary),
         ("Score over time", _score_over_time(run, val_samples)),
@@ -284,9 +282,7 @@ def write_report(store: Store, run_id: int, path: Path) -> Path:
 def markdown_summary(store: Store, run_id: int, path: Path) -> str:
     """What the flow publishes beside the page: where it is, and the score over time as AIPerf prints it."""
     run = store.get_run(run_id)
-    if run is None:
-        raise UserError(f"run {run_id} is not in the database; list runs with `aiperf runs`")
-    score = score_from_record(run)
+    score = run.score
     lines = [f"# aiperf report of run {run_id}", "", f"The full HTML report (plots of the score over time, accuracy "
              f"against operations per sample, trials on each worker, this system's history): `{Path(path).resolve()}`",
              "", "## Score over time", "", "| time (h) | time (s) | OPS | best val accuracy | regulated score |",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aiperf.score import ScoreResult, format_ops
-from aiperf.store.models import Run
 
 
 def score_rows(run_id: int, profile: str, workers: int, budget_s: float, score: ScoreResult) -> list[dict[str, str]]:
@@ -24,17 +23,6 @@ def score_rows(run_id: int, profile: str, workers: int, budget_s: float, score: 
         {"figure": "samples trained / evaluated", "value": f"{score.samples_trained} / {score.samples_evaluated}"},
         {"figure": "verdict", "value": verdict},
     ]
-
-
-def score_from_record(run: Run) -> ScoreResult | None:
-    s = run.score
-    if s is None:
-        return None
-    return ScoreResult(elapsed_s=s.elapsed_s, total_ops=int(s.total_ops), ops=s.ops, tensor_ops=s.tensor_ops,
-                       best_val_accuracy=s.best_val_accuracy, val_samples=s.val_samples,
-                       regulated_score=s.regulated_score, trials_completed=s.trials_completed,
-                       samples_trained=s.samples_trained, samples_evaluated=s.samples_evaluated,
-                       valid=s.valid, reasons=list(s.reasons.get("invalid", [])))
 
 
 def markdown(rows: list[dict[str, str]]) -> str:

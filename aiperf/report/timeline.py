@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from aiperf.score import regulated_score
-from aiperf.store.models import Run
-from aiperf.store.repository import utc
+from aiperf.store import RunRecord
 
 AIPERF_INTERVAL_S = 360.0  # 0.1 h
 
@@ -33,27 +32,26 @@ class _Done:
     val_accuracy: float | None
 
 
-def _epochs(run: Run, start: datetime) -> list[_Done]:
+def _epochs(run: RunRecord, start: datetime) -> list[_Done]:
     done = []
     for trial in run.trials:
         if trial.train_ops_per_sample is None:
             continue
         for e in trial.epochs:
             ops = e.samples_trained * trial.train_ops_per_sample + e.samples_evaluated * (trial.eval_ops_per_sample or 0)
-            done.append(_Done((utc(e.ended_at) - start).total_seconds(), float(ops),
+            done.append(_Done((e.ended_at - start).total_seconds(), float(ops),
                               e.val_accuracy if e.complete else None))
     return sorted(done, key=lambda d: d.ended_s)
 
 
-def window(run: Run) -> tuple[datetime, float] | None:
+def window(run: RunRecord) -> tuple[datetime, float] | None:
     """Start of the timed window and its length in seconds; None before the search has ended."""
     if run.search_started_at is None or run.search_ended_at is None:
         return None
-    start = utc(run.search_started_at)
-    return start, (utc(run.search_ended_at) - start).total_seconds()
+    return run.search_started_at, (run.search_ended_at - run.search_started_at).total_seconds()
 
 
-def score_over_time(run: Run, checkpoints: list[float], val_samples: int) -> list[Checkpoint]:
+def score_over_time(run: RunRecord, checkpoints: list[float], val_samples: int) -> list[Checkpoint]:
     """The score at each checkpoint (seconds into the timed window)."""
     span = window(run)
     if span is None:

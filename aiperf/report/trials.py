@@ -7,18 +7,18 @@ from rich.tree import Tree
 
 from aiperf.arch.spec import network_from_dict
 from aiperf.score import format_ops
-from aiperf.store.models import Run, Trial
+from aiperf.store import RunRecord, TrialRecord
 
 
-def _accuracy(trial: Trial) -> str:
+def _accuracy(trial: TrialRecord) -> str:
     return "-" if trial.best_val_accuracy is None else f"{trial.best_val_accuracy:.4f}"
 
 
-def _ops(trial: Trial) -> str:
+def _ops(trial: TrialRecord) -> str:
     return f"{format_ops(trial.train_ops_per_sample)}OPS" if trial.train_ops_per_sample else "-"
 
 
-def trial_table(run: Run) -> Table:
+def trial_table(run: RunRecord) -> Table:
     table = Table(title=f"trials of run {run.id}")
     for column in ("trial", "parent", "operator", "status", "worker", "convs", "skips", "params", "lr", "batch",
                    "dropout", "epochs", "train ops/sample", "best val acc"):
@@ -35,14 +35,14 @@ def trial_table(run: Run) -> Table:
     return table
 
 
-def search_tree(run: Run) -> Tree:
+def search_tree(run: RunRecord) -> Tree:
     """Every trial under its parent; seeds (and keras-tuner's parentless trials) at the root."""
     root = Tree(f"[bold]search tree of run {run.id}[/] ({len(run.trials)} trials)")
-    children: dict[int | None, list[Trial]] = {}
+    children: dict[int | None, list[TrialRecord]] = {}
     for t in run.trials:
         children.setdefault(t.parent_trial_id, []).append(t)
 
-    def label(t: Trial) -> str:
+    def label(t: TrialRecord) -> str:
         operator = t.operator or "proposed"
         return (f"[bold]{t.trial_key}[/] {operator}  val acc {_accuracy(t)}  {_ops(t)}/sample  "
                 f"[dim]{t.status}[/]")

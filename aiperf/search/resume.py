@@ -16,12 +16,14 @@ from typing import Any
 import keras_tuner as kt
 
 from aiperf.search import space
-from aiperf.store.models import Trial
+from aiperf.status import TrialStatus
+from aiperf.store import TrialRecord
 
-_STATUS = {"completed": "COMPLETED", "stopped": "COMPLETED", "failed": "FAILED", "running": "FAILED"}
+_STATUS = {TrialStatus.COMPLETED: "COMPLETED", TrialStatus.STOPPED: "COMPLETED", TrialStatus.FAILED: "FAILED",
+           TrialStatus.RUNNING: "FAILED"}
 
 
-def trial_values(record: Trial) -> dict[str, Any]:
+def trial_values(record: TrialRecord) -> dict[str, Any]:
     """The oracle's values for a recorded trial (the architecture is stored in its own column)."""
     values = dict(record.hyperparameters)
     if space.OPERATOR in values:  # proposed by the morphism oracle, which carries the architecture
@@ -29,12 +31,12 @@ def trial_values(record: Trial) -> dict[str, Any]:
     return values
 
 
-def restore(oracle: kt.Oracle, state: dict[str, Any], records: Iterable[Trial], objective: str) -> kt.Oracle:
+def restore(oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRecord], objective: str) -> kt.Oracle:
     for record in sorted(records, key=lambda r: r.number):
         hp = oracle.hyperparameters.copy()
         hp.values = trial_values(record)
         measured = record.best_val_accuracy is not None
-        status = _STATUS[record.status] if measured or record.status == "failed" else "FAILED"
+        status = _STATUS[record.status] if measured or record.status == TrialStatus.FAILED else "FAILED"
         trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=record.trial_key, status=status)
         if measured:
             trial.metrics.register(objective, direction="max")

@@ -1,8 +1,19 @@
 """Records: SQLAlchemy models, migrations, and the Store that reads and writes them.
 
-Knows nothing of Prefect or Keras, so any tool can read a run's records with it.
+Knows nothing of Prefect or Keras, so any tool can read a run's records with it. Everything
+outside this package reads the frozen records of aiperf.store.records, never the ORM models.
 """
 
+from aiperf.store.records import (
+    EpochRecord,
+    RecordNotFound,
+    RunRecord,
+    RunScoreRow,
+    SystemRecord,
+    TrialRecord,
+    TrialSummaryRow,
+)
 from aiperf.store.repository import RunWork, Store
 
-__all__ = ["RunWork", "Store"]
+__all__ = ["EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord",
+           "TrialRecord", "TrialSummaryRow"]

@@ -26,8 +26,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-RUN_STATUSES = ("running", "completed", "failed", "interrupted")
-TRIAL_STATUSES = ("running", "completed", "stopped", "failed")
+from aiperf.status import RunStatus, TrialStatus
+
+RUN_STATUSES = tuple(s.value for s in RunStatus)
+TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
 
 class Base(DeclarativeBase):

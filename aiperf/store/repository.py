@@ -1,24 +1,44 @@
 """The one module that reads and writes aiperf's records.
 
-Only the orchestrator (the flow's process) holds a Store, so a run's records have one writer.
-Each method is one short transaction: if a run dies, everything it reported so far is already
-committed, and nothing a failed command did touches earlier runs.
+Only the orchestrator (the flow's process) holds a writing Store, so a run's records have one
+writer. Each method is one short transaction: if a run dies, everything it reported so far is
+already committed, and nothing a failed command did touches earlier runs. Reads hand out frozen
+records (aiperf.store.records), never ORM objects.
+
+    with Store.open(url) as store:           # create the database if needed, apply migrations
+        run_id = store.create_run(...)
+    with Store.open_existing(url) as store:  # read-only commands: never create, never migrate
+        run = store.get_run(run_id)          # RecordNotFound when there is no such run
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, TypeVar, get_type_hints
 
 from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, or_, select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from aiperf.score import EpochWork, ScoreResult
+from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import database
 from aiperf.store.models import Dataset, Epoch, Run, Score, SearchState, System, Trial
+from aiperf.store.records import (
+    EpochRecord,
+    RecordNotFound,
+    RunRecord,
+    RunScoreRow,
+    SystemRecord,
+    TrialRecord,
+    TrialSummaryRow,
+)
+
+Row = TypeVar("Row")
 
 
 def utc(moment: datetime | float | None) -> datetime | None:
@@ -53,19 +73,40 @@ class Store:
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True) -> Store:
-        """Connect (a bad URL is a UserError) and apply pending migrations."""
+        """For commands that write: connect (creating an SQLite file; a bad URL is a UserError) and
+        apply pending migrations."""
         engine = database.open_engine(url)
         if migrate:
             database.upgrade(engine)
         return cls(engine)
 
+    @classmethod
+    def open_existing(cls, url: str) -> Store:
+        """For commands that only read: the database must exist at the current schema; nothing is
+        created or migrated (a missing file, a non-database or an old schema is a UserError)."""
+        return cls(database.open_existing_engine(url))
+
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
+
+    @staticmethod
+    def _get(session: Session, model: type, key: int, what: str) -> Any:
+        row = session.get(model, key)
+        if row is None:
+            raise RecordNotFound(f"{what} {key} is not in the database")
+        return row
 
     # --- writes, in the order a run makes them -------------------------------------------------
 
@@ -82,7 +123,7 @@ class Store:
                    budget_s: float, workers: int, flow_run_id: str | None = None) -> int:
         with self.session() as s:
             run = Run(system_id=system_id, profile=profile, config=config, seed=seed, budget_s=budget_s,
-                      workers=workers, status="running", created_at=now(), flow_run_id=flow_run_id)
+                      workers=workers, status=RunStatus.RUNNING, created_at=now(), flow_run_id=flow_run_id)
             s.add(run)
             s.flush()
             return run.id
@@ -100,7 +141,7 @@ class Store:
 
     def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
         with self.session() as s:
-            run = s.get_one(Run, run_id)
+            run = self._get(s, Run, run_id, "run")
             run.search_started_at, run.deadline = utc(started_at), utc(deadline)
 
     def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
@@ -108,17 +149,17 @@ class Store:
                      parent_trial_id: int | None = None, operator: str | None = None) -> int:
         with self.session() as s:
             trial = Trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
-                          hyperparameters=hyperparameters, status="running", started_at=utc(started_at),
+                          hyperparameters=hyperparameters, status=TrialStatus.RUNNING, started_at=utc(started_at),
                           parent_trial_id=parent_trial_id, operator=operator)
             s.add(trial)
             s.flush()
             return trial.id
 
-    def trial_placed(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
-                     tensor_train_ops: int, tensor_eval_ops: int) -> None:
-        """The worker built the model: record where it runs and its counted operations."""
+    def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
+                           tensor_train_ops: int, tensor_eval_ops: int) -> None:
+        """The worker built the model: record which worker runs it and its counted operations."""
         with self.session() as s:
-            trial = s.get_one(Trial, trial_id)
+            trial = self._get(s, Trial, trial_id, "trial")
             trial.worker, trial.parameters = worker, parameters
             trial.train_ops_per_sample, trial.eval_ops_per_sample = train_ops, eval_ops
             trial.tensor_train_ops_per_sample, trial.tensor_eval_ops_per_sample = tensor_train_ops, tensor_eval_ops
@@ -136,14 +177,14 @@ class Store:
                         samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
                         accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete))
             if val_accuracy is not None and complete:
-                trial = s.get_one(Trial, trial_id)
+                trial = self._get(s, Trial, trial_id, "trial")
                 if trial.best_val_accuracy is None or val_accuracy > trial.best_val_accuracy:
                     trial.best_val_accuracy = val_accuracy
             return True
 
-    def finish_trial(self, trial_id: int, *, status: str, ended_at: float, message: str | None = None) -> None:
+    def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
         with self.session() as s:
-            trial = s.get_one(Trial, trial_id)
+            trial = self._get(s, Trial, trial_id, "trial")
             trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
 
     def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
@@ -162,14 +203,15 @@ class Store:
 
     def finish_search(self, run_id: int, ended_at: float) -> None:
         with self.session() as s:
-            s.get_one(Run, run_id).search_ended_at = utc(ended_at)
+            self._get(s, Run, run_id, "run").search_ended_at = utc(ended_at)
 
-    def finish_run(self, run_id: int, *, status: str, message: str | None = None) -> None:
+    def finish_run(self, run_id: int, *, status: RunStatus, message: str | None = None) -> None:
         with self.session() as s:
-            run = s.get_one(Run, run_id)
+            run = self._get(s, Run, run_id, "run")
             run.status, run.message = status, message
-            for trial in s.scalars(select(Trial).where(Trial.run_id == run_id, Trial.status == "running")):
-                trial.status, trial.ended_at = "stopped", trial.ended_at or now()
+            running = select(Trial).where(Trial.run_id == run_id, Trial.status == TrialStatus.RUNNING)
+            for trial in s.scalars(running):
+                trial.status, trial.ended_at = TrialStatus.STOPPED, trial.ended_at or now()
 
     def save_score(self, run_id: int, score: ScoreResult) -> None:
         with self.session() as s:
@@ -189,7 +231,7 @@ class Store:
     def run_work(self, run_id: int) -> RunWork:
         """Everything the score needs, from the records alone."""
         with self.session() as s:
-            run = s.get_one(Run, run_id)
+            run = self._get(s, Run, run_id, "run")
             rows = s.execute(
                 select(Epoch.samples_trained, Epoch.samples_evaluated, Trial.train_ops_per_sample,
                        Trial.eval_ops_per_sample, Trial.tensor_train_ops_per_sample,
@@ -198,7 +240,7 @@ class Store:
             ).all()
             best = s.scalar(select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id))
             completed = s.scalar(select(func.count()).select_from(Trial)
-                                 .where(Trial.run_id == run_id, Trial.status == "completed"))
+                                 .where(Trial.run_id == run_id, Trial.status == TrialStatus.COMPLETED))
             dataset = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
             start, end = utc(run.search_started_at), utc(run.search_ended_at)
             if start is None or end is None:
@@ -212,28 +254,34 @@ class Store:
                 best_val_accuracy=best, val_samples=dataset.val_samples if dataset else 0,
                 trials_completed=int(completed or 0), budget_s=run.budget_s)
 
-    def list_runs(self, limit: int = 50) -> list[Run]:
+    def list_runs(self, limit: int = 50) -> list[RunRecord]:
+        """The newest runs first, each with its system and score (without trials)."""
         with self.session() as s:
             query = (select(Run).options(selectinload(Run.score), selectinload(Run.system))
                      .order_by(Run.id.desc()).limit(limit))
-            return list(s.scalars(query))
+            return [_run_record(run) for run in s.scalars(query)]
 
-    def get_run(self, run_id: int) -> Run | None:
+    def get_run(self, run_id: int) -> RunRecord:
+        """One run with its system, score, trials and their epochs."""
         with self.session() as s:
-            return s.scalar(select(Run).where(Run.id == run_id).options(
+            run = s.scalar(select(Run).where(Run.id == run_id).options(
                 selectinload(Run.score), selectinload(Run.system),
                 selectinload(Run.trials).selectinload(Trial.epochs)))
+            if run is None:
+                raise RecordNotFound(f"run {run_id} is not in the database")
+            return _run_record(run, with_trials=True)
 
-    def run_progress(self, run_id: int) -> dict[str, int]:
+    def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
+        """How many of the run's trials are in each state."""
         with self.session() as s:
-            counts = dict(s.execute(select(Trial.status, func.count()).where(Trial.run_id == run_id)
-                                    .group_by(Trial.status)).all())
-            return {k: int(v) for k, v in counts.items()}
+            counts = s.execute(select(Trial.status, func.count()).where(Trial.run_id == run_id)
+                               .group_by(Trial.status)).all()
+            return {TrialStatus(status): int(count) for status, count in counts}
 
     # --- history: read through the SQL views of migration 0002 (run_scores, trial_summary) ----------
 
     def run_scores(self, *, system_id: int | None = None, profile: str | None = None,
-                   run_ids: list[int] | None = None) -> list[dict[str, Any]]:
+                   run_ids: list[int] | None = None) -> list[RunScoreRow]:
         """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
         where, params = [], {}
         if system_id is not None:
@@ -249,29 +297,93 @@ class Store:
                    + " ORDER BY created_at, run_id").columns(created_at=DateTime(timezone=True), valid=Boolean())
         if run_ids is not None:
             sql = sql.bindparams(bindparam("run_ids", expanding=True))
-        with self.engine.connect() as connection:
-            rows = [dict(row._mapping) for row in connection.execute(sql, params)]
-        for row in rows:
-            row["created_at"] = utc(row["created_at"])
-        return rows
+        return self._view_rows(RunScoreRow, sql, params)
 
-    def trial_summary(self, run_id: int) -> list[dict[str, Any]]:
+    def trial_summary(self, run_id: int) -> list[TrialSummaryRow]:
         """Rows of the trial_summary view for one run, in trial order."""
         sql = text("SELECT * FROM trial_summary WHERE run_id = :run_id ORDER BY number").columns(
             started_at=DateTime(timezone=True), ended_at=DateTime(timezone=True))
-        with self.engine.connect() as connection:
-            rows = [dict(row._mapping) for row in connection.execute(sql, {"run_id": run_id})]
-        for row in rows:
-            row["started_at"], row["ended_at"] = utc(row["started_at"]), utc(row["ended_at"])
-        return rows
+        return self._view_rows(TrialSummaryRow, sql, {"run_id": run_id})
 
-    def find_systems(self, term: str | None = None) -> list[dict[str, Any]]:
+    def _view_rows(self, record: type[Row], sql: Any, params: dict[str, Any]) -> list[Row]:
+        """A view's rows as records, every column by name, each value as its field declares it."""
+        hints = get_type_hints(record)
+        names = [f.name for f in fields(record)]  # type: ignore[arg-type]
+        with self.engine.connect() as connection:
+            rows = [row._mapping for row in connection.execute(sql, params)]
+        return [record(**{name: _plain(hints[name], row[name]) for name in names}) for row in rows]
+
+    def find_systems(self, term: str | None = None) -> list[SystemRecord]:
         """Systems whose id, hostname or fingerprint prefix is `term` (every system when None)."""
         with self.session() as s:
-            query = select(System.id, System.fingerprint, System.hostname, System.cpu_model, System.cpu_cores)
+            query = select(System)
             if term is not None:
                 conditions = [System.hostname == term, System.fingerprint.startswith(term.lower())]
                 if term.isdigit():
                     conditions.append(System.id == int(term))
                 query = query.where(or_(*conditions))
-            return [dict(row._mapping) for row in s.execute(query.order_by(System.id))]
+            return [_system_record(system) for system in s.scalars(query.order_by(System.id))]
+
+
+# --- ORM rows to records, inside the session ---------------------------------------------------------
+
+def _plain(hint: Any, value: Any) -> Any:
+    """A view's value as its record field holds it: UTC times, enum statuses, floats not Decimals
+    (PostgreSQL's numeric arithmetic), booleans not SQLite's 0 and 1."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return utc(value)
+    if hint in (RunStatus, TrialStatus, bool):
+        return hint(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _system_record(system: System) -> SystemRecord:
+    return SystemRecord(
+        id=system.id, fingerprint=system.fingerprint, hostname=system.hostname, cpu_model=system.cpu_model,
+        cpu_cores=system.cpu_cores, memory_bytes=system.memory_bytes, gpus=dict(system.gpus),
+        platform=system.platform, python_version=system.python_version,
+        tensorflow_version=system.tensorflow_version, keras_version=system.keras_version,
+        keras_backend=system.keras_backend, first_seen_at=utc(system.first_seen_at))
+
+
+def _score_result(score: Score) -> ScoreResult:
+    return ScoreResult(
+        elapsed_s=score.elapsed_s, total_ops=int(score.total_ops), ops=score.ops, tensor_ops=score.tensor_ops,
+        best_val_accuracy=score.best_val_accuracy, val_samples=score.val_samples,
+        regulated_score=score.regulated_score, trials_completed=score.trials_completed,
+        samples_trained=score.samples_trained, samples_evaluated=score.samples_evaluated, valid=score.valid,
+        reasons=list(score.reasons.get("invalid", [])))
+
+
+def _epoch_record(epoch: Epoch) -> EpochRecord:
+    return EpochRecord(
+        epoch=epoch.epoch, started_at=utc(epoch.started_at), ended_at=utc(epoch.ended_at),
+        samples_trained=epoch.samples_trained, samples_evaluated=epoch.samples_evaluated, loss=epoch.loss,
+        accuracy=epoch.accuracy, val_loss=epoch.val_loss, val_accuracy=epoch.val_accuracy,
+        complete=bool(epoch.complete))
+
+
+def _trial_record(trial: Trial) -> TrialRecord:
+    return TrialRecord(
+        id=trial.id, run_id=trial.run_id, trial_key=trial.trial_key, number=trial.number,
+        parent_trial_id=trial.parent_trial_id, operator=trial.operator, architecture=dict(trial.architecture),
+        hyperparameters=dict(trial.hyperparameters), status=TrialStatus(trial.status), worker=trial.worker,
+        started_at=utc(trial.started_at), ended_at=utc(trial.ended_at), parameters=trial.parameters,
+        train_ops_per_sample=trial.train_ops_per_sample, eval_ops_per_sample=trial.eval_ops_per_sample,
+        tensor_train_ops_per_sample=trial.tensor_train_ops_per_sample,
+        tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample, best_val_accuracy=trial.best_val_accuracy,
+        message=trial.message, epochs=tuple(_epoch_record(e) for e in trial.epochs))
+
+
+def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
+    return RunRecord(
+        id=run.id, system=_system_record(run.system), profile=run.profile, config=dict(run.config),
+        seed=run.seed, budget_s=run.budget_s, workers=run.workers, status=RunStatus(run.status),
+        created_at=utc(run.created_at), search_started_at=utc(run.search_started_at),
+        deadline=utc(run.deadline), search_ended_at=utc(run.search_ended_at), flow_run_id=run.flow_run_id,
+        message=run.message, score=None if run.score is None else _score_result(run.score),
+        trials=tuple(_trial_record(t) for t in run.trials) if with_trials else ())
