@@ -1,24 +1,35 @@
 """`aiperf ...`: run the benchmark, look at runs, manage the database, count operations.
 
-A user's mistake (a bad profile, budget, worker count or database URL) is one line on stderr and
-exit status 2, never a traceback; and it is caught before anything is written.
+A user's mistake (a bad profile, budget, worker count or database URL, a run that is not there) is
+one line on stderr and exit status 2, never a traceback; and it is caught before anything is
+written. Commands that only read (runs, show, history, compare, report) never create or migrate a
+database.
+
+The CLI is where the library meets Prefect: `aiperf run` validates the config once, then runs the
+benchmark flow, which it loads by its entrypoint as a Prefect deployment does (prefect.yaml), so
+nothing in aiperf/ imports flows/.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from aiperf.cli_support import console, err, fail, open_store
+from aiperf.cli_support import console, err, fail, open_existing
+from aiperf.config import DEFAULT_DB_URL
 from aiperf.errors import UserError
 from aiperf.data.cli import stage
 from aiperf.ops.cli import flops
 from aiperf.history_cli import compare, history, report
+from aiperf.store.database import safe_url
+
+if TYPE_CHECKING:
+    from aiperf.store import RunRecord
 
 # Offline and quiet by default; a user's own settings win.
 for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -30,12 +41,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 db_app = typer.Typer(no_args_is_help=True, help="Manage the results database.")
 app.add_typer(db_app, name="db")
 
+# The benchmark flow, named as prefect.yaml's deployment names it (a module path, so it loads from an
+# installed wheel in any folder).
+BENCHMARK_FLOW = "flows.benchmark:benchmark"
+DB_HELP = f"Database URL (default {DEFAULT_DB_URL})."
+
+
 def _live_view():
-    """A live line of progress: elapsed of budget, trials done and running, current OPS."""
-    from aiperf.orchestrator import Progress
+    """A live line: elapsed of budget, trials done and running, current OPS."""
+    from aiperf.orchestrator import LiveFigures
     from aiperf.score import format_ops
 
-    def render(p: Progress) -> Table:
+    def render(p: LiveFigures) -> Table:
         table = Table.grid(padding=(0, 2))
         accuracy = "-" if p.best_val_accuracy is None else f"{p.best_val_accuracy:.3f}"
         table.add_row(f"[bold]elapsed[/] {p.elapsed_s:6.1f} s of {p.budget_s:g} s",
@@ -51,11 +68,11 @@ def run(
     profile: str = typer.Option("quick", "--profile", "-p", help="Profile name or a YAML profile file."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."),
     workers: Optional[str] = typer.Option(None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."),
-    db: Optional[str] = typer.Option(None, "--db", help="Database URL (default from the profile: sqlite:///aiperf.db)."),
+    db: Optional[str] = typer.Option(None, "--db", help=f"Database URL (default: the profile's, else {DEFAULT_DB_URL})."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
     cluster: Optional[str] = typer.Option(
-        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: infra/jobqueue.yaml)."),
+        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml)."),
     cluster_opt: Optional[list[str]] = typer.Option(
         None, "--cluster-opt", help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
                                     "gpus, workers_per_job, prologue (one shell line each), interface."),
@@ -75,23 +92,26 @@ def run(
         from aiperf.data.staging import preflight
 
         preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
+        from aiperf.store import Store
+
+        Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
     except UserError as exc:
         raise fail(str(exc)) from None
-    open_store(config.db).close()  # a bad database URL fails here, before the flow starts
 
-    from aiperf import progress
-    from flows.benchmark import benchmark
+    from prefect.flows import load_flow_from_entrypoint
 
+    from aiperf import live
+
+    benchmark = load_flow_from_entrypoint(BENCHMARK_FLOW, use_placeholder_flow=False)
     render = _live_view()
-    with Live(console=console, refresh_per_second=4, transient=False) as live:
-        progress.set_listener(lambda p: live.update(render(p)))
+    with Live(console=console, refresh_per_second=4, transient=False) as display:
+        live.set_display(lambda figures: display.update(render(figures)))
         try:
-            result = benchmark(profile=profile, budget=str(config.budget_s), workers=config.workers,
-                               db=config.db, seed=config.seed, out=config.out, overrides=overrides or None)
+            result = benchmark(config=config)
         except UserError as exc:
             raise fail(str(exc)) from None
         finally:
-            progress.set_listener(None)
+            live.set_display(None)
     _print_score(_load_run(result["run_id"], config.db))
 
 
@@ -140,23 +160,22 @@ def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> 
     return overrides
 
 
-def _load_run(run_id: int, db: str):
+def _load_run(run_id: int, db: str) -> RunRecord:
     """The run with its score and trials, or a one-line error naming how to find run ids."""
-    store = open_store(db)
-    try:
-        record = store.get_run(run_id)
-    finally:
-        store.close()
-    if record is None:
-        raise fail(f"run {run_id} is not in {db}; list runs with `aiperf runs --db {db}`")
-    return record
+    from aiperf.store import RecordNotFound
+
+    with open_existing(db) as store:
+        try:
+            return store.get_run(run_id)
+        except RecordNotFound:
+            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
 
 
-def _print_score(record) -> None:
-    from aiperf.report.summary import score_from_record, score_rows
+def _print_score(record: RunRecord) -> None:
+    from aiperf.report.summary import score_rows
 
     run_id = record.id
-    score = score_from_record(record)
+    score = record.score
     if score is None:
         console.print(f"run {run_id} ({record.status}) has no score" + (f": {record.message}" if record.message else ""))
         return
@@ -169,17 +188,14 @@ def _print_score(record) -> None:
 
 
 @app.command()
-def runs(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+def runs(db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP),
          limit: int = typer.Option(50, "--limit", min=1)) -> None:
     """List runs, newest first."""
     from aiperf.score import format_ops
 
-    store = open_store(db)
-    try:
+    with open_existing(db) as store:
         records = store.list_runs(limit)
-    finally:
-        store.close()
-    table = Table(title=f"runs in {db}")
+    table = Table(title=f"runs in {safe_url(db)}")
     for column in ("run", "created (UTC)", "profile", "workers", "budget", "status", "OPS", "regulated",
                    "best val acc", "valid"):
         table.add_column(column)
@@ -195,26 +211,34 @@ def runs(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database UR
 
 @app.command()
 def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-         db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL."),
+         db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP),
          tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism.")) -> None:
     """Print one run's score and its trials (or, with --tree, how the search grew them)."""
+    record = _load_run(run_id, db)  # before the import below starts the framework: errors stay one line
     from aiperf.report.trials import search_tree, trial_table
 
-    record = _load_run(run_id, db)
     _print_score(record)
     console.print(search_tree(record) if tree else trial_table(record))
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL.")) -> None:
-    """Apply pending migrations (runs do this themselves; use it to prepare a shared database)."""
+def db_upgrade(db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP)) -> None:
+    """Create the database if needed and apply pending migrations (runs do this themselves; use it
+    to prepare a shared database, or to bring an older one up to date for the read-only commands)."""
     from aiperf.store import database
 
-    store = open_store(db)
     try:
-        console.print(f"{database.safe_url(db)} is at revision {database.current_revision(store.engine)}")
+        engine = database.open_engine(db)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    try:
+        before = database.current_revision(engine)
+        database.upgrade(engine)
+        after = database.current_revision(engine)
     finally:
-        store.close()
+        engine.dispose()
+    change = "already at" if before == after else f"upgraded from {before or 'empty'} to"
+    console.print(f"{safe_url(db)}: {change} revision {after}")
 
 
 app.command("flops")(flops)
@@ -225,10 +249,12 @@ app.command("report")(report)
 
 
 def main() -> None:
+    from aiperf.store import RecordNotFound
+
     try:
         app()
-    except UserError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    except (UserError, RecordNotFound) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

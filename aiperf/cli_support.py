@@ -5,10 +5,15 @@ A user's mistake ends a command with one line on stderr and exit status 2, never
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.console import Console
 
 from aiperf.errors import UserError
+
+if TYPE_CHECKING:
+    from aiperf.store import Store
 
 console = Console()
 err = Console(stderr=True)
@@ -20,11 +25,23 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def open_store(db: str):
-    """The Store at `db` with migrations applied, or a one-line error about the URL."""
+def open_store(db: str) -> Store:
+    """For commands that write: the Store at `db`, created if need be, with migrations applied; or a
+    one-line error about the URL."""
     from aiperf.store import Store
 
     try:
         return Store.open(db)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+
+
+def open_existing(db: str) -> Store:
+    """For commands that only read: the Store at `db` as it is (nothing created, nothing migrated),
+    or a one-line error: no such database, not a database, or a schema to upgrade first."""
+    from aiperf.store import Store
+
+    try:
+        return Store.open_existing(db)
     except UserError as exc:
         raise fail(str(exc)) from None

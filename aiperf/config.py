@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aiperf.errors import UserError
 
+# The database a run records into and every command reads, unless --db or the profile says otherwise.
+DEFAULT_DB_URL = "sqlite:///aiperf.db"
+
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
 
@@ -139,7 +142,7 @@ ClusterKind = Literal["local", "slurm", "pbs", "lsf", "sge"]
 
 
 class ClusterConfig(_Strict):
-    """Where the workers run. Unset job settings come from infra/jobqueue.yaml (Dask config), so a
+    """Where the workers run. Unset job settings come from aiperf/cluster/jobqueue.yaml (Dask config), so a
     site sets its queue once there; a profile's `cluster:` section and the command line override it."""
 
     kind: ClusterKind = "local"
@@ -188,7 +191,7 @@ class BenchmarkConfig(_Strict):
     profile: str
     budget_s: float = Field(gt=0)
     workers: int = Field(ge=1)
-    db: str
+    db: str = DEFAULT_DB_URL
     seed: int = Field(0, ge=0)
     out: str = "aiperf-out"
     data: DataConfig = DataConfig()

@@ -23,9 +23,10 @@ import keras_tuner as kt
 
 from aiperf.config import BenchmarkConfig
 from aiperf.search import space
+from aiperf.status import TrialStatus
 from aiperf.search.schedule import epochs_for
 from aiperf.store import Store
-from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult, from_event
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
 
 log = logging.getLogger("aiperf.orchestrator")
 
@@ -45,7 +46,7 @@ Launcher = Callable[[TrialRequest], TrialHandle]
 
 
 @dataclass(frozen=True)
-class Progress:
+class LiveFigures:
     """A snapshot for live displays: what the run has done so far."""
 
     elapsed_s: float
@@ -79,22 +80,22 @@ class SearchSummary:
     ended_at: float
 
 
-class Search:
+class Orchestrator:
     def __init__(self, *, config: BenchmarkConfig, store: Store, run_id: int, oracle: kt.Oracle,
                  data_path: str, image_shape: tuple[int, int, int], num_classes: int,
                  launch: Launcher, events: queue.Queue, events_topic: str | None = None,
-                 on_progress: Callable[[Progress], None] | None = None, poll_s: float = 0.2,
+                 on_figures: Callable[[LiveFigures], None] | None = None, poll_s: float = 0.2,
                  grace_s: float | None = None) -> None:
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
-        self.on_progress = on_progress or (lambda _p: None)
+        self.on_figures = on_figures or (lambda _figures: None)
         self.poll_s = poll_s
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
         self.running: dict[str, _Running] = {}
         self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
-        self.counts = {"completed": 0, "stopped": 0, "failed": 0}
+        self.counts = {TrialStatus.COMPLETED: 0, TrialStatus.STOPPED: 0, TrialStatus.FAILED: 0}
         self.created = 0
         self.total_ops = 0
         self.best_val_accuracy: float | None = None
@@ -117,12 +118,13 @@ class Search:
             if now >= deadline + self.grace_s:
                 self._abandon_stragglers()
                 break
-            self.on_progress(self._progress(started_at, now))
+            self.on_figures(self._figures(started_at, now))
             time.sleep(self.poll_s)
         self._drain_events()
         ended = time.time()
-        self.on_progress(self._progress(started_at, ended))
-        return SearchSummary(trials=self.created, ended_at=ended, **self.counts)
+        self.on_figures(self._figures(started_at, ended))
+        return SearchSummary(trials=self.created, ended_at=ended, completed=self.counts[TrialStatus.COMPLETED],
+                             stopped=self.counts[TrialStatus.STOPPED], failed=self.counts[TrialStatus.FAILED])
 
     def _start_next(self, deadline: float) -> bool:
         tuner_id = f"slot-{self.created}"
@@ -167,14 +169,14 @@ class Search:
                 continue
             self._apply(message)
 
-    def _apply(self, message: TrialPlaced | EpochReport) -> None:
+    def _apply(self, message: TrialBuilt | EpochReport) -> None:
         running = self.running.get(message.trial_key)
         if running is None:
             return  # a late repeat for a trial already finished: its result carried it too
-        if isinstance(message, TrialPlaced):
+        if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
-            self.store.trial_placed(running.trial_id, worker=message.worker, parameters=message.parameters,
+            self.store.record_trial_built(running.trial_id, worker=message.worker, parameters=message.parameters,
                                     train_ops=message.train_ops, eval_ops=message.eval_ops,
                                     tensor_train_ops=message.tensor_train_ops,
                                     tensor_eval_ops=message.tensor_eval_ops)
@@ -200,14 +202,14 @@ class Search:
         try:
             result = running.handle.result()
         except Exception as exc:  # the worker was lost: keep what it reported, record the failure
-            result = TrialResult(key, "failed", None, [], message=f"worker lost: {type(exc).__name__}: {exc}")
-        if result.placed is not None:
-            self._apply(result.placed)
+            result = TrialResult(key, TrialStatus.FAILED, None, [], message=f"worker lost: {type(exc).__name__}: {exc}")
+        if result.built is not None:
+            self._apply(result.built)
         for epoch in result.epochs:
             self._apply(epoch)
         self._end(key, result.status, result.message)
 
-    def _end(self, key: str, status: str, message: str | None) -> None:
+    def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
         self.store.finish_trial(running.trial_id, status=status, ended_at=time.time(), message=message)
         self.counts[status] += 1
@@ -217,16 +219,16 @@ class Search:
         trial.message = message
         self.oracle.end_trial(trial)
         self.store.save_search_state(self.run_id, self.config.search.oracle, self.oracle.get_state())
-        if status == "failed":
+        if status == TrialStatus.FAILED:
             log.warning("trial %s failed: %s", key, (message or "").splitlines()[0] if message else "")
 
     def _abandon_stragglers(self) -> None:
         for key in list(self.running):
             self.running[key].handle.cancel()
-            self._end(key, "stopped", f"did not stop within {self.grace_s:g} s of the deadline")
+            self._end(key, TrialStatus.STOPPED, f"did not stop within {self.grace_s:g} s of the deadline")
 
-    def _progress(self, started_at: float, now: float) -> Progress:
-        return Progress(elapsed_s=max(0.0, now - started_at), budget_s=self.config.budget_s,
+    def _figures(self, started_at: float, now: float) -> LiveFigures:
+        return LiveFigures(elapsed_s=max(0.0, now - started_at), budget_s=self.config.budget_s,
                         trials_done=sum(self.counts.values()), trials_running=len(self.running),
                         total_ops=self.total_ops, best_val_accuracy=self.best_val_accuracy)
 

@@ -1,6 +1,6 @@
 """Simulated scale: how much does orchestrating one trial cost, with hundreds of workers?
 
-The real orchestrator (aiperf.orchestrator.Search: the oracle, the store, the event handling)
+The real orchestrator (aiperf.orchestrator.Orchestrator: the oracle, the store, the event handling)
 drives 64, 256 and 1024 simulated workers in this one process (aiperf.train.simulated: trials
 take a modelled time and report modelled epochs, no model is trained, no worker process exists),
 writing every trial and epoch to a real database. It prints, per scale:
@@ -60,7 +60,7 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
     from sqlalchemy import event
 
     from aiperf.config import load_config
-    from aiperf.orchestrator import Search
+    from aiperf.orchestrator import Orchestrator
     from aiperf.search.oracles import make_oracle
     from aiperf.store import Store
     from aiperf.system import fingerprint
@@ -86,14 +86,14 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
         oracle = make_oracle(config, out / f"run-{run_id}", shape, classes)
         events: queue.Queue = queue.Queue()
         launcher = SimulatedLauncher(workers, events, model)
-        search = Search(config=config, store=store, run_id=run_id, oracle=oracle, data_path="simulated",
-                        image_shape=shape, num_classes=classes, launch=launcher, events=events,
-                        poll_s=0.05, grace_s=10.0)
+        orchestrator = Orchestrator(config=config, store=store, run_id=run_id, oracle=oracle, data_path="simulated",
+                                    image_shape=shape, num_classes=classes, launch=launcher, events=events,
+                                    poll_s=0.05, grace_s=10.0)
         event.listen(store.engine, "before_cursor_execute", count)
         started = time.time()
         cpu = time.thread_time()
         store.start_search(run_id, started, started + budget_s)
-        summary = search.run(started, started + budget_s)
+        summary = orchestrator.run(started, started + budget_s)
         cpu = time.thread_time() - cpu
         store.finish_search(run_id, summary.ended_at)
         event.remove(store.engine, "before_cursor_execute", count)

@@ -8,7 +8,8 @@ baseline of this system.
        more than the threshold
 
 The first valid run on a system has nothing to compare with: it passes and sets the baseline.
-The comparison itself is aiperf.regression (no Prefect), so it is tested on its own.
+The comparison itself is aiperf.regression (no Prefect), so it is tested on its own. The config
+is validated once, here, and the benchmark subflow takes it as it is.
 """
 
 from __future__ import annotations
@@ -29,11 +30,8 @@ from flows.benchmark import benchmark
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)
 def compare_with_baseline(db: str, run_id: int, threshold: float, window: int) -> RegressionVerdict:
     """The run against the median of the last `window` valid runs of its system and profile."""
-    store = Store.open(db, migrate=False)
-    try:
+    with Store.open_existing(db) as store:
         verdict = check_run(store, run_id, threshold=threshold, window=window)
-    finally:
-        store.close()
     create_markdown_artifact(markdown=verdict.markdown(), key="aiperf-regression",
                              description=f"aiperf nightly regression check of run {run_id}")
     get_run_logger().info(verdict.message())
@@ -51,8 +49,7 @@ def nightly(profile: str = "nightly", budget: str | None = None, workers: int | 
     if baseline_runs < 1:
         return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
     config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides)
-    result = benchmark(profile=profile, budget=budget, workers=workers, db=config.db, seed=seed, out=out,
-                       overrides=overrides)
+    result = benchmark(config=config)
     verdict = compare_with_baseline(config.db, result["run_id"], threshold, baseline_runs)
     summary = {"run_id": verdict.run_id, "ops": verdict.ops, "regulated_score": verdict.regulated_score,
                "baseline_ops": verdict.baseline.ops if verdict.baseline else None,

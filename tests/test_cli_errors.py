@@ -13,9 +13,16 @@ SYSTEM = {"fingerprint": "0" * 64, "hostname": "h", "cpu_model": "c", "cpu_cores
           "tensorflow_version": None, "keras_version": "3", "keras_backend": "tensorflow"}
 
 
-def aiperf(*args: str) -> subprocess.CompletedProcess:
+def aiperf(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "aiperf.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"})
+                          timeout=120, env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"}, cwd=cwd)
+
+
+def one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 @pytest.fixture
@@ -67,3 +74,37 @@ def test_bad_database_urls(url, fragment):
 def test_show_unknown_run(recorded_db):
     result = aiperf("show", "999", "--db", recorded_db)
     assert result.returncode == 2 and "run 999 is not in" in result.stderr
+
+
+READ_ONLY = [["runs"], ["show", "1"], ["history"], ["compare", "1", "2"], ["report", "1"]]
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_read_only_commands_never_create_a_database(tmp_path, command):
+    result = aiperf(*command, "--db", "sqlite:///typo/nothere.db", cwd=tmp_path)
+    one_line_error(result, "typo/nothere.db")
+    assert list(tmp_path.iterdir()) == [], "nothing was created"
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_read_only_commands_refuse_a_file_that_is_not_a_database(tmp_path, command):
+    (tmp_path / "some-text-file").write_text("these are my notes, not a database\n")
+    result = aiperf(*command, "--db", "sqlite:///some-text-file", cwd=tmp_path)
+    one_line_error(result, "not an SQLite database")
+    assert (tmp_path / "some-text-file").read_text() == "these are my notes, not a database\n"
+
+
+def test_read_only_commands_ask_for_an_upgrade_then_db_upgrade_does_it(recorded_db):
+    from aiperf.store import database
+
+    engine = database.open_engine(recorded_db)
+    database.downgrade(engine, "0003")
+    engine.dispose()
+    one_line_error(aiperf("runs", "--db", recorded_db), "aiperf db upgrade")
+    engine = database.open_engine(recorded_db)
+    assert database.current_revision(engine) == "0003", "a read-only command did not migrate"
+    engine.dispose()
+    upgraded = aiperf("db", "upgrade", "--db", recorded_db)
+    assert upgraded.returncode == 0 and f"to revision {database.head_revision()}" in upgraded.stdout, upgraded.stderr
+    listed = aiperf("runs", "--db", recorded_db)
+    assert listed.returncode == 0 and "quick" in listed.stdout, listed.stderr

@@ -31,10 +31,10 @@ def test_plan_is_decided_by_the_seed_and_takes_the_modelled_time():
     a = plan_trial(_request(start + 1e6), start, "w", FAST)
     b = plan_trial(_request(start + 1e6), start, "w", FAST)
     c = plan_trial(_request(start + 1e6, seed=2), start, "w", FAST)
-    assert a == b and a.placed.train_ops != c.placed.train_ops
+    assert a == b and a.built.train_ops != c.built.train_ops
     assert a.status == "completed" and [e.epoch for e in a.epochs] == [0, 1, 2]
     assert all(e.complete and e.samples_trained == FAST.train_samples and e.val_accuracy is not None for e in a.epochs)
-    per_epoch = (FAST.train_samples * a.placed.train_ops + FAST.val_samples * a.placed.eval_ops) / FAST.ops_per_s
+    per_epoch = (FAST.train_samples * a.built.train_ops + FAST.val_samples * a.built.eval_ops) / FAST.ops_per_s
     assert a.epochs[0].ended_at - a.epochs[0].started_at == pytest.approx(per_epoch)
     assert a.ends_at == pytest.approx(start + 3 * per_epoch)
     accuracies = [e.val_accuracy for e in a.epochs]
@@ -58,7 +58,7 @@ def test_run_simulated_trial_reports_each_epoch_as_it_ends():
     result = run_simulated_trial(_request(time.time() + 60, epochs=2), lambda m: seen.append((time.time(), m)),
                                  worker="w0", model=FAST)
     assert result.status == "completed" and len(result.epochs) == 2
-    assert [m.kind for _t, m in seen] == ["placed", "epoch", "epoch"]
+    assert [m.kind for _t, m in seen] == ["built", "epoch", "epoch"]
     for reported_at, message in seen[1:]:
         assert reported_at >= message.ended_at - 0.01, "an epoch is reported when its modelled end comes"
 
@@ -77,7 +77,7 @@ def test_simulated_runs_may_use_more_workers_than_cores():
 
 
 def test_orchestrator_drives_64_simulated_workers(tmp_path):
-    """The real Search, oracle and store with 64 simulated workers: every worker gets trials, at
+    """The real orchestrator, oracle and store with 64 simulated workers: every worker gets trials, at
     most 64 run at once, and every modelled epoch is in the database."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from bench_simulated_scale import simulate

@@ -8,7 +8,7 @@ import pytest
 from aiperf.config import load_config
 from aiperf.data.staging import stage_synthetic
 from aiperf.search.space import architecture
-from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest
 from aiperf.train.trial import run_trial
 
 from conftest import TINY
@@ -32,7 +32,7 @@ def test_reports_placement_then_each_epoch(staged):
     reports = []
     result = run_trial(_request(staged, time.time() + 300), reports.append)
     assert result.status == "completed", result.message
-    assert isinstance(reports[0], TrialPlaced) and reports[0].train_ops > reports[0].eval_ops > 0
+    assert isinstance(reports[0], TrialBuilt) and reports[0].train_ops > reports[0].eval_ops > 0
     epochs = [r for r in reports if isinstance(r, EpochReport)]
     assert [e.epoch for e in epochs] == [0, 1]
     assert all(e.complete and e.samples_trained == 384 and e.samples_evaluated == 128 for e in epochs)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from aiperf.config import DEFAULT_DB_URL
 from aiperf.errors import UserError
 
 KINDS = ("folder", "tfrecord", "digits")
@@ -79,21 +80,19 @@ def stage(
     channels: int = typer.Option(3, "--channels", min=1, max=4),
     seed: int = typer.Option(0, "--seed", help="digits: seed of the train/val split."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
-    db: str = typer.Option("sqlite:///aiperf.db", "--db", help="Database URL the manifest is recorded in."),
+    db: str = typer.Option(DEFAULT_DB_URL, "--db", help="Database URL the manifest is recorded in."),
 ) -> None:
     """Check a dataset, convert it to TFRecord shards on Dask workers, write its manifest, and record
     it in the database."""
     from aiperf.cli_support import err, fail, open_store
 
-    store = open_store(db)  # a bad database URL fails before any work
-    try:
-        config = _config(source, kind, stage_to, classes, label_offset, shard_images, image_size, channels)
-        manifest = _stage_with_progress(config, seed, Path(to), workers, err)
-        store.record_dataset(None, manifest.to_dict())
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        store.close()
+    with open_store(db) as store:  # a bad database URL fails before any work
+        try:
+            config = _config(source, kind, stage_to, classes, label_offset, shard_images, image_size, channels)
+            manifest = _stage_with_progress(config, seed, Path(to), workers, err)
+            store.record_dataset(None, manifest.to_dict())
+        except UserError as exc:
+            raise fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps(manifest.to_dict(), indent=1))
         return

@@ -38,7 +38,7 @@ from aiperf.data.synthetic import ImageArrays
 __all__ = ["Manifest", "stage", "stage_synthetic", "load_staged"]
 
 # done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
-Progress = Callable[[int, int, str], None]
+OnProgress = Callable[[int, int, str], None]  # (done, total, what is being done)
 
 
 def _no_progress(_done: int, _total: int, _what: str) -> None:
@@ -46,7 +46,7 @@ def _no_progress(_done: int, _total: int, _what: str) -> None:
 
 
 def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = None,
-          on_progress: Progress | None = None) -> Manifest:
+          on_progress: OnProgress | None = None) -> Manifest:
     """Validate, convert or generate the data into `folder` (once), place it, return its manifest.
 
     `client` is a dask.distributed Client: shard work is spread over its workers and node-local
@@ -174,7 +174,7 @@ def _run(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Ite
 
 
 def _collect(results: Iterable[dict], total: int, weight: Callable[[dict], int], what: str,
-             progress: Progress) -> tuple[list[dict], list[str]]:
+             progress: OnProgress) -> tuple[list[dict], list[str]]:
     done, shards, problems = 0, [], []
     progress(0, total, what)
     for result in results:
@@ -221,7 +221,7 @@ def _intact(out: Path) -> Manifest | None:
 
 # --- an ImageNet-layout image folder ------------------------------------------------------------
 
-def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress: Progress) -> Manifest:
+def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
     from aiperf.data.folder import scan_folder
     from aiperf.data.tfrecord import ConvertTask, convert_shard
 
@@ -267,7 +267,7 @@ def _user_shards(source: Path) -> dict[str, list[Path]]:
     return found
 
 
-def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progress: Progress) -> Manifest:
+def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
     """Check the user's shards in place (no copy, unless stage_to asks for node-local ones)."""
     from aiperf.data.tfrecord import CheckTask, check_shard
 
@@ -304,7 +304,7 @@ def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progres
 
 # --- node-local copies --------------------------------------------------------------------------
 
-def place(manifest: Manifest, stage_to: str, client: Any | None, progress: Progress) -> Manifest:
+def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnProgress) -> Manifest:
     """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there.
 
     Sharded data keeps its shared path in the manifest, which now names `stage_to`: trials open

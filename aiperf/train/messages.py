@@ -1,6 +1,6 @@
 """What a trial's worker and the orchestrator say to each other: plain, picklable data.
 
-The worker sends `TrialPlaced` once it has built the model and `EpochReport` after every epoch,
+The worker sends `TrialBuilt` once it has built the model and `EpochReport` after every epoch,
 as Dask events, the moment they happen; the same facts come back again in `TrialResult`, so an
 event lost in transit is recovered when the trial ends (the store ignores repeats).
 """
@@ -8,9 +8,9 @@ event lost in transit is recovered when the trial ends (the store ignores repeat
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
-TrialStatus = Literal["completed", "stopped", "failed"]
+from aiperf.status import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class TrialRequest:
 
 
 @dataclass(frozen=True)
-class TrialPlaced:
+class TrialBuilt:
     trial_key: str
     worker: str
     parameters: int
@@ -40,7 +40,7 @@ class TrialPlaced:
     eval_ops: int
     tensor_train_ops: int
     tensor_eval_ops: int
-    kind: str = "placed"
+    kind: str = "built"
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,18 @@ class EpochReport:
 class TrialResult:
     trial_key: str
     status: TrialStatus
-    placed: TrialPlaced | None
+    built: TrialBuilt | None
     epochs: list[EpochReport] = field(default_factory=list)
     message: str | None = None
 
 
-def to_event(message: TrialPlaced | EpochReport) -> dict[str, Any]:
+def to_event(message: TrialBuilt | EpochReport) -> dict[str, Any]:
     return asdict(message)
 
 
-def from_event(data: dict[str, Any]) -> TrialPlaced | EpochReport:
+def from_event(data: dict[str, Any]) -> TrialBuilt | EpochReport:
     """Rebuild a message from a Dask event (Dask adds keys of its own, such as 'worker')."""
-    kinds = {"placed": TrialPlaced, "epoch": EpochReport}
+    kinds = {"built": TrialBuilt, "epoch": EpochReport}
     cls = kinds.get(data.get("kind"))
     if cls is None:
         raise ValueError(f"unknown trial event {data.get('kind')!r}")

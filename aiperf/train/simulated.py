@@ -20,7 +20,8 @@ import random
 import time
 from dataclasses import dataclass
 
-from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult, TrialStatus
+from aiperf.status import TrialStatus
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.trial import Reporter
 
 SPEED_ENV = "AIPERF_SIMULATED_OPS_PER_S"
@@ -39,7 +40,7 @@ class SimulatedModel:
 
 @dataclass(frozen=True)
 class SimulatedPlan:
-    placed: TrialPlaced
+    built: TrialBuilt
     epochs: list[EpochReport]  # each with its modelled end time
     status: TrialStatus
     ends_at: float
@@ -52,7 +53,7 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
     low, high = model.train_ops_range
     train_ops = int(math.exp(rng.uniform(math.log(low), math.log(high))))
     eval_ops = train_ops // 3
-    placed = TrialPlaced(trial_key=request.trial_key, worker=worker,
+    built = TrialBuilt(trial_key=request.trial_key, worker=worker,
                          parameters=rng.randint(*model.parameters_range), train_ops=train_ops,
                          eval_ops=eval_ops, tensor_train_ops=train_ops, tensor_eval_ops=eval_ops)
     train_s = model.train_samples * train_ops / model.ops_per_s
@@ -81,18 +82,18 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
         if not complete:
             break
     done = len(epochs) == request.epochs and all(e.complete for e in epochs)
-    return SimulatedPlan(placed, epochs, "completed" if done else "stopped", now)
+    return SimulatedPlan(built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now)
 
 
 def run_simulated_trial(request: TrialRequest, report: Reporter, worker: str | None = None,
                         model: SimulatedModel = SimulatedModel()) -> TrialResult:
     """On a worker: live through the plan, reporting each epoch when its modelled end comes."""
     plan = plan_trial(request, time.time(), worker or "simulated", model)
-    report(plan.placed)
+    report(plan.built)
     for epoch in plan.epochs:
         time.sleep(max(0.0, epoch.ended_at - time.time()))
         report(epoch)
-    return TrialResult(request.trial_key, plan.status, plan.placed, plan.epochs)
+    return TrialResult(request.trial_key, plan.status, plan.built, plan.epochs)
 
 
 class _PlayedTrial:
@@ -104,7 +105,7 @@ class _PlayedTrial:
         self.sent = 0
         self.cancelled = False
         self.finished = False
-        events.put(plan.placed)
+        events.put(plan.built)
 
     def done(self) -> bool:
         now = time.time()
@@ -118,7 +119,7 @@ class _PlayedTrial:
 
     def result(self) -> TrialResult:
         played = self.plan.epochs[:self.sent]
-        return TrialResult(self.plan.placed.trial_key, self.plan.status, self.plan.placed, played)
+        return TrialResult(self.plan.built.trial_key, self.plan.status, self.plan.built, played)
 
     def cancel(self) -> None:
         self.cancelled = True

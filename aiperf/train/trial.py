@@ -14,9 +14,10 @@ import time
 import traceback
 from collections.abc import Callable
 
-from aiperf.train.messages import EpochReport, TrialPlaced, TrialRequest, TrialResult
+from aiperf.status import TrialStatus
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 
-Reporter = Callable[[TrialPlaced | EpochReport], None]
+Reporter = Callable[[TrialBuilt | EpochReport], None]
 
 CORES_ENV = "AIPERF_WORKER_CORES"
 
@@ -106,7 +107,7 @@ def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
 
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
     """Build, count, train and evaluate; every epoch is reported the moment it ends."""
-    placed: TrialPlaced | None = None
+    built: TrialBuilt | None = None
     epochs: list[EpochReport] = []
     try:
         configure_threads(worker_cores())
@@ -122,11 +123,11 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
         counts = count_all(model)  # one walk of the model that will train, both conventions
         counted, tensor = counts["aiperf"], counts["tensor"]
-        placed = TrialPlaced(trial_key=request.trial_key, worker=worker or socket.gethostname(),
+        built = TrialBuilt(trial_key=request.trial_key, worker=worker or socket.gethostname(),
                              parameters=int(model.count_params()),
                              train_ops=counted.train_per_sample, eval_ops=counted.eval_per_sample,
                              tensor_train_ops=tensor.train_per_sample, tensor_eval_ops=tensor.eval_per_sample)
-        report(placed)
+        report(built)
         model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
                       metrics=["accuracy"])
         n_train, n_val, batch = feed.train_samples, feed.val_samples, request.batch_size
@@ -159,7 +160,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
         done = bool(epochs) and all(e.complete for e in epochs) and (
             len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience))
-        return TrialResult(request.trial_key, "completed" if done else "stopped", placed, epochs)
+        return TrialResult(request.trial_key, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, built, epochs)
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        return TrialResult(request.trial_key, "failed", placed, epochs, message=message)
+        return TrialResult(request.trial_key, TrialStatus.FAILED, built, epochs, message=message)

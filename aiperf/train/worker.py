@@ -1,0 +1,64 @@
+"""A trial on a Dask worker: what runs in the worker process, and how its reports travel back.
+
+`train_on_worker` is what the flow's `train_trial` task (or a plain Dask submit) runs: it pins
+the worker's GPU, names the worker for the records, caps the trial at the worker's own end of
+life (a batch job's walltime), trains (or simulates), and sends every report back to the
+orchestrator as a Dask event the moment it happens. `received` turns such an event back into the
+form the orchestrator reads. Nothing here knows Prefect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, to_event
+
+# The scheduler overwrites an event's "worker" with the worker's address: ours travels aside.
+_LABEL_KEY = "worker_label"
+
+SIMULATED = "simulated"
+
+
+def worker_label(worker_name: str) -> str:
+    """How trials record their worker: the Dask worker's name, and its batch job when in one."""
+    from aiperf.cluster.environment import job_id
+
+    job = job_id()
+    return f"{worker_name}@{job}" if job else worker_name
+
+
+def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResult:
+    """Run one trial in this Dask worker. trainer "simulated" trains nothing: the trial takes a
+    modelled time (orchestration at scale)."""
+    from distributed import get_worker
+
+    from aiperf.cluster.environment import pin_gpu, worker_end
+
+    worker = get_worker()
+    pin_gpu(str(worker.name))  # one worker per GPU
+    label = worker_label(str(worker.name))
+
+    def report(message: TrialBuilt | EpochReport) -> None:
+        if request.events_topic:
+            worker.log_event(request.events_topic, {**to_event(message), _LABEL_KEY: label})
+
+    # Walltime-aware: a trial stops at its worker's end of life as at the run's deadline.
+    end = worker_end(str(worker.name))
+    if end is not None and end < request.deadline:
+        request = replace(request, deadline=end)
+    if trainer == SIMULATED:
+        from aiperf.train.simulated import run_simulated_trial
+
+        return run_simulated_trial(request, report, worker=label)
+    from aiperf.train.trial import run_trial
+
+    return run_trial(request, report, worker=label)
+
+
+def received(event: tuple[float, dict[str, Any]]) -> dict[str, Any]:
+    """A Dask event (timestamp, message) as the orchestrator reads it, with our worker label."""
+    message = dict(event[1])
+    if _LABEL_KEY in message:
+        message["worker"] = message.pop(_LABEL_KEY)
+    return message

@@ -1,0 +1,77 @@
+"""A wheel carries everything aiperf needs at run time: installed (not editable) into a fresh venv
+outside the checkout, `aiperf db upgrade` and a short `aiperf run` work from another folder.
+
+The fresh venv borrows the heavy dependencies (TensorFlow, Prefect, ...) from the test venv through a
+path file instead of downloading them again; aiperf itself, its migrations, profiles, job-queue
+defaults and flows come from the wheel alone. The checkout's editable install is not visible there:
+path files of a borrowed folder are not processed, so its import hook never loads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+JUNK = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                              "aiperf-out", "*.db")
+
+
+def _run(*args: str | Path, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{args}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=JUNK)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {"PREFECT_HOME": str(root / "prefect"), "COLUMNS": "200"}
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root / "dist", source, cwd=root, env=env)
+    (wheel,) = (root / "dist").glob("aiperf-*.whl")
+
+    fresh = root / "fresh"
+    _run(sys.executable, "-m", "venv", fresh, cwd=root, env=env)
+    python = fresh / "bin" / "python"
+    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=root,
+                   env=env).stdout.strip()
+    borrowed = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    Path(purelib, "borrowed-dependencies.pth").write_text("\n".join(dict.fromkeys(borrowed)) + "\n")
+    _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel, cwd=root, env=env)
+    env["PATH"] = f"{fresh / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+    return fresh, env
+
+
+@pytest.mark.slow
+def test_the_wheel_imports_aiperf_and_flows_from_itself(wheel_venv, tmp_path):
+    fresh, env = wheel_venv
+    where = _run(fresh / "bin" / "python", "-c", "import aiperf, flows; print(aiperf.__file__); print(flows.__file__)",
+                 cwd=tmp_path, env=env).stdout.split()
+    assert all(Path(p).is_relative_to(fresh) for p in where), where
+
+
+@pytest.mark.slow
+def test_db_upgrade_and_a_short_run_from_another_folder(wheel_venv, tmp_path):
+    fresh, env = wheel_venv
+    aiperf = fresh / "bin" / "aiperf"
+    upgraded = _run(aiperf, "db", "upgrade", "--db", "sqlite:///results.db", cwd=tmp_path, env=env)
+    assert "upgraded from empty to revision" in upgraded.stdout
+    tiny = ["data.image_size=16", "data.train_samples=256", "data.val_samples=64", "data.clutter=0",
+            "train.epochs=1", "search.space.batch_size=[32]"]
+    ran = _run(aiperf, "run", "--budget", "15s", "--workers", "1", "--db", "sqlite:///results.db",
+               *[arg for setting in tiny for arg in ("--set", setting)], cwd=tmp_path, env=env)
+    assert "regulated score" in ran.stdout and "OPS (aiperf convention)" in ran.stdout
+    listed = _run(aiperf, "runs", "--db", "sqlite:///results.db", cwd=tmp_path, env=env)
+    assert "completed" in listed.stdout
+    assert (tmp_path / "aiperf-out" / "reports" / "aiperf-report-1.html").is_file()
