@@ -152,7 +152,7 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
         run_id = record_run(store, config, flow_run_id)
         logger.info("run %d recorded in %s", run_id, safe_url(config.db))
         try:
-            search(config, store, run_id, stages, logger)
+            search_until_deadline(config, store, run_id, stages, logger)
             score = stages.score(config, run_id)
         except BaseException as exc:
             ended = RunStatus.INTERRUPTED if isinstance(exc, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
@@ -167,8 +167,8 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
     return RunOutcome(run_id, score)
 
 
-def search(config: BenchmarkConfig, store: Store, run_id: int, stages: Stages,
-           logger: logging.Logger | logging.LoggerAdapter = log) -> None:
+def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, stages: Stages,
+                          logger: logging.Logger | logging.LoggerAdapter = log) -> None:
     """Start the workers, stage the data on them, then keep them busy with trials until the deadline."""
     preflight(config.data)  # a missing folder or an empty class fails here, before any worker starts
     topic = f"aiperf-run-{run_id}-epochs"
