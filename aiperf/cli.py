@@ -20,8 +20,8 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from aiperf.cli_support import console, err, fail, open_existing
-from aiperf.config import DEFAULT_DB_URL
+from aiperf.cli_support import console, db_option, err, fail, open_existing
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
 from aiperf.errors import UserError
 from aiperf.data.cli import stage
 from aiperf.ops.cli import flops
@@ -36,15 +36,15 @@ for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "f
                      "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
     os.environ.setdefault(_key, _value)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# A traceback never shows local variables: they can hold a database URL with its password.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.")
-db_app = typer.Typer(no_args_is_help=True, help="Manage the results database.")
+db_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database.")
 app.add_typer(db_app, name="db")
 
 # The benchmark flow, named as prefect.yaml's deployment names it (a module path, so it loads from an
 # installed wheel in any folder).
 BENCHMARK_FLOW = "flows.benchmark:benchmark"
-DB_HELP = f"Database URL (default {DEFAULT_DB_URL})."
 
 
 def _live_view():
@@ -68,7 +68,7 @@ def run(
     profile: str = typer.Option("quick", "--profile", "-p", help="Profile name or a YAML profile file."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."),
     workers: Optional[str] = typer.Option(None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."),
-    db: Optional[str] = typer.Option(None, "--db", help=f"Database URL (default: the profile's, else {DEFAULT_DB_URL})."),
+    db: Optional[str] = typer.Option(None, "--db", help=f"Database URL (default: $AIPERF_DB_URL, else the profile's, else {DEFAULT_DB_URL})."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
     cluster: Optional[str] = typer.Option(
@@ -81,17 +81,32 @@ def run(
     settings: Optional[list[str]] = typer.Option(
         None, "--set", help="Override a profile setting KEY=VALUE (dotted key, YAML value), repeatable: "
                             "e.g. --set data.source=/data/imagenet --set train.epochs=[2,4]."),
+    allow_concurrent: bool = typer.Option(
+        False, "--allow-concurrent", help="Run even while another local run is running on this machine "
+                                          "(the two then measure each other's load)."),
+    resume: Optional[int] = typer.Option(
+        None, "--resume", help="Continue a lost or interrupted run (its own config, seed and remaining "
+                               "budget); give only --db with it."),
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
     from aiperf.config import load_config
 
     try:
-        overrides = {**_setting_overrides(settings or []), **_cluster_overrides(cluster, cluster_opt or [], adaptive)}
-        config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
-                             overrides=overrides)
+        if resume is not None:
+            _only_db_with_resume(profile != "quick", budget, workers, seed, out, cluster, cluster_opt, adaptive,
+                                 settings)
+            from aiperf.recovery import resume_config
+
+            config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
+        else:
+            overrides = {**_setting_overrides(settings or []),
+                         **_cluster_overrides(cluster, cluster_opt or [], adaptive)}
+            config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
+                                 overrides=overrides)
         from aiperf.data.staging import preflight
 
         preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
+        _claim_machine(config.cluster.kind, allow_concurrent)
         from aiperf.store import Store
 
         Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
@@ -107,12 +122,40 @@ def run(
     with Live(console=console, refresh_per_second=4, transient=False) as display:
         live.set_display(lambda figures: display.update(render(figures)))
         try:
-            result = benchmark(config=config)
+            result = benchmark(config=config, resume=resume)
         except UserError as exc:
             raise fail(str(exc)) from None
+        except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the run is recorded interrupted
+            err.print(f"[bold red]interrupted:[/] {exc or 'stopped'}; the run's epochs are recorded: "
+                      "`aiperf runs` lists it, `aiperf recover RUN_ID` scores it, "
+                      "`aiperf run --resume RUN_ID` continues it", highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
         finally:
             live.set_display(None)
     _print_score(_load_run(result["run_id"], config.db))
+
+
+# The local-run lock this process holds (a descriptor), until it exits or runs another command.
+_machine_lock: list[int] = []
+
+
+def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> None:
+    """A local run holds this machine's local-run lock until its process ends, so a second local run
+    (which would share the cores, and so measure the first) is refused. Job-queue runs share nothing."""
+    if allow_concurrent or cluster_kind != "local":
+        return
+    from aiperf.locks import claim_local_run
+
+    while _machine_lock:  # an earlier command of this process (the CLI called in-process) is over
+        os.close(_machine_lock.pop())
+    _machine_lock.append(claim_local_run())
+
+
+def _only_db_with_resume(*given: object) -> None:
+    """--resume continues a run with its own config: any other run option is an error, not ignored."""
+    if any(bool(option) for option in given):
+        raise UserError("--resume continues a run with its own config, seed and remaining budget; give only "
+                        "--resume RUN_ID and --db URL")
 
 
 def _setting_overrides(settings: list[str]) -> dict:
@@ -182,13 +225,13 @@ def _print_score(record: RunRecord) -> None:
     table = Table(title=f"aiperf run {run_id}", show_header=False)
     table.add_column("figure", style="bold")
     table.add_column("value")
-    for row in score_rows(run_id, record.profile, record.workers, record.budget_s, score):
+    for row in score_rows(record):
         table.add_row(row["figure"], row["value"])
     console.print(table)
 
 
 @app.command()
-def runs(db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP),
+def runs(db: str = db_option(),
          limit: int = typer.Option(50, "--limit", min=1)) -> None:
     """List runs, newest first."""
     from aiperf.score import format_ops
@@ -211,18 +254,78 @@ def runs(db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP),
 
 @app.command()
 def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-         db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP),
+         db: str = db_option(),
          tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism.")) -> None:
     """Print one run's score and its trials (or, with --tree, how the search grew them)."""
     record = _load_run(run_id, db)  # before the import below starts the framework: errors stay one line
     from aiperf.report.trials import search_tree, trial_table
 
     _print_score(record)
+    _print_state(record)
     console.print(search_tree(record) if tree else trial_table(record))
 
 
+def _print_state(record: RunRecord) -> None:
+    """A lost run says so and what to do; a window of several segments shows each, and the gaps
+    between them that its score does not count."""
+    from aiperf.store import window_gaps
+
+    if record.status == "lost":
+        last = record.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S") if record.heartbeat_at else "never"
+        console.print(f"run {record.id} is [bold red]lost[/]: its process stopped (last heartbeat {last} UTC); "
+                      f"`aiperf recover {record.id}` scores it, `aiperf run --resume {record.id}` continues it")
+    if len(record.windows) > 1:
+        gaps = window_gaps(record.windows)
+        for window in record.windows:
+            length = "open" if window.length_s is None else f"{window.length_s:.1f} s"
+            gap = f", then a gap of {gaps[window.segment]:.1f} s (not counted)" if window.segment < len(gaps) else ""
+            console.print(f"window segment {window.segment}: {window.started_at:%H:%M:%S} UTC, {length}{gap}")
+
+
+@app.command()
+def recover(run_id: int = typer.Argument(..., help="A lost or interrupted run, as `aiperf runs` lists them."),
+            db: str = db_option()) -> None:
+    """Close a lost or interrupted run and score it from what it recorded: its running trials become
+    interrupted, its window ends at its last recorded epoch, and the score is invalid ("recovered
+    after a crash"). The run can still be resumed afterwards (`aiperf run --resume`)."""
+    from aiperf.recovery import recover as recover_run
+
+    try:
+        record = recover_run(db, run_id)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    _print_score(record)
+
+
+@app.command()
+def verify(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
+           db: str = db_option()) -> None:
+    """Recompute a run's score from its records alone and check every figure; exit 0 only if all pass."""
+    from aiperf.store import RecordNotFound
+    from aiperf.verify import verify_run
+
+    with open_existing(db) as store:
+        try:
+            checks = verify_run(store, run_id)
+        except RecordNotFound:
+            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+        except ValueError as exc:
+            raise fail(f"{exc}; only a scored run can be verified") from None
+    table = Table(title=f"verification of run {run_id} (recomputed from its records)")
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for check in checks:
+        table.add_row(check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail)
+    console.print(table)
+    failed = [c.check for c in checks if not c.passed]
+    console.print(f"run {run_id}: " + (f"[bold red]FAILED[/] {', '.join(failed)}" if failed
+                                        else f"[green]verified[/]: all {len(checks)} checks pass"))
+    if failed:
+        raise typer.Exit(1)
+
+
 @db_app.command("upgrade")
-def db_upgrade(db: str = typer.Option(DEFAULT_DB_URL, "--db", help=DB_HELP)) -> None:
+def db_upgrade(db: str = db_option()) -> None:
     """Create the database if needed and apply pending migrations (runs do this themselves; use it
     to prepare a shared database, or to bring an older one up to date for the read-only commands)."""
     from aiperf.store import database

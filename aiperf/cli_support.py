@@ -5,11 +5,12 @@ A user's mistake ends a command with one line on stderr and exit status 2, never
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
 from aiperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -17,6 +18,14 @@ if TYPE_CHECKING:
 
 console = Console()
 err = Console(stderr=True)
+
+
+def db_option(help: str = "Database URL.") -> Any:
+    """--db for every command: the URL given, else $AIPERF_DB_URL (where a password can live outside
+    the command line, which other users see in `ps`), else DEFAULT_DB_URL. Help names the variable,
+    never its value."""
+    return typer.Option(DEFAULT_DB_URL, "--db", envvar=DB_URL_ENV, show_envvar=False,
+                        help=f"{help} Default: ${DB_URL_ENV}, else {DEFAULT_DB_URL}.", show_default=False)
 
 
 def fail(message: str) -> typer.Exit:

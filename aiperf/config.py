@@ -7,6 +7,7 @@ anything touches the database or starts a worker, so a mistake costs nothing alr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from importlib import resources
@@ -18,8 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aiperf.errors import UserError
 
-# The database a run records into and every command reads, unless --db or the profile says otherwise.
+CUSTOM_PREFIX = "custom-"  # the name of every profile read from a file
+
+# The database a run records into and every command reads, unless --db, AIPERF_DB_URL or the profile
+# says otherwise (in that order: the environment wins over the profile, the command line over both).
 DEFAULT_DB_URL = "sqlite:///aiperf.db"
+DB_URL_ENV = "AIPERF_DB_URL"
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
@@ -44,6 +49,14 @@ class _Strict(BaseModel):
 
 
 from pydantic_core import PydanticCustomError  # noqa: E402  (a message without "Value error,")
+
+
+def _one_line(value: str | None) -> str | None:
+    """Settings written into job scripts as directives or paths: a line break there would start a
+    shell line of its own, so one is refused wherever the value came from."""
+    if value is not None and any(c in value for c in "\n\r\0"):
+        raise ValueError("must be one line (it is written into job scripts)")
+    return value
 
 DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
 
@@ -157,6 +170,8 @@ class ClusterConfig(_Strict):
     interface: str | None = None  # network interface the workers and the scheduler talk on
     adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
 
+    _single_lines = field_validator("queue", "account", "walltime", "memory", "interface")(_one_line)
+
 
 class TrainConfig(_Strict):
     # Epochs per trial, by round: AIPerf grows them (15, 30, 45, 60 on ImageNet). Round r is the
@@ -188,7 +203,8 @@ class ValidityConfig(_Strict):
 class BenchmarkConfig(_Strict):
     """Everything one run needs. Stored verbatim (as JSON) with the run."""
 
-    profile: str
+    profile: str  # a packaged profile's name, or custom-<sha of the file> for a profile file
+    ruleset: str | None = None  # the rules a packaged profile is judged by (aiperf/rules/), id-version
     budget_s: float = Field(gt=0)
     workers: int = Field(ge=1)
     db: str = DEFAULT_DB_URL
@@ -199,6 +215,17 @@ class BenchmarkConfig(_Strict):
     train: TrainConfig = TrainConfig()
     validity: ValidityConfig = ValidityConfig()
     cluster: ClusterConfig = ClusterConfig()
+
+    _out_one_line = field_validator("out")(_one_line)  # job logs and TLS certificates go under it
+
+    @field_validator("db")
+    @classmethod
+    def _db_without_password(cls, url: str) -> str:
+        """The config is stored with the run and passed to the flow as a Prefect parameter, so it never
+        holds a password: this process keeps it for its own connections (aiperf.store.database)."""
+        from aiperf.store.database import withhold_password
+
+        return withhold_password(url)
 
     @model_validator(mode="after")
     def _batch_fits_data(self) -> BenchmarkConfig:
@@ -223,15 +250,18 @@ def available_profiles() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _read_profile(name_or_path: str) -> dict[str, Any]:
+def _read_profile(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """The profile's settings and its name: a packaged profile's own, or custom-<sha> for a file."""
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")):
         if not path.is_file():
             raise UserError(f"profile file {name_or_path} does not exist; give a YAML file or one of: "
                             f"{', '.join(available_profiles())}")
         text = path.read_text()
+        name = f"{CUSTOM_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     elif name_or_path in available_profiles():
         text = (resources.files("aiperf") / "profiles" / f"{name_or_path}.yaml").read_text()
+        name = name_or_path
     else:
         raise UserError(f"unknown profile {name_or_path!r}; use one of: {', '.join(available_profiles())} "
                         "(or a path to a .yaml profile)")
@@ -241,7 +271,17 @@ def _read_profile(name_or_path: str) -> dict[str, Any]:
         raise UserError(f"profile {name_or_path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise UserError(f"profile {name_or_path} must be a YAML mapping of settings")
-    return raw
+    return raw, name
+
+
+def _apply_ruleset(raw: dict[str, Any]) -> None:
+    """A packaged profile names its ruleset; its validity section is the ruleset's, for that profile."""
+    from aiperf.rules import load_ruleset
+
+    if raw["profile"].startswith(CUSTOM_PREFIX) or not raw.get("ruleset"):
+        return
+    rules = load_ruleset(raw["ruleset"]).for_profile(raw["profile"])
+    raw["validity"] = {"min_budget_s": rules.min_budget_s, "accuracy_floor": rules.accuracy_floor}
 
 
 def machine_cores() -> int:
@@ -271,10 +311,20 @@ def load_config(
     cluster: str | dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> BenchmarkConfig:
-    """Profile + overrides -> a validated config, or a UserError naming the bad value."""
-    raw = _read_profile(profile)
-    raw.setdefault("profile", Path(profile).stem if profile.endswith((".yaml", ".yml")) else profile)
+    """Profile + overrides -> a validated config, or a UserError naming the bad value.
+
+    A packaged profile's validity rules come from its ruleset. A profile file is named
+    custom-<sha256 of its text, 12 digits> whatever it says inside, so no file can pass for a
+    packaged profile; `profile` and `ruleset` cannot be overridden."""
+    raw, name = _read_profile(profile)
+    raw["profile"] = name
+    if os.environ.get(DB_URL_ENV):  # over the profile's database; a `db` override and --db win over it
+        raw["db"] = os.environ[DB_URL_ENV]
+    _apply_ruleset(raw)
     for key, value in (overrides or {}).items():
+        if key.split(".", 1)[0] in ("profile", "ruleset"):
+            raise UserError(f"{key} cannot be overridden: choose a packaged profile with --profile, or give your "
+                            "own profile file (its result is in the open division)")
         _set_dotted(raw, key, value)
     if budget is not None:
         raw["budget"] = budget

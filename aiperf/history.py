@@ -36,6 +36,14 @@ def history(store: Store, *, system: str | None = None, profile: str | None = No
     return store.run_scores(system_id=resolve_system(store, system), profile=profile)
 
 
+def workloads(rows: list[RunScoreRow]) -> dict[tuple[str, str | None, str | None], list[RunScoreRow]]:
+    """Rows grouped by (profile, division, config hash), each group oldest first: like with like."""
+    groups: dict[tuple[str, str | None, str | None], list[RunScoreRow]] = {}
+    for row in rows:
+        groups.setdefault((row.profile, row.division, row.config_hash), []).append(row)
+    return groups
+
+
 def sparkline(values: list[float]) -> str:
     """A one-line picture of a series (the trend of OPS in `aiperf history`)."""
     if not values:
@@ -96,6 +104,10 @@ def compare(store: Store, run_a: int, run_b: int) -> RunPair:
             raise UserError(f"run {run_id} has no score (it is missing, still running or failed); "
                             "list scored runs with `aiperf history`")
     a, b = rows[run_a], rows[run_b]
+    if (a.division, a.config_hash) != (b.division, b.config_hash):
+        raise UserError(f"runs {run_a} and {run_b} ran different workloads ({a.division} {(a.config_hash or '-')[:8]} "
+                        f"vs {b.division} {(b.config_hash or '-')[:8]}): only runs of one division and config are "
+                        "compared; `aiperf history` lists both")
     figures = [Comparison(name, _number(getattr(a, column)), _number(getattr(b, column)), unit)
                for name, column, unit in COMPARED]
     return RunPair(a=a, b=b, figures=figures)

@@ -9,8 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from aiperf.cli_support import console, fail, open_existing
-from aiperf.config import DEFAULT_DB_URL
+from aiperf.cli_support import console, db_option, fail, open_existing
 from aiperf.errors import UserError
 from aiperf.store.database import safe_url
 
@@ -21,11 +20,11 @@ def _pct(value: float | None) -> str:
 def history(
     system: Optional[str] = typer.Option(None, "--system", "-s", help="System id, hostname or fingerprint prefix."),
     profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
-    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
+    db: str = db_option(),
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""
     from aiperf.history import history as read_history
-    from aiperf.history import sparkline
+    from aiperf.history import sparkline, workloads
     from aiperf.score import format_ops
 
     with open_existing(db) as store:
@@ -35,29 +34,31 @@ def history(
             raise fail(str(exc)) from None
     scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
     table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
-    for column in ("run", "created (UTC)", "system", "profile", "workers", "budget", "OPS", "change",
-                   "regulated", "best val acc", "valid"):
+    for column in ("run", "created (UTC)", "system", "profile", "division", "config", "workers", "budget", "OPS",
+                   "change", "regulated", "best val acc", "valid"):
         table.add_column(column)
     for r in rows:
         table.add_row(str(r.run_id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), f"{r.system_id} {r.hostname}",
-                      r.profile, str(r.workers), f"{r.budget_s:g} s", f"{format_ops(r.ops)}OPS",
-                      _pct(r.ops_change_pct), f"{format_ops(r.regulated_score)}OPS",
+                      r.profile, r.division or "-", (r.config_hash or "-")[:8], str(r.workers), f"{r.budget_s:g} s",
+                      f"{format_ops(r.ops)}OPS", _pct(r.ops_change_pct), f"{format_ops(r.regulated_score)}OPS",
                       "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
                       "yes" if r.valid else "no")
     console.print(table)
     if not rows:
         console.print("no scored runs yet; run `aiperf run` first")
         return
-    ops = [r.ops for r in rows]
-    console.print(f"trend of OPS, oldest to newest: {sparkline(ops)}  "
-                  f"(first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
-                  f"best {format_ops(max(ops))}OPS)")
+    # One trend per workload: runs of another division or config are never put on one line.
+    for (profile, division, config), group in workloads(rows).items():
+        ops = [r.ops for r in group]
+        console.print(f"trend of OPS, {profile} {division or '-'} {(config or '-')[:8]}, oldest to newest: "
+                      f"{sparkline(ops)}  (first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
+                      f"best {format_ops(max(ops))}OPS)")
 
 
 def compare(
     run_a: int = typer.Argument(..., help="The reference run."),
     run_b: int = typer.Argument(..., help="The run compared with it."),
-    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
+    db: str = db_option(),
 ) -> None:
     """Two runs side by side, with B's percent difference from A."""
     from aiperf.history import compare as compare_runs
@@ -94,7 +95,7 @@ def compare(
 
 def report(
     run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-    db: str = typer.Option(DEFAULT_DB_URL, "--db", help=f"Database URL (default {DEFAULT_DB_URL})."),
+    db: str = db_option(),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."),
 ) -> None:
     """Write one self-contained HTML page about a run: score over time, trials, workers, history."""

@@ -95,8 +95,10 @@ def _change(before: float, after: float) -> float | None:
 
 
 def baseline(history: list[RunScoreRow], run: RunScoreRow, window: int = DEFAULT_WINDOW) -> Baseline | None:
-    """Median of the last `window` valid completed runs before `run` (rows of run_scores, oldest first)."""
+    """Median of the last `window` valid, completed and not unverified runs before `run` of the same
+    division and workload (config hash); rows of run_scores, oldest first."""
     earlier = [r for r in history if r.run_id != run.run_id and r.valid and r.status == RunStatus.COMPLETED
+               and r.verified is not False and (r.division, r.config_hash) == (run.division, run.config_hash)
                and (r.created_at, r.run_id) < (run.created_at, run.run_id)]
     chosen = earlier[-window:]
     if not chosen:

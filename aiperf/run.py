@@ -5,6 +5,7 @@
     stage    the dataset where every worker reads it, and its manifest recorded
     search   every worker kept busy with trials until the deadline: the timed window
     score    OPS and the regulated score, from the records alone
+    verify   the score recomputed from the records, nothing stored trusted (aiperf.verify)
     finish   the run marked completed (or failed, or interrupted), then its report published
 
 `run_benchmark` takes a config that is already validated (aiperf.config.load_config: parsed once
@@ -24,16 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf import live
+from aiperf import live, liveness
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
+from aiperf.errors import UserError
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
 from aiperf.orchestrator import Launcher, Orchestrator
+from aiperf.rules.division import classify
 from aiperf.score import ScoreResult, compute_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import Store
-from aiperf.store.database import safe_url
+from aiperf.store import CheckRecord, Store
+from aiperf.store.database import database_label, safe_url
 from aiperf.system import fingerprint
 from aiperf.train.trial import warm_up
 from aiperf.train.worker import received, train_on_worker
@@ -53,25 +56,33 @@ class TrialRunner:
 class RunOutcome:
     run_id: int
     score: ScoreResult
+    verified: bool  # every check of the recomputation passed
 
 
 # --- the steps, as plain functions ---------------------------------------------------------------
 
 def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = None) -> int:
-    """The system under test and the run, before any worker starts."""
+    """The system under test and the run, with its division, before any worker starts."""
+    division = classify(config)
     system_id = store.upsert_system(fingerprint())
     return store.create_run(system_id=system_id, profile=config.profile, config=config.model_dump(mode="json"),
                             seed=config.seed, budget_s=config.budget_s, workers=config.workers,
-                            flow_run_id=flow_run_id)
+                            flow_run_id=flow_run_id, ruleset=division.ruleset, division=division.name,
+                            deviations=division.deviations, config_hash=division.config_hash)
 
 
-def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str | None,
+def _client(scheduler_address: str, security: Any) -> Any:
+    """A client of the run's scheduler, presenting the cluster's TLS credentials (StartedCluster.security)."""
+    from distributed import Client
+
+    return Client(scheduler_address, security=security, set_as_default=False)
+
+
+def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str | None, security: Any = None,
                   on_progress: OnProgress | None = None) -> Manifest:
     """Generate or convert the profile's data where every worker reads it and record its manifest.
     Shard work runs on the cluster's workers; node-local copies (data.stage_to) are made on each."""
-    from distributed import Client
-
-    client = Client(scheduler_address, set_as_default=False) if scheduler_address else None
+    client = _client(scheduler_address, security) if scheduler_address else None
     try:
         manifest = stage(config.data, config.seed, Path(config.out) / "data", client=client,
                          on_progress=on_progress)
@@ -79,17 +90,25 @@ def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str |
         if client is not None:
             client.close()
     with Store.open(config.db, migrate=False) as store:
-        store.record_dataset(run_id, manifest.to_dict())
+        record_manifest(store, run_id, manifest)
     return manifest
 
 
-@contextmanager
-def dask_trials(config: BenchmarkConfig, scheduler_address: str) -> Iterator[TrialRunner]:
-    """Trials as plain Dask tasks, each asking for its worker's trial slot (and GPU, if any)."""
-    from distributed import Client
+def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
+    """Record the run's dataset; a resumed run must find the very data it started on."""
+    recorded = store.run_dataset(run_id)
+    if recorded is None:
+        store.record_dataset(run_id, manifest.to_dict())
+    elif recorded.sha256 != manifest.sha256:
+        raise UserError(f"run {run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
+                        f"staging now gives sha256 {manifest.sha256[:12]}: restore that data to resume it")
 
+
+@contextmanager
+def dask_trials(config: BenchmarkConfig, scheduler_address: str, security: Any = None) -> Iterator[TrialRunner]:
+    """Trials as plain Dask tasks, each asking for its worker's trial slot (and GPU, if any)."""
     resources = trial_resources(config)
-    with Client(scheduler_address, set_as_default=False) as client:
+    with _client(scheduler_address, security) as client:
         def launch(request):  # a distributed.Future is a TrialHandle: done(), result(), cancel()
             return client.submit(train_on_worker, request, config.train.trainer, resources=resources,
                                  key=f"trial-{request.run_id}-{request.trial_key}", pure=False)
@@ -97,16 +116,27 @@ def dask_trials(config: BenchmarkConfig, scheduler_address: str) -> Iterator[Tri
         yield TrialRunner(client, launch)
 
 
-def score_run(config: BenchmarkConfig, run_id: int) -> ScoreResult:
-    """OPS and the regulated score, computed from the records alone, then stored."""
+def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> ScoreResult:
+    """OPS and the regulated score, computed from the records alone, then stored. `recovered`: the
+    run is scored after a crash or a stop (aiperf recover), so it is never valid."""
     with Store.open(config.db, migrate=False) as store:
         work = store.run_work(run_id)
         score = compute_score(work.epochs, elapsed_s=work.elapsed_s, best_val_accuracy=work.best_val_accuracy,
                               val_samples=work.val_samples, trials_completed=work.trials_completed,
                               budget_s=work.budget_s, rules=config.validity,
-                              simulated=config.train.trainer == "simulated")
-        store.save_score(run_id, score)
+                              simulated=config.train.trainer == "simulated", recovered=recovered)
+        store.save_score(run_id, score, ruleset=classify(config).ruleset)
     return score
+
+
+def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
+    """Every check of `aiperf verify`, stored with the score: the run's verdict on itself."""
+    from aiperf.verify import verify_run
+
+    with Store.open(config.db, migrate=False) as store:
+        checks = verify_run(store, run_id)
+        store.save_verification(run_id, checks)
+    return checks
 
 
 def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
@@ -114,11 +144,22 @@ def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
     from aiperf.report.html import markdown_summary
     from aiperf.report.html import write_report as write_page
 
-    folder = Path(config.out) / "reports"
-    folder.mkdir(parents=True, exist_ok=True)
+    page = report_path(config, run_id)
+    page.parent.mkdir(parents=True, exist_ok=True)
     with Store.open_existing(config.db) as store:
-        page = write_page(store, run_id, folder / f"aiperf-report-{run_id}.html").resolve()
+        page = write_page(store, run_id, page).resolve()
         return page, markdown_summary(store, run_id, page)
+
+
+def report_path(config: BenchmarkConfig, run_id: int) -> Path:
+    """<out>/reports/aiperf-report-<database>-<run>.html: run 1 of another database in the same
+    --out folder has its own file."""
+    return Path(config.out) / "reports" / f"aiperf-report-{database_label(config.db)}-{run_id}.html"
+
+
+def run_folder(config: BenchmarkConfig, run_id: int) -> Path:
+    """<out>/run-<database>-<run>: the run's own files (the oracle's), never another database's run's."""
+    return Path(config.out) / f"run-{database_label(config.db)}-{run_id}"
 
 
 class Stages:
@@ -128,14 +169,19 @@ class Stages:
         """The Prefect API that workers report task runs to (None: they report to none)."""
         return None
 
-    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str) -> Manifest:
-        return stage_dataset(config, run_id, scheduler_address)
+    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
+                      security: Any = None) -> Manifest:
+        return stage_dataset(config, run_id, scheduler_address, security)
 
-    def trials(self, config: BenchmarkConfig, scheduler_address: str) -> AbstractContextManager[TrialRunner]:
-        return dask_trials(config, scheduler_address)
+    def trials(self, config: BenchmarkConfig, scheduler_address: str,
+               security: Any = None) -> AbstractContextManager[TrialRunner]:
+        return dask_trials(config, scheduler_address, security)
 
     def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
         return score_run(config, run_id)
+
+    def verify(self, config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
+        return verify_and_record(config, run_id)
 
     def publish(self, config: BenchmarkConfig, run_id: int, score: ScoreResult) -> None:
         page, _ = write_report(config, run_id)
@@ -145,55 +191,96 @@ class Stages:
 # --- the story ------------------------------------------------------------------------------------
 
 def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow_run_id: str | None = None,
-                  logger: logging.Logger | logging.LoggerAdapter = log) -> RunOutcome:
-    """Run the benchmark for the config's budget and return its score."""
+                  logger: logging.Logger | logging.LoggerAdapter = log, resume: int | None = None) -> RunOutcome:
+    """Run the benchmark for the config's budget and return its score. `resume`: a lost or
+    interrupted run to continue instead (its own config: aiperf.recovery.resume_config)."""
     stages = stages or Stages()
     with Store.open(config.db) as store:
-        run_id = record_run(store, config, flow_run_id)
-        logger.info("run %d recorded in %s", run_id, safe_url(config.db))
-        try:
-            search_until_deadline(config, store, run_id, stages, logger)
-            score = stages.score(config, run_id)
-        except BaseException as exc:
-            ended = RunStatus.INTERRUPTED if isinstance(exc, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
-            store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
-            raise
-        store.finish_run(run_id, status=RunStatus.COMPLETED)
+        run_id = record_run(store, config, flow_run_id) if resume is None else reopen_run(store, config, resume)
+        logger.info("run %d %s in %s", run_id, "recorded" if resume is None else "resumed", safe_url(config.db))
+        # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
+        with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
+            try:
+                search_until_deadline(config, store, run_id, stages, logger, resumed=resume is not None)
+                score = stages.score(config, run_id)
+                checks = stages.verify(config, run_id)
+            except BaseException as exc:
+                ended = RunStatus.INTERRUPTED if isinstance(exc, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
+                store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
+                raise
+            store.finish_run(run_id, status=RunStatus.COMPLETED)
+    for check in checks:
+        if not check.passed:
+            logger.warning("run %d failed verification: %s: %s", run_id, check.check, check.detail)
     try:  # the run is scored and completed: a report that fails to publish does not undo that
         stages.publish(config, run_id, score)
     except Exception as exc:
         logger.warning("run %d is scored, but its report was not published: %s: %s", run_id,
                        type(exc).__name__, exc)
-    return RunOutcome(run_id, score)
+    return RunOutcome(run_id, score, all(c.passed for c in checks))
+
+
+def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
+    """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat."""
+    from aiperf.recovery import closable_run
+
+    closable_run(store, run_id, config.db, "resumed")
+    store.interrupt_trials(run_id)  # a lost run's running trials: trained again
+    store.close_window_at_last_epoch(run_id)  # a lost run's open segment ends at its last epoch
+    store.reopen_run(run_id)
+    return run_id
 
 
 def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, stages: Stages,
-                          logger: logging.Logger | logging.LoggerAdapter = log) -> None:
-    """Start the workers, stage the data on them, then keep them busy with trials until the deadline."""
+                          logger: logging.Logger | logging.LoggerAdapter = log, resumed: bool = False) -> None:
+    """Start the workers, stage the data on them, then keep them busy with trials until the deadline.
+    A resumed run restores its oracle, trains its interrupted trials again, and searches for what
+    is left of its budget in a new segment of its window."""
     preflight(config.data)  # a missing folder or an empty class fails here, before any worker starts
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()
     with start_cluster(config, prefect_api_url=stages.prefect_api_url()) as cluster, \
-            stages.trials(config, cluster.scheduler_address) as trials:
-        manifest = stages.stage_dataset(config, run_id, cluster.scheduler_address)
+            stages.trials(config, cluster.scheduler_address, cluster.security) as trials:
+        manifest = stages.stage_dataset(config, run_id, cluster.scheduler_address, cluster.security)
         trials.client.subscribe_topic(topic, _into(events))
-        oracle = make_oracle(config, Path(config.out) / f"run-{run_id}", manifest.image_shape, manifest.classes)
+        oracle = make_oracle(config, run_folder(config, run_id), manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
             config=config, store=store, run_id=run_id, oracle=oracle, data_path=manifest.path,
             image_shape=manifest.image_shape, num_classes=manifest.classes, launch=trials.launch,
-            events=events, events_topic=topic, on_figures=live.show)
+            events=events, events_topic=topic, on_figures=live.show,
+            dataset_samples=(manifest.train_samples, manifest.val_samples))
+        budget_s = resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
         # The timed window opens once the workers are up and warm: the budget measures training,
         # not start-up.
         if config.train.trainer == "keras":
             trials.client.run(warm_up)
         started = time.time()
-        deadline = started + config.budget_s
+        deadline = started + budget_s
         store.start_search(run_id, started, deadline)
-        logger.info("search started on %d workers, budget %g s", config.workers, config.budget_s)
-        summary = orchestrator.run(started, deadline)
+        logger.info("search started on %d workers, budget %g s", config.workers, budget_s)
+        try:
+            summary = orchestrator.run(started, deadline)
+        except KeyboardInterrupt:  # stopped: the segment ends now, every reported epoch recorded
+            store.finish_search(run_id, time.time())
+            raise
         store.finish_search(run_id, summary.ended_at)
-        logger.info("search ended: %d trials (%d completed, %d stopped, %d failed)", summary.trials,
-                    summary.completed, summary.stopped, summary.failed)
+        logger.info("search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)", summary.trials,
+                    summary.completed, summary.stopped, summary.failed, summary.diverged)
+
+
+def resume_search(config: BenchmarkConfig, store: Store, run_id: int, orchestrator: Orchestrator) -> float:
+    """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
+    trials' records (it proposes what it would have proposed next), the interrupted trials queued
+    to train again. Returns the seconds of budget left."""
+    from aiperf.recovery import used_seconds
+    from aiperf.search.resume import restore
+
+    record = store.get_run(run_id)
+    state = store.search_state(run_id)
+    if state is not None:  # None: it stopped before its first proposal, so a fresh oracle is the same
+        restore(orchestrator.oracle, state, record.trials, config.search.objective)
+    orchestrator.resume_from(list(record.trials))
+    return max(1.0, config.budget_s - used_seconds(record))
 
 
 def _into(events: queue.Queue) -> Callable[[tuple[float, dict[str, Any]]], None]:

@@ -65,10 +65,14 @@ def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: in
     return ops * abs(math.log(1.0 - capped_accuracy(best_val_accuracy, val_samples)))
 
 
+RECOVERED = "recovered after a crash: scored from what it recorded before its deadline"
+
+
 def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_completed: int,
-            rules: ValidityConfig, simulated: bool = False) -> list[str]:
-    """Every rule the result breaks, named; an empty list means valid."""
-    broken = []
+            rules: ValidityConfig, simulated: bool = False, recovered: bool = False) -> list[str]:
+    """Every rule the result breaks, named; an empty list means valid. A recovered run (scored while
+    interrupted: it never reached its deadline) is never valid, whatever it recorded."""
+    broken = [RECOVERED] if recovered else []
     if simulated:
         broken.append("simulated trainer: trials were modelled, no model was trained")
     if budget_s < rules.min_budget_s:
@@ -85,7 +89,7 @@ def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_complete
 
 def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accuracy: float | None,
                   val_samples: int, trials_completed: int, budget_s: float,
-                  rules: ValidityConfig, simulated: bool = False) -> ScoreResult:
+                  rules: ValidityConfig, simulated: bool = False, recovered: bool = False) -> ScoreResult:
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
     epochs = list(work)
@@ -93,7 +97,8 @@ def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accur
     tensor_total = sum(e.tensor_ops for e in epochs)
     ops = total / elapsed_s
     broken = verdict(budget_s=budget_s, best_val_accuracy=best_val_accuracy,
-                     trials_completed=trials_completed, rules=rules, simulated=simulated)
+                     trials_completed=trials_completed, rules=rules, simulated=simulated,
+                     recovered=recovered)
     return ScoreResult(
         elapsed_s=elapsed_s, total_ops=total, ops=ops, tensor_ops=tensor_total / elapsed_s,
         best_val_accuracy=best_val_accuracy, val_samples=val_samples,

@@ -3,6 +3,8 @@ workers' messages, the records and the SQL CHECK constraints (the values are wha
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -11,6 +13,14 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # Never stored: a run whose status is running but whose heartbeat stopped (its process died).
+    # The Store derives it when it reads a run, so no command can show such a run as running.
+    LOST = "lost"
+
+    @classmethod
+    def stored(cls) -> tuple[RunStatus, ...]:
+        """The states the runs table holds (its CHECK constraint): every one but the derived LOST."""
+        return tuple(s for s in cls if s is not cls.LOST)
 
 
 class TrialStatus(StrEnum):
@@ -18,3 +28,37 @@ class TrialStatus(StrEnum):
     COMPLETED = "completed"  # trained every epoch it was given (or stopped early on a plateau)
     STOPPED = "stopped"  # cut by the deadline or its worker's end of life; finished steps count
     FAILED = "failed"
+    DIVERGED = "diverged"  # its loss became NaN or infinite: stopped at once; its finished samples count
+    INTERRUPTED = "interrupted"  # running when its run crashed or was stopped; finished epochs count
+
+
+# --- liveness: the orchestrator's heartbeat ------------------------------------------------------
+
+HEARTBEAT_S = 5.0  # how often a running run's process writes runs.heartbeat_at
+HEARTBEAT_TIMEOUT_ENV = "AIPERF_HEARTBEAT_TIMEOUT"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
+
+
+def heartbeat_timeout_s() -> float:
+    """Seconds without a heartbeat after which a running run is lost: $AIPERF_HEARTBEAT_TIMEOUT, else
+    60. It is the reader's setting (the process that would write is gone), so it lives in the
+    environment of the command that reads, not in the run's config."""
+    text = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text.strip() else DEFAULT_HEARTBEAT_TIMEOUT_S
+    except ValueError:
+        value = DEFAULT_HEARTBEAT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_HEARTBEAT_TIMEOUT_S
+
+
+def derived_status(stored: str, heartbeat_at: datetime | None, now: datetime,
+                   timeout_s: float | None = None) -> RunStatus:
+    """The run's state as every command shows it: a stored `running` whose heartbeat is older than
+    the timeout (or missing) is LOST, whatever the row says, since its process can no longer say so."""
+    status = RunStatus(stored)
+    if status is not RunStatus.RUNNING:
+        return status
+    timeout = heartbeat_timeout_s() if timeout_s is None else timeout_s
+    if heartbeat_at is None or (now - heartbeat_at).total_seconds() > timeout:
+        return RunStatus.LOST
+    return status

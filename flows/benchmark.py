@@ -10,6 +10,7 @@ stage and every trial with its logs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,17 +25,20 @@ from prefect_dask import DaskTaskRunner
 
 from aiperf import run
 from aiperf.cluster import trial_resources
-from aiperf.config import BenchmarkConfig, load_config
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig, load_config
+from aiperf.recovery import resume_config
 from aiperf.data.staging import Manifest
+from aiperf.flow_parameters import check_parameters
 from aiperf.report.summary import markdown, score_rows
 from aiperf.score import ScoreResult
 from aiperf.status import TrialStatus
+from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.worker import train_on_worker
 
 
 @task(name="stage_dataset", cache_policy=NO_CACHE)
-def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str) -> Manifest:
+def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None) -> Manifest:
     logger = get_run_logger()
     shown: dict[str, int] = {}
 
@@ -44,7 +48,7 @@ def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str) 
             shown[what] = step
             logger.info("%s: %d of %d", what, done, total)
 
-    manifest = run.stage_dataset(config, run_id, scheduler_address, on_progress=log_progress)
+    manifest = run.stage_dataset(config, run_id, scheduler_address, security, on_progress=log_progress)
     logger.info("staged %s (%d train, %d val images, sha256 %s)", manifest.name, manifest.train_samples,
                 manifest.val_samples, manifest.sha256[:12])
     return manifest
@@ -64,9 +68,20 @@ def score(config: BenchmarkConfig, run_id: int) -> ScoreResult:
     return run.score_run(config, run_id)
 
 
+@task(name="verify", cache_policy=NO_CACHE)
+def verify(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
+    checks = run.verify_and_record(config, run_id)
+    logger = get_run_logger()
+    for check in checks:
+        (logger.info if check.passed else logger.warning)("%s %s: %s", "pass" if check.passed else "FAIL",
+                                                          check.check, check.detail)
+    return checks
+
+
 @task(name="report", cache_policy=NO_CACHE)
 def report(config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
-    rows = score_rows(run_id, config.profile, config.workers, config.budget_s, result)
+    with Store.open_existing(config.db) as store:
+        rows = score_rows(store.get_run(run_id))
     create_table_artifact(table=rows, key="aiperf-score", description=f"aiperf run {run_id}")
     create_markdown_artifact(markdown=markdown(rows), key="aiperf-score-summary", description=f"aiperf run {run_id}")
     page, over_time = run.write_report(config, run_id)
@@ -100,13 +115,15 @@ class PrefectStages(run.Stages):
         with get_client(sync_client=True) as client:
             return str(client.api_url)
 
-    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str) -> Manifest:
-        return stage_dataset(config, run_id, scheduler_address)
+    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
+                      security: Any = None) -> Manifest:
+        return stage_dataset(config, run_id, scheduler_address, security)
 
     @contextmanager
-    def trials(self, config: BenchmarkConfig, scheduler_address: str) -> Iterator[run.TrialRunner]:
+    def trials(self, config: BenchmarkConfig, scheduler_address: str,
+               security: Any = None) -> Iterator[run.TrialRunner]:
         resources = trial_resources(config)
-        with DaskTaskRunner(address=scheduler_address) as runner:
+        with DaskTaskRunner(address=scheduler_address, client_kwargs={"security": security}) as runner:
             def launch(request: TrialRequest) -> _PrefectTrial:
                 with dask.annotate(resources=resources):
                     return _PrefectTrial(runner.submit(train_trial, {"request": request,
@@ -117,6 +134,9 @@ class PrefectStages(run.Stages):
     def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
         return score(config, run_id)
 
+    def verify(self, config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
+        return verify(config, run_id)
+
     def publish(self, config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
         report(config, run_id, result)
 
@@ -125,14 +145,21 @@ class PrefectStages(run.Stages):
 def benchmark(profile: str = "quick", budget: str | None = None, workers: int | None = None,
               db: str | None = None, seed: int | None = None, out: str | None = None,
               cluster: str | None = None, overrides: dict[str, Any] | None = None,
-              config: BenchmarkConfig | None = None) -> dict[str, Any]:
+              config: BenchmarkConfig | None = None, resume: int | None = None) -> dict[str, Any]:
     """Run the benchmark for a fixed wall-clock budget and return its score.
+    `resume` continues a lost or interrupted run instead, with its own stored config, seed and
+    remaining budget (only `db` is read with it; aiperf.recovery).
     `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
     profile settings, as `aiperf run --set` takes them. `config` is a config already validated
-    (what `aiperf run` passes); when it is given, the other parameters are not read."""
+    (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
+    never carry a database password or a job setting (aiperf.flow_parameters)."""
+    flow_run = get_run_context().flow_run
+    check_parameters(db, overrides, config=config, from_deployment=flow_run.deployment_id is not None)
+    if config is None and resume is not None:
+        config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
     if config is None:
         config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
                              cluster=cluster, overrides=overrides)
-    outcome = run.run_benchmark(config, PrefectStages(), flow_run_id=str(get_run_context().flow_run.id),
-                                logger=get_run_logger())
-    return {"run_id": outcome.run_id, **outcome.score.to_dict()}
+    outcome = run.run_benchmark(config, PrefectStages(), flow_run_id=str(flow_run.id),
+                                logger=get_run_logger(), resume=resume)
+    return {"run_id": outcome.run_id, **outcome.score.to_dict(), "verified": outcome.verified}

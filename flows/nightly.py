@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed
 
 from aiperf.config import load_config
+from aiperf.flow_parameters import check_parameters
 from aiperf.regression import DEFAULT_THRESHOLD, DEFAULT_WINDOW, RegressionVerdict, check_run
 from aiperf.store import Store
 from flows.benchmark import benchmark
@@ -43,7 +44,9 @@ def nightly(profile: str = "nightly", budget: str | None = None, workers: int | 
             db: str | None = None, seed: int | None = None, out: str | None = None,
             overrides: dict[str, Any] | None = None, threshold: float = DEFAULT_THRESHOLD,
             baseline_runs: int = DEFAULT_WINDOW):
-    """Run the nightly profile and fail when its score fell more than `threshold` below the baseline."""
+    """Run the nightly profile and fail when its score fell more than `threshold` below the baseline.
+    Parameters never carry a database password or a job setting (aiperf.flow_parameters)."""
+    check_parameters(db, overrides)
     if not 0 < threshold < 1:
         return Failed(message=f"threshold must be a share between 0 and 1 (0.05 = 5%), got {threshold}")
     if baseline_runs < 1:

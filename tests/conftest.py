@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.locks): a
+# developer's own run, or another test session, never gets a test's run refused.
+os.environ.setdefault("AIPERF_RUN_LOCK", os.path.join(tempfile.mkdtemp(prefix="aiperf-tests-"), "local-run.lock"))
 
 import pytest  # noqa: E402
 
@@ -74,6 +78,18 @@ def db_url(request, tmp_path):
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
+    yield from _fresh_postgres_database(server)
+
+
+@pytest.fixture
+def postgres_db():
+    """A fresh database on the test PostgreSQL server, its URL with the server's password (skipped
+    without a server, except in CI)."""
+    server = os.environ.get("AIPERF_TEST_POSTGRES_URL")
+    if not server:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("AIPERF_TEST_POSTGRES_URL is not set; `make test` starts PostgreSQL")
+        pytest.skip("AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first")
     yield from _fresh_postgres_database(server)
 
 

@@ -1,6 +1,7 @@
 """The whole benchmark through the real Prefect flow on real Dask workers, with a budget of seconds,
 then its score recomputed from SQL alone, and the CLI reading the records."""
 
+import json
 import math
 import sqlite3
 from datetime import datetime
@@ -66,6 +67,18 @@ def test_score_recomputed_from_sql(finished_run):
     assert stored[3] == pytest.approx(stored[1] * abs(math.log(1 - capped)), rel=1e-6)
     assert result["ops"] == pytest.approx(stored[1])
     assert result["elapsed_s"] >= 30
+
+
+def test_the_flow_verifies_its_own_score(finished_run):
+    result, _db, path = finished_run
+    assert result["verified"] is True
+    with sqlite3.connect(path) as sql:
+        verified, checks = sql.execute("SELECT verified, verification FROM scores WHERE run_id = ?",
+                                       (result["run_id"],)).fetchone()
+        division, deviations = sql.execute("SELECT division, deviations FROM runs WHERE id = ?",
+                                           (result["run_id"],)).fetchone()
+    assert verified == 1 and len(json.loads(checks)) == 11
+    assert division == "open" and "data.image_size: 32 -> 16" in json.loads(deviations)
 
 
 def test_score_published_as_artifacts(finished_run):

@@ -12,7 +12,6 @@ from aiperf.cli import app
 from aiperf.errors import UserError
 from aiperf.history import compare, history, sparkline
 from aiperf.store import Store
-from test_postgres import postgres_db  # noqa: F401  (a fixture)
 from test_history_data import plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)

@@ -89,3 +89,64 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url):
     expected, got = original.create_trial("next"), resumed.create_trial("next")
     assert got.hyperparameters.values == expected.hyperparameters.values
     assert got.trial_id == expected.trial_id
+
+
+def test_distance_matrix_equals_the_pairwise_distance():
+    import random as random_module
+
+    import numpy as np
+
+    from aiperf.arch.morph import Limits, random_morphism
+    from aiperf.search.distance import describe, distance, distance_matrix
+
+    rng = random_module.Random(3)
+    networks = [seed_spec("resnet-mini", (16, 16, 3), 10)]
+    while len(networks) < 12:
+        child = random_morphism(rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8))
+        if child is not None:
+            networks.append(child)
+    described = [describe(n) for n in networks]
+    pairwise = np.array([[distance(a, b) for b in described] for a in described])
+    assert np.allclose(distance_matrix(described, described), pairwise, rtol=0, atol=1e-9)
+    assert np.allclose(distance_matrix(described[:3], described[5:]), pairwise[:3, 5:], rtol=0, atol=1e-9)
+
+
+def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
+    import keras_tuner as kt
+    import numpy as np
+
+    from aiperf.search import memory
+    from aiperf.search.distance import distance_matrix
+
+    def trial(i: int, score: float):
+        t = kt.engine.trial.Trial(hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status="COMPLETED")
+        t.score = score
+        return t
+
+    scored = [trial(i, (i * 37) % 101 / 101) for i in range(500)]
+    chosen = memory.training_set(scored)
+    assert len(chosen) == memory.TRAINING_SIZE
+    best = sorted(scored, key=lambda t: t.score, reverse=True)[: memory.BEST]
+    assert {t.trial_id for t in best} <= {t.trial_id for t in chosen}, "the best trials are always in"
+    assert {t.trial_id for t in scored[-memory.RECENT:]} <= {t.trial_id for t in chosen}, "so are the newest"
+    assert memory.training_set(scored[:10]) == scored[:10], "small runs train on every scored trial"
+
+    # Incremental distances equal a full recomputation, as trials join and leave the set.
+    from aiperf.arch.morph import Limits, random_morphism
+
+    rng = random.Random(4)
+    networks = [seed_spec("resnet-mini", (16, 16, 3), 10)]
+    while len(networks) < 6:
+        child = random_morphism(rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8))
+        if child is not None:
+            networks.append(child)
+    with_networks = []
+    for i, network in enumerate(networks):
+        t = trial(i, 0.5)
+        t.hyperparameters.values = {space.ARCHITECTURE: network.to_json()}
+        with_networks.append(t)
+    remembered = memory.SearchMemory()
+    for window in (with_networks[:3], with_networks[1:5], with_networks[2:6], with_networks[:6]):
+        described = [remembered.described(t) for t in window]
+        full = distance_matrix(described, described)
+        assert np.allclose(remembered.training_distances(window), full, rtol=0, atol=1e-12)

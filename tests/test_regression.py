@@ -18,7 +18,7 @@ NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 def row(run_id: int, ops: float, regulated: float | None = None, *, valid: bool = True,
         status: RunStatus = RunStatus.COMPLETED, night: int | None = None) -> RunScoreRow:
     return RunScoreRow(run_id=run_id, system_id=1, fingerprint="f" * 64, hostname="node", profile="nightly",
-                       workers=1, budget_s=60.0, seed=0, status=status,
+                       division="closed", config_hash="c" * 64, ruleset="aiperf-rules-1.0", verified=True, workers=1, budget_s=60.0, seed=0, status=status,
                        created_at=NIGHT + timedelta(days=run_id if night is None else night), elapsed_s=60.0,
                        total_ops=60.0 * ops, ops=ops, tensor_ops=ops,
                        regulated_score=ops if regulated is None else regulated, best_val_accuracy=0.5,

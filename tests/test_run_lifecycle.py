@@ -30,7 +30,7 @@ def test_a_run_without_prefect_records_scores_and_reports(tmp_path):
     assert record.flow_run_id is None and record.config == config.model_dump(mode="json")
     assert sum(counts.values()) == len(record.trials) >= 4 and TrialStatus.RUNNING not in counts
     assert all(t.worker for t in record.trials), "every trial records its worker"
-    page = Path(config.out) / "reports" / f"aiperf-report-{outcome.run_id}.html"
+    page = run.report_path(config, outcome.run_id)
     assert "completed" in page.read_text(), "the report shows the run completed"
 
 

@@ -70,7 +70,7 @@ class QueueWatch(threading.Thread):
 
 def _jobcomp(field: str = "JobState") -> dict[int, str]:
     """Job id -> final state (or another field), from slurmctld's job completion log (sacct needs slurmdbd)."""
-    conf = Path(os.environ.get("SLURM_CONF", "/tmp/aiperf-slurm/slurm.conf"))
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     log = conf.parent / "log" / "jobcomp.log"
     states = {}
     if log.is_file():

@@ -121,7 +121,7 @@ def test_search_window_is_recorded_in_utc(store):
     assert (record.search_ended_at - record.search_started_at).total_seconds() == pytest.approx(61.5)
 
 
-def test_finish_run_stops_the_trials_still_running(store):
+def test_finish_run_ends_the_trials_still_running(store):
     run_id = new_run(store)
     running, done = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
     store.finish_trial(done, status=TrialStatus.COMPLETED, ended_at=T0 + 5)
@@ -129,8 +129,73 @@ def test_finish_run_stops_the_trials_still_running(store):
     record = store.get_run(run_id)
     assert record.status is RunStatus.INTERRUPTED and record.message == "KeyboardInterrupt: "
     statuses = {t.id: t.status for t in record.trials}
-    assert statuses == {running: TrialStatus.STOPPED, done: TrialStatus.COMPLETED}
+    assert statuses == {running: TrialStatus.INTERRUPTED, done: TrialStatus.COMPLETED}, \
+        "an interrupted run's running trials are retrained when it is resumed"
     assert all(t.ended_at is not None for t in record.trials)
+    failed_run = new_run(store)
+    stopped = new_trial(store, failed_run, 0)
+    store.finish_run(failed_run, status=RunStatus.FAILED, message="RuntimeError: x")
+    assert {t.id: t.status for t in store.get_run(failed_run).trials} == {stopped: TrialStatus.STOPPED}
+
+
+def test_a_running_run_without_a_heartbeat_for_the_timeout_is_lost(store, monkeypatch):
+    run_id = new_run(store)
+    assert store.get_run(run_id).status is RunStatus.RUNNING, "a new run has a fresh heartbeat"
+    monkeypatch.setenv("AIPERF_HEARTBEAT_TIMEOUT", "0.05")
+    import time
+
+    time.sleep(0.2)
+    (listed,) = store.list_runs()
+    record = store.get_run(run_id)
+    assert record.status is listed.status is RunStatus.LOST and record.stored_status is RunStatus.RUNNING
+    store.heartbeat(run_id)
+    monkeypatch.setenv("AIPERF_HEARTBEAT_TIMEOUT", "60")
+    assert store.get_run(run_id).status is RunStatus.RUNNING, "a heartbeat shows it alive again"
+    store.finish_run(run_id, status=RunStatus.INTERRUPTED)
+    monkeypatch.setenv("AIPERF_HEARTBEAT_TIMEOUT", "0.05")
+    time.sleep(0.2)
+    assert store.get_run(run_id).status is RunStatus.INTERRUPTED, "only a running run can be lost"
+
+
+def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_trials(store):
+    run_id = new_run(store)
+    store.start_search(run_id, T0, T0 + 60)
+    running, done = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
+    built(store, running)
+    built(store, done)
+    for trial_id, ended in ((running, T0 + 7), (done, T0 + 9)):
+        store.record_epoch(trial_id, epoch=0, started_at=T0 + 1, ended_at=ended, samples_trained=64,
+                           samples_evaluated=32, loss=1.5, accuracy=0.4, val_loss=1.6, val_accuracy=0.5,
+                           complete=True)
+    store.finish_trial(done, status=TrialStatus.COMPLETED, ended_at=T0 + 9)
+    assert store.interrupt_trials(run_id) == 1
+    store.close_window_at_last_epoch(run_id)
+    record = store.get_run(run_id)
+    trials = {t.id: t for t in record.trials}
+    assert trials[running].status is TrialStatus.INTERRUPTED
+    assert trials[running].ended_at == datetime.fromtimestamp(T0 + 7, UTC), "ended at its last epoch"
+    (window,) = record.windows
+    assert window.ended_at == datetime.fromtimestamp(T0 + 9, UTC) == record.search_ended_at
+    assert store.run_work(run_id).elapsed_s == pytest.approx(9.0)
+
+
+def test_a_resumed_run_scores_the_sum_of_its_segments_not_the_gap(store):
+    run_id = new_run(store)
+    store.start_search(run_id, T0, T0 + 60)
+    store.start_search(run_id, T0, T0 + 60)  # a retried start adds no segment
+    store.finish_search(run_id, T0 + 20)
+    store.finish_run(run_id, status=RunStatus.INTERRUPTED)
+    store.reopen_run(run_id)
+    assert store.get_run(run_id).status is RunStatus.RUNNING
+    store.start_search(run_id, T0 + 100, T0 + 140)
+    store.finish_search(run_id, T0 + 141)
+    record = store.get_run(run_id)
+    assert [w.segment for w in record.windows] == [0, 1]
+    assert record.search_started_at == datetime.fromtimestamp(T0, UTC)
+    assert store.run_work(run_id).elapsed_s == pytest.approx(20 + 41)
+    from aiperf.store import window_gaps
+
+    assert window_gaps(record.windows) == [pytest.approx(80)]
 
 
 # --- datasets ---------------------------------------------------------------------------------------

@@ -54,3 +54,17 @@ def test_deadline_mid_training_keeps_the_partial_epoch(tmp_path):
     last = result.epochs[-1]
     assert not last.complete and last.val_accuracy is None
     assert last.samples_trained <= config.data.train_samples
+
+
+def test_a_diverging_trial_stops_at_once_and_keeps_its_samples(staged):
+    from dataclasses import replace
+
+    from aiperf.status import TrialStatus
+
+    request = replace(_request(staged, time.time() + 300, epochs=3), learning_rate=1e12)
+    result = run_trial(request, lambda _m: None)
+    assert result.status == TrialStatus.DIVERGED, result.message
+    assert "loss became" in result.message
+    (epoch,) = result.epochs  # stopped in its first epoch: no evaluation, no further epochs
+    assert not epoch.complete and epoch.val_accuracy is None and epoch.samples_evaluated == 0
+    assert 0 < epoch.samples_trained <= 384 and epoch.samples_trained % 32 == 0

@@ -70,7 +70,14 @@ class Network:
         raise KeyError(node_id)
 
     def consumers(self, node_id: str) -> list[Node]:
-        return [n for n in self.nodes if node_id in n.inputs]
+        index = self.__dict__.get("_consumers")
+        if index is None:  # built once per network: a network never changes (frozen)
+            index = {}
+            for n in self.nodes:
+                for i in n.inputs:
+                    index.setdefault(i, []).append(n)
+            object.__setattr__(self, "_consumers", index)
+        return list(index.get(node_id, ()))
 
     @property
     def output(self) -> Node:
@@ -131,7 +138,17 @@ def _spatial(size: int, kernel: int, stride: int, padding: str) -> int:
 
 
 def infer_shapes(net: Network) -> dict[str, Shape]:
-    """Output shape of every node (batch excluded); raises ValueError on an inconsistent graph."""
+    """Output shape of every node (batch excluded); raises ValueError on an inconsistent graph.
+    Computed once per network (a network is frozen; validation computes it at construction): the
+    search calls this for every candidate morphism."""
+    cached = net.__dict__.get("_shapes")
+    if cached is None:
+        cached = _infer_shapes(net)
+        object.__setattr__(net, "_shapes", cached)
+    return dict(cached)
+
+
+def _infer_shapes(net: Network) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {}
     for n in net.nodes:
         ins = [shapes[i] for i in n.inputs]

@@ -16,6 +16,7 @@ edit that would not build.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,9 +78,23 @@ def deepen(net: Network, after: str, kernel: int) -> Network:
     return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
 
 
+def _once(net: Network, name: str, compute: Callable[[Network], list]) -> list:
+    """`compute(net)` once per network (a network is frozen): a search draws many morphisms of the
+    same few parents. A copy is returned, so callers may change it."""
+    cached = net.__dict__.get(name)
+    if cached is None:
+        cached = compute(net)
+        object.__setattr__(net, name, cached)
+    return list(cached)
+
+
 def widenable(net: Network) -> list[str]:
     """Convolutions whose output reaches only convolutions, pooling or the head: widening one
     leaves every add's operands the same shape. The last convolution is never one of them."""
+    return _once(net, "_widenable", _widenable)
+
+
+def _widenable(net: Network) -> list[str]:
     convs = [n.id for n in net.nodes if n.kind == "conv"]
     result = []
     for conv_id in convs[:-1]:
@@ -108,15 +123,20 @@ def widen(net: Network, conv: str) -> Network:
 def skip_pairs(net: Network) -> list[tuple[str, str]]:
     """(source, target) ReLU pairs a residual connection can join: the source comes earlier,
     they are not adjacent already, and the target's size divides the source's evenly."""
+    return _once(net, "_skip_pairs", _skip_pairs)
+
+
+def _skip_pairs(net: Network) -> list[tuple[str, str]]:
     shapes = infer_shapes(net)
     relus = [n.id for n in net.nodes if n.kind == "relu"]
+    joined = {(a, b) for n in net.nodes if n.kind == "add" for a in n.inputs for b in n.inputs}
     pairs = []
     for i, src in enumerate(relus):
         for dst in relus[i + 1:]:
             (hs, ws, _), (hd, wd, _) = shapes[src], shapes[dst]
             if hs % hd or ws % wd or hs // hd != ws // wd:
                 continue
-            if any(src in n.inputs for n in net.nodes if n.kind == "add" and dst in n.inputs):
+            if (src, dst) in joined:
                 continue
             pairs.append((src, dst))
     return pairs

@@ -15,6 +15,9 @@ A trial stops itself at its worker's end of life, like at the run's deadline, ke
 it finished. A worker lost mid-trial fails that trial at once (allowed-failures 0: Dask does not
 rerun it from scratch); its reported epochs are already recorded, and the run goes on.
 
+Every cluster speaks TLS with a key and certificate made for the run (start.tls_credentials), carried
+as `StartedCluster.security`: every client of the scheduler passes it.
+
 Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
 no Dask), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
 Dask internal aiperf calls), start (starting a cluster and waiting for its workers).

@@ -132,6 +132,9 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         kwargs["interface"] = interface
         kwargs["scheduler_options"]["interface"] = interface
     if log_directory:
+        if any(c.isspace() for c in log_directory):  # a directive's words would become options of their own
+            raise UserError(f"out folder {log_directory!r}: batch job directives cannot hold a path with spaces; "
+                            "choose --out without them")
         kwargs["log_directory"] = log_directory
     jobs = max(1, math.ceil(config.workers / per_job))
     return JobPlan(kind=c.kind, jobs=jobs, workers_per_job=per_job, cores=cores, memory=memory, gpus=c.gpus,

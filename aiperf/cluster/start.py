@@ -3,6 +3,10 @@
 - local: a LocalCluster, the machine's cores split evenly between worker processes.
 - slurm, pbs, lsf, sge: dask-jobqueue jobs whose workers connect back to a scheduler in this
   process, kept whole by the keeper.
+
+Both speak TLS with credentials made for the run (`tls_credentials`): the scheduler, its workers and
+every client present the same certificate, so a process without it can neither join as a worker nor
+submit work (which would run as the user on every worker).
 """
 
 from __future__ import annotations
@@ -33,16 +37,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StartedCluster:
-    """A cluster whose workers are up: the flow connects to `scheduler_address`."""
+    """A cluster whose workers are up: the flow connects to `scheduler_address` with `security`."""
 
     kind: str
     cluster: Any
     workers: int
     plan: JobPlan | None = None
+    security: Any = None  # distributed.Security every client must present (None: the cluster has no TLS)
 
     @property
     def scheduler_address(self) -> str:
         return self.cluster.scheduler_address
+
+
+def tls_credentials() -> Any:
+    """A fresh self-signed key and certificate for one cluster, in memory (a distributed.Security
+    that requires TLS): nothing outside this run can use them, and they end with it."""
+    from distributed.security import Security
+
+    return Security.temporary()
 
 
 def _quiet() -> None:
@@ -71,12 +84,19 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
         cluster = LocalCluster(
             n_workers=processes, threads_per_worker=threads, processes=True, memory_limit=memory,
             dashboard_address=None, resources={TRIAL_RESOURCE: threads},
-            env=worker_environment(cores, prefect_api_url), host="127.0.0.1",
+            env=worker_environment(cores, prefect_api_url), host="127.0.0.1", security=tls_credentials(),
         )
     try:
         yield cluster
     finally:
         cluster.close()
+
+
+def _private_folder(path: Path) -> Path:
+    """`path`, created if need be, that only this user can enter."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
 def _wait_for_workers(cluster: Any, count: int, kind: str, timeout_s: float) -> None:
@@ -92,6 +112,14 @@ def _wait_for_workers(cluster: Any, count: int, kind: str, timeout_s: float) -> 
                             "and walltime settings (job logs are under the run's out folder, jobs/)") from None
 
 
+def new_jobqueue_cluster(plan: JobPlan, shared: Path) -> Any:
+    """The dask-jobqueue cluster of `plan` (no job submitted yet), speaking TLS with credentials made for
+    it. Jobs read the workers' certificate and key from files that dask-jobqueue writes (mode 0600,
+    deleted with the cluster) under `shared`, a folder the jobs' nodes see: the run's, as for the logs."""
+    cls = jobqueue_cluster_class(plan.kind)
+    return cls(**plan.kwargs, security=tls_credentials(), shared_temp_directory=str(_private_folder(shared / "tls")))
+
+
 @contextmanager
 def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
                      timeout_s: float = WORKERS_TIMEOUT_S) -> Iterator[StartedCluster]:
@@ -100,12 +128,11 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
     logs = Path(config.out).resolve() / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
-    cls = jobqueue_cluster_class(plan.kind)
     settings = {"distributed.scheduler.allowed-failures": 0,
                 # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
                 "distributed.deploy.lost-worker-timeout": "3s"}
     with dask.config.set(settings):
-        cluster = cls(**plan.kwargs)
+        cluster = new_jobqueue_cluster(plan, logs)
         keeper = Keeper(cluster, plan)
         try:
             if plan.adaptive:
@@ -119,7 +146,8 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
                      plan.memory, plan.walltime)
             _wait_for_workers(cluster, ready, plan.kind, timeout_s)
             keeper.start()
-            yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan)
+            yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan,
+                                 security=cluster.security)
         finally:
             if keeper.is_alive():
                 keeper.stop()
@@ -137,7 +165,7 @@ def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -
                             f"than this machine's {machine_cores()} cores; lower one of them")
         with local_cluster(config.workers, prefect_api_url, simulated=simulated,
                            cores_per_worker=config.cluster.cores) as cluster:
-            yield StartedCluster(kind="local", cluster=cluster, workers=config.workers)
+            yield StartedCluster(kind="local", cluster=cluster, workers=config.workers, security=cluster.security)
         return
     host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]
     if host in ("127.0.0.1", "localhost"):

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiperf.config import DEFAULT_DB_URL
+from aiperf.cli_support import db_option
 from aiperf.errors import UserError
 
 KINDS = ("folder", "tfrecord", "digits")
@@ -80,7 +80,7 @@ def stage(
     channels: int = typer.Option(3, "--channels", min=1, max=4),
     seed: int = typer.Option(0, "--seed", help="digits: seed of the train/val split."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
-    db: str = typer.Option(DEFAULT_DB_URL, "--db", help="Database URL the manifest is recorded in."),
+    db: str = db_option("Database URL the manifest is recorded in."),
 ) -> None:
     """Check a dataset, convert it to TFRecord shards on Dask workers, write its manifest, and record
     it in the database."""

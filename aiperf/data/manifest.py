@@ -79,10 +79,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest.json of a staged folder (or the file itself)."""
+    """The manifest.json of a staged folder, the .json beside a staged synthetic .npz, or the file itself."""
     path = Path(path)
     if path.is_dir():
         path = path / MANIFEST_FILE
+    elif path.suffix == ".npz":
+        path = path.with_suffix(".json")
     return json.loads(path.read_text())
 
 

@@ -34,6 +34,7 @@ from aiperf.data.manifest import (MANIFEST_FILE, Manifest, dataset_digest, read_
                                   shard_path, write_json_atomic)
 from aiperf.data.problems import DataError
 from aiperf.data.synthetic import ImageArrays
+from aiperf.locks import held
 
 __all__ = ["Manifest", "stage", "stage_synthetic", "load_staged"]
 
@@ -54,6 +55,14 @@ def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = N
     progress = on_progress or _no_progress
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    # Runs staging into one folder at once take turns: the second finds the data staged, and no
+    # two write the same temporary file or shard.
+    with held(folder / ".staging.lock"):
+        return _stage(config, seed, folder, client, progress)
+
+
+def _stage(config: DataConfig, seed: int, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
+    """`stage`, with the folder's staging lock held."""
     if config.kind == "synthetic":
         manifest = stage_synthetic(config, seed, folder)
     elif config.kind == "digits":

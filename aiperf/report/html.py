@@ -219,9 +219,10 @@ def _worker_timeline(run: RunRecord) -> str:
 
 
 def _history(store: Store, run: RunRecord) -> str:
-    rows = store.run_scores(system_id=run.system_id, profile=run.profile)
+    rows = [r for r in store.run_scores(system_id=run.system_id, profile=run.profile)
+            if (r.division, r.config_hash) == (run.division, run.config_hash)]  # like with like only
     if not rows:
-        return "<p class=note>No scored runs of this profile on this system yet.</p>"
+        return "<p class=note>No scored runs of this workload on this system yet.</p>"
     xs = list(range(len(rows)))
     plot = Plot("plot-history", f"History of {run.profile} on this system", xs,
                 [r.ops for r in rows] + [r.regulated_score for r in rows], x_label="run (oldest to newest)",
@@ -247,7 +248,7 @@ def build_report(store: Store, run_id: int) -> str:
     score = run.score
     val_samples = score.val_samples if score else 0
     summary = (_table(["figure", "value"], [[r["figure"], r["value"]] for r in
-                                            score_rows(run.id, run.profile, run.workers, run.budget_s, score)])
+                                            score_rows(run)])
                if score else f"<p>Run {run.id} ({esc(run.status)}) has no score{': ' + esc(run.message) if run.message else ''}.</p>")
     system = run.system
     gpus = ", ".join(system.gpus.get("models", [])) or "none"

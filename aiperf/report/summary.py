@@ -1,18 +1,36 @@
-"""A run's score as rows: one source for the terminal table, the Prefect artifacts and `aiperf show`."""
+"""A run's score as rows: one source for the terminal table, the Prefect artifacts, `aiperf show`
+and the HTML report."""
 
 from __future__ import annotations
 
-from aiperf.score import ScoreResult, format_ops
+from aiperf.score import format_ops
+from aiperf.store import RunRecord
 
 
-def score_rows(run_id: int, profile: str, workers: int, budget_s: float, score: ScoreResult) -> list[dict[str, str]]:
+def verification_text(run: RunRecord) -> str:
+    """passed (n checks), failed: the failing checks, or not verified."""
+    if run.verification is None:
+        return "not verified"
+    failed = [c.check for c in run.verification if not c.passed]
+    if failed:
+        return f"FAILED: {', '.join(failed)}"
+    return f"passed ({len(run.verification)} checks)"
+
+
+def score_rows(run: RunRecord) -> list[dict[str, str]]:
+    """The figures of a scored run, with its division, rules and verification."""
+    score = run.score
+    if score is None:
+        raise ValueError(f"run {run.id} has no score")
     accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
     verdict = "valid" if score.valid else "invalid: " + "; ".join(score.reasons)
-    return [
-        {"figure": "run", "value": str(run_id)},
-        {"figure": "profile", "value": profile},
-        {"figure": "workers", "value": str(workers)},
-        {"figure": "budget", "value": f"{budget_s:g} s"},
+    division = run.division or "-"
+    rows = [
+        {"figure": "run", "value": str(run.id)},
+        {"figure": "profile", "value": run.profile},
+        {"figure": "division", "value": f"{division} ({run.ruleset or 'no ruleset'})"},
+        {"figure": "workers", "value": str(run.workers)},
+        {"figure": "budget", "value": f"{run.budget_s:g} s"},
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
         {"figure": "OPS (aiperf convention)", "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})"},
         {"figure": "regulated score", "value": f"{format_ops(score.regulated_score)}OPS ({score.regulated_score:.6g})"},
@@ -22,7 +40,11 @@ def score_rows(run_id: int, profile: str, workers: int, budget_s: float, score: 
         {"figure": "trials completed", "value": str(score.trials_completed)},
         {"figure": "samples trained / evaluated", "value": f"{score.samples_trained} / {score.samples_evaluated}"},
         {"figure": "verdict", "value": verdict},
+        {"figure": "verification", "value": verification_text(run)},
     ]
+    if run.deviations:
+        rows.append({"figure": "deviations", "value": "; ".join(run.deviations)})
+    return rows
 
 
 def markdown(rows: list[dict[str, str]]) -> str:

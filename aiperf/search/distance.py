@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
+
 from aiperf.arch.graph import Network
 
 Conv = tuple[int, int, int]  # filters, kernel, stride
@@ -52,3 +54,71 @@ def distance(a: Network | tuple, b: Network | tuple) -> float:
     convs_b, skips_b = describe(b) if isinstance(b, Network) else b
     skip_difference = sum(((skips_a - skips_b) + (skips_b - skips_a)).values())
     return conv_distance(convs_a, convs_b) + skip_difference
+
+
+# --- many distances at once ------------------------------------------------------------------------
+#
+# A proposal compares every candidate with every network the GP is trained on. One pair in Python
+# costs 0.1-3 ms (longer networks, more); the same dynamic programme run for all pairs at once, row by
+# row over numpy arrays, costs about as much as a few pairs. The recurrence
+#     current[j] = min(previous[j] + 1, previous[j-1] + cost(a_i, b_j), current[j-1] + 1)
+# has one sequential term; with x[j] = min(previous[j] + 1, previous[j-1] + cost) it is
+#     current[j] = min over k <= j of (x[k] + j - k) = j + cumulative_min(x[k] - k),
+# which numpy computes for a whole row at once (equal to the pairwise loop up to float rounding).
+
+def _conv_ids(rows: list[list[Conv]], cols: list[list[Conv]]) -> tuple[np.ndarray, ...]:
+    """Each convolution as the index of its (filters, kernel, stride) kind, padded with -1; each
+    sequence's length; and the cost of changing every kind into every other (a small table)."""
+    kinds = sorted({c for s in rows + cols for c in s})
+    index = {c: i for i, c in enumerate(kinds)}
+
+    def ids(sequences: list[list[Conv]]) -> tuple[np.ndarray, np.ndarray]:
+        lengths = np.array([len(s) for s in sequences], dtype=int)
+        padded = np.full((len(sequences), int(lengths.max(initial=0))), -1, dtype=int)
+        for row, sequence in enumerate(sequences):
+            padded[row, : len(sequence)] = [index[c] for c in sequence]
+        return padded, lengths
+
+    table = np.array([[_change_cost(a, b) for b in kinds] for a in kinds]).reshape(len(kinds), len(kinds))
+    return (*ids(rows), *ids(cols), table)
+
+
+def conv_distance_matrix(rows: list[list[Conv]], cols: list[list[Conv]]) -> np.ndarray:
+    """conv_distance(a, b) for every a of `rows` and b of `cols`, shape (len(rows), len(cols))."""
+    a, a_lengths, b, b_lengths, table = _conv_ids(rows, cols)
+    columns = np.arange(b.shape[1] + 1, dtype=float)
+    previous = np.broadcast_to(columns, (len(rows), len(cols), b.shape[1] + 1)).copy()
+    result = np.empty((len(rows), len(cols)))
+    done = a_lengths == 0
+    result[done] = previous[done][:, np.arange(len(cols)), b_lengths]
+    x = np.empty_like(previous)
+    for i in range(1, a.shape[1] + 1):
+        cost = table[a[:, i - 1, None, None], b[None, :, :]]  # (rows, cols, longest); padding reads
+        x[:, :, 0] = i                                        # the last kind: past b's end, unused
+        np.minimum(previous[:, :, 1:] + 1, previous[:, :, :-1] + cost, out=x[:, :, 1:])
+        previous = columns + np.minimum.accumulate(x - columns, axis=2)
+        finished = a_lengths == i
+        result[finished] = previous[finished][:, np.arange(len(cols)), b_lengths]
+    return result
+
+
+def skip_difference_matrix(rows: list[Counter], cols: list[Counter]) -> np.ndarray:
+    """For every pair: the skip connections one has and the other does not (an L1 distance of counts)."""
+    vocabulary = {key: i for i, key in enumerate({k for c in rows + cols for k in c})}
+
+    def counts(counters: list[Counter]) -> np.ndarray:
+        matrix = np.zeros((len(counters), len(vocabulary)))
+        for row, counter in enumerate(counters):
+            for key, n in counter.items():
+                matrix[row, vocabulary[key]] = n
+        return matrix
+
+    return np.abs(counts(rows)[:, None, :] - counts(cols)[None, :, :]).sum(axis=2)
+
+
+def distance_matrix(rows: list[tuple], cols: list[tuple]) -> np.ndarray:
+    """distance(a, b) for every a of `rows` and b of `cols`, all given as `describe()` results."""
+    if not rows or not cols:
+        return np.zeros((len(rows), len(cols)))
+    return (conv_distance_matrix([r[0] for r in rows], [c[0] for c in cols])
+            + skip_difference_matrix([r[1] for r in rows], [c[1] for c in cols]))

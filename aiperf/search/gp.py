@@ -12,23 +12,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from aiperf.search.distance import distance
+from aiperf.search.distance import describe, distance_matrix
+
+
+def _described(networks: Sequence) -> list:
+    return [n if isinstance(n, tuple) else describe(n) for n in networks]
 
 
 class ArchitectureGP:
+    """Fit on networks (or their describe()) and scores; or, when the caller keeps the edit distances
+    itself (the morphism oracle does, so each pair is computed once per run), on distances."""
+
     def __init__(self, length_scale: float = 2.0, noise: float = 1e-2) -> None:
         self.length_scale, self.noise = length_scale, noise
         self._train: list = []
 
-    def _kernel(self, rows: Sequence, cols: Sequence) -> np.ndarray:
-        d = np.array([[distance(a, b) for b in cols] for a in rows], dtype=float)
-        return np.exp(-d / self.length_scale)
-
     def fit(self, networks: Sequence, scores: Sequence[float]) -> ArchitectureGP:
+        self._train = _described(networks)
+        return self.fit_distances(distance_matrix(self._train, self._train), scores)
+
+    def predict(self, networks: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation, in the scores' units."""
+        return self.predict_distances(distance_matrix(_described(networks), self._train))
+
+    def fit_distances(self, train_distances: np.ndarray, scores: Sequence[float]) -> ArchitectureGP:
+        """Fit on the edit distances among the training networks (n x n) and their scores."""
         y = np.asarray(scores, dtype=float)
         self._mean, self._std = float(y.mean()), float(y.std()) or 1.0
-        self._train = list(networks)
-        k = self._kernel(self._train, self._train)
+        k = np.exp(-np.asarray(train_distances, dtype=float) / self.length_scale)
         jitter = self.noise
         while True:
             try:
@@ -39,9 +50,10 @@ class ArchitectureGP:
         self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, (y - self._mean) / self._std))
         return self
 
-    def predict(self, networks: Sequence) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and standard deviation, in the scores' units."""
-        k_star = self._kernel(networks, self._train)
+    def predict_distances(self, distances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation from the candidates' distances to the training
+        networks (candidates x n), in the scores' units."""
+        k_star = np.exp(-np.asarray(distances, dtype=float) / self.length_scale)
         mean = k_star @ self._alpha
         v = np.linalg.solve(self._chol, k_star.T)
         variance = np.clip(1.0 - np.sum(v * v, axis=0), 1e-12, None)

@@ -17,7 +17,7 @@ is in get_state(), which the orchestrator stores in the database after every tri
 
 from __future__ import annotations
 
-import json
+import heapq
 import math
 import random
 from typing import Any
@@ -26,11 +26,11 @@ import keras_tuner as kt
 
 from aiperf.arch.graph import Network
 from aiperf.arch.morph import Limits, random_morphism
-from aiperf.arch.spec import network_from_dict
 from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.distance import describe
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
+from aiperf.search.memory import SearchMemory, training_set
 
 RUNNING = kt.engine.trial.TrialStatus.RUNNING
 IDLE = kt.engine.trial.TrialStatus.IDLE
@@ -49,18 +49,23 @@ class MorphismOracle(kt.Oracle):
         self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
         self._rng = random.Random(seed)
         self._tried: set[str] = {seed_network.topology_key()}
+        self._memory = SearchMemory()  # parsed networks and edit distances, kept between proposals
 
     # --- proposals ------------------------------------------------------------------------------
 
     def populate_space(self, trial_id: str) -> dict[str, Any]:
-        values = self._sample_hyperparameters()
         seeds = sum(1 for t in self.trials.values()
                     if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR)
-        if seeds < self.first_round:
-            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         scored = [t for t in self.trials.values() if t.status == COMPLETED and _finite(t.score)]
-        if not scored:
-            return {"status": IDLE}  # the first round is still training: nothing to grow yet
+        if seeds >= self.first_round and not scored and self.ongoing_trials:
+            # The first round is still training: nothing to grow yet. Nothing random is drawn, so
+            # how often the flow asks does not change what comes next (a resumed run proposes the same).
+            return {"status": IDLE}
+        values = self._sample_hyperparameters()
+        if seeds < self.first_round or not scored:
+            # The first round, or a first round that failed: the seed again, with other
+            # hyperparameters and weights (the orchestrator stops a run where nothing trains).
+            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         proposal = self._propose(scored, int(values[space.KERNEL_SIZE]))
         if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
@@ -81,14 +86,13 @@ class MorphismOracle(kt.Oracle):
                 space.DROPOUT: rng.choice(s.dropout)}
 
     def _propose(self, scored: list[kt.engine.trial.Trial], kernel: int) -> tuple[Network, str, str] | None:
-        networks = {t.trial_id: _trial_network(t) for t in scored}
-        ranked = sorted(scored, key=lambda t: t.score, reverse=True)[: self.top_parents]
+        ranked = heapq.nlargest(self.top_parents, scored, key=lambda t: t.score)
         candidates: dict[str, tuple[Network, str]] = {}  # topology key -> (child, parent trial id)
         for _ in range(self.candidates * 3):
             if len(candidates) >= self.candidates:
                 break
             parent = self._rng.choice(ranked)
-            child = random_morphism(networks[parent.trial_id], self._rng, kernel, self.limits)
+            child = random_morphism(self._memory.network(parent), self._rng, kernel, self.limits)
             if child is not None:
                 key = child.topology_key()
                 if key not in self._tried and key not in candidates:
@@ -96,8 +100,9 @@ class MorphismOracle(kt.Oracle):
         if not candidates:
             return None
         proposals = list(candidates.values())
-        gp = ArchitectureGP().fit([describe(networks[t.trial_id]) for t in scored], [t.score for t in scored])
-        mean, std = gp.predict([describe(c) for c, _ in proposals])
+        train = training_set(scored)
+        gp = ArchitectureGP().fit_distances(self._memory.training_distances(train), [t.score for t in train])
+        mean, std = gp.predict_distances(self._memory.distances_to([describe(c) for c, _ in proposals], train))
         best = int(upper_confidence_bound(mean, std, self.beta).argmax())
         child, parent_id = proposals[best]
         return child, parent_id, child.history[-1]
@@ -117,10 +122,6 @@ class MorphismOracle(kt.Oracle):
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
-
-
-def _trial_network(trial: kt.engine.trial.Trial) -> Network:
-    return network_from_dict(json.loads(trial.hyperparameters.values[space.ARCHITECTURE]))
 
 
 def _finite(score: float | None) -> bool:

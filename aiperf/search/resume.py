@@ -2,8 +2,9 @@
 
 keras-tuner keeps trials in files beside its state; aiperf's records hold the same facts (each
 trial's values, status and best objective), so a fresh oracle given both proposes exactly what
-the interrupted one would have. Trials that were running at the interruption are ended as
-failed: their finished epochs are in the records, and a new trial takes their place.
+the interrupted one would have. Trials that were running at the interruption (`interrupted`) are
+ended as failed for the oracle: their finished epochs are in the records, and the resumed run
+trains them again under new trial keys (Orchestrator.resume_from).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 
 _STATUS = {TrialStatus.COMPLETED: "COMPLETED", TrialStatus.STOPPED: "COMPLETED", TrialStatus.FAILED: "FAILED",
-           TrialStatus.RUNNING: "FAILED"}
+           TrialStatus.DIVERGED: "COMPLETED", TrialStatus.RUNNING: "FAILED", TrialStatus.INTERRUPTED: "FAILED"}
 
 
 def trial_values(record: TrialRecord) -> dict[str, Any]:

@@ -5,6 +5,8 @@ outside this package reads the frozen records of aiperf.store.records, never the
 """
 
 from aiperf.store.records import (
+    CheckRecord,
+    DatasetRecord,
     EpochRecord,
     RecordNotFound,
     RunRecord,
@@ -12,8 +14,11 @@ from aiperf.store.records import (
     SystemRecord,
     TrialRecord,
     TrialSummaryRow,
+    WindowRecord,
+    window_gaps,
+    window_seconds,
 )
 from aiperf.store.repository import RunWork, Store
 
-__all__ = ["EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord",
-           "TrialRecord", "TrialSummaryRow"]
+__all__ = ["CheckRecord", "DatasetRecord", "EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord",
+           "TrialRecord", "TrialSummaryRow", "WindowRecord", "window_gaps", "window_seconds"]

@@ -7,14 +7,23 @@ only way tables come into being, for SQLite and PostgreSQL alike.
 Commands that write (runs, `aiperf stage`, `aiperf db upgrade`) open with `open_engine` and then
 `upgrade`; commands that only read open with `open_existing_engine`, which creates nothing and
 migrates nothing, so a mistyped path or an old database is reported instead of being "fixed".
+
+A password written in a URL stays in this process: `withhold_password` gives the URL without it (what
+configs, Prefect parameters, records and logs hold) and keeps the password for this process's own
+connections to that URL. It is never put in the environment, so Dask workers, batch jobs and other
+child processes never inherit it. A URL without a password connects as libpq does by itself
+(PGPASSWORD, ~/.pgpass).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from alembic import command
@@ -27,6 +36,15 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from aiperf.config import DEFAULT_DB_URL
 from aiperf.errors import UserError
+from aiperf.store.retry import retry_budget_s, retrying
+
+# How long an SQLite connection waits for another's write lock before the statement fails (and
+# the Store's retry takes over): AIPERF_SQLITE_BUSY_TIMEOUT_S, else 10 s.
+BUSY_TIMEOUT_ENV = "AIPERF_SQLITE_BUSY_TIMEOUT_S"
+DEFAULT_BUSY_TIMEOUT_S = 10.0
+
+# pg_advisory_xact_lock key held by a migration on PostgreSQL ("aiperf" in ASCII): one migrator at a time.
+MIGRATION_LOCK_KEY = 0x616970657266
 
 
 def migrations_dir() -> Path:
@@ -37,12 +55,69 @@ def migrations_dir() -> Path:
     return here
 
 
+# user:password@ in a URL that does not parse (the parsed case is SQLAlchemy's own rendering).
+_CREDENTIALS = re.compile(r"(://[^/@:]*:).*@")
+
+# Passwords taken out of URLs by withhold_password, by the URL without them: this process only.
+_withheld: dict[str, str] = {}
+
+
 def safe_url(url: str) -> str:
-    """The URL as it may be printed: never with its password."""
+    """The URL as it may be printed: never with its password, even when it does not parse."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    except (ArgumentError, ValueError):
+        return _CREDENTIALS.sub(r"\1***@", url)
+
+
+def database_label(url: str) -> str:
+    """A short file-name-safe name for a database, distinct per database: its file's stem (or its
+    PostgreSQL name) and a hash of the URL without password (an SQLite path made absolute), so
+    runs of different databases writing into one --out folder never share a file name."""
+    bare, _ = split_password(url)
+    try:
+        parsed = make_url(bare)
+    except (ArgumentError, ValueError):
+        parsed = None
+    path = None if parsed is None else _sqlite_file(parsed)
+    if path is not None:
+        resolved = path.expanduser().resolve()
+        name, identity = resolved.stem, f"sqlite:///{resolved}"
+    else:
+        name, identity = (parsed.database if parsed is not None else None) or "db", bare
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "db"
+    return f"{stem[:32]}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """(the URL without its password, the password or None). A URL without a password, or one that
+    does not parse (opening it reports that), comes back as it was given."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return url, None
+    if parsed.password is None:
+        return url, None
+    return parsed._replace(password=None).render_as_string(hide_password=False), str(parsed.password)
+
+
+def withhold_password(url: str) -> str:
+    """The URL as it may be stored, passed as a Prefect parameter, logged or printed: without its
+    password, which this process keeps for its own connections to that URL (a later one replaces
+    it). A password in the URL wins over PGPASSWORD and ~/.pgpass for that URL, as in libpq;
+    they still serve every URL given without one."""
+    bare, password = split_password(url)
+    if password is not None:
+        _withheld[bare] = password
+    return bare
+
+
+def _with_withheld_password(parsed: URL) -> URL:
+    """The URL with the password `withhold_password` kept for it, if any."""
+    if parsed.password is not None:
+        return parsed
+    password = _withheld.get(parsed.render_as_string(hide_password=False))
+    return parsed if password is None else parsed.set(password=password)
 
 
 # --- opening ------------------------------------------------------------------------------------
@@ -60,7 +135,21 @@ def open_engine(url: str) -> Engine:
         if not folder.is_dir():
             raise UserError(f"database URL {safe_url(url)}: folder {folder} does not exist; create it "
                             "or point --db elsewhere")
-    return _connect(parsed, url)
+    engine = _connect(parsed, url)
+    if path is not None:
+        _use_wal(engine)
+    return engine
+
+
+def _use_wal(engine: Engine) -> None:
+    """Put an SQLite file in WAL mode (it persists in the file): readers never block the run's
+    writer, nor it them. Only on writable opens: a read-only connection cannot change it."""
+    def switch() -> None:
+        with engine.connect() as connection:
+            if connection.exec_driver_sql("PRAGMA journal_mode").scalar() != "wal":
+                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+
+    retrying(switch, retry_budget_s(), "switching SQLite to WAL")  # another opener may hold the lock
 
 
 def open_existing_engine(url: str) -> Engine:
@@ -83,10 +172,10 @@ def open_existing_engine(url: str) -> Engine:
 
 def _parse_url(url: str) -> URL:
     try:
-        return make_url(url)
-    except ArgumentError:
-        raise UserError(f"database URL {url!r} is malformed; use e.g. {DEFAULT_DB_URL} or "
-                        "postgresql+psycopg://user:password@host:5432/aiperf") from None
+        return _with_withheld_password(make_url(url))
+    except (ArgumentError, ValueError):
+        raise UserError(f"database URL {safe_url(url)!r} is malformed; use e.g. {DEFAULT_DB_URL} or "
+                        "postgresql+psycopg://user@host:5432/aiperf (password in PGPASSWORD)") from None
 
 
 def _sqlite_file(parsed: URL) -> Path | None:
@@ -125,7 +214,7 @@ def _connect(parsed: URL, url: str) -> Engine:
                         "install it with `pip install 'aiperf[postgres]'`") from None
     sqlite = engine.dialect.name == "sqlite"
     if sqlite:
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=_busy_timeout_ms()))
     # SELECT 1 succeeds on any file; reading the schema version makes SQLite read the header.
     probe = "PRAGMA schema_version" if sqlite else "SELECT 1"
     try:
@@ -143,12 +232,24 @@ def _connect(parsed: URL, url: str) -> Engine:
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: object) -> None:
-    """Foreign keys on, and a busy timeout so a reader never fails a concurrent run's write."""
+def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: object, *, busy_timeout_ms: int) -> None:
+    """Foreign keys on, and a busy timeout so a statement waits for a concurrent writer's lock."""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cursor.close()
+
+
+def _busy_timeout_ms() -> int:
+    """AIPERF_SQLITE_BUSY_TIMEOUT_S in milliseconds (default 10 s)."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
+    try:
+        seconds = float(text) if text else DEFAULT_BUSY_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise UserError(f"{BUSY_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 10")
+    return round(seconds * 1000)
 
 
 def _require_head(engine: Engine, url: str) -> None:
@@ -214,7 +315,11 @@ def schema_drift(engine: Engine) -> list:
 
 
 def upgrade(engine: Engine) -> None:
-    """Apply every pending migration (a no-op on an up-to-date database)."""
+    """Apply every pending migration (a no-op on an up-to-date database).
+
+    The check here only skips Alembic when nothing is pending. Concurrent migrators are safe:
+    migration_transaction takes a lock first, and Alembic reads the revision again inside it, so
+    the second migrator finds the work done."""
     if current_revision(engine) == head_revision():
         return
     command.upgrade(_alembic_config(engine), "head")
@@ -232,10 +337,13 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
     On SQLite, batch mode rebuilds a table: create a new one, copy, DROP the old one, rename. With
     foreign keys on, dropping `runs` would cascade-delete every trial and epoch, so they are off
     while migrating and `PRAGMA foreign_key_check` must find nothing before the commit. PostgreSQL
-    alters tables in place and keeps its constraints on."""
+    alters tables in place and keeps its constraints on; a transaction-scoped advisory lock makes a
+    concurrent migrator wait, then find the work done."""
     with engine.connect() as connection:
         if connection.dialect.name != "sqlite":
             with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
                 yield connection
             return
         with _sqlite_foreign_keys_off(connection), connection.begin():

@@ -28,12 +28,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from aiperf.status import RunStatus, TrialStatus
 
-RUN_STATUSES = tuple(s.value for s in RunStatus)
+RUN_STATUSES = tuple(s.value for s in RunStatus.stored())
 TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON, list[dict[str, Any]]: JSON,
+                           datetime: DateTime(timezone=True)}
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -66,6 +67,7 @@ class Run(Base):
         CheckConstraint(_in("status", RUN_STATUSES), name="run_status_known"),
         CheckConstraint("budget_s > 0", name="run_budget_positive"),
         CheckConstraint("workers >= 1", name="run_workers_positive"),
+        CheckConstraint("division IN ('closed', 'open')", name="run_division_known"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -82,10 +84,17 @@ class Run(Base):
     search_ended_at: Mapped[datetime | None] = mapped_column(doc="end of the timed window")
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
     message: Mapped[str | None] = mapped_column(Text, doc="why a run failed or was interrupted")
+    ruleset: Mapped[str | None] = mapped_column(String(64), doc="id-version of the rules it is judged by")
+    division: Mapped[str | None] = mapped_column(String(8), doc="closed (the packaged profile as it is) or open")
+    deviations: Mapped[list[str] | None] = mapped_column(JSON, doc="how an open run differs from its profile")
+    config_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the workload settings")
+    heartbeat_at: Mapped[datetime | None] = mapped_column(
+        doc="last sign of life of the run's process; a running run without one for the timeout is lost")
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
     score: Mapped[Score | None] = relationship(back_populates="run")
+    windows: Mapped[list[SearchWindow]] = relationship(order_by="SearchWindow.segment")
 
 
 class Dataset(Base):
@@ -183,6 +192,10 @@ class Score(Base):
     valid: Mapped[bool] = mapped_column(Boolean)
     reasons: Mapped[dict[str, Any]] = mapped_column(JSON, doc="{'invalid': [every broken rule]}")
     computed_at: Mapped[datetime]
+    ruleset: Mapped[str | None] = mapped_column(String(64), doc="id-version of the rules that judged it")
+    verified: Mapped[bool | None] = mapped_column(Boolean, doc="every check of `aiperf verify` passed")
+    verification: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON, doc="[{'check': name, 'passed': bool, 'detail': text}] from the recomputation")
 
     run: Mapped[Run] = relationship(back_populates="score")
 
@@ -198,3 +211,20 @@ class SearchState(Base):
     oracle: Mapped[str] = mapped_column(String(32))
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
     updated_at: Mapped[datetime]
+
+
+class SearchWindow(Base):
+    """One segment of a run's timed window: the first from the search's start, one more each time
+    the run is resumed. The score's seconds are the sum of the segments; the gaps between them (the
+    crash, the restart) are not counted."""
+
+    __tablename__ = "search_windows"
+    __table_args__ = (UniqueConstraint("run_id", "segment", name="search_window_segment_unique"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    segment: Mapped[int] = mapped_column(Integer, doc="from 0, in the order the segments ran")
+    started_at: Mapped[datetime] = mapped_column(doc="workers up and warm: the segment's clock starts")
+    deadline: Mapped[datetime] = mapped_column(doc="when this segment's trials are told to stop")
+    ended_at: Mapped[datetime | None] = mapped_column(
+        doc="the last trial stopped; for a crashed segment, its last recorded epoch (aiperf recover)")

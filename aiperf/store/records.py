@@ -39,6 +39,27 @@ class SystemRecord:
 
 
 @dataclass(frozen=True)
+class DatasetRecord:
+    """A staged dataset (table datasets): what trials could at most train and evaluate per epoch."""
+
+    name: str
+    kind: str
+    sha256: str
+    train_samples: int
+    val_samples: int
+    classes: int
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One check of a run's verification: its name, whether it passed, and what it found."""
+
+    check: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
 class EpochRecord:
     """One epoch of one trial (table epochs)."""
 
@@ -81,6 +102,35 @@ class TrialRecord:
 
 
 @dataclass(frozen=True)
+class WindowRecord:
+    """One segment of a run's timed window (table search_windows): a resumed run has one per start."""
+
+    segment: int
+    started_at: datetime
+    deadline: datetime
+    ended_at: datetime | None  # None while the segment runs (or after a crash, until recovered)
+
+    @property
+    def length_s(self) -> float | None:
+        return None if self.ended_at is None else (self.ended_at - self.started_at).total_seconds()
+
+
+def window_seconds(windows: tuple[WindowRecord, ...] | list[WindowRecord]) -> float:
+    """The seconds a score divides by: the sum of the segments' lengths (the gaps between segments,
+    a crash and its restart, are not counted). The one definition the score and `verify` share."""
+    if not windows or any(w.ended_at is None for w in windows):
+        raise ValueError("the run has no finished search window to score")
+    return sum(w.length_s for w in windows)  # type: ignore[misc]
+
+
+def window_gaps(windows: tuple[WindowRecord, ...] | list[WindowRecord]) -> list[float]:
+    """Seconds between one segment's end and the next one's start: shown, never counted."""
+    ordered = sorted(windows, key=lambda w: w.segment)
+    return [(b.started_at - a.ended_at).total_seconds() for a, b in zip(ordered, ordered[1:])
+            if a.ended_at is not None]
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One run (table runs) with its system, its score if scored (the row of table scores, as the
     same ScoreResult the score arithmetic returns), and, when asked for, its trials."""
@@ -99,8 +149,20 @@ class RunRecord:
     search_ended_at: datetime | None
     flow_run_id: str | None
     message: str | None
+    ruleset: str | None  # id-version of the rules it is judged by
+    division: str | None  # closed or open
+    deviations: tuple[str, ...]  # how an open run differs from its packaged profile
+    config_hash: str | None  # the workload's identity: runs are compared only with equal hashes
     score: ScoreResult | None
+    verification: tuple[CheckRecord, ...] | None  # None until verified
     trials: tuple[TrialRecord, ...] = ()
+    heartbeat_at: datetime | None = None  # the process's last sign of life
+    windows: tuple[WindowRecord, ...] = ()  # the timed window's segments, in order
+    stored_status: RunStatus | None = None  # what the row says; `status` is LOST when it says running in vain
+
+    @property
+    def verified(self) -> bool | None:
+        return None if self.verification is None else all(c.passed for c in self.verification)
 
     @property
     def system_id(self) -> int:
@@ -117,6 +179,9 @@ class RunScoreRow:
     fingerprint: str
     hostname: str
     profile: str
+    division: str | None
+    config_hash: str | None
+    ruleset: str | None
     workers: int
     budget_s: float
     seed: int
@@ -130,6 +195,7 @@ class RunScoreRow:
     best_val_accuracy: float | None
     trials_completed: int
     valid: bool
+    verified: bool | None
     previous_ops: float | None
     previous_regulated_score: float | None
     ops_change_pct: float | None

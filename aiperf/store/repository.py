@@ -3,7 +3,8 @@
 Only the orchestrator (the flow's process) holds a writing Store, so a run's records have one
 writer. Each method is one short transaction: if a run dies, everything it reported so far is
 already committed, and nothing a failed command did touches earlier runs. Reads hand out frozen
-records (aiperf.store.records), never ORM objects.
+records (aiperf.store.records), never ORM objects. Every method's transaction is retried through
+transient faults (aiperf.store.retry), and every write is idempotent under such a retry.
 
     with Store.open(url) as store:           # create the database if needed, apply migrations
         run_id = store.create_run(...)
@@ -13,22 +14,27 @@ records (aiperf.store.records), never ORM objects.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import wraps
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, ParamSpec, TypeVar, get_type_hints
 
 from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, or_, select, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from aiperf.score import EpochWork, ScoreResult
-from aiperf.status import RunStatus, TrialStatus
+from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store import database
-from aiperf.store.models import Dataset, Epoch, Run, Score, SearchState, System, Trial
+from aiperf.store.retry import retry_budget_s, retrying
+from aiperf.store.models import Dataset, Epoch, Run, Score, SearchState, SearchWindow, System, Trial
 from aiperf.store.records import (
+    CheckRecord,
+    DatasetRecord,
     EpochRecord,
     RecordNotFound,
     RunRecord,
@@ -36,9 +42,13 @@ from aiperf.store.records import (
     SystemRecord,
     TrialRecord,
     TrialSummaryRow,
+    WindowRecord,
+    window_seconds,
 )
 
 Row = TypeVar("Row")
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def utc(moment: datetime | float | None) -> datetime | None:
@@ -66,9 +76,23 @@ class RunWork:
     budget_s: float
 
 
+def _retried(method: Callable[P, T]) -> Callable[P, T]:
+    """A Store method whose one transaction runs again after a transient database fault
+    (aiperf.store.retry). Only for methods that are idempotent as they stand: a second run of
+    them changes nothing the first one committed."""
+    @wraps(method)
+    def run_retried(self: Store, *args: Any, **kwargs: Any) -> T:
+        return retrying(lambda: method(self, *args, **kwargs), self.retry_s, method.__name__)
+
+    return run_retried  # type: ignore[return-value]
+
+
 class Store:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, retry_s: float | None = None) -> None:
+        """`retry_s`: how long a transaction is retried through transient faults (default
+        AIPERF_DB_RETRY_S, else 120 s; 0 never retries)."""
         self.engine = engine
+        self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
@@ -101,6 +125,23 @@ class Store:
         with self._sessions.begin() as session:
             yield session
 
+    def _insert_once(self, work: Callable[[Session, bool], T]) -> T:
+        """Run an inserting transaction, retried through transient faults, so that it inserts once.
+
+        A fault while committing may come after the commit took effect (its acknowledgement lost),
+        so `work(session, maybe_committed)` is told whether an earlier attempt reached the commit:
+        then it looks for the row that attempt wrote before inserting again."""
+        maybe_committed = False
+
+        def attempt() -> T:
+            nonlocal maybe_committed
+            with self._sessions.begin() as session:
+                result = work(session, maybe_committed)
+                maybe_committed = True  # the commit happens as the block exits
+            return result
+
+        return retrying(attempt, self.retry_s, getattr(work, "__name__", "insert"))
+
     @staticmethod
     def _get(session: Session, model: type, key: int, what: str) -> Any:
         row = session.get(model, key)
@@ -110,28 +151,53 @@ class Store:
 
     # --- writes, in the order a run makes them -------------------------------------------------
 
+    @_retried
     def upsert_system(self, facts: Mapping[str, Any]) -> int:
+        """The system's id, its row inserted unless its fingerprint is there: ON CONFLICT DO NOTHING,
+        so two runs starting at once on a new machine both succeed with one row."""
+        dialect = {"sqlite": sqlite, "postgresql": postgresql}[self.engine.dialect.name]
+        insert = (dialect.insert(System).values(**facts, first_seen_at=now())
+                  .on_conflict_do_nothing(index_elements=[System.fingerprint]))
         with self.session() as s:
-            system = s.scalar(select(System).where(System.fingerprint == facts["fingerprint"]))
-            if system is None:
-                system = System(**facts, first_seen_at=now())
-                s.add(system)
-                s.flush()
-            return system.id
+            s.execute(insert)
+            return s.scalar(select(System.id).where(System.fingerprint == facts["fingerprint"]))
 
     def create_run(self, *, system_id: int, profile: str, config: dict[str, Any], seed: int,
-                   budget_s: float, workers: int, flow_run_id: str | None = None) -> int:
-        with self.session() as s:
+                   budget_s: float, workers: int, flow_run_id: str | None = None, ruleset: str | None = None,
+                   division: str | None = None, deviations: list[str] | tuple[str, ...] = (),
+                   config_hash: str | None = None) -> int:
+        """A new run. Its creation time, taken once, identifies it if a retry must find it."""
+        created_at = now()
+
+        def create_run(s: Session, maybe_committed: bool) -> int:
+            if maybe_committed:
+                done = s.scalar(select(Run.id).where(Run.system_id == system_id, Run.created_at == created_at,
+                                                     Run.seed == seed, Run.profile == profile))
+                if done is not None:
+                    return done
             run = Run(system_id=system_id, profile=profile, config=config, seed=seed, budget_s=budget_s,
-                      workers=workers, status=RunStatus.RUNNING, created_at=now(), flow_run_id=flow_run_id)
+                      workers=workers, status=RunStatus.RUNNING, created_at=created_at, heartbeat_at=created_at,
+                      flow_run_id=flow_run_id,
+                      ruleset=ruleset, division=division, deviations=list(deviations), config_hash=config_hash)
             s.add(run)
             s.flush()
             return run.id
 
+        return self._insert_once(create_run)
+
     def record_dataset(self, run_id: int | None, manifest: Mapping[str, Any]) -> int:
-        """A staged dataset's manifest, for a run (or for `aiperf stage` alone: run_id None)."""
-        with self.session() as s:
-            row = Dataset(run_id=run_id, staged_at=now(), name=manifest["name"], kind=manifest["kind"],
+        """A staged dataset's manifest, for a run (or for `aiperf stage` alone: run_id None). Its
+        staging time, taken once, identifies the row if a retry must find it."""
+        staged_at = now()
+
+        def record_dataset(s: Session, maybe_committed: bool) -> int:
+            if maybe_committed:
+                done = s.scalar(select(Dataset.id).where(
+                    Dataset.run_id.is_(None) if run_id is None else Dataset.run_id == run_id,
+                    Dataset.staged_at == staged_at, Dataset.sha256 == manifest["sha256"]))
+                if done is not None:
+                    return done
+            row = Dataset(run_id=run_id, staged_at=staged_at, name=manifest["name"], kind=manifest["kind"],
                           sha256=manifest["sha256"], train_samples=manifest["train_samples"],
                           val_samples=manifest["val_samples"], classes=manifest["classes"],
                           manifest=dict(manifest))
@@ -139,15 +205,30 @@ class Store:
             s.flush()
             return row.id
 
+        return self._insert_once(record_dataset)
+
+    @_retried
     def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
+        """Open the timed window, or, for a resumed run, its next segment (search_windows)."""
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
-            run.search_started_at, run.deadline = utc(started_at), utc(deadline)
+            run.search_started_at = run.search_started_at or utc(started_at)
+            run.deadline = utc(deadline)
+            windows = list(s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id)))
+            if any(utc(w.started_at) == utc(started_at) for w in windows):
+                return  # a retry of a start that was committed: the segment is there (idempotent)
+            s.add(SearchWindow(run_id=run_id, segment=len(windows), started_at=utc(started_at),
+                               deadline=utc(deadline)))
 
     def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
                      hyperparameters: dict[str, Any], started_at: float,
                      parent_trial_id: int | None = None, operator: str | None = None) -> int:
-        with self.session() as s:
+        """A new trial, unique by (run, trial_key): a retry finds the one an earlier attempt committed."""
+        def create_trial(s: Session, maybe_committed: bool) -> int:
+            if maybe_committed:
+                done = s.scalar(select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key))
+                if done is not None:
+                    return done
             trial = Trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
                           hyperparameters=hyperparameters, status=TrialStatus.RUNNING, started_at=utc(started_at),
                           parent_trial_id=parent_trial_id, operator=operator)
@@ -155,6 +236,9 @@ class Store:
             s.flush()
             return trial.id
 
+        return self._insert_once(create_trial)
+
+    @_retried
     def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
                            tensor_train_ops: int, tensor_eval_ops: int) -> None:
         """The worker built the model: record which worker runs it and its counted operations."""
@@ -168,11 +252,13 @@ class Store:
                      samples_trained: int, samples_evaluated: int, loss: float | None,
                      accuracy: float | None, val_loss: float | None, val_accuracy: float | None,
                      complete: bool) -> bool:
-        """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored."""
-        with self.session() as s:
+        """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored (False).
+        Unique by (trial, epoch): a retry after a commit whose acknowledgement was lost finds the
+        row and reports it recorded (True), once."""
+        def record_epoch(s: Session, maybe_committed: bool) -> bool:
             exists = s.scalar(select(Epoch.id).where(Epoch.trial_id == trial_id, Epoch.epoch == epoch))
             if exists is not None:
-                return False
+                return maybe_committed
             s.add(Epoch(trial_id=trial_id, epoch=epoch, started_at=utc(started_at), ended_at=utc(ended_at),
                         samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
                         accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete))
@@ -182,11 +268,15 @@ class Store:
                     trial.best_val_accuracy = val_accuracy
             return True
 
+        return self._insert_once(record_epoch)
+
+    @_retried
     def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
         with self.session() as s:
             trial = self._get(s, Trial, trial_id, "trial")
             trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
 
+    @_retried
     def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
         """Replace the run's oracle state with the latest one."""
         with self.session() as s:
@@ -196,24 +286,35 @@ class Store:
             else:
                 row.oracle, row.state, row.updated_at = oracle, state, now()
 
+    @_retried
     def search_state(self, run_id: int) -> dict[str, Any] | None:
         with self.session() as s:
             row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
             return None if row is None else row.state
 
+    @_retried
     def finish_search(self, run_id: int, ended_at: float) -> None:
+        """Close the window's open segment (and the run's window) at `ended_at`."""
         with self.session() as s:
             self._get(s, Run, run_id, "run").search_ended_at = utc(ended_at)
+            for window in s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id,
+                                                               SearchWindow.ended_at.is_(None))):
+                window.ended_at = utc(ended_at)
 
+    @_retried
     def finish_run(self, run_id: int, *, status: RunStatus, message: str | None = None) -> None:
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
             run.status, run.message = status, message
+            # An interrupted run's running trials are retrained when it is resumed; others just stopped.
+            ended = TrialStatus.INTERRUPTED if status == RunStatus.INTERRUPTED else TrialStatus.STOPPED
             running = select(Trial).where(Trial.run_id == run_id, Trial.status == TrialStatus.RUNNING)
             for trial in s.scalars(running):
-                trial.status, trial.ended_at = TrialStatus.STOPPED, trial.ended_at or now()
+                trial.status, trial.ended_at = ended, trial.ended_at or now()
 
-    def save_score(self, run_id: int, score: ScoreResult) -> None:
+    @_retried
+    def save_score(self, run_id: int, score: ScoreResult, *, ruleset: str | None = None) -> None:
+        """The run's score (replacing an older one), judged by `ruleset`; not yet verified."""
         with self.session() as s:
             existing = s.scalar(select(Score).where(Score.run_id == run_id))
             if existing is not None:
@@ -224,10 +325,76 @@ class Store:
                         val_samples=score.val_samples, regulated_score=score.regulated_score,
                         trials_completed=score.trials_completed, samples_trained=score.samples_trained,
                         samples_evaluated=score.samples_evaluated, valid=score.valid,
-                        reasons={"invalid": list(score.reasons)}, computed_at=now()))
+                        reasons={"invalid": list(score.reasons)}, computed_at=now(), ruleset=ruleset))
+
+    @_retried
+    def save_verification(self, run_id: int, checks: list[CheckRecord]) -> None:
+        """The result of recomputing the run's score from its records, with its stored score."""
+        with self.session() as s:
+            score = s.scalar(select(Score).where(Score.run_id == run_id))
+            if score is None:
+                raise RecordNotFound(f"run {run_id} has no score to verify")
+            score.verification = [{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks]
+            score.verified = all(c.passed for c in checks)
+
+    @_retried
+    def run_dataset(self, run_id: int) -> DatasetRecord | None:
+        """The dataset the run trained on (None before it was staged)."""
+        with self.session() as s:
+            row = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
+            return None if row is None else DatasetRecord(
+                name=row.name, kind=row.kind, sha256=row.sha256, train_samples=row.train_samples,
+                val_samples=row.val_samples, classes=row.classes)
+
+    # --- liveness and recovery (aiperf.recovery) ------------------------------------------------
+
+    @_retried
+    def heartbeat(self, run_id: int) -> None:
+        """The run's process is alive. A running run whose heartbeat is older than the timeout is
+        shown lost (aiperf.status.derived_status): no one needs to write that its process died."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").heartbeat_at = now()
+
+    @_retried
+    def interrupt_trials(self, run_id: int) -> int:
+        """End the run's running trials as interrupted, each at its last recorded epoch (or its
+        start): their finished epochs count, and a resumed run trains them again. How many ended."""
+        with self.session() as s:
+            trials = list(s.scalars(select(Trial).where(Trial.run_id == run_id,
+                                                        Trial.status == TrialStatus.RUNNING)))
+            for trial in trials:
+                last = s.scalar(select(func.max(Epoch.ended_at)).where(Epoch.trial_id == trial.id))
+                trial.status, trial.ended_at = TrialStatus.INTERRUPTED, utc(last) or utc(trial.started_at)
+            return len(trials)
+
+    @_retried
+    def close_window_at_last_epoch(self, run_id: int) -> None:
+        """Close a segment a crash left open at the last epoch recorded in it (at its start when
+        none was): the window covers the work the records prove, and no more."""
+        with self.session() as s:
+            run = self._get(s, Run, run_id, "run")
+            ends = [utc(t) for t in s.scalars(select(Epoch.ended_at).join(Trial, Epoch.trial_id == Trial.id)
+                                              .where(Trial.run_id == run_id))]
+            for window in s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id,
+                                                               SearchWindow.ended_at.is_(None))):
+                start = utc(window.started_at)
+                window.ended_at = max([start, *(end for end in ends if end >= start)])
+                run.search_ended_at = window.ended_at
+
+    @_retried
+    def reopen_run(self, run_id: int) -> None:
+        """A lost or interrupted run runs again (aiperf run --resume): status running, a fresh
+        heartbeat, and no score until the resumed search ends (a recovered score is out of date)."""
+        with self.session() as s:
+            run = self._get(s, Run, run_id, "run")
+            run.status, run.message, run.heartbeat_at, run.search_ended_at = RunStatus.RUNNING, None, now(), None
+            score = s.scalar(select(Score).where(Score.run_id == run_id))
+            if score is not None:
+                s.delete(score)
 
     # --- reads ---------------------------------------------------------------------------------
 
+    @_retried
     def run_work(self, run_id: int) -> RunWork:
         """Everything the score needs, from the records alone."""
         with self.session() as s:
@@ -242,35 +409,40 @@ class Store:
             completed = s.scalar(select(func.count()).select_from(Trial)
                                  .where(Trial.run_id == run_id, Trial.status == TrialStatus.COMPLETED))
             dataset = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
-            start, end = utc(run.search_started_at), utc(run.search_ended_at)
-            if start is None or end is None:
-                raise ValueError(f"run {run_id} has no finished search window to score")
+            try:
+                elapsed = window_seconds([_window_record(w) for w in run.windows])
+            except ValueError:
+                raise ValueError(f"run {run_id} has no finished search window to score") from None
             missing = [r for r in rows if r[2] is None and (r[0] or r[1])]
             if missing:
                 raise ValueError(f"run {run_id} has counted samples on a trial without operation counts")
             return RunWork(
                 epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
-                elapsed_s=(end - start).total_seconds(),
+                elapsed_s=elapsed,
                 best_val_accuracy=best, val_samples=dataset.val_samples if dataset else 0,
                 trials_completed=int(completed or 0), budget_s=run.budget_s)
 
+    @_retried
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The newest runs first, each with its system and score (without trials)."""
         with self.session() as s:
-            query = (select(Run).options(selectinload(Run.score), selectinload(Run.system))
+            query = (select(Run).options(selectinload(Run.score), selectinload(Run.system),
+                                         selectinload(Run.windows))
                      .order_by(Run.id.desc()).limit(limit))
             return [_run_record(run) for run in s.scalars(query)]
 
+    @_retried
     def get_run(self, run_id: int) -> RunRecord:
         """One run with its system, score, trials and their epochs."""
         with self.session() as s:
             run = s.scalar(select(Run).where(Run.id == run_id).options(
-                selectinload(Run.score), selectinload(Run.system),
+                selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows),
                 selectinload(Run.trials).selectinload(Trial.epochs)))
             if run is None:
                 raise RecordNotFound(f"run {run_id} is not in the database")
             return _run_record(run, with_trials=True)
 
+    @_retried
     def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
         """How many of the run's trials are in each state."""
         with self.session() as s:
@@ -280,6 +452,7 @@ class Store:
 
     # --- history: read through the SQL views of migration 0002 (run_scores, trial_summary) ----------
 
+    @_retried
     def run_scores(self, *, system_id: int | None = None, profile: str | None = None,
                    run_ids: list[int] | None = None) -> list[RunScoreRow]:
         """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
@@ -299,6 +472,7 @@ class Store:
             sql = sql.bindparams(bindparam("run_ids", expanding=True))
         return self._view_rows(RunScoreRow, sql, params)
 
+    @_retried
     def trial_summary(self, run_id: int) -> list[TrialSummaryRow]:
         """Rows of the trial_summary view for one run, in trial order."""
         sql = text("SELECT * FROM trial_summary WHERE run_id = :run_id ORDER BY number").columns(
@@ -313,6 +487,7 @@ class Store:
             rows = [row._mapping for row in connection.execute(sql, params)]
         return [record(**{name: _plain(hints[name], row[name]) for name in names}) for row in rows]
 
+    @_retried
     def find_systems(self, term: str | None = None) -> list[SystemRecord]:
         """Systems whose id, hostname or fingerprint prefix is `term` (every system when None)."""
         with self.session() as s:
@@ -359,6 +534,12 @@ def _score_result(score: Score) -> ScoreResult:
         reasons=list(score.reasons.get("invalid", [])))
 
 
+def _verification(score: Score | None) -> tuple[CheckRecord, ...] | None:
+    if score is None or score.verification is None:
+        return None
+    return tuple(CheckRecord(**check) for check in score.verification)
+
+
 def _epoch_record(epoch: Epoch) -> EpochRecord:
     return EpochRecord(
         epoch=epoch.epoch, started_at=utc(epoch.started_at), ended_at=utc(epoch.ended_at),
@@ -379,11 +560,20 @@ def _trial_record(trial: Trial) -> TrialRecord:
         message=trial.message, epochs=tuple(_epoch_record(e) for e in trial.epochs))
 
 
+def _window_record(window: SearchWindow) -> WindowRecord:
+    return WindowRecord(segment=window.segment, started_at=utc(window.started_at), deadline=utc(window.deadline),
+                        ended_at=utc(window.ended_at))
+
+
 def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
     return RunRecord(
         id=run.id, system=_system_record(run.system), profile=run.profile, config=dict(run.config),
-        seed=run.seed, budget_s=run.budget_s, workers=run.workers, status=RunStatus(run.status),
+        seed=run.seed, budget_s=run.budget_s, workers=run.workers,
+        status=derived_status(run.status, utc(run.heartbeat_at), now()), stored_status=RunStatus(run.status),
+        heartbeat_at=utc(run.heartbeat_at), windows=tuple(_window_record(w) for w in run.windows),
         created_at=utc(run.created_at), search_started_at=utc(run.search_started_at),
         deadline=utc(run.deadline), search_ended_at=utc(run.search_ended_at), flow_run_id=run.flow_run_id,
-        message=run.message, score=None if run.score is None else _score_result(run.score),
+        message=run.message, ruleset=run.ruleset, division=run.division, deviations=tuple(run.deviations or ()),
+        config_hash=run.config_hash, score=None if run.score is None else _score_result(run.score),
+        verification=_verification(run.score),
         trials=tuple(_trial_record(t) for t in run.trials) if with_trials else ())

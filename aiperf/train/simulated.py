@@ -18,7 +18,7 @@ import os
 import queue
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiperf.status import TrialStatus
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
@@ -59,19 +59,22 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
     train_s = model.train_samples * train_ops / model.ops_per_s
     eval_s = model.val_samples * eval_ops / model.ops_per_s
     base, gain = rng.uniform(0.1, 0.3), rng.uniform(0.1, 0.5)
+    # Whole batches only, as the Keras trainer trains them.
+    batches = model.train_samples // request.batch_size
+    epoch_samples = batches * request.batch_size
     epochs: list[EpochReport] = []
     now = started_at
     for epoch in range(request.epochs):
         if now >= request.deadline:
             break
         if now + train_s + eval_s <= request.deadline:  # the whole epoch fits
-            trained, evaluated, ended = model.train_samples, model.val_samples, now + train_s + eval_s
-        else:  # cut at the deadline: the samples done by then count, as with the Keras trainer
+            trained, evaluated, ended = epoch_samples, model.val_samples, now + train_s + eval_s
+        else:  # cut at the deadline: the batches done by then count, as with the Keras trainer
             trained_by = min(request.deadline, now + train_s)
-            trained = int(model.train_samples * (trained_by - now) / train_s)
+            trained = int(batches * (trained_by - now) / train_s) * request.batch_size
             evaluated = int(model.val_samples * max(0.0, request.deadline - trained_by) / eval_s)
             ended = request.deadline
-        complete = trained == model.train_samples and evaluated == model.val_samples
+        complete = trained == epoch_samples and evaluated == model.val_samples
         accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
         epochs.append(EpochReport(
             trial_key=request.trial_key, epoch=epoch, started_at=now, ended_at=ended,
@@ -83,6 +86,18 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
             break
     done = len(epochs) == request.epochs and all(e.complete for e in epochs)
     return SimulatedPlan(built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now)
+
+
+def sized_to(data_path: str, model: SimulatedModel = SimulatedModel()) -> SimulatedModel:
+    """The model with the staged dataset's sizes, so modelled epochs use no more samples than the data
+    has (the orchestrator refuses an epoch that does); the model's own sizes where nothing is staged."""
+    from aiperf.data.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(data_path)
+    except (OSError, ValueError):
+        return model
+    return replace(model, train_samples=int(manifest["train_samples"]), val_samples=int(manifest["val_samples"]))
 
 
 def run_simulated_trial(request: TrialRequest, report: Reporter, worker: str | None = None,

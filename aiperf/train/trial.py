@@ -97,6 +97,11 @@ def _finite(value) -> float | None:
     return value if value == value and abs(value) != float("inf") else None
 
 
+def _diverged(loss) -> bool:
+    """A loss that is NaN or infinite: training cannot recover from it."""
+    return loss is not None and _finite(loss) is None
+
+
 def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
     """Early stopping on validation loss: no improvement in the last `patience` epochs."""
     losses = [e.val_loss for e in epochs if e.val_loss is not None]
@@ -137,14 +142,18 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 break
             watch = _deadline_watch(request.deadline)
             started = time.time()
-            history = model.fit(**feed.train, epochs=1, verbose=0, callbacks=[watch])
+            # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
+            # trial wastes no more time, and the batches it did train still count.
+            history = model.fit(**feed.train, epochs=1, verbose=0,
+                                callbacks=[watch, keras.callbacks.TerminateOnNaN()])
             trained = min(watch.train_batches * batch, n_train)
             logs = {k: v[-1] for k, v in history.history.items() if v}
+            diverged = _diverged(logs.get("loss"))
             evaluation: dict = {}
-            if not watch.hit_deadline:
+            if not watch.hit_deadline and not diverged:
                 evaluation = model.evaluate(**feed.val, verbose=0, callbacks=[watch], return_dict=True)
             evaluated = min(watch.test_batches * batch, n_val)
-            complete = not watch.hit_deadline
+            complete = not watch.hit_deadline and not diverged
             epoch_report = EpochReport(
                 trial_key=request.trial_key, epoch=epoch, started_at=started, ended_at=time.time(),
                 samples_trained=trained, samples_evaluated=evaluated,
@@ -155,6 +164,9 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 complete=complete)
             epochs.append(epoch_report)
             report(epoch_report)
+            if diverged:
+                return TrialResult(request.trial_key, TrialStatus.DIVERGED, built, epochs,
+                                   message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped")
             if not complete or _stalled(epochs, request.early_stopping_patience):
                 break
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).

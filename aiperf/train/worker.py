@@ -48,17 +48,19 @@ def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResul
     if end is not None and end < request.deadline:
         request = replace(request, deadline=end)
     if trainer == SIMULATED:
-        from aiperf.train.simulated import run_simulated_trial
+        from aiperf.train.simulated import run_simulated_trial, sized_to
 
-        return run_simulated_trial(request, report, worker=label)
+        return run_simulated_trial(request, report, worker=label, model=sized_to(request.data_path))
     from aiperf.train.trial import run_trial
 
     return run_trial(request, report, worker=label)
 
 
 def received(event: tuple[float, dict[str, Any]]) -> dict[str, Any]:
-    """A Dask event (timestamp, message) as the orchestrator reads it, with our worker label."""
+    """A Dask event (timestamp, message) as the orchestrator reads it: the address the scheduler
+    stamped on it as `sent_from` (what the orchestrator trusts), and our worker label as `worker`."""
     message = dict(event[1])
+    message["sent_from"] = message.pop("worker", None)
     if _LABEL_KEY in message:
         message["worker"] = message.pop(_LABEL_KEY)
     return message

@@ -5,15 +5,20 @@
 #   eval "$(infra/slurm/ctl.sh start)"   # installs slurm-wlm when missing, starts slurmctld + slurmd,
 #                                         # waits until the node is idle, prints `export SLURM_CONF=...`
 #   infra/slurm/ctl.sh status             # sinfo of the local cluster
-#   infra/slurm/ctl.sh stop               # stops both daemons (jobs still running are killed)
+#   infra/slurm/ctl.sh stop               # stops both daemons (jobs still running are killed), deletes the folder
 #
-# Everything it writes (config, state, spool, logs, pid files) lives under $AIPERF_SLURM_DIR
-# (default /tmp/aiperf-slurm), so it never touches /etc/slurm. The daemons run as root with
-# AuthType=auth/none: a demo and test cluster on one machine, not a production setup.
+# Everything it writes (config, state, spool, logs, pid files) lives in a private folder (mktemp -d,
+# mode 0700, see infra/state.sh), so it never touches /etc/slurm, and only root can read or submit
+# to this cluster. Both daemons listen on 127.0.0.1 only (CommunicationParameters). They run as root
+# with AuthType=auth/none, which trusts the user id a client claims: a demo and test cluster on one
+# machine whose other users are trusted, not a production setup (that needs munge).
 # Must run as root (slurmd launches jobs as their users).
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../state.sh
+. "$here/../state.sh"
 
-dir="${AIPERF_SLURM_DIR:-/tmp/aiperf-slurm}"
+dir="$(state_dir slurm)"  # empty until `start` makes one
 conf="$dir/slurm.conf"
 node="$(hostname -s)"
 
@@ -32,6 +37,9 @@ install_packages() {
 }
 
 write_config() {
+  forget_state_dir slurm
+  dir="$(new_state_dir slurm)"
+  conf="$dir/slurm.conf"
   mkdir -p "$dir"/{state,spool,log,run}
   local cpus memory_mb
   cpus="$(nproc --all)"
@@ -46,6 +54,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/none
 CredType=cred/none
+# Listen on the addresses above (127.0.0.1), not on every interface.
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/run/slurmctld.pid
@@ -79,7 +89,7 @@ EOF
 
 running() {  # $1: daemon name; true when its pid file names a live process
   local pid_file="$dir/run/$1.pid"
-  [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null
+  [ -n "$dir" ] && [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null
 }
 
 node_state() {
@@ -113,6 +123,7 @@ start() {
 }
 
 stop_daemons() {
+  [ -n "$dir" ] || return 0
   for daemon in slurmd slurmctld; do
     if running "$daemon"; then
       local pid
@@ -131,7 +142,9 @@ case "${1:-}" in
     # Cancel our jobs first so no slurmstepd outlives the daemons.
     if running slurmctld; then SLURM_CONF="$conf" scancel --full --partition debug >/dev/null 2>&1 || true; sleep 1; fi
     stop_daemons
+    forget_state_dir slurm
     log "stopped" ;;
-  status) SLURM_CONF="$conf" sinfo ;;
+  status)
+    if running slurmctld; then SLURM_CONF="$conf" sinfo; else log "not running"; exit 1; fi ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

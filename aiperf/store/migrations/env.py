@@ -2,7 +2,7 @@
 
 aiperf passes its engine in `config.attributes["engine"]` (aiperf.store.database.upgrade and
 downgrade); the `alembic` command line opens AIPERF_DB, else sqlalchemy.url from alembic.ini, else
-aiperf's default database. Either way every online run is one transaction from
+AIPERF_DB_URL, else aiperf's default database. Either way every online run is one transaction from
 database.migration_transaction, which on SQLite keeps foreign keys off while batch mode rebuilds
 tables and checks them before the commit.
 """
@@ -11,7 +11,7 @@ import os
 
 from alembic import context
 
-from aiperf.config import DEFAULT_DB_URL
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
 from aiperf.store import database
 from aiperf.store.models import Base
 
@@ -20,7 +20,8 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url") or DEFAULT_DB_URL
+    return (os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url") or os.environ.get(DB_URL_ENV)
+            or DEFAULT_DB_URL)
 
 
 def run_migrations_offline() -> None:

@@ -1,0 +1,85 @@
+"""After a crash or a stop: recover a run (score it from what it recorded) or resume it.
+
+A run whose process died is `lost` (its heartbeat stopped; aiperf.liveness); one stopped by a
+signal is `interrupted`. Either can be
+
+- recovered (`aiperf recover RUN_ID`): its running trials become `interrupted`, the open segment
+  of its timed window ends at its last recorded epoch, and it is scored and verified from its
+  records, invalid with the reason "recovered after a crash" (aiperf.score.RECOVERED); it stays
+  `interrupted`, so it can still be resumed;
+- resumed (`aiperf run --resume RUN_ID`): the same run, config and seed, for what is left of its
+  budget, in a new segment of its window (aiperf.run.run_benchmark).
+"""
+
+from __future__ import annotations
+
+from aiperf.config import BenchmarkConfig
+from aiperf.errors import UserError
+from aiperf.status import RunStatus
+from aiperf.store import RecordNotFound, RunRecord, Store, window_seconds
+from aiperf.store.database import safe_url
+
+RECOVERED_MESSAGE = "recovered after a crash"
+CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
+
+
+def closable_run(store: Store, run_id: int, db: str, what: str) -> RunRecord:
+    """The run, if it is lost or interrupted; else a one-line error naming what it is."""
+    try:
+        record = store.get_run(run_id)
+    except RecordNotFound:
+        raise UserError(f"run {run_id} is not in {safe_url(db)}; list runs with "
+                        f"`aiperf runs --db {safe_url(db)}`") from None
+    if record.status not in CLOSABLE:
+        raise UserError(f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
+                        f"(a running one is lost once its heartbeat is older than $AIPERF_HEARTBEAT_TIMEOUT s)")
+    return record
+
+
+def used_seconds(record: RunRecord) -> float:
+    """Seconds of its budget the run used in its closed segments (0 before its search started)."""
+    closed = [w for w in record.windows if w.ended_at is not None]
+    return window_seconds(closed) if closed else 0.0
+
+
+def stored_config(record: RunRecord, db: str) -> BenchmarkConfig:
+    """The run's own config, validated again, reading and writing the database at `db` (which may
+    hold a password the stored config never does)."""
+    try:
+        return BenchmarkConfig.model_validate({**record.config, "db": db})
+    except ValueError as exc:
+        raise UserError(f"run {record.id}'s stored config is no longer valid: {exc}".splitlines()[0]) from None
+
+
+def resume_config(db: str, run_id: int) -> BenchmarkConfig:
+    """The config to resume run `run_id` with: its own, for what is left of its budget. One line
+    of error when it is not lost or interrupted, or has no budget left."""
+    with Store.open(db) as store:
+        record = closable_run(store, run_id, db, "resumed")
+    left = record.budget_s - used_seconds(record)
+    if left <= 1.0:
+        raise UserError(f"run {run_id} used its whole budget ({record.budget_s:g} s) before it stopped; "
+                        f"score it with `aiperf recover {run_id}`")
+    return stored_config(record, db)
+
+
+def recover(db: str, run_id: int) -> RunRecord:
+    """Close a lost or interrupted run and score it from its records (see the module's docstring)."""
+    from aiperf.run import score_run, verify_and_record
+
+    with Store.open(db) as store:
+        record = closable_run(store, run_id, db, "recovered")
+        if not record.windows:
+            raise UserError(f"run {run_id} stopped before its search started: there is nothing to score")
+        store.interrupt_trials(run_id)
+        store.close_window_at_last_epoch(run_id)
+        message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")
+        store.finish_run(run_id, status=RunStatus.INTERRUPTED, message=message)
+    config = stored_config(record, db)
+    try:
+        score_run(config, run_id, recovered=True)
+    except ValueError as exc:  # e.g. a window of no length: not one epoch was recorded
+        raise UserError(f"run {run_id} cannot be scored: {exc}") from None
+    verify_and_record(config, run_id)
+    with Store.open_existing(db) as store:
+        return store.get_run(run_id)

@@ -1,0 +1,81 @@
+"""Rules as versioned data: what a closed-division run may change, and what makes a result valid.
+
+A ruleset is a YAML file beside this module (aiperf-rules-1.0.yaml). Every packaged profile names
+the ruleset it is judged by; the ruleset's id and version are stored with every run and score, so
+a result says which rules it met, and results of different rulesets are never compared. A new
+rule or a changed figure is a new file and a new version, never an edit of a published one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from aiperf.errors import UserError
+
+DEFAULT_RULESET = "aiperf-rules-1.0"
+
+
+@dataclass(frozen=True)
+class ProfileRules:
+    """What the ruleset requires of one packaged profile's results."""
+
+    min_budget_s: float
+    accuracy_floor: float
+    seed_architecture: str
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    id: str
+    version: str
+    settable: tuple[str, ...]  # dotted settings a closed run may change ("cluster" covers cluster.*)
+    precisions: tuple[str, ...]
+    convention: str
+    trainer: str
+    profiles: dict[str, ProfileRules]
+
+    @property
+    def name(self) -> str:
+        """id-version, as stored with every run and score."""
+        return f"{self.id}-{self.version}"
+
+    def for_profile(self, profile: str) -> ProfileRules:
+        try:
+            return self.profiles[profile]
+        except KeyError:
+            raise UserError(f"ruleset {self.name} has no rules for profile {profile!r}; it judges "
+                            f"{', '.join(sorted(self.profiles))}") from None
+
+    def is_settable(self, dotted: str) -> bool:
+        """Whether a closed run may change this setting (a section name covers its keys)."""
+        return any(dotted == s or dotted.startswith(s + ".") for s in self.settable)
+
+
+def available_rulesets() -> list[str]:
+    folder = resources.files("aiperf") / "rules"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+@cache
+def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
+    """A packaged ruleset by its id-version name."""
+    from aiperf.config import parse_duration
+
+    if name not in available_rulesets():
+        raise UserError(f"unknown ruleset {name!r}; aiperf knows {', '.join(available_rulesets())}")
+    raw: dict[str, Any] = yaml.safe_load((resources.files("aiperf") / "rules" / f"{name}.yaml").read_text())
+    profiles = {profile: ProfileRules(min_budget_s=parse_duration(rules["min_budget"]),
+                                      accuracy_floor=float(rules["accuracy_floor"]),
+                                      seed_architecture=str(rules["seed_architecture"]))
+                for profile, rules in raw["profiles"].items()}
+    ruleset = Ruleset(id=raw["id"], version=str(raw["version"]), settable=tuple(raw["closed"]["settable"]),
+                      precisions=tuple(raw["valid"]["precisions"]), convention=raw["valid"]["convention"],
+                      trainer=raw["valid"]["trainer"], profiles=profiles)
+    if ruleset.name != name:  # pragma: no cover - a packaging mistake
+        raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")
+    return ruleset

@@ -1,0 +1,95 @@
+"""Closed or open: which division a run is in, and every way it deviates from its packaged profile.
+
+The division is decided from the effective config alone, whatever path a change came by (--set,
+--seed, a deployment's overrides, a profile file): the run's config is compared with the packaged
+profile as it would run with this run's settable settings (where and how long). Equal: closed,
+judged by the packaged ruleset. Anything else: open, with each difference listed.
+
+The config hash identifies the workload: every setting but the settable ones. Two runs with equal
+hashes ran the same workload; history, compare and the nightly baseline only put those together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiperf.config import CUSTOM_PREFIX, BenchmarkConfig, load_config
+from aiperf.errors import UserError
+from aiperf.rules import DEFAULT_RULESET, Ruleset, load_ruleset
+
+CLOSED = "closed"
+OPEN = "open"
+
+
+@dataclass(frozen=True)
+class Division:
+    name: str  # closed or open
+    ruleset: str  # id-version of the rules the run is judged by
+    deviations: tuple[str, ...]  # "setting: packaged value -> this run's value", or why it is open
+    config_hash: str  # sha256 of the workload settings (all but the settable ones)
+
+    @property
+    def closed(self) -> bool:
+        return self.name == CLOSED
+
+
+def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"data": {"noise": 1}} -> {"data.noise": 1}: every leaf setting by its dotted name."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
+    workload = {k: v for k, v in flatten(config.model_dump(mode="json")).items() if not ruleset.is_settable(k)}
+    return hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()
+
+
+def packaged_equivalent(config: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkConfig:
+    """The packaged profile as it would run with this run's settable settings and nothing else.
+
+    A run that changed its data's kind may have a data.source its packaged profile cannot take (a
+    synthetic profile has none): its packaged equivalent then keeps the profile's own data section,
+    and the run is open by the kind it changed."""
+    try:
+        return _packaged(config, ruleset, ruleset.settable)
+    except UserError:
+        return _packaged(config, ruleset, tuple(s for s in ruleset.settable if not s.startswith("data.")))
+
+
+def _packaged(config: BenchmarkConfig, ruleset: Ruleset, settable: tuple[str, ...]) -> BenchmarkConfig:
+    flat = flatten(config.model_dump(mode="json"))
+    overrides: dict[str, Any] = {}
+    for setting in settable:
+        if setting in flat:
+            overrides[setting] = flat[setting]
+        else:  # a whole section, e.g. cluster
+            overrides[setting] = {k.removeprefix(setting + "."): v for k, v in flat.items()
+                                  if k.startswith(setting + ".")}
+    budget, workers = overrides.pop("budget_s", None), overrides.pop("workers", config.workers)
+    # The worker count is copied in after loading, so that judging a run never depends on how many
+    # cores the judging machine has.
+    packaged = load_config(config.profile, budget=budget, workers=1, overrides=overrides)
+    return packaged.model_copy(update={"workers": workers})
+
+
+def classify(config: BenchmarkConfig) -> Division:
+    """The run's division, its ruleset, its deviations and its workload hash."""
+    ruleset = load_ruleset(config.ruleset or DEFAULT_RULESET)
+    digest = config_hash(config, ruleset)
+    if config.profile.startswith(CUSTOM_PREFIX) or config.ruleset is None:
+        return Division(OPEN, ruleset.name, (f"profile {config.profile} is not a packaged profile",), digest)
+    run = flatten(config.model_dump(mode="json"))
+    packaged = flatten(packaged_equivalent(config, ruleset).model_dump(mode="json"))
+    deviations = tuple(f"{key}: {packaged.get(key)!r} -> {run.get(key)!r}"
+                       for key in sorted(set(run) | set(packaged))
+                       if run.get(key) != packaged.get(key) and not ruleset.is_settable(key))
+    return Division(OPEN if deviations else CLOSED, ruleset.name, deviations, digest)

@@ -1,0 +1,274 @@
+"""`aiperf verify`: recompute a run's score from its records alone and check every figure.
+
+Nothing stored as a total is trusted. Each trial's operations per sample are counted again from its
+stored architecture with the counter; every epoch's samples are checked against the staged
+dataset, its times against the timed window and the other epochs of its worker; the totals, the
+rates, the best accuracy, the regulated score and the verdict are recomputed and compared with what
+the score says (operations to the unit, rates to 1e-9 relative); and the run's division and
+validity are judged again from its stored config by its ruleset.
+
+One checker per concern, each returning a named CheckRecord (the names are constants below, and
+they are what tests, logs and `aiperf verify` print). Every run of the flow ends with this.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from aiperf.config import BenchmarkConfig, ValidityConfig
+from aiperf.rules import load_ruleset
+from aiperf.rules.division import CLOSED, classify
+from aiperf.score import EpochWork, ScoreResult, compute_score
+from aiperf.status import RunStatus, TrialStatus
+from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
+
+OPERATIONS_PER_SAMPLE = "operations_per_sample"
+SAMPLES_WITHIN_DATASET = "samples_within_dataset"
+EPOCHS_INSIDE_WINDOW = "epochs_inside_window"
+NO_OVERLAP_ON_A_WORKER = "no_overlap_on_a_worker"
+ELAPSED_TIME = "elapsed_time"
+TOTAL_OPERATIONS = "total_operations"
+OPERATIONS_PER_SECOND = "operations_per_second"
+BEST_ACCURACY = "best_accuracy"
+REGULATED_SCORE = "regulated_score"
+DIVISION = "division"
+VALIDITY_RULES = "validity_rules"
+
+RELATIVE = 1e-9  # rates must agree to this
+CLOCK_SKEW_S = 1.0  # workers on other nodes stamp epochs with their own clocks
+# (train, eval, tensor train, tensor eval) operations per sample of an architecture
+Counts = tuple[int, int, int, int]
+Counter = Callable[[dict], Counts]
+
+
+def count_architecture(architecture: dict) -> Counts:
+    """Operations per sample of a stored architecture, counted afresh from the model it builds.
+    (A dropout layer before the head counts 0 in both conventions, so it is left out.)"""
+    from aiperf.arch import build_model, network_from_dict
+    from aiperf.ops import count_all
+
+    counts = count_all(build_model(network_from_dict(architecture)))
+    counted, tensor = counts["aiperf"], counts["tensor"]
+    return counted.train_per_sample, counted.eval_per_sample, tensor.train_per_sample, tensor.eval_per_sample
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the checkers read: the records, and the figures recomputed from them."""
+
+    run: RunRecord
+    config: BenchmarkConfig
+    dataset: DatasetRecord | None
+    counts: dict[int, Counts]  # trial id -> recounted operations per sample, for every built trial
+    elapsed_s: float
+    recomputed: ScoreResult
+
+
+def verify_run(store: Store, run_id: int, counter: Counter = count_architecture) -> list[CheckRecord]:
+    """Every check of one run, in order; the run passes when every one passes."""
+    evidence = gather(store, run_id, counter)
+    return [check(evidence) for check in CHECKS.values()]
+
+
+def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> Evidence:
+    run = store.get_run(run_id)
+    if run.score is None or run.search_started_at is None or run.search_ended_at is None:
+        raise ValueError(f"run {run_id} has no score to verify (it is {run.status})")
+    config = BenchmarkConfig.model_validate(run.config)
+    dataset = store.run_dataset(run_id)
+    cache: dict[str, Counts] = {}
+    counts = {}
+    for trial in run.trials:
+        if trial.train_ops_per_sample is not None:
+            key = json.dumps(trial.architecture, sort_keys=True)
+            if key not in cache:
+                cache[key] = counter(trial.architecture)
+            counts[trial.id] = cache[key]
+    elapsed = window_seconds(run.windows)  # the sum of its segments, as the score's seconds are
+    work = [EpochWork(e.samples_trained, e.samples_evaluated, *counts[t.id])
+            for t in run.trials if t.id in counts for e in t.epochs]
+    complete = [e.val_accuracy for t in run.trials for e in t.epochs if e.complete and e.val_accuracy is not None]
+    recomputed = compute_score(
+        work, elapsed_s=elapsed, best_val_accuracy=max(complete) if complete else None,
+        val_samples=dataset.val_samples if dataset else 0,
+        trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials), budget_s=run.budget_s,
+        rules=_rules(config), simulated=config.train.trainer == "simulated",
+        recovered=run.stored_status == RunStatus.INTERRUPTED)
+    return Evidence(run, config, dataset, counts, elapsed, recomputed)
+
+
+def _rules(config: BenchmarkConfig) -> ValidityConfig:
+    """A closed run is judged by its packaged ruleset; an open one by its own settings."""
+    division = classify(config)
+    if not division.closed:
+        return config.validity
+    rules = load_ruleset(division.ruleset).for_profile(config.profile)
+    return ValidityConfig(min_budget_s=rules.min_budget_s, accuracy_floor=rules.accuracy_floor)
+
+
+def _result(name: str, problems: list[str], passed_detail: str) -> CheckRecord:
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        return CheckRecord(name, False, shown)
+    return CheckRecord(name, True, passed_detail)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=RELATIVE, abs_tol=0.0) or a == b
+
+
+# --- the checkers ---------------------------------------------------------------------------------
+
+def check_operations_per_sample(ev: Evidence) -> CheckRecord:
+    problems = []
+    for t in ev.run.trials:
+        if t.id not in ev.counts:
+            continue
+        stored = (t.train_ops_per_sample, t.eval_ops_per_sample, t.tensor_train_ops_per_sample,
+                  t.tensor_eval_ops_per_sample)
+        if stored != ev.counts[t.id]:
+            problems.append(f"trial {t.trial_key} records {stored}, its architecture counts {ev.counts[t.id]}")
+    return _result(OPERATIONS_PER_SAMPLE, problems, f"{len(ev.counts)} trials recounted from their architectures")
+
+
+def _batch_size(trial: TrialRecord) -> int | None:
+    value = trial.hyperparameters.get("batch_size")
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def check_samples_within_dataset(ev: Evidence) -> CheckRecord:
+    if ev.dataset is None:
+        return CheckRecord(SAMPLES_WITHIN_DATASET, False, "the run has no recorded dataset")
+    problems = []
+    for t in ev.run.trials:
+        batch = _batch_size(t)
+        for e in t.epochs:
+            where = f"trial {t.trial_key} epoch {e.epoch}"
+            if e.samples_trained > ev.dataset.train_samples:
+                problems.append(f"{where} trained {e.samples_trained} samples of {ev.dataset.train_samples}")
+            if e.samples_evaluated > ev.dataset.val_samples:
+                problems.append(f"{where} evaluated {e.samples_evaluated} samples of {ev.dataset.val_samples}")
+            if batch and e.samples_trained % batch:
+                problems.append(f"{where} trained {e.samples_trained} samples, not whole batches of {batch}")
+    return _result(SAMPLES_WITHIN_DATASET, problems,
+                   f"every epoch within {ev.dataset.train_samples} train / {ev.dataset.val_samples} val samples")
+
+
+def check_epochs_inside_window(ev: Evidence) -> CheckRecord:
+    skew = timedelta(seconds=CLOCK_SKEW_S)
+    segments = [(w.started_at - skew, w.ended_at + skew) for w in ev.run.windows if w.ended_at is not None]
+    problems = [f"trial {t.trial_key} epoch {e.epoch} ran {e.started_at:%H:%M:%S.%f}-{e.ended_at:%H:%M:%S.%f}, "
+                f"outside the window" for t in ev.run.trials for e in t.epochs
+                if e.ended_at < e.started_at
+                or not any(start <= e.started_at and e.ended_at <= end for start, end in segments)]
+    return _result(EPOCHS_INSIDE_WINDOW, problems, f"every epoch inside the {ev.elapsed_s:.1f} s window")
+
+
+def check_no_overlap_on_a_worker(ev: Evidence) -> CheckRecord:
+    by_worker: dict[str, list] = {}
+    for t in ev.run.trials:
+        for e in t.epochs:
+            by_worker.setdefault(t.worker or "?", []).append((e.started_at, e.ended_at, t.trial_key, e.epoch))
+    problems = []
+    for worker, spans in by_worker.items():
+        spans.sort()
+        for (_s1, e1, k1, n1), (s2, _e2, k2, n2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                problems.append(f"on {worker}, trial {k2} epoch {n2} starts before trial {k1} epoch {n1} ends")
+    return _result(NO_OVERLAP_ON_A_WORKER, problems, f"{len(by_worker)} workers, one epoch at a time each")
+
+
+def check_elapsed_time(ev: Evidence) -> CheckRecord:
+    stored = ev.run.score.elapsed_s
+    ok = abs(stored - ev.elapsed_s) <= 1e-6
+    return _result(ELAPSED_TIME, [] if ok else [f"score says {stored!r} s, the window is {ev.elapsed_s!r} s"],
+                   f"{ev.elapsed_s:.6f} s, the sum of the window's segments")
+
+
+def check_total_operations(ev: Evidence) -> CheckRecord:
+    stored, again = ev.run.score, ev.recomputed
+    problems = []
+    if float(stored.total_ops) != float(again.total_ops):
+        problems.append(f"score says {stored.total_ops} operations, the epochs add up to {again.total_ops}")
+    if (stored.samples_trained, stored.samples_evaluated) != (again.samples_trained, again.samples_evaluated):
+        problems.append(f"score says {stored.samples_trained}/{stored.samples_evaluated} samples trained/"
+                        f"evaluated, the epochs add up to {again.samples_trained}/{again.samples_evaluated}")
+    return _result(TOTAL_OPERATIONS, problems, f"{again.total_ops} operations, to the unit")
+
+
+def check_operations_per_second(ev: Evidence) -> CheckRecord:
+    stored, again = ev.run.score, ev.recomputed
+    problems = [f"{name}: score says {a!r}, recomputed {b!r}"
+                for name, a, b in (("OPS", stored.ops, again.ops), ("tensor FLOP/s", stored.tensor_ops, again.tensor_ops))
+                if not _close(a, b)]
+    return _result(OPERATIONS_PER_SECOND, problems, f"OPS {again.ops:.6g}, within {RELATIVE:g} relative")
+
+
+def check_best_accuracy(ev: Evidence) -> CheckRecord:
+    stored, again = ev.run.score, ev.recomputed
+    problems = []
+    if stored.best_val_accuracy != again.best_val_accuracy:
+        problems.append(f"score says {stored.best_val_accuracy!r}, the best complete epoch has "
+                        f"{again.best_val_accuracy!r}")
+    if stored.val_samples != again.val_samples:
+        problems.append(f"score says {stored.val_samples} validation samples, the dataset has {again.val_samples}")
+    return _result(BEST_ACCURACY, problems, f"{again.best_val_accuracy!r} on {again.val_samples} samples")
+
+
+def check_regulated_score(ev: Evidence) -> CheckRecord:
+    stored, again = ev.run.score.regulated_score, ev.recomputed.regulated_score
+    return _result(REGULATED_SCORE, [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
+                   f"{again:.6g}, within {RELATIVE:g} relative")
+
+
+def check_division(ev: Evidence) -> CheckRecord:
+    again = classify(ev.config)
+    stored = (ev.run.division, ev.run.ruleset, ev.run.deviations, ev.run.config_hash)
+    expected = (again.name, again.ruleset, again.deviations, again.config_hash)
+    problems = [] if stored == expected else [f"recorded {stored[0]} ({stored[1]}, {len(stored[2])} deviations), "
+                                              f"its config is {again.name} ({again.ruleset}, "
+                                              f"{len(again.deviations)} deviations)"]
+    return _result(DIVISION, problems, f"{again.name} under {again.ruleset}"
+                   + (f", {len(again.deviations)} deviations" if again.deviations else ""))
+
+
+def check_validity_rules(ev: Evidence) -> CheckRecord:
+    stored, again = ev.run.score, ev.recomputed
+    problems = []
+    if (stored.valid, list(stored.reasons)) != (again.valid, list(again.reasons)):
+        problems.append(f"score says {'valid' if stored.valid else 'invalid'} {list(stored.reasons)}, the rules give "
+                        f"{'valid' if again.valid else 'invalid'} {list(again.reasons)}")
+    if stored.trials_completed != again.trials_completed:
+        problems.append(f"score says {stored.trials_completed} trials completed, the trials say {again.trials_completed}")
+    division = classify(ev.config)
+    if division.closed:
+        ruleset = load_ruleset(division.ruleset)
+        rules = ruleset.for_profile(ev.config.profile)
+        if ev.config.search.seed_architecture != rules.seed_architecture:
+            problems.append(f"seed network {ev.config.search.seed_architecture}, the rules say {rules.seed_architecture}")
+        if ev.config.train.trainer != ruleset.trainer:
+            problems.append(f"trainer {ev.config.train.trainer}, the rules say {ruleset.trainer}")
+        if "float32" not in ruleset.precisions:  # the only precision this aiperf trains in
+            problems.append(f"precision float32 is not one of {ruleset.precisions}")
+    name = division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
+    return _result(VALIDITY_RULES, problems, f"{'valid' if again.valid else 'invalid'} by {name}")
+
+
+# Every check, by the name it reports, in the order it runs.
+CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
+    OPERATIONS_PER_SAMPLE: check_operations_per_sample,
+    SAMPLES_WITHIN_DATASET: check_samples_within_dataset,
+    EPOCHS_INSIDE_WINDOW: check_epochs_inside_window,
+    NO_OVERLAP_ON_A_WORKER: check_no_overlap_on_a_worker,
+    ELAPSED_TIME: check_elapsed_time,
+    TOTAL_OPERATIONS: check_total_operations,
+    OPERATIONS_PER_SECOND: check_operations_per_second,
+    BEST_ACCURACY: check_best_accuracy,
+    REGULATED_SCORE: check_regulated_score,
+    DIVISION: check_division,
+    VALIDITY_RULES: check_validity_rules,
+}

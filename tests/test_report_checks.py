@@ -1,0 +1,99 @@
+"""Workers' reports are checked when they arrive: a forged event (from another worker, with more
+samples than the dataset, or stamped by no worker) is refused and logged, and its trial fails with
+the reason. The real orchestrator, oracle and store; trials are modelled (the simulated trainer's
+plans), their events put on the queue as the Dask scheduler delivers them."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+
+import pytest
+
+from aiperf.config import load_config
+from aiperf.orchestrator import Orchestrator
+from aiperf.search.oracles import make_oracle
+from aiperf.status import TrialStatus
+from aiperf.store import Store
+from aiperf.train.messages import TrialResult, to_event
+from aiperf.train.simulated import SimulatedModel, plan_trial
+from conftest import TINY
+from test_history_data import system_facts
+
+FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.05, train_samples=384, val_samples=128)
+WORKER, OTHER = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002"
+
+
+class _Done:
+    def __init__(self, result: TrialResult) -> None:
+        self._result = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> TrialResult:
+        return self._result
+
+    def cancel(self) -> None:
+        pass
+
+
+class _Forger:
+    """Runs every trial on WORKER; for the first trial, also puts `forge(epoch event)` on the queue."""
+
+    def __init__(self, events: queue.Queue, forge) -> None:
+        self.events, self.forge, self.first = events, forge, True
+
+    def __call__(self, request):
+        plan = plan_trial(request, time.time(), "worker-a", FAST)
+        self.events.put({**to_event(plan.built), "sent_from": WORKER})
+        if self.first:
+            self.first = False
+            self.events.put(self.forge({**to_event(plan.epochs[0]), "sent_from": WORKER}))
+        return _Done(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
+
+
+def _search(tmp_path, forge) -> tuple[list, str]:
+    config = load_config("quick", budget="3s", workers=1, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
+                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
+    events: queue.Queue = queue.Queue()
+    with Store.open(config.db) as store:
+        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
+                                  seed=0, budget_s=3, workers=1)
+        shape = (16, 16, 3)
+        orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
+                                    oracle=make_oracle(config, tmp_path / "oracle", shape, 10), data_path="simulated",
+                                    image_shape=shape, num_classes=10, launch=_Forger(events, forge), events=events,
+                                    poll_s=0.02, grace_s=5.0, dataset_samples=(384, 128))
+        started = time.time()
+        orchestrator.run(started, started + 1.0)
+        trials = store.get_run(run_id).trials
+    return list(trials), trials[0].message or ""
+
+
+@pytest.mark.parametrize("forge, reason", [
+    (lambda e: {**e, "sent_from": OTHER, "samples_trained": 10 ** 6},
+     f"it came from {OTHER}, but the trial runs on {WORKER}"),
+    (lambda e: {**e, "samples_trained": 10 ** 6},  # whole batches, but more than the dataset holds
+     "reports 1000000 trained and 128 evaluated samples; the dataset has 384 and 128"),
+    (lambda e: {**e, "samples_trained": 33},
+     "not whole batches of"),
+    (lambda e: {k: v for k, v in e.items() if k != "sent_from"},
+     "the event was not sent by a worker"),
+])
+def test_a_forged_report_is_refused_and_fails_its_trial(tmp_path, caplog, forge, reason):
+    with caplog.at_level(logging.WARNING, logger="aiperf.orchestrator"):
+        trials, message = _search(tmp_path, forge)
+    first, later = trials[0], trials[1:]
+    assert first.status == TrialStatus.FAILED and reason in message, message
+    assert message.startswith("refused a worker's report")
+    assert any("refused a report for trial" in r.message and reason in r.message for r in caplog.records)
+    assert all(e.samples_trained <= 384 for t in trials for e in t.epochs), "nothing forged was recorded"
+    assert later and all(t.status != TrialStatus.FAILED for t in later), "the run went on"
+
+
+def test_honest_reports_are_all_accepted(tmp_path):
+    trials, _ = _search(tmp_path, lambda e: e)  # the "forgery" repeats a genuine event: a harmless repeat
+    assert trials and all(t.status in (TrialStatus.COMPLETED, TrialStatus.STOPPED) for t in trials)
+    assert all([e.epoch for e in t.epochs] == list(range(len(t.epochs))) for t in trials)
