@@ -38,14 +38,15 @@ class PlantedTrial:
 
 def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: datetime | None = None,
               elapsed_s: float = 60.0, trials: list[PlantedTrial] | None = None, valid: bool = True,
-              seed: int = 0) -> int:
+              seed: int = 0, division: str | None = None, config_hash: str | None = None) -> int:
     """A completed, scored run; its score is computed from the planted epochs as a real run's is."""
     started = started or datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
     trials = trials if trials is not None else [
         PlantedTrial("w0", 3_000_000, 1_000_000), PlantedTrial("w1", 5_000_000, 1_500_000, start_s=5.0)]
     system_id = store.upsert_system(facts)
     run_id = store.create_run(system_id=system_id, profile=profile, config={"profile": profile}, seed=seed,
-                              budget_s=elapsed_s, workers=len({t.worker for t in trials}))
+                              budget_s=elapsed_s, workers=len({t.worker for t in trials}), division=division,
+                              config_hash=config_hash)
     backdate = text("UPDATE runs SET created_at = :created WHERE id = :run_id").bindparams(
         bindparam("created", type_=DateTime(timezone=True)))
     with store.engine.begin() as connection:  # as if the run had been started a minute before its search

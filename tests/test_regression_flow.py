@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from aiperf.config import load_config
+from aiperf.rules.division import classify
 from aiperf.store import Store
 from aiperf.system import fingerprint
 from conftest import TINY
@@ -54,10 +56,14 @@ def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefec
 
 def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    # Five earlier nights of this very workload on this very machine, each far faster than a tiny run can be.
+    workload = classify(load_config("nightly", budget="20s", workers=1, db=db, out=str(tmp_path / "out"),
+                                    overrides=SHORT))
     store = Store.open(db)
-    try:  # five earlier nights on this very machine, each far faster than a tiny run can be
+    try:
         planted = [plant_run(store, fingerprint(), profile="nightly", started=datetime(2026, 11, d, 2, 0, tzinfo=UTC),
-                             trials=scaled_trials(1e4)) for d in range(1, 6)]
+                             trials=scaled_trials(1e4), division=workload.name, config_hash=workload.config_hash)
+                   for d in range(1, 6)]
         planted_ops = store.run_scores(run_ids=planted[:1])[0].ops
     finally:
         store.close()

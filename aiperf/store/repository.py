@@ -158,9 +158,15 @@ class Store:
         dialect = {"sqlite": sqlite, "postgresql": postgresql}[self.engine.dialect.name]
         insert = (dialect.insert(System).values(**facts, first_seen_at=now())
                   .on_conflict_do_nothing(index_elements=[System.fingerprint]))
+        known = select(System.id).where(System.fingerprint == facts["fingerprint"])
         with self.session() as s:
-            s.execute(insert)
-            return s.scalar(select(System.id).where(System.fingerprint == facts["fingerprint"]))
+            # Look first: PostgreSQL spends a sequence number on every INSERT, even one that
+            # conflicts, and system ids should not depend on the engine or on how often a machine ran.
+            system_id = s.scalar(known)
+            if system_id is None:
+                s.execute(insert)
+                system_id = s.scalar(known)
+            return system_id
 
     def create_run(self, *, system_id: int, profile: str, config: dict[str, Any], seed: int,
                    budget_s: float, workers: int, flow_run_id: str | None = None, ruleset: str | None = None,
