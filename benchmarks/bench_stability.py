@@ -50,6 +50,7 @@ def main() -> None:
     from aiperf.store import Store
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-stability-"))
+    folder.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{folder / 'stability.db'}"
     aiperf = Path(sys.executable).with_name("aiperf")
     for n in range(args.runs):

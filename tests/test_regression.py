@@ -48,7 +48,7 @@ def test_first_run_sets_the_baseline():
 ])
 def test_threshold(ops, regulated, passed):
     history = [row(1, 100.0), row(2, ops, regulated)]
-    verdict = judge(history[1], baseline(history, history[1]))
+    verdict = judge(history[1], baseline(history, history[1]), threshold=0.05)
     assert verdict.passed is passed
     assert bool(verdict.regressions) is not passed
     message = verdict.message()
@@ -57,7 +57,7 @@ def test_threshold(ops, regulated, passed):
 
 def test_message_and_artifact_give_both_figures():
     history = [row(1, 2e9, 1.5e9), row(2, 1e9, 0.9e9)]
-    verdict = judge(history[1], baseline(history, history[1]))
+    verdict = judge(history[1], baseline(history, history[1]), threshold=0.05)
     assert not verdict.passed
     assert verdict.regressions == ["OPS fell 50.0%", "regulated score fell 40.0%"]
     message = verdict.message()
@@ -89,11 +89,11 @@ def test_check_run_reads_the_same_system_and_profile(db_url):
         plant_run(store, node, profile="quick", started=NIGHT + timedelta(days=3), trials=scaled_trials(9.0))
         slower = plant_run(store, node, started=NIGHT + timedelta(days=4))
         within = plant_run(store, node, started=NIGHT + timedelta(days=5), trials=scaled_trials(1.94))
-        verdict = check_run(store, slower)
+        verdict = check_run(store, slower, threshold=0.05)
         assert len(verdict.baseline.run_ids) == 3 and not verdict.passed
         assert verdict.ops_change == pytest.approx(-0.5)
         # The slower run is valid, so it joins the baseline: median of (2, 2, 2, 1) x.
-        close = check_run(store, within)
+        close = check_run(store, within, threshold=0.05)
         assert close.baseline.ops == pytest.approx(verdict.ops * 2)
         assert close.ops_change == pytest.approx(-0.03, abs=1e-4)
         assert close.passed, close.message()
