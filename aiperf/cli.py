@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 
 from aiperf.cli_support import console, db_option, err, fail, open_existing
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.data.cli import stage
 from aiperf.ops.cli import flops
@@ -91,6 +91,7 @@ def run(
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
     from aiperf.config import load_config
 
+    machine: int | None = None  # the local-run lock, held while this run runs
     try:
         if resume is not None:
             _only_db_with_resume(profile != "quick", budget, workers, seed, out, cluster, cluster_opt, adaptive,
@@ -106,13 +107,23 @@ def run(
         from aiperf.data.staging import preflight
 
         preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
-        _claim_machine(config.cluster.kind, allow_concurrent)
+        machine = _claim_machine(config.cluster.kind, allow_concurrent)  # refused before anything is written
         from aiperf.store import Store
 
         Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
     except UserError as exc:
+        if machine is not None:
+            os.close(machine)
         raise fail(str(exc)) from None
+    try:
+        _run_flow(config, resume)
+    finally:
+        if machine is not None:
+            os.close(machine)  # the run is over: the next local run may start
 
+
+def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
+    """The benchmark flow with a live line on the terminal, then the score."""
     from prefect.flows import load_flow_from_entrypoint
 
     from aiperf import live
@@ -135,20 +146,15 @@ def run(
     _print_score(_load_run(result["run_id"], config.db))
 
 
-# The local-run lock this process holds (a descriptor), until it exits or runs another command.
-_machine_lock: list[int] = []
-
-
-def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> None:
-    """A local run holds this machine's local-run lock until its process ends, so a second local run
-    (which would share the cores, and so measure the first) is refused. Job-queue runs share nothing."""
+def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> int | None:
+    """A local run holds this machine's local-run lock (a descriptor) while it runs, so a second local
+    run (which would share the cores, and so measure the first) is refused; the lock dies with the
+    process if it crashes. Job-queue runs share nothing and take none."""
     if allow_concurrent or cluster_kind != "local":
-        return
+        return None
     from aiperf.locks import claim_local_run
 
-    while _machine_lock:  # an earlier command of this process (the CLI called in-process) is over
-        os.close(_machine_lock.pop())
-    _machine_lock.append(claim_local_run())
+    return claim_local_run()
 
 
 def _only_db_with_resume(*given: object) -> None:
