@@ -29,7 +29,7 @@ def test_stage_command_converts_and_copies(make_image_folder, tmp_path):
     assert len([s for s in manifest["shards"] if s["split"] == "train"]) == 4
     assert len(manifest["copies"]) == 2 and manifest["stage_to"] == str(tmp_path / "local")
     assert Path(tmp_path / "local" / manifest["name"] / "manifest.json").is_file()
-    staged = next((tmp_path / "out").iterdir())
+    staged = Path(manifest["path"])
     stamps = {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
     again = CliRunner().invoke(app, args[:-1], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
