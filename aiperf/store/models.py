@@ -90,6 +90,15 @@ class Run(Base):
     config_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the workload settings")
     heartbeat_at: Mapped[datetime | None] = mapped_column(
         doc="last sign of life of the run's process; a running run without one for the timeout is lost")
+    precision: Mapped[str | None] = mapped_column(String(32), doc="float32, mixed_bfloat16 or mixed_float16")
+    backend: Mapped[str | None] = mapped_column(String(32), doc="Keras backend: tensorflow, jax or torch")
+    jit_compile: Mapped[bool | None] = mapped_column(Boolean, doc="trials compiled with XLA")
+    peak_flops: Mapped[float | None] = mapped_column(
+        Float, doc="sum of the workers' measured matmul peaks (FLOP/s) in the run's precision: MFU's divisor")
+    worker_peaks: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON, doc="[{'worker', 'flops', 'dtype', 'device', 'seconds'}] each worker's peak, measured before the window")
+    system_description: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)")
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
@@ -141,6 +150,13 @@ class Trial(Base):
     tensor_eval_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'tensor' convention")
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
+    # Where the trial's seconds went, measured on its worker.
+    build_s: Mapped[float | None] = mapped_column(Float, doc="data feed and model built")
+    count_s: Mapped[float | None] = mapped_column(Float, doc="operations counted analytically")
+    compile_s: Mapped[float | None] = mapped_column(Float, doc="compile, and tracing of the first steps")
+    train_s: Mapped[float | None] = mapped_column(Float, doc="in training steps")
+    evaluate_s: Mapped[float | None] = mapped_column(Float, doc="in evaluation steps")
+    report_s: Mapped[float | None] = mapped_column(Float, doc="sending reports back")
 
     run: Mapped[Run] = relationship(back_populates="trials")
     epochs: Mapped[list[Epoch]] = relationship(back_populates="trial", order_by="Epoch.epoch")
@@ -196,6 +212,9 @@ class Score(Base):
     verified: Mapped[bool | None] = mapped_column(Boolean, doc="every check of `aiperf verify` passed")
     verification: Mapped[list[dict[str, Any]] | None] = mapped_column(
         JSON, doc="[{'check': name, 'passed': bool, 'detail': text}] from the recomputation")
+    mfu: Mapped[float | None] = mapped_column(Float, doc="model FLOPs utilisation: tensor_ops / runs.peak_flops")
+    utilisation: Mapped[float | None] = mapped_column(
+        Float, doc="seconds in training and evaluation steps / (workers x window seconds)")
 
     run: Mapped[Run] = relationship(back_populates="score")
 

@@ -75,6 +75,30 @@ class EpochRecord:
     complete: bool
 
 
+TRIAL_PHASE_COLUMNS = ("build_s", "count_s", "compile_s", "train_s", "evaluate_s", "report_s")
+
+
+@dataclass(frozen=True)
+class TrialPhases:
+    """Where one trial's seconds went on its worker (the trials table's *_s columns)."""
+
+    build_s: float = 0.0  # data feed and model built
+    count_s: float = 0.0  # operations counted
+    compile_s: float = 0.0  # compile, and tracing of the first steps
+    train_s: float = 0.0  # in training steps
+    evaluate_s: float = 0.0  # in evaluation steps
+    report_s: float = 0.0  # sending reports back
+
+    @property
+    def stepping_s(self) -> float:
+        """The seconds that did the machine's AI work: training and evaluation steps."""
+        return self.train_s + self.evaluate_s
+
+    @property
+    def total_s(self) -> float:
+        return self.build_s + self.count_s + self.compile_s + self.train_s + self.evaluate_s + self.report_s
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One trial (table trials) with its epochs in order."""
@@ -99,6 +123,7 @@ class TrialRecord:
     best_val_accuracy: float | None
     message: str | None
     epochs: tuple[EpochRecord, ...] = ()
+    phases: TrialPhases | None = None  # where its seconds went; None for trials recorded before 0007
 
 
 @dataclass(frozen=True)
@@ -159,6 +184,12 @@ class RunRecord:
     heartbeat_at: datetime | None = None  # the process's last sign of life
     windows: tuple[WindowRecord, ...] = ()  # the timed window's segments, in order
     stored_status: RunStatus | None = None  # what the row says; `status` is LOST when it says running in vain
+    precision: str | None = None  # float32, mixed_bfloat16 or mixed_float16
+    backend: str | None = None  # the Keras backend the workers ran
+    jit_compile: bool | None = None  # trials compiled with XLA
+    peak_flops: float | None = None  # sum of the workers' measured peaks, FLOP/s: MFU's divisor
+    worker_peaks: tuple[dict[str, Any], ...] = ()  # each worker's measured peak
+    system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
 
     @property
     def verified(self) -> bool | None:
@@ -196,6 +227,10 @@ class RunScoreRow:
     trials_completed: int
     valid: bool
     verified: bool | None
+    precision: str | None
+    backend: str | None
+    mfu: float | None
+    utilisation: float | None
     previous_ops: float | None
     previous_regulated_score: float | None
     ops_change_pct: float | None

@@ -39,6 +39,8 @@ from aiperf.store.records import (
     RecordNotFound,
     RunRecord,
     RunScoreRow,
+    TRIAL_PHASE_COLUMNS,
+    TrialPhases,
     SystemRecord,
     TrialRecord,
     TrialSummaryRow,
@@ -563,7 +565,15 @@ def _trial_record(trial: Trial) -> TrialRecord:
         train_ops_per_sample=trial.train_ops_per_sample, eval_ops_per_sample=trial.eval_ops_per_sample,
         tensor_train_ops_per_sample=trial.tensor_train_ops_per_sample,
         tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample, best_val_accuracy=trial.best_val_accuracy,
-        message=trial.message, epochs=tuple(_epoch_record(e) for e in trial.epochs))
+        message=trial.message, epochs=tuple(_epoch_record(e) for e in trial.epochs), phases=_phases(trial))
+
+
+def _phases(trial: Trial) -> TrialPhases | None:
+    """The trial's time breakdown; None when it was recorded without one (before migration 0007)."""
+    seconds = {name: getattr(trial, name) for name in TRIAL_PHASE_COLUMNS}
+    if all(value is None for value in seconds.values()):
+        return None
+    return TrialPhases(**{name: value or 0.0 for name, value in seconds.items()})
 
 
 def _window_record(window: SearchWindow) -> WindowRecord:
@@ -582,4 +592,6 @@ def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
         message=run.message, ruleset=run.ruleset, division=run.division, deviations=tuple(run.deviations or ()),
         config_hash=run.config_hash, score=None if run.score is None else _score_result(run.score),
         verification=_verification(run.score),
-        trials=tuple(_trial_record(t) for t in run.trials) if with_trials else ())
+        trials=tuple(_trial_record(t) for t in run.trials) if with_trials else (),
+        precision=run.precision, backend=run.backend, jit_compile=run.jit_compile, peak_flops=run.peak_flops,
+        worker_peaks=tuple(run.worker_peaks or ()), system_description=run.system_description)
