@@ -12,7 +12,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -164,13 +164,27 @@ class ClusterConfig(_Strict):
     walltime: str | None = None  # HH:MM:SS, as the queue takes it
     cores: int | None = Field(None, ge=1)  # per job; on a local cluster, per worker (default: split evenly)
     memory: str | None = None  # per job, e.g. "8GB"
-    gpus: int = Field(0, ge=0)  # per job; one worker per GPU
+    gpus: int = Field(0, ge=0)  # per job, one worker per GPU; local: this machine's GPUs, one worker each
     workers_per_job: int | None = Field(None, ge=1)  # without GPUs; default 1 (one worker per node)
     prologue: list[str] = []  # shell lines run before the worker starts (module loads, environment)
     interface: str | None = None  # network interface the workers and the scheduler talk on
     adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
 
     _single_lines = field_validator("queue", "account", "walltime", "memory", "interface")(_one_line)
+
+
+Precision = Literal["float32", "mixed_bfloat16", "mixed_float16"]
+Backend = Literal["tensorflow", "jax", "torch"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+_INSTALL = {"tensorflow": "tensorflow (or tensorflow-cpu)", "jax": "jax (jax[cuda12] for GPUs)", "torch": "torch"}
+
+
+def backend_installed(backend: str) -> bool:
+    """Whether this Python can import the framework of a Keras backend (found, not imported)."""
+    from importlib.util import find_spec
+
+    return find_spec(backend) is not None
 
 
 class TrainConfig(_Strict):
@@ -184,7 +198,14 @@ class TrainConfig(_Strict):
     # "simulated" trains nothing: trials take a modelled time (for orchestration at scale);
     # a result made with it is always invalid.
     trainer: Literal["keras", "simulated"] = "keras"
-
+    # How trials train; the workload is the same, its speed is not (see aiperf/rules/ for which
+    # values a closed result may use). precision: Keras' dtype policy for every layer but the
+    # softmax head (kept float32). jit_compile: model.compile(jit_compile=...), XLA on TensorFlow,
+    # jax.jit on JAX (JAX without it runs op by op: slow). backend: the Keras backend each worker
+    # starts with (KERAS_BACKEND, set before the worker imports anything).
+    precision: Precision = "float32"
+    jit_compile: bool = False
+    backend: Backend = "tensorflow"
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -310,12 +331,14 @@ def load_config(
     out: str | None = None,
     cluster: str | dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    check_backend: bool = True,
 ) -> BenchmarkConfig:
     """Profile + overrides -> a validated config, or a UserError naming the bad value.
 
     A packaged profile's validity rules come from its ruleset. A profile file is named
     custom-<sha256 of its text, 12 digits> whatever it says inside, so no file can pass for a
-    packaged profile; `profile` and `ruleset` cannot be overridden."""
+    packaged profile; `profile` and `ruleset` cannot be overridden. `check_backend`: refuse a
+    train.backend this Python cannot import (off where a config is only judged, not run)."""
     raw, name = _read_profile(profile)
     raw["profile"] = name
     if os.environ.get(DB_URL_ENV):  # over the profile's database; a `db` override and --db win over it
@@ -347,7 +370,9 @@ def load_config(
     kind = section.get("kind", "local") if isinstance(section, dict) else "local"
     train = raw.get("train")
     simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
-    raw["workers"] = _worker_count(raw.get("workers", "auto"), local=kind == "local" and not simulated)
+    local = kind == "local" and not simulated
+    gpus = section.get("gpus") if isinstance(section, dict) and local else None
+    raw["workers"] = _worker_count(raw.get("workers", "auto"), local=local, gpus=gpus)
     validity = raw.get("validity")
     if isinstance(validity, dict) and "min_budget" in validity:
         try:
@@ -355,9 +380,22 @@ def load_config(
         except ValueError as exc:
             raise UserError(f"validity.min_budget: {exc}") from None
     try:
-        return BenchmarkConfig.model_validate(raw)
+        config = BenchmarkConfig.model_validate(raw)
     except ValidationError as exc:
         raise UserError(_first_error(exc)) from None
+    if check_backend:
+        _check_backend(config.train)
+    return config
+
+
+def _check_backend(train: TrainConfig) -> None:
+    """The run's Keras backend must be importable here (its workers share this Python; a simulated
+    run trains nothing and needs none)."""
+    if train.trainer == "keras" and not backend_installed(train.backend):
+        others = [b for b in BACKENDS if b != train.backend and backend_installed(b)]
+        raise UserError(f"train.backend {train.backend} is not installed in this Python; install "
+                        f"{_INSTALL[train.backend]}" + (f" or choose --set train.backend={others[0]} (installed: "
+                                                       f"{', '.join(others)})" if others else ""))
 
 
 def _budget_seconds(value: Any) -> float:
@@ -370,18 +408,26 @@ def _budget_seconds(value: Any) -> float:
     return seconds
 
 
-def _worker_count(value: Any, local: bool = True) -> int:
-    """Workers for the local machine: 'auto' is one per core; more than the cores is refused.
-    On a job queue the machine is the cluster: any count goes, and 'auto' means one worker."""
+def _worker_count(value: Any, local: bool = True, gpus: Any = None) -> int:
+    """Workers for the local machine: 'auto' is one per core (one per GPU with cluster.gpus); more
+    than the cores, or than the GPUs, is refused. On a job queue the machine is the cluster: any
+    count goes, and 'auto' means one worker."""
     cores = machine_cores()
+    try:
+        gpus = int(gpus or 0)
+    except (TypeError, ValueError):
+        gpus = 0  # not a number: the config's validation names it
     if value in (None, "auto"):
-        return cores if local else 1
+        return (min(gpus, cores) if gpus > 0 else cores) if local else 1
     try:
         count = int(value)
     except (TypeError, ValueError):
         raise UserError(f"--workers must be a whole number or 'auto', got {value!r}") from None
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
+    if local and gpus > 0 and count > gpus:
+        raise UserError(f"--workers {count} is more than cluster.gpus {gpus}: a local run has one worker per GPU; "
+                        f"use --workers {gpus} or fewer")
     if local and count > cores:
         raise UserError(f"--workers {count} is more than this machine can hold ({cores} cores); "
                         f"use --workers {cores} or fewer")

@@ -64,8 +64,10 @@ def keras_backend() -> str:
         return "tensorflow"
 
 
-def fingerprint() -> dict[str, Any]:
-    """The systems row for this machine; `fingerprint` hashes the fields that define the system."""
+def fingerprint(backend: str | None = None) -> dict[str, Any]:
+    """The systems row for this machine; `fingerprint` hashes the fields that define the system.
+    `backend`: the Keras backend the run's workers use (train.backend; they are started with it),
+    else the one Keras would pick in this process."""
     facts: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "cpu_model": _cpu_model(),
@@ -76,7 +78,7 @@ def fingerprint() -> dict[str, Any]:
         "python_version": platform.python_version(),
         "tensorflow_version": _version("tensorflow"),
         "keras_version": _version("keras") or "unknown",
-        "keras_backend": keras_backend(),
+        "keras_backend": backend or keras_backend(),
     }
     defining = {k: facts[k] for k in ("hostname", "cpu_model", "cpu_cores", "memory_bytes", "gpus",
                                       "python_version", "tensorflow_version", "keras_version",

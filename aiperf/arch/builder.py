@@ -14,7 +14,9 @@ from aiperf.arch.graph import Network, Node
 from aiperf.arch.spec import ArchSpec
 
 
-def _layer(node: Node, num_classes: int):
+def _layer(node: Node, num_classes: int, head: bool = False):
+    """The node's layer; the head (the network's output) computes in float32 under any dtype policy,
+    so a mixed-precision model's softmax and loss keep float32's range."""
     p = node.params
     if node.kind == "zeropad":
         return layers.ZeroPadding2D(padding=p["pad"], name=node.id)
@@ -34,7 +36,7 @@ def _layer(node: Node, num_classes: int):
         return layers.GlobalAveragePooling2D(name=node.id)
     if node.kind == "dense":
         units = num_classes if p["units"] == "classes" else int(p["units"])
-        return layers.Dense(units, activation=p.get("activation"), name=node.id)
+        return layers.Dense(units, activation=p.get("activation"), name=node.id, dtype="float32" if head else None)
     raise ValueError(f"node {node.id}: no Keras layer for kind {node.kind!r}")
 
 
@@ -51,5 +53,6 @@ def build_model(spec: Network | ArchSpec, input_shape: tuple[int, int, int] | No
         inputs = [tensors[i] for i in node.inputs]
         if node is net.output and dropout > 0:
             inputs = [layers.Dropout(dropout, name="head_dropout")(inputs[0])]
-        tensors[node.id] = _layer(node, net.num_classes)(inputs if node.kind == "add" else inputs[0])
+        layer = _layer(node, net.num_classes, head=node is net.output)
+        tensors[node.id] = layer(inputs if node.kind == "add" else inputs[0])
     return keras.Model(tensors[net.nodes[0].id], tensors[net.output.id], name=net.name)

@@ -18,8 +18,12 @@ rerun it from scratch); its reported epochs are already recorded, and the run go
 Every cluster speaks TLS with a key and certificate made for the run (start.tls_credentials), carried
 as `StartedCluster.security`: every client of the scheduler passes it.
 
+GPUs: one worker per GPU, each pinned to its own as its process starts, before any framework can
+start (preload, a Dask preload on every worker, local or in a job), under the Keras backend of
+the run (KERAS_BACKEND in every worker's environment).
+
 Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
-no Dask), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
+no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
 Dask internal aiperf calls), start (starting a cluster and waiting for its workers).
 """
 

@@ -17,7 +17,8 @@ from typing import Any
 import dask
 import yaml
 
-from aiperf.cluster.environment import JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, worker_environment
+from aiperf.cluster.environment import BACKEND_ENV, JOB_STARTED_ENV, LIFETIME_ENV, worker_environment
+from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES, format_walltime, parse_walltime, worker_lifetime
 from aiperf.config import BenchmarkConfig, ClusterConfig
 from aiperf.errors import UserError
@@ -92,15 +93,15 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     cores_per_worker = max(1, cores // per_job)
     resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}=1" if c.gpus else "")
 
-    env = worker_environment(cores_per_worker, prefect_api_url)
-    if c.gpus:
-        env[JOB_GPUS_ENV] = str(c.gpus)
-    # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins.
+    env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus)
+    # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
+    # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
     prologue = [queue_kind.workdir_line] if queue_kind.workdir_line else []  # relative data paths resolve
     prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
     prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
     prologue += list(settings.get("job-script-prologue") or []) + list(c.prologue)
+    prologue.append(f"export {BACKEND_ENV}={shlex.quote(config.train.backend)}")
     directives = list(settings.get("job-extra-directives") or [])
     if c.gpus:
         directives.append(queue_kind.gpu_directive.format(gpus=c.gpus))
@@ -114,8 +115,9 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         "job_script_prologue": prologue,
         "job_extra_directives": directives,
         # Dask's own lifetime is the backstop, halfway between the latest planned end and the walltime.
+        # The preload pins each worker's GPU as the worker starts, before any framework does.
         "worker_extra_args": ["--resources", resources, "--lifetime",
-                              f"{(lifetime + stagger + walltime_s) / 2:.0f}s"],
+                              f"{(lifetime + stagger + walltime_s) / 2:.0f}s", "--preload", PRELOAD],
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # any free port
     }
     for key in ("death-timeout", "local-directory"):

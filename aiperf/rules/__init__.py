@@ -8,7 +8,7 @@ rule or a changed figure is a new file and a new version, never an edit of a pub
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -34,10 +34,25 @@ class Ruleset:
     id: str
     version: str
     settable: tuple[str, ...]  # dotted settings a closed run may change ("cluster" covers cluster.*)
-    precisions: tuple[str, ...]
     convention: str
     trainer: str
     profiles: dict[str, ProfileRules]
+    # dotted settings a closed run may set to any of the listed values (train.precision, ...)
+    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The training precisions a closed result may use."""
+        return self.choices.get("train.precision", ("float32",))
+
+    def closed_choice(self, dotted: str, value: Any) -> str | None:
+        """Why `value` of the choice `dotted` makes a run open (None: a closed run may use it)."""
+        allowed = self.choices[dotted]
+        if value in allowed:
+            return None
+        listed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in allowed)
+        shown = str(value).lower() if isinstance(value, bool) else value
+        return f"{dotted}: {shown} is not allowed in the closed division by {self.name} (allowed: {listed})"
 
     @property
     def name(self) -> str:
@@ -73,9 +88,10 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
                                       accuracy_floor=float(rules["accuracy_floor"]),
                                       seed_architecture=str(rules["seed_architecture"]))
                 for profile, rules in raw["profiles"].items()}
+    choices = {dotted: tuple(values) for dotted, values in (raw["closed"].get("choices") or {}).items()}
     ruleset = Ruleset(id=raw["id"], version=str(raw["version"]), settable=tuple(raw["closed"]["settable"]),
-                      precisions=tuple(raw["valid"]["precisions"]), convention=raw["valid"]["convention"],
-                      trainer=raw["valid"]["trainer"], profiles=profiles)
+                      convention=raw["valid"]["convention"], trainer=raw["valid"]["trainer"], profiles=profiles,
+                      choices=choices)
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")
     return ruleset

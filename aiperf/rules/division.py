@@ -5,8 +5,13 @@ The division is decided from the effective config alone, whatever path a change 
 profile as it would run with this run's settable settings (where and how long). Equal: closed,
 judged by the packaged ruleset. Anything else: open, with each difference listed.
 
-The config hash identifies the workload: every setting but the settable ones. Two runs with equal
-hashes ran the same workload; history, compare and the nightly baseline only put those together.
+The ruleset's choices (train.precision, train.backend, train.jit_compile) may differ from the
+packaged profile's in a closed run, but only among the values the ruleset lists; another value makes
+the run open, the reason named.
+
+The config hash identifies the workload: every setting but the settable ones and the implementation
+choices (see `config_hash`). Two runs with equal hashes ran the same workload; history, compare and
+the nightly baseline only put those together.
 """
 
 from __future__ import annotations
@@ -48,8 +53,24 @@ def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# How the same training is carried out: Keras' backend and XLA (or jax.jit) compilation. Recorded
+# with the run (runs.backend, runs.jit_compile) and its system (systems.keras_backend), never part of
+# the workload's identity, so a result compares with the same workload run on another backend.
+IMPLEMENTATION = ("train.backend", "train.jit_compile")
+# Settings that joined the workload after runs were recorded, with the value every earlier run had:
+# at that value a setting stays out of the hash, so an earlier run keeps its hash (and `aiperf verify`
+# still finds it) and stays comparable with later runs of the same workload.
+ADDED_LATER = {"train.precision": "float32"}
+
+
 def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
-    workload = {k: v for k, v in flatten(config.model_dump(mode="json")).items() if not ruleset.is_settable(k)}
+    """sha256 of the workload's settings: all but the settable ones (where and how long it runs) and
+    the implementation choices. train.precision enters it: bfloat16 or float16 arithmetic trains to
+    other accuracies than float32 does, so a mixed-precision run is another workload (float32 is
+    left out, as runs before the setting existed trained in it)."""
+    workload = {k: v for k, v in flatten(config.model_dump(mode="json")).items()
+                if not ruleset.is_settable(k) and k not in IMPLEMENTATION
+                and not (k in ADDED_LATER and v == ADDED_LATER[k])}
     return hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()
 
 
@@ -77,7 +98,7 @@ def _packaged(config: BenchmarkConfig, ruleset: Ruleset, settable: tuple[str, ..
     budget, workers = overrides.pop("budget_s", None), overrides.pop("workers", config.workers)
     # The worker count is copied in after loading, so that judging a run never depends on how many
     # cores the judging machine has.
-    packaged = load_config(config.profile, budget=budget, workers=1, overrides=overrides)
+    packaged = load_config(config.profile, budget=budget, workers=1, overrides=overrides, check_backend=False)
     return packaged.model_copy(update={"workers": workers})
 
 
@@ -91,5 +112,9 @@ def classify(config: BenchmarkConfig) -> Division:
     packaged = flatten(packaged_equivalent(config, ruleset).model_dump(mode="json"))
     deviations = tuple(f"{key}: {packaged.get(key)!r} -> {run.get(key)!r}"
                        for key in sorted(set(run) | set(packaged))
-                       if run.get(key) != packaged.get(key) and not ruleset.is_settable(key))
+                       if run.get(key) != packaged.get(key) and not ruleset.is_settable(key)
+                       and key not in ruleset.choices)
+    # A choice may differ from the profile's, among the values the ruleset lists.
+    deviations += tuple(reason for key in sorted(ruleset.choices) if key in run
+                        and (reason := ruleset.closed_choice(key, run[key])) is not None)
     return Division(OPEN if deviations else CLOSED, ruleset.name, deviations, digest)

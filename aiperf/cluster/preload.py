@@ -1,0 +1,37 @@
+"""What every worker process does when it starts, before it runs any task: a Dask preload.
+
+A LocalCluster's workers get it as `preload=[PRELOAD]` (start.py), a batch job's as
+`--preload aiperf.cluster.preload` on its worker command line (plan.py). Dask imports this module
+when it creates the worker and calls `dask_setup` as the worker starts, before the worker
+connects to its scheduler: no task (staging, warm-up, a trial) can have run in the process yet, so
+no framework has started either. Here the worker pins its GPU (environment.pin_gpu, from its name):
+a framework fixes the CUDA devices it sees when it starts, so pinning later would leave every
+worker of a node on the same GPU.
+
+What is the same for every worker (KERAS_BACKEND, thread counts) is in the environment the
+worker process starts with (environment.worker_environment). Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from aiperf.cluster.environment import FRAMEWORKS, JOB_GPUS_ENV, pin_gpu
+
+PRELOAD = __name__
+
+log = logging.getLogger(__name__)
+
+
+def dask_setup(worker: Any) -> None:
+    """Pin this worker's GPU (when its job or machine has GPUs), before any framework starts."""
+    started = [name for name in FRAMEWORKS if name in sys.modules]
+    device = pin_gpu(str(worker.name))
+    if device is not None:
+        if started:  # pragma: no cover - a site preload or sitecustomize imported one first
+            log.warning("worker %s: %s started before its GPU was pinned; it may see every GPU of the node",
+                        worker.name, ", ".join(started))
+        log.info("worker %s pinned to GPU %s (one of %s)", worker.name, device, os.environ.get(JOB_GPUS_ENV))
