@@ -25,6 +25,7 @@ def history(
     """Scored runs over time, oldest first, with each run's change from the previous one."""
     from aiperf.history import history as read_history
     from aiperf.history import sparkline, workloads
+    from aiperf.report.phases import percent
     from aiperf.score import format_ops
 
     with open_existing(db) as store:
@@ -35,13 +36,13 @@ def history(
     scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
     table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
     for column in ("run", "created (UTC)", "system", "profile", "division", "config", "workers", "budget", "OPS",
-                   "change", "regulated", "best val acc", "valid"):
+                   "change", "regulated", "MFU", "best val acc", "valid"):
         table.add_column(column)
     for r in rows:
         table.add_row(str(r.run_id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), f"{r.system_id} {r.hostname}",
                       r.profile, r.division or "-", (r.config_hash or "-")[:8], str(r.workers), f"{r.budget_s:g} s",
                       f"{format_ops(r.ops)}OPS", _pct(r.ops_change_pct), f"{format_ops(r.regulated_score)}OPS",
-                      "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
+                      percent(r.mfu), "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
                       "yes" if r.valid else "no")
     console.print(table)
     if not rows:

@@ -48,6 +48,8 @@ class ScoreResult:
     samples_evaluated: int
     valid: bool
     reasons: list[str] = field(default_factory=list)
+    mfu: float | None = None  # model FLOPs utilisation: tensor_ops / the workers' summed peak
+    utilisation: float | None = None  # seconds in train and eval steps / (workers x window seconds)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,6 +65,26 @@ def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: in
     if best_val_accuracy is None or val_samples <= 0:
         return 0.0
     return ops * abs(math.log(1.0 - capped_accuracy(best_val_accuracy, val_samples)))
+
+
+def model_flops_utilisation(tensor_ops_per_s: float, peak_flops: float | None) -> float | None:
+    """MFU: achieved tensor-convention FLOP/s over the sum of the workers' measured peaks; None when
+    no peak was measured (the simulated trainer, runs recorded before peaks were)."""
+    if peak_flops is None or peak_flops <= 0:
+        return None
+    return tensor_ops_per_s / peak_flops
+
+
+def window_utilisation(stepping_s: Iterable[float] | None, workers: int, window_s: float) -> float | None:
+    """The share of the window the workers spent in training and evaluation steps: the sum over
+    trials of their train and evaluate seconds / (workers x window seconds). None when no trial
+    recorded where its time went (runs recorded before trial phases were)."""
+    if stepping_s is None:
+        return None
+    seconds = list(stepping_s)
+    if not seconds or workers < 1 or window_s <= 0:
+        return None
+    return sum(seconds) / (workers * window_s)
 
 
 RECOVERED = "recovered after a crash: scored from what it recorded before its deadline"
@@ -89,7 +111,12 @@ def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_complete
 
 def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accuracy: float | None,
                   val_samples: int, trials_completed: int, budget_s: float,
-                  rules: ValidityConfig, simulated: bool = False, recovered: bool = False) -> ScoreResult:
+                  rules: ValidityConfig, simulated: bool = False, recovered: bool = False,
+                  peak_flops: float | None = None, stepping_s: Iterable[float] | None = None,
+                  workers: int = 1) -> ScoreResult:
+    """`peak_flops`: the sum of the workers' measured peaks (MFU's divisor); `stepping_s`: each
+    trial's seconds in training and evaluation steps (window utilisation's numerator), over
+    `workers` x `elapsed_s`."""
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
     epochs = list(work)
@@ -107,6 +134,8 @@ def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accur
         samples_trained=sum(e.samples_trained for e in epochs),
         samples_evaluated=sum(e.samples_evaluated for e in epochs),
         valid=not broken, reasons=broken,
+        mfu=model_flops_utilisation(tensor_total / elapsed_s, peak_flops),
+        utilisation=window_utilisation(stepping_s, workers, elapsed_s),
     )
 
 

@@ -35,6 +35,39 @@ def trial_table(run: RunRecord) -> Table:
     return table
 
 
+def time_table(run: RunRecord) -> Table | None:
+    """Where each worker's share of the window went (seconds per phase, idle derived); None when
+    no trial recorded its phases."""
+    from aiperf.report.phases import PARTS, percent, worker_times
+
+    workers = worker_times(run)
+    if not workers:
+        return None
+    table = Table(title=f"where the time went in run {run.id} (seconds of each worker's window)")
+    for column in ("worker", "trials", *PARTS, "utilisation"):
+        table.add_column(column, justify="left" if column == "worker" else "right")
+    for w in workers:
+        table.add_row(w.worker, str(w.trials), *(f"{w.seconds[part]:.2f}" for part in PARTS), percent(w.utilisation))
+    return table
+
+
+def phase_table(run: RunRecord) -> Table:
+    """Each trial's phases, in seconds, as its worker measured them."""
+    from aiperf.report.phases import PARTS
+
+    table = Table(title=f"phases of the trials of run {run.id} (seconds)")
+    for column in ("trial", "worker", "status", *PARTS[:-1], "total"):
+        table.add_column(column, justify="left" if column in ("trial", "worker", "status") else "right")
+    for t in run.trials:
+        p = t.phases
+        if p is None:  # recorded before phases were, or its worker was lost
+            cells = ["-"] * len(PARTS)
+        else:
+            cells = [f"{getattr(p, f'{part}_s'):.2f}" for part in PARTS[:-1]] + [f"{p.total_s:.2f}"]
+        table.add_row(t.trial_key, t.worker or "-", str(t.status), *cells)
+    return table
+
+
 def search_tree(run: RunRecord) -> Tree:
     """Every trial under its parent; seeds (and keras-tuner's parentless trials) at the root."""
     root = Tree(f"[bold]search tree of run {run.id}[/] ({len(run.trials)} trials)")
