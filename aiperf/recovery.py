@@ -65,7 +65,7 @@ def resume_config(db: str, run_id: int) -> BenchmarkConfig:
 
 def recover(db: str, run_id: int) -> RunRecord:
     """Close a lost or interrupted run and score it from its records (see the module's docstring)."""
-    from aiperf.run import score_run, verify_and_record
+    from aiperf.run import event_log, score_run, verify_and_record
 
     with Store.open(db) as store:
         record = closable_run(store, run_id, db, "recovered")
@@ -75,7 +75,10 @@ def recover(db: str, run_id: int) -> RunRecord:
         store.close_window_at_last_epoch(run_id)
         message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")
         store.finish_run(run_id, status=RunStatus.INTERRUPTED, message=message)
-    config = stored_config(record, db)
+        config = stored_config(record, db)
+        events = event_log(config, run_id)  # its open segment closed at its last epoch, and the run stopped
+        events.windows_closed(store.get_run(run_id).windows)
+        events.run_stopped(RunStatus.INTERRUPTED, message)
     try:
         score_run(config, run_id, recovered=True)
     except ValueError as exc:  # e.g. a window of no length: not one epoch was recorded

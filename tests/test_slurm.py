@@ -8,6 +8,7 @@ except in CI (CI=true), where a missing SLURM is a failure.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -102,6 +103,8 @@ def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):
         status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
         workers = [w for (w,) in sql.execute("SELECT worker FROM trials")]
         epochs = sql.execute("SELECT COUNT(*) FROM epochs").fetchone()[0]
+        description = json.loads(sql.execute("SELECT system_description FROM runs WHERE id = ?",
+                                             (result["run_id"],)).fetchone()[0])
     assert status == "completed"
     assert epochs >= 1 and result["total_ops"] > 0
     jobs = {int(JOB.search(w).group(1)) for w in workers if w and JOB.search(w)}
@@ -110,6 +113,14 @@ def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):
     finished = _jobcomp()
     assert all(finished.get(j) in ("CANCELLED", "COMPLETED") for j in jobs), finished
     assert not any(JOB.search(w) is None for w in workers)
+    # The system description is the nodes the jobs ran on, as the workers described them, not the
+    # submitting host: each job it names ran there, on the node SLURM placed it on.
+    described = {int(job["job_id"]): job["node"] for node in description["nodes"] for job in node["jobs"]
+                 if job["scheduler"] == "slurm"}
+    assert described and set(described) <= seen_running and jobs <= set(described), (described, jobs)
+    placed = _jobcomp("NodeList")
+    assert all(described[j] == placed[j] for j in described), (described, placed)
+    assert description["number_of_nodes"] == len({n for n in described.values()})
 
 
 def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_path):

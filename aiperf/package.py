@@ -1,0 +1,203 @@
+"""A result package: one folder a reviewer can take away, and check without the database.
+
+`aiperf package RUN_ID --to DIR` writes
+
+    events.log               the run's event log (MLLOG lines, aiperf.mllog): alone enough to recompute the score
+    system_description.json  the compute nodes, MLPerf-style (aiperf.system_description)
+    config.json              the effective config the run ran with
+    <ruleset>.yaml           the rules it is judged by (aiperf/rules/)
+    verification.json        every check of `aiperf verify`, from the records and from the event log
+    report.html              the run's HTML report
+    README.md                what is there and how to check it
+    package.json             the package's format, run and files
+
+`aiperf verify --package DIR` rebuilds the run's records from DIR/events.log alone (aiperf.mllog.rebuild)
+and runs the same checks as `aiperf verify RUN_ID` on them (aiperf.verify.verify_records): each
+trial's operations per sample are recounted from the architecture in the log, every epoch's samples
+and times checked, and every figure of the score recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+from aiperf import __version__
+from aiperf.config import BenchmarkConfig
+from aiperf.errors import UserError
+from aiperf.mllog import EVENT_LOG, LoggedRun, read_run
+from aiperf.score import format_ops
+from aiperf.store import CheckRecord, RunRecord, Store
+from aiperf.system_description import FILE_NAME as SYSTEM_DESCRIPTION
+
+FORMAT = "aiperf-package-1"
+PACKAGE_FILE = "package.json"
+CONFIG_FILE = "config.json"
+VERIFICATION_FILE = "verification.json"
+REPORT_FILE = "report.html"
+README_FILE = "README.md"
+
+
+def default_log_path(record: RunRecord) -> Path:
+    """Where the run wrote its event log: its folder under its --out (relative to where it was started)."""
+    from aiperf.run import event_log
+
+    settings = BenchmarkConfig.model_construct(out=record.config.get("out", "aiperf-out"),
+                                               db=record.config.get("db", ""))
+    return event_log(settings, record.id).path
+
+
+def _memo(counter: Callable[[dict], tuple]) -> Callable[[dict], tuple]:
+    """One recount per architecture across both verifications."""
+    seen: dict[str, tuple] = {}
+
+    def count(architecture: dict) -> tuple:
+        key = json.dumps(architecture, sort_keys=True)
+        if key not in seen:
+            seen[key] = counter(architecture)
+        return seen[key]
+
+    return count
+
+
+def _checks(checks: list[CheckRecord]) -> list[dict]:
+    return [{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks]
+
+
+def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) -> Path:
+    """Write run `run_id`'s package into the new (or empty) folder `to`; UserError for what cannot be."""
+    from aiperf.report.html import build_report
+    from aiperf.verify import count_architecture, verify_run
+
+    to = Path(to)
+    if to.exists() and (not to.is_dir() or any(to.iterdir())):
+        raise UserError(f"--to {to} exists and is not an empty folder; give a new folder for the package")
+    record = store.get_run(run_id)
+    if record.score is None:
+        raise UserError(f"run {run_id} ({record.status}) has no score: only a scored run can be packaged")
+    log = Path(log) if log is not None else default_log_path(record)
+    if not log.is_file():
+        raise UserError(f"run {run_id}'s event log is not at {log} (its folder under the run's --out, relative to "
+                        "where the run was started); give it with --log PATH")
+    logged = read_run(log)
+    if logged.run.id != run_id:
+        raise UserError(f"{log} is the event log of run {logged.run.id}, not of run {run_id}")
+    counter = _memo(count_architecture)
+    from_records = verify_run(store, run_id, counter)
+    from_log = _verify(logged, str(log), counter)
+    report = build_report(store, run_id)
+
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(log, to / EVENT_LOG)
+    files = [EVENT_LOG]
+    description = record.system_description or logged.run.system_description
+    if description is not None:
+        _write_json(to / SYSTEM_DESCRIPTION, description)
+        files.append(SYSTEM_DESCRIPTION)
+    _write_json(to / CONFIG_FILE, record.config)
+    files.append(CONFIG_FILE)
+    ruleset = _copy_ruleset(record.ruleset, to)
+    if ruleset is not None:
+        files.append(ruleset)
+    _write_json(to / VERIFICATION_FILE, {
+        "run_id": run_id, "verified": all(c.passed for c in from_records + from_log),
+        "from_records": _checks(from_records), "from_event_log": _checks(from_log),
+        "stored": None if record.verification is None else _checks(list(record.verification))})
+    files.append(VERIFICATION_FILE)
+    (to / REPORT_FILE).write_text(report, encoding="utf-8")
+    files.append(REPORT_FILE)
+    (to / README_FILE).write_text(_readme(record, files, from_log, ruleset), encoding="utf-8")
+    files.append(README_FILE)
+    _write_json(to / PACKAGE_FILE, {"format": FORMAT, "aiperf_version": __version__, "run_id": run_id,
+                                    "packaged_at": datetime.now(tz=UTC).isoformat(), "files": sorted(files)})
+    return to
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _copy_ruleset(name: str | None, to: Path) -> str | None:
+    from aiperf.rules import available_rulesets
+
+    if not name or name not in available_rulesets():
+        return None
+    (to / f"{name}.yaml").write_text((resources.files("aiperf") / "rules" / f"{name}.yaml").read_text(),
+                                     encoding="utf-8")
+    return f"{name}.yaml"
+
+
+def _verify(logged: LoggedRun, where: str, counter: Callable[[dict], tuple] | None = None) -> list[CheckRecord]:
+    from aiperf.verify import count_architecture, verify_records
+
+    if logged.run.score is None:
+        raise UserError(f"{where} has no score: the run was not scored, so there is nothing to verify")
+    try:
+        return verify_records(logged.run, logged.dataset, counter or count_architecture)
+    except ValueError as exc:  # a config the rules cannot read, a window that never closed
+        raise UserError(f"{where} cannot be verified: {str(exc).splitlines()[0]}") from None
+
+
+def verify_package(folder: Path) -> tuple[LoggedRun, list[CheckRecord]]:
+    """The run in a package, and every check of `aiperf verify` on it, from its event log alone."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise UserError(f"package {folder} does not exist; give the folder `aiperf package RUN_ID --to DIR` wrote")
+    if not folder.is_dir():
+        raise UserError(f"package {folder} is not a folder; give the folder `aiperf package RUN_ID --to DIR` wrote")
+    log = folder / EVENT_LOG
+    if not log.is_file():
+        raise UserError(f"{folder} is not an aiperf package: it has no {EVENT_LOG} (write one with "
+                        f"`aiperf package RUN_ID --to {folder}`)")
+    logged = read_run(log)
+    return logged, _verify(logged, str(log))
+
+
+def _readme(record: RunRecord, files: list[str], checks: list[CheckRecord], ruleset: str | None) -> str:
+    score = record.score
+    assert score is not None
+    accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
+    passed = sum(c.passed for c in checks)
+    described = {
+        EVENT_LOG: "the run's event log, one `:::MLLOG {json}` line per event (MLPerf's format), written as "
+                   "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
+                   "window's segments, each trial's start, placement (worker), operations per sample (aiperf "
+                   "and tensor conventions) and end, every epoch's samples trained and evaluated, completeness "
+                   "and validation accuracy, the score and its verification. Alone, it is enough to recompute "
+                   "the score.",
+        SYSTEM_DESCRIPTION: "the compute nodes as the workers described them (MLPerf's field style): nodes, "
+                            "CPU model, sockets, cores, memory, accelerators, interconnect, OS, software.",
+        CONFIG_FILE: "the effective config the run ran with (profile, overrides and all).",
+        VERIFICATION_FILE: "every check of `aiperf verify`, recomputed when the package was written: from the "
+                           "database's records and from the event log alone.",
+        REPORT_FILE: "the run's HTML report (self-contained: opens offline).",
+        README_FILE: "this file.",
+    }
+    if ruleset:
+        described[ruleset] = "the ruleset the run is judged by (aiperf/rules/), as this aiperf ships it."
+    lines = [
+        f"# aiperf result package: run {record.id}", "",
+        f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
+        f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.", "",
+        f"- OPS: {format_ops(score.ops)}OPS ({score.total_ops} operations in {score.elapsed_s:.3f} s)",
+        f"- regulated score: {format_ops(score.regulated_score)}OPS (best validation accuracy {accuracy} on "
+        f"{score.val_samples} samples)",
+        f"- valid: {'yes' if score.valid else 'no: ' + '; '.join(score.reasons)}",
+        f"- verification from the event log when packaged: {passed} of {len(checks)} checks pass", "",
+        "## What is here", "",
+        *[f"- `{name}`: {described.get(name, '')}" for name in files], "- `package.json`: the package's format, "
+        "run id and files.", "",
+        "## Checking it", "",
+        "With aiperf installed, and no database:", "",
+        "    aiperf verify --package .", "",
+        "rebuilds the run's records from `events.log` alone and runs the same checks as `aiperf verify RUN_ID`: "
+        "each trial's operations per sample recounted from its architecture, every epoch's samples within the "
+        "dataset and inside the timed window, no two epochs at once on a worker, the elapsed time, total "
+        "operations, OPS, best accuracy, regulated score, division and validity recomputed. It exits 0 when "
+        "every check passes, 1 naming each check that fails.", "",
+    ]
+    return "\n".join(lines)

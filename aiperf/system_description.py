@@ -1,0 +1,226 @@
+"""The system description: the compute nodes as they describe themselves, in MLPerf's field style.
+
+The fingerprint (aiperf.system) is the submitting host, where the flow runs; the work runs on the
+workers, which on a job queue are other machines. So `describe_node` runs on every Dask worker once
+the workers are up (`collect`: client.run), and `describe_system` groups what they say by host into
+nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count and memory,
+the interconnect where it can be read, the OS, Python, framework versions and Keras backend, and
+the batch job each worker is. Stored with the run (runs.system_description), written as
+system_description.json in the run's folder, and shown in the report.
+
+Nothing here imports a framework: versions are read from package metadata, accelerators from
+nvidia-smi, so describing a node costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from aiperf.system import _cpu_model, keras_backend
+
+FILE_NAME = "system_description.json"
+FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "numpy", "keras-tuner", "dask", "distributed")
+# Where a job queue tells a process which job and node it runs in.
+JOB_VARIABLES = {"slurm": ("SLURM_JOB_ID", "SLURMD_NODENAME"), "pbs": ("PBS_JOBID", "PBS_NODENUM"),
+                 "lsf": ("LSB_JOBID", "LSB_HOSTS"), "sge": ("JOB_ID", "HOSTNAME")}
+
+
+def _gb(size: int | float) -> str:
+    return f"{size / 2**30:.0f} GB" if size >= 2**30 else f"{size / 2**20:.0f} MB"
+
+
+def _sockets() -> int:
+    """Physical CPU packages, from /proc/cpuinfo's physical ids (1 where it does not say)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            ids = {line.split(":", 1)[1].strip() for line in handle if line.startswith("physical id")}
+    except OSError:
+        ids = set()
+    return max(1, len(ids))
+
+
+def _version(package: str) -> str | None:
+    for name in (package, f"{package}-cpu"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _accelerators() -> list[dict[str, Any]]:
+    """Each GPU as nvidia-smi lists it: model and memory; none without the tool."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return parse_gpus(out)
+
+
+def parse_gpus(csv: str) -> list[dict[str, Any]]:
+    """nvidia-smi's `name,memory.total` lines (csv, noheader, nounits: MiB) as accelerators."""
+    gpus = []
+    for line in csv.splitlines():
+        name, _, memory = line.rpartition(",")
+        if name.strip():
+            mib = memory.strip()
+            size = int(float(mib)) * 2**20 if mib.replace(".", "").isdigit() else None  # "[N/A]" on some boards
+            gpus.append({"model": name.strip(), "memory_bytes": size})
+    return gpus
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _interconnect() -> list[dict[str, Any]]:
+    """InfiniBand (or RoCE) ports from /sys/class/infiniband, else the up, non-loopback network
+    interfaces with the speed the kernel reports."""
+    links: list[dict[str, Any]] = []
+    ib = Path("/sys/class/infiniband")
+    if ib.is_dir():
+        for port in sorted(ib.glob("*/ports/*")):
+            links.append({"kind": _read(port / "link_layer") or "InfiniBand", "device": port.parent.parent.name,
+                          "port": port.name, "rate": _read(port / "rate"), "state": _read(port / "state")})
+    if links:
+        return links
+    try:
+        stats = psutil.net_if_stats()
+    except OSError:
+        return []
+    for name, stat in sorted(stats.items()):
+        if stat.isup and name != "lo" and not name.startswith(("docker", "veth", "br-", "virbr")):
+            links.append({"kind": "Ethernet" if _read(Path(f"/sys/class/net/{name}/type")) in ("1", None) else "other",
+                          "device": name, "speed_mbps": stat.speed or None, "mtu": stat.mtu})
+    return links
+
+
+def _operating_system() -> str:
+    release = Path("/etc/os-release")
+    pretty = None
+    if release.is_file():
+        for line in release.read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                pretty = line.split("=", 1)[1].strip().strip('"')
+    return f"{pretty} ({platform.system()} {platform.release()})" if pretty else platform.platform()
+
+
+def _job() -> dict[str, str] | None:
+    """The batch job this process runs in, if any: its scheduler, id and node name."""
+    for scheduler, (job, node) in JOB_VARIABLES.items():
+        if scheduler == "sge" and "SGE_ROOT" not in os.environ:
+            continue
+        if os.environ.get(job):
+            return {"scheduler": scheduler, "job_id": os.environ[job],
+                    "node": os.environ.get(node) or socket.gethostname()}
+    return None
+
+
+def describe_node() -> dict[str, Any]:
+    """This machine, as the process that runs on it sees it (run on every worker by `collect`)."""
+    memory = int(psutil.virtual_memory().total)
+    logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    sockets = _sockets()
+    gpus = _accelerators()
+    return {
+        "hostname": socket.gethostname(),
+        "host_processor_model_name": _cpu_model(),
+        "host_processors_per_node": sockets,
+        "host_processor_core_count": max(1, physical // sockets),  # per processor, as MLPerf counts
+        "host_processor_vcpu_count": logical,
+        "host_cores_total": physical,
+        "host_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical,
+        "host_memory_capacity": _gb(memory),
+        "host_memory_bytes": memory,
+        "accelerators_per_node": len(gpus),
+        "accelerator_model_name": ", ".join(sorted({g["model"] for g in gpus})) or "none",
+        "accelerator_memory_capacity": ", ".join(sorted({_gb(g["memory_bytes"]) for g in gpus
+                                                         if g["memory_bytes"]})) or "n/a",
+        "accelerators": gpus,
+        "host_networking": _interconnect(),
+        "operating_system": _operating_system(),
+        "python_version": platform.python_version(),
+        "framework_versions": {name: v for name in FRAMEWORKS if (v := _version(name)) is not None},
+        "keras_backend": keras_backend(),
+        "job": _job(),
+    }
+
+
+def collect(client: Any) -> dict[str, dict[str, Any]]:
+    """Every worker's description of its node: worker address -> describe_node()."""
+    return client.run(describe_node)
+
+
+def _summary(values: list[Any]) -> Any:
+    """One value when the nodes agree, else every distinct one joined."""
+    distinct = list(dict.fromkeys(str(v) for v in values))
+    return values[0] if len(distinct) == 1 else "; ".join(distinct)
+
+
+def describe_system(by_worker: Mapping[str, Mapping[str, Any]], *, division: str | None = None,
+                    precision: str = "float32") -> dict[str, Any]:
+    """The system description: MLPerf's top-level fields (one value when the nodes agree) and one
+    entry per node with its own, its workers and its jobs."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for worker, node in sorted(by_worker.items()):
+        entry = nodes.setdefault(node["hostname"], {**{k: v for k, v in node.items() if k != "job"},
+                                                     "workers": [], "jobs": []})
+        entry["workers"].append(worker)
+        job = node.get("job")
+        if job and job not in entry["jobs"]:
+            entry["jobs"].append(job)
+    listed = list(nodes.values())
+    if not listed:
+        return {"number_of_nodes": 0, "nodes": []}
+    first = listed[0]
+    backend = _summary([n["keras_backend"] for n in listed])
+    versions = first["framework_versions"]
+    framework = f"Keras {versions.get('keras', '?')} ({backend}" + (
+        f" {versions[backend]})" if isinstance(backend, str) and backend in versions else ")")
+    return {
+        "system_name": ", ".join(nodes),
+        "division": division,
+        "number_of_nodes": len(listed),
+        "host_processors_per_node": _summary([n["host_processors_per_node"] for n in listed]),
+        "host_processor_model_name": _summary([n["host_processor_model_name"] for n in listed]),
+        "host_processor_core_count": _summary([n["host_processor_core_count"] for n in listed]),
+        "host_processor_vcpu_count": _summary([n["host_processor_vcpu_count"] for n in listed]),
+        "host_memory_capacity": _summary([n["host_memory_capacity"] for n in listed]),
+        "accelerators_per_node": _summary([n["accelerators_per_node"] for n in listed]),
+        "accelerator_model_name": _summary([n["accelerator_model_name"] for n in listed]),
+        "accelerator_memory_capacity": _summary([n["accelerator_memory_capacity"] for n in listed]),
+        "host_networking": _summary([", ".join(_link(link) for link in n["host_networking"]) or "unknown"
+                                     for n in listed]),
+        "operating_system": _summary([n["operating_system"] for n in listed]),
+        "python_version": _summary([n["python_version"] for n in listed]),
+        "framework": framework,
+        "keras_backend": backend,
+        "other_software_stack": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "precision": precision,
+        "workers": sum(len(n["workers"]) for n in listed),
+        "nodes": listed,
+    }
+
+
+def _link(link: Mapping[str, Any]) -> str:
+    if "rate" in link:
+        return f"{link['kind']} {link['device']}/{link['port']} {link.get('rate') or ''}".strip()
+    speed = link.get("speed_mbps")
+    return f"{link['kind']} {link['device']}" + (f" {speed} Mb/s" if speed else "")
