@@ -4,63 +4,22 @@ API (as the UI's "Run" button does) completes with its task runs, logs and artif
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import TINY
+from prefect_serve import serve, wait_for
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def served(tmp_path):
     """serve.sh in its own process group, against a fresh PREFECT_HOME and a free port."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), AIPERF_PREFECT_PORT=str(port),
-               PREFECT_WORKER_QUERY_SECONDS="2", PREFECT_WORKER_PREFETCH_SECONDS="5",
-               DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([str(REPO / "infra/prefect/serve.sh")], cwd=REPO, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield f"http://127.0.0.1:{port}/api", process, log
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-
-
-def wait_for(what: str, check, timeout: float, process, log: Path):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        if process.poll() is not None:
-            pytest.fail(f"serve.sh exited ({process.returncode}) before {what}:\n{log.read_text()[-4000:]}")
-        time.sleep(1)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
+    with serve(tmp_path) as server:
+        yield server.api, server.process, server.log
 
 
 def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
@@ -113,7 +72,7 @@ def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
     kinds = {a.key: a.type for a in artifacts}
     # A link artifact is stored (and shown) as markdown holding the link.
     assert kinds == {"aiperf-score": "table", "aiperf-score-summary": "markdown", "aiperf-report": "markdown",
-                     "aiperf-report-summary": "markdown"}, kinds
+                     "aiperf-report-summary": "markdown", "aiperf-event-log": "markdown"}, kinds
     link = next(a for a in artifacts if a.key == "aiperf-report").data
     page = Path(re.search(r"\(file://([^)]+)\)", link).group(1))
     assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")

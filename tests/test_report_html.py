@@ -3,14 +3,10 @@ headless Chromium (Debian's), which must render every plot with its data points 
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -18,11 +14,11 @@ from aiperf.cli import app
 from aiperf.report.html import build_report, write_report
 from aiperf.report.timeline import aiperf_checkpoints, score_over_time
 from aiperf.store import Store
+from chromium import Chromium
 from test_history_data import PlantedTrial, plant_run, scaled_trials, system_facts
 
-REPO = Path(__file__).resolve().parents[1]
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-PLOTS = ["plot-score-over-time", "plot-accuracy-vs-ops", "plot-worker-timeline", "plot-history"]
+PLOTS = ["plot-score-over-time", "plot-accuracy-vs-ops", "plot-search-tree", "plot-worker-timeline", "plot-history"]
 
 
 def long_run(store: Store) -> int:
@@ -86,58 +82,12 @@ def test_cli_writes_the_report(tmp_path, sqlite_url):
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.output
 
 
-class Chromium:
-    """Debian's chromium, headless, driven through the DevTools protocol."""
-
-    def __init__(self, profile: Path) -> None:
-        binary = subprocess.run([str(REPO / "infra/browser/install-chromium.sh")], capture_output=True, text=True,
-                                check=True, timeout=600).stdout.strip()
-        self.process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-             f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1000,2400", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        active = profile / "DevToolsActivePort"
-        for _ in range(300):
-            if active.is_file() and active.read_text().count("\n") >= 1:
-                break
-            time.sleep(0.1)
-        port = int(active.read_text().splitlines()[0])
-        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-        page = next(t for t in targets if t["type"] == "page")
-        from websockets.sync.client import connect
-
-        self.socket = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
-        self.next_id = 0
-        self.events: list[dict] = []
-
-    def call(self, method: str, **params) -> dict:
-        self.next_id += 1
-        self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.socket.recv(timeout=30))
-            if message.get("id") == self.next_id:
-                assert "error" not in message, message
-                return message["result"]
-            self.events.append(message)
-
-    def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        assert "exceptionDetails" not in result, result
-        return result["result"]["value"]
-
-    def close(self) -> None:
-        self.socket.close()
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-
 RENDERED = """
 (() => {
   const plots = {};
   for (const svg of document.querySelectorAll('svg.plot')) {
     const box = svg.getBoundingClientRect();
-    const marks = [...svg.querySelectorAll('circle.point, rect.bar')].filter(m => {
+    const marks = [...svg.querySelectorAll('circle.point, rect.bar, rect.node')].filter(m => {
       const b = m.getBoundingClientRect();
       return b.width > 0 && b.height > 0 && b.left >= box.left - 1 && b.right <= box.right + 1
         && b.top >= box.top - 1 && b.bottom <= box.bottom + 1;
@@ -173,13 +123,14 @@ def test_report_renders_in_headless_chromium(tmp_path, sqlite_url):
         browser.close()
     assert seen["title"] == f"aiperf run {run_id}"
     assert seen["h2"] == ["Score", "Score over time", "Validation accuracy against operations per sample",
-                          "Trials on each worker", "This system's history"]
+                          "Search tree", "Trials on each worker", "System description", "This system's history"]
     plots = seen["plots"]
     assert sorted(plots) == sorted(PLOTS)
     assert all(p["width"] > 600 and p["height"] > 100 for p in plots.values()), plots
     assert plots["plot-score-over-time"]["marks"] == 120 and plots["plot-score-over-time"]["lines"] == 2
     assert plots["plot-accuracy-vs-ops"]["marks"] == 6
     assert plots["plot-worker-timeline"]["marks"] == 6
+    assert plots["plot-search-tree"]["marks"] == 6, "a node per trial"
     assert plots["plot-history"]["marks"] == 6 and plots["plot-history"]["lines"] == 2
     requested = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert requested == [page.as_uri()], "the page fetched something besides itself"

@@ -1,0 +1,83 @@
+"""`make serve` for tests: infra/prefect/serve.sh (Prefect server, work pool `aiperf`, the deployments
+of prefect.yaml, a worker) in its own process group, against a fresh PREFECT_HOME and a free port.
+Used by tests/test_deployments.py (through the API) and tests/test_prefect_ui.py (through the UI)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Served:
+    ui: str  # http://127.0.0.1:PORT
+    api: str  # http://127.0.0.1:PORT/api
+    process: subprocess.Popen
+    log: Path  # serve.sh's output (the server's own log is under PREFECT_HOME/aiperf-serve)
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+        """Poll `check` until it returns something truthy; fail (with serve.sh's log) on a timeout
+        or when serve.sh exits first."""
+        return wait_for(what, check, timeout, self.process, self.log, interval)
+
+
+@contextmanager
+def serve(tmp_path: Path) -> Iterator[Served]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), AIPERF_PREFECT_PORT=str(port),
+               PREFECT_WORKER_QUERY_SECONDS="2", PREFECT_WORKER_PREFETCH_SECONDS="5",
+               DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([str(REPO / "infra/prefect/serve.sh")], cwd=REPO, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield Served(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api", process, log)
+    finally:
+        # Stopped as `make serve` is, with Ctrl-C: SIGINT to the whole group, which usually ends it in a
+        # second. Prefect's worker may instead start a graceful shutdown that keeps sending events to
+        # the server already gone; a SIGTERM then has it kill itself.
+        for stop, grace in ((signal.SIGINT, 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            if process.poll() is not None:
+                break
+            os.killpg(process.pid, stop)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # whatever of the group outlived serve.sh (a flow run's processes)
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, process: subprocess.Popen, log: Path,
+             interval: float = 1.0) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        if process.poll() is not None:
+            pytest.fail(f"serve.sh exited ({process.returncode}) before {what}:\n{log.read_text()[-4000:]}")
+        time.sleep(interval)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")

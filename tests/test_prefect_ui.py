@@ -1,0 +1,371 @@
+"""The Prefect UI in a real browser: infra/prefect/serve.sh (as `make serve` runs it) and Debian's
+headless Chromium over the DevTools protocol. Through the UI's own pages, as a user would: the
+`benchmark` and `nightly-regression` deployments and the nightly schedule; a `benchmark` run started
+from Run -> Custom run with its own budget and profile; its flow run page until Completed; its task
+runs and artifacts; and the HTML report it links, which shows the run completed. Every page is
+saved as a screenshot under the test's temporary folder, and a page that shows an error fails it.
+
+The UI is the one a browser opening the server's address gets: Prefect 3's V2 UI (React), under /v2.
+Its run form has no editor for a mapping parameter (`overrides`), so the custom profile is a profile
+file: the packaged `quick` profile with the tests' TINY settings, written to the temporary folder."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from importlib import resources
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from chromium import Chromium
+from conftest import TINY
+from prefect_serve import Served, serve
+
+pytestmark = pytest.mark.slow
+
+RUN_NAME = "ui-tiny-run"
+BUDGET = "5s"
+TASKS = {"stage_dataset", "trial", "score", "verify", "report"}
+ARTIFACTS = {"aiperf-score": "TABLE", "aiperf-score-summary": "MARKDOWN", "aiperf-report-summary": "MARKDOWN",
+             "aiperf-report": "MARKDOWN"}
+# The V2 UI's analytics library fetches its remote settings when the page loads, whatever the
+# server's analytics setting; with analytics off (DO_NOT_TRACK, serve.sh) it sends no event. The
+# browser resolves no name but 127.0.0.1, so nothing leaves the machine either way.
+ANALYTICS_SETTINGS_HOST = "sr-client-cfg.amplitude.com"
+
+
+def js(value: str) -> str:
+    return json.dumps(value)
+
+
+def by_text(selector: str, text: str, root: str = "document") -> str:
+    """A JavaScript expression: the first element matching `selector` whose whole text is `text`."""
+    return f"[...{root}.querySelectorAll({js(selector)})].find(e => e.textContent.trim() === {js(text)})"
+
+
+def parameter(label: str) -> str:
+    """The run form's block for one parameter, found by its label ("budget (Optional)")."""
+    return f"({by_text('label', label)})?.closest('div.group')"
+
+
+ACTIVE_PANEL = "document.querySelector('[role=tabpanel][data-state=active]')"
+STATE_BADGE = "document.querySelector('main nav + div [data-slot=badge]')?.textContent.trim()"
+
+# What the UI shows when something went wrong: its error boundary ("Something went wrong"), a page
+# or record that is not there ("Not Found", "Flow Run Not Found", "Deployment not found"), React
+# Router's crash page, and error toasts. Normal text (a log line, a parameter named "errors") does
+# not match: each pattern is a whole line of the page's text.
+ERRORS = r"""
+(() => {
+  const found = [...document.querySelectorAll('[data-sonner-toast][data-type=error]')].map(t => 'toast: ' + t.innerText);
+  const patterns = [/^Something went wrong/i, /^(\d{3} )?Not Found$/i, /^[A-Z][\w ]* (not found|Not Found)$/,
+                    /does not exist or has been deleted/, /Unexpected Application Error/i, /^Application error/i];
+  for (const line of document.body.innerText.split('\n').map(l => l.trim()))
+    if (patterns.some(p => p.test(line))) found.push(line);
+  return found;
+})()
+"""
+
+
+def tiny_profile(folder: Path) -> Path:
+    """The packaged quick profile with TINY's settings: a profile file (its run is in the open division)."""
+    raw = yaml.safe_load((resources.files("aiperf") / "profiles" / "quick.yaml").read_text())
+    for key, value in TINY.items():
+        *sections, name = key.split(".")
+        node = raw
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    path = folder / "tiny-profile.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+class UI:
+    """The browser on the served UI: clicks, waits, screenshots, and a check for errors on each page."""
+
+    def __init__(self, browser: Chromium, server: Served, shots: Path, started: float, timings: list[str]) -> None:
+        self.browser, self.server, self.shots = browser, server, shots
+        self.seen_events = 0
+        self.count = 0
+        self.started, self.timings = started, timings  # when each page was seen (shots/timings.txt)
+
+    def wait(self, expression: str, what: str, timeout: float = 60, interval: float = 0.5,
+             reload: str | None = None, reload_every: float = 10):
+        """Poll until the expression is truthy; `reload`: a URL to open again now and then, for lists
+        the page does not refresh by itself (as a user presses F5)."""
+        deadline = time.time() + timeout
+        reloaded = time.time()
+        expression = f"(v => v instanceof Node ? true : v)({expression})"  # an element: found, not returned
+        while True:
+            value = self.browser.evaluate(expression)
+            if value:
+                return value
+            if reload is not None and time.time() - reloaded > reload_every:
+                self.browser.navigate(reload)
+                reloaded = time.time()
+            self.check(what)
+            if self.server.process.poll() is not None:
+                pytest.fail(f"serve.sh exited before {what}:\n{self.server.log.read_text()[-4000:]}")
+            if time.time() > deadline:
+                self.shot("timed-out")
+                pytest.fail(f"timed out waiting for {what} on {self.location()}:\n{self.text()[:6000]}")
+            time.sleep(interval)
+
+    def click(self, element: str, what: str) -> None:
+        self.wait(element, what, timeout=30)
+        self.browser.click(element, what)
+
+    def text(self, root: str = "document.body") -> str:
+        return self.browser.evaluate(f"({root})?.innerText ?? ''")
+
+    def location(self) -> str:
+        return self.browser.evaluate("location.href")
+
+    def shot(self, name: str, full_page: bool = False) -> Path:
+        self.count += 1
+        path = self.shots / f"{self.count:02d}-{name}.png"
+        self.browser.screenshot(path, full_page=full_page)
+        self.timings.append(f"{time.time() - self.started:7.1f} s  {path.name}")
+        (self.shots / "timings.txt").write_text("\n".join(self.timings) + "\n")
+        return path
+
+    def check(self, where: str) -> None:
+        """Fail when the page shows an error, threw one, or one of its calls to the API failed."""
+        shown = self.browser.evaluate(ERRORS)
+        problems = [f"the page shows {line!r}" for line in shown]
+        events, self.seen_events = self.browser.events[self.seen_events:], len(self.browser.events)
+        for event in events:
+            params = event.get("params", {})
+            if event.get("method") == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                problems.append(f"the page threw {details.get('exception', {}).get('description', details['text'])}")
+            elif event.get("method") == "Network.responseReceived":
+                response = params["response"]
+                # 503: the API asks to be asked again (SQLite busy); the UI does, and shows an error if that fails too
+                if response["status"] >= 400 and response["status"] != 503 and response["url"].startswith(self.server.api):
+                    problems.append(f"{response['url']} answered {response['status']}")
+        if problems:
+            self.shot("error")
+            pytest.fail(f"{where} ({self.location()}): " + "; ".join(problems))
+
+    def page(self, name: str, ready: str, what: str, timeout: float = 60, reload: str | None = None) -> None:
+        """Wait until the page shows what it should, check it for errors and save its screenshot."""
+        self.wait(ready, what, timeout, reload=reload)
+        time.sleep(0.5)  # what loads beside it (counts, badges) settles
+        self.check(what)
+        self.shot(name)
+
+    def submit_run(self, submitted: str, attempts: int = 6) -> None:
+        """Press Submit until the run is created. The server's SQLite database is often locked for
+        a moment (Prefect's known "database is locked", PrefectHQ/prefect#18934; most on a busy
+        machine): the API answers 503 (Service Unavailable: try again), which the UI does not, and
+        shows "Unknown error while creating flow run.". A user submits again, and so does this, for
+        that answer only. Any other error fails the test."""
+        errors = "[...document.querySelectorAll('[data-sonner-toast][data-type=error]')].map(t => t.innerText)"
+        for attempt in range(1, attempts + 1):
+            self.click(by_text("button", "Submit"), "Submit")
+            outcome = self.browser.wait_until(
+                f"(v => v instanceof Node ? 'created' : v)(({submitted}) || ({errors}).join('; '))",
+                60, "the run to be created")
+            answers = [e["params"]["response"]["status"] for e in self.browser.events[self.seen_events:]
+                       if e.get("method") == "Network.responseReceived"
+                       and e["params"]["response"]["url"].endswith("/create_flow_run")]
+            if outcome == "created" or attempt == attempts or set(answers) != {503}:
+                return  # the caller checks the page
+            self.shot(f"submit-retried-{attempt}")
+            self.browser.wait_until(f"({errors}).length === 0", 30, "the error toast to go")
+
+    def fill(self, label: str, text: str, kind: str | None = None) -> None:
+        """Type a parameter's value into the run form; `kind` picks its type first ("str" over "None")."""
+        block = parameter(label)
+        if kind is not None:
+            tab = by_text("[role=tab]", kind, root=f"({block})")
+            if not self.browser.evaluate(f"({tab})?.getAttribute('aria-selected') === 'true'"):
+                self.click(tab, f"{label}: {kind}")
+                self.wait(f"({tab})?.getAttribute('aria-selected') === 'true'", f"{label} set to {kind}", 10)
+        field = f"({block})?.querySelector('textarea, input:not([type=hidden])')"
+        self.wait(field, f"the field of {label}", 10)
+        self.browser.type_into(field, text, label)
+        self.wait(f"({field}).value === {js(text)}", f"{label} to read {text!r}", 10)
+
+
+def served_deployments(server: Served) -> dict[str, dict]:
+    def deployments():
+        try:
+            found = httpx.post(f"{server.api}/deployments/filter", json={}, timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        named = {d["name"]: d for d in found} if isinstance(found, list) else {}
+        return named if {"benchmark", "nightly-regression"} <= set(named) else None
+
+    return server.wait_for("both deployments", deployments, 420)
+
+
+def test_a_benchmark_run_launched_and_followed_in_the_prefect_ui(tmp_path):
+    profile = tiny_profile(tmp_path)
+    db, out = tmp_path / "aiperf.db", tmp_path / "out"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    started = time.time()
+    with serve(tmp_path) as server:
+        served_deployments(server)
+        # serve.sh has deployed prefect.yaml: from here on, only the UI
+        timings = [f"{time.time() - started:7.1f} s  serve.sh: server, work pool and deployments up"]
+        with Chromium(tmp_path / "chromium-profile", window=(1400, 1600),
+                      args=("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",)) as browser:
+            for domain in ("Page", "Runtime", "Network"):
+                browser.call(f"{domain}.enable")
+            browser.call("Emulation.setTimezoneOverride", timezoneId="UTC")  # times shown as the schedule's
+            ui = UI(browser, server, shots, started, timings)
+            report = walk_through(ui, server, profile, db, out)
+            external = {re.sub(r"^\w+://([^/:]+).*", r"\1", e["params"]["request"]["url"]) for e in browser.events
+                        if e.get("method") == "Network.requestWillBeSent"
+                        and re.match(r"https?://", e["params"]["request"]["url"])
+                        and not e["params"]["request"]["url"].startswith(server.ui)}
+    assert external <= {ANALYTICS_SETTINGS_HOST}, f"the UI sent requests off this machine: {external}"
+    assert db.is_file() and report.is_file()
+    assert len(list(shots.glob("*.png"))) >= 12
+
+
+def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> Path:
+    browser = ui.browser
+
+    # The server's address opens the UI's dashboard.
+    browser.navigate(server.ui + "/", timeout=120)  # the first load: the server sends the whole bundle
+    ui.page("dashboard", f"location.pathname.startsWith('/v2/dashboard') && {by_text('a', 'Deployments')}",
+            "the dashboard")
+
+    # Deployments: both, the nightly one with its schedule at 02:00, active.
+    ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
+    row = "({link})?.closest('tr')?.innerText"
+    benchmark_row = row.format(link=by_text("main a", "benchmark"))
+    nightly_row = row.format(link=by_text("main a", "nightly-regression"))
+    ui.page("deployments", f"{benchmark_row} && {nightly_row}", "the deployments list")
+    assert "aiperf-benchmark" in browser.evaluate(benchmark_row)
+    nightly = browser.evaluate(nightly_row)
+    assert "aiperf-nightly-regression" in nightly and "At 02:00 AM" in nightly and "Active" in nightly, nightly
+
+    # The nightly deployment's page: the schedule (cron 0 2 * * * in UTC, as its edit form shows),
+    # one run at a time, and its next run tonight at 02:00 UTC.
+    ui.click(by_text("main a", "nightly-regression"), "the nightly-regression deployment")
+    schedule = "[...document.querySelectorAll('[data-slot=card]')].find(c => c.innerText.trim().startsWith('At 02:00 AM'))"
+    ui.page("nightly-regression", f"({schedule}) && document.querySelector('main').innerText.includes('Next Run')",
+            "the nightly schedule")
+    assert browser.evaluate(f"({schedule}).querySelector('[role=switch]').getAttribute('aria-checked')") == "true"
+    details = ui.text("document.querySelector('main')")
+    assert "flows/nightly.py:nightly" in details and re.search(r"Concurrency Limit\s+1\n", details), details
+    assert re.search(r"Next Run[\s\S]*Scheduled\s+\d{4}/\d\d/\d\d 02:00:00 AM", details), details
+    ui.click(f"({schedule}).querySelector('button[aria-haspopup=menu]')", "the schedule's menu")
+    ui.click(by_text("[role=menuitem]", "Edit"), "Edit schedule")
+    cron = "document.querySelector('[role=dialog] input[name=\"schedule.cron\"]')?.value"
+    ui.page("nightly-schedule", cron, "the schedule's form")
+    assert browser.evaluate(cron) == "0 2 * * *"
+    assert "Timezone\nUTC" in ui.text("document.querySelector('[role=dialog]')")
+    ui.click("[...document.querySelectorAll('[role=dialog] button')].filter(b => b.textContent.trim() === 'Close').at(-1)",
+             "Close (the schedule is left as it is)")
+    ui.wait("!document.querySelector('[role=dialog]')", "the schedule's form to close", 10)
+
+    # The benchmark deployment: Run -> Custom run.
+    ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
+    ui.click(by_text("main a", "benchmark"), "the benchmark deployment")
+    ui.page("benchmark", f"({by_text('button', 'Run')}) && document.querySelector('main').innerText.includes('flows/benchmark.py:benchmark')",
+            "the benchmark deployment's page")
+    ui.click(by_text("button", "Run"), "Run")
+    ui.click(by_text("[role=menuitem]", "Custom run"), "Custom run")
+    ui.page("custom-run", f"location.pathname.endsWith('/run') && {parameter('profile (Optional)')}", "the run form")
+
+    run_name = f"document.getElementById({by_text('label', 'Run Name')}?.htmlFor)"
+    ui.wait(run_name, "the run name field")
+    browser.type_into(run_name, RUN_NAME, "Run Name")
+    ui.fill("profile (Optional)", str(profile))
+    ui.fill("budget (Optional)", BUDGET, "str")
+    ui.fill("workers (Optional)", "1", "int")
+    ui.fill("db (Optional)", f"sqlite:///{db}", "str")
+    ui.fill("seed (Optional)", "5", "int")
+    ui.fill("out (Optional)", str(out), "str")
+    ui.check("the filled run form")
+    ui.shot("custom-run-filled")
+    view_run = f"({by_text('[data-sonner-toast] button', 'View run')})?.closest('a')"
+    ui.submit_run(view_run)
+
+    # Back on the deployment, a toast links the new flow run.
+    ui.page("run-submitted", f"({view_run}) && [...document.querySelectorAll('[data-sonner-toast]')]"
+            f".some(t => t.innerText.includes({js(RUN_NAME + ' scheduled to start now')}))", "the run's toast")
+    flow_run = browser.evaluate(f"({view_run}).getAttribute('href')")
+    assert re.fullmatch(r"/v2/runs/flow-run/[0-9a-f-]{36}", flow_run), flow_run
+    ui.click(view_run, "View run")
+
+    # The flow run's page, followed (it updates itself) until the run is over.
+    ui.wait(f"location.pathname === {js(flow_run)} && {STATE_BADGE}", "the flow run's page")
+    assert RUN_NAME in ui.text("document.querySelector('main nav')")
+    final = ui.wait(f"(s => ['Completed', 'Failed', 'Crashed', 'Cancelled'].includes(s) && s)({STATE_BADGE})",
+                    "the flow run to end", timeout=420, interval=1)
+    ui.shot(f"flow-run-{final.lower()}")
+    assert final == "Completed", f"the flow run ended {final}:\n{ui.text()[-3000:]}\n{server.log.read_text()[-3000:]}"
+
+    # Opened afresh, the page draws the run's graph of task runs (what it loaded while the run went
+    # on is not all redrawn).
+    browser.navigate(server.ui + flow_run)
+    ui.page("flow-run", f"{STATE_BADGE} === 'Completed'", "the completed flow run's page")
+
+    # Its parameters are the form's.
+    ui.click(by_text("[role=tab]", "Parameters"), "the Parameters tab")
+    ui.page("parameters", f"{ACTIVE_PANEL}?.innerText.includes('\"budget\"')", "the run's parameters")
+    parameters = json.loads(re.search(r"\{[\s\S]*\}", ui.text(ACTIVE_PANEL)).group(0))
+    assert {k: parameters[k] for k in ("profile", "budget", "workers", "db", "seed", "out")} == {
+        "profile": str(profile), "budget": BUDGET, "workers": 1, "db": f"sqlite:///{db}", "seed": 5, "out": str(out)}
+
+    # Its logs: the search ran for the form's budget.
+    ui.click(by_text("[role=tab]", "Logs"), "the Logs tab")
+    ui.page("logs", f"{ACTIVE_PANEL}?.innerText.includes('search started on 1 workers, budget 5 s')",
+            "the search's log line")
+
+    # Its task runs, every one completed: stage_dataset, one per trial, score, verify, report.
+    ui.click(by_text("[role=tab]", "Task Runs"), "the Task Runs tab")
+    names = (f"(t => t.split('\\n').map(l => l.trim()).filter(l => /^(stage_dataset|trial|score|verify|report)-\\w+$/.test(l)))"
+             f"({ACTIVE_PANEL}?.innerText ?? '')")
+    # (A trial's task run, reported from its Dask worker, may be recorded after the flow run ends.)
+    ui.page("task-runs", f"(n => ['stage_dataset', 'trial', 'score', 'verify', 'report'].every(k => n.some(t => t.startsWith(k + '-'))))({names})",
+            "the task runs", timeout=120, reload=server.ui + flow_run + "?tab=TaskRuns")
+    tasks = browser.evaluate(names)
+    assert {t.split("-")[0] for t in tasks} == TASKS, tasks
+    panel = ui.text(ACTIVE_PANEL)
+    assert re.search(rf"\b{len(tasks)} Task runs\s+\({len(tasks)} Completed\)", panel), panel
+
+    # Its artifacts: the score table, its summary, the score over time and the report's link (the
+    # link is shown as text: the UI's markdown drops file:// addresses, so the report is opened by its path).
+    ui.click(by_text("[role=tab]", "Artifacts"), "the Artifacts tab")
+    cards = ("Object.fromEntries([...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')]"
+             ".map(a => a.innerText.split('\\n').map(l => l.trim()).filter(l => l)).map(l => [l[1], l[0]]))")
+    ui.page("artifacts", f"(c => {js(sorted(ARTIFACTS))}.every(k => k in c))({cards})", "the artifacts",
+            reload=server.ui + flow_run + "?tab=Artifacts")
+    shown = browser.evaluate(cards)
+    assert {key: shown[key] for key in ARTIFACTS} == ARTIFACTS, shown
+
+    card = "[...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')].find(a => a.innerText.includes({key}))"
+    ui.click(card.format(key=js("aiperf-score\n")), "the score table")
+    ui.page("score-table", "document.querySelector('main table')?.innerText.includes('OPS (aiperf convention)')",
+            "the score table")
+    table = ui.text("document.querySelector('main table')")  # the run's own budget and profile (a file's)
+    assert re.search(r"budget\s+5 s", table) and re.search(r"profile\s+custom-[0-9a-f]{12}", table), table
+
+    browser.call("Page.navigate", url=server.ui + flow_run + "?tab=Artifacts")
+    ui.click(card.format(key=js("aiperf-report-summary")), "the score over time")
+    ui.page("score-over-time", "document.querySelector('main table')?.innerText.includes('regulated score')",
+            "the score over time")
+    summary = ui.text("document.querySelector('main')")
+    assert "Score over time" in summary and "time (h)" in summary, summary
+    page = Path(re.search(r"(/\S+/reports/aiperf-report-\S+\.html)", summary).group(1))
+
+    # The report the run published: the run completed, never "running".
+    browser.navigate(page.as_uri())
+    ui.wait("document.querySelector('h1')", "the HTML report")
+    ui.shot("report", full_page=True)
+    heading = browser.evaluate("document.querySelector('h1').nextElementSibling.innerText")
+    assert re.search(r"\bcompleted\b", heading) and not re.search(r"\brunning\b", heading), heading
+    return page
