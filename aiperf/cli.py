@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -130,7 +131,7 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
 
     benchmark = load_flow_from_entrypoint(BENCHMARK_FLOW, use_placeholder_flow=False)
     render = _live_view()
-    with Live(console=console, refresh_per_second=4, transient=False) as display:
+    with Live(console=console, refresh_per_second=1, transient=False) as display:
         live.set_display(lambda figures: display.update(render(figures)))
         try:
             result = benchmark(config=config, resume=resume)
@@ -261,14 +262,20 @@ def runs(db: str = db_option(),
 @app.command()
 def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
          db: str = db_option(),
-         tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism.")) -> None:
-    """Print one run's score and its trials (or, with --tree, how the search grew them)."""
+         tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism."),
+         phases: bool = typer.Option(False, "--phases", help="List each trial's phases (build ... report) in seconds.")
+         ) -> None:
+    """Print one run's score, where each worker's time went, and its trials (or, with --tree, how the
+    search grew them; with --phases, each trial's phases)."""
     record = _load_run(run_id, db)  # before the import below starts the framework: errors stay one line
-    from aiperf.report.trials import search_tree, trial_table
+    from aiperf.report.trials import phase_table, search_tree, time_table, trial_table
 
     _print_score(record)
     _print_state(record)
-    console.print(search_tree(record) if tree else trial_table(record))
+    spent = time_table(record)
+    if spent is not None:
+        console.print(spent)
+    console.print(search_tree(record) if tree else phase_table(record) if phases else trial_table(record))
 
 
 def _print_state(record: RunRecord) -> None:
@@ -304,12 +311,28 @@ def recover(run_id: int = typer.Argument(..., help="A lost or interrupted run, a
 
 
 @app.command()
-def verify(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-           db: str = db_option()) -> None:
-    """Recompute a run's score from its records alone and check every figure; exit 0 only if all pass."""
+def verify(run_id: Optional[int] = typer.Argument(None, help="Run id, as `aiperf runs` lists them."),
+           db: str = db_option(),
+           package: Optional[str] = typer.Option(
+               None, "--package", help="Verify a result package (`aiperf package`) from its event log alone, "
+                                       "without a database, instead of a run.")) -> None:
+    """Recompute a run's score from its records alone (or a package's from its event log alone) and
+    check every figure; exit 0 only if all pass."""
     from aiperf.store import RecordNotFound
     from aiperf.verify import verify_run
 
+    if (run_id is None) == (package is None):
+        raise fail("give a RUN_ID to verify from the database, or --package DIR to verify a result package")
+    if package is not None:
+        from aiperf.package import verify_package
+
+        try:
+            logged, checks = verify_package(Path(package))
+        except UserError as exc:
+            raise fail(str(exc)) from None
+        _print_checks(f"verification of run {logged.run.id} (recomputed from the event log in {package})",
+                      f"package {package} (run {logged.run.id})", checks)
+        return
     with open_existing(db) as store:
         try:
             checks = verify_run(store, run_id)
@@ -317,17 +340,45 @@ def verify(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` list
             raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
         except ValueError as exc:
             raise fail(f"{exc}; only a scored run can be verified") from None
-    table = Table(title=f"verification of run {run_id} (recomputed from its records)")
+    _print_checks(f"verification of run {run_id} (recomputed from its records)", f"run {run_id}", checks)
+
+
+def _print_checks(title: str, what: str, checks: list) -> None:
+    """The checks as a table, then one line naming every check that failed; exit 1 if any did."""
+    table = Table(title=title)
     for column in ("check", "result", "detail"):
         table.add_column(column)
     for check in checks:
         table.add_row(check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail)
     console.print(table)
     failed = [c.check for c in checks if not c.passed]
-    console.print(f"run {run_id}: " + (f"[bold red]FAILED[/] {', '.join(failed)}" if failed
-                                        else f"[green]verified[/]: all {len(checks)} checks pass"))
+    console.print(f"{what}: " + (f"[bold red]FAILED[/] {', '.join(failed)}" if failed
+                                 else f"[green]verified[/]: all {len(checks)} checks pass"))
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def package(run_id: int = typer.Argument(..., help="A scored run, as `aiperf runs` lists them."),
+            to: str = typer.Option(..., "--to", help="A new (or empty) folder for the package."),
+            db: str = db_option(),
+            log: Optional[str] = typer.Option(
+                None, "--log", help="The run's event log, if it is not in the run's folder under its --out "
+                                    "(relative to where the run was started).")) -> None:
+    """Write one folder a reviewer can take away: the event log, the system description, the effective
+    config and its ruleset, the verification, the HTML report and a README; `aiperf verify --package
+    DIR` checks it without the database."""
+    from aiperf.package import write_package
+    from aiperf.store import RecordNotFound
+
+    with open_existing(db) as store:
+        try:
+            folder = write_package(store, run_id, Path(to), Path(log) if log else None)
+        except RecordNotFound:
+            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+        except UserError as exc:
+            raise fail(str(exc)) from None
+    console.print(f"run {run_id}: package written to {folder} (check it with `aiperf verify --package {folder}`)")
 
 
 @db_app.command("upgrade")

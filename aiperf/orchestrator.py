@@ -32,10 +32,12 @@ import keras_tuner as kt
 from aiperf import liveness
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
+from aiperf.mllog import EventLog
 from aiperf.search import space
 from aiperf.status import TrialStatus
 from aiperf.search.schedule import epochs_for
 from aiperf.store import Store, TrialRecord
+from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
 
 log = logging.getLogger("aiperf.orchestrator")
@@ -90,6 +92,9 @@ UNSTAMPED = "unstamped"
 
 
 MAX_FAILURES_ENV = "AIPERF_MAX_CONSECUTIVE_FAILURES"
+# The coordinator shares the machine with the workers: its loop polls every poll_s, but redraws the
+# live figures only this often (their rendering cost cores the trials want).
+FIGURES_EVERY_S = 1.0
 
 
 def max_consecutive_failures(workers: int) -> int:
@@ -123,12 +128,14 @@ class Orchestrator:
                  data_path: str, image_shape: tuple[int, int, int], num_classes: int,
                  launch: Launcher, events: queue.Queue, events_topic: str | None = None,
                  on_figures: Callable[[LiveFigures], None] | None = None, poll_s: float = 0.2,
-                 grace_s: float | None = None, dataset_samples: tuple[int, int] | None = None) -> None:
+                 grace_s: float | None = None, dataset_samples: tuple[int, int] | None = None,
+                 event_log: EventLog | None = None) -> None:
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
+        self.event_log = event_log or EventLog(None)  # what it records, as MLLOG lines (aiperf.mllog)
         self.poll_s = poll_s
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
@@ -172,6 +179,7 @@ class Orchestrator:
 
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
         slots = self.config.workers
+        shown = 0.0
         while True:
             liveness.raise_if_stopped()
             now = time.time()
@@ -187,7 +195,9 @@ class Orchestrator:
             if now >= deadline + self.grace_s:
                 self._abandon_stragglers()
                 break
-            self.on_figures(self._figures(started_at, now))
+            if now >= shown + FIGURES_EVERY_S:  # the live view: a second's news, not every turn's
+                self.on_figures(self._figures(started_at, now))
+                shown = now
             time.sleep(self.poll_s)
         self._drain_events()
         ended = time.time()
@@ -231,13 +241,20 @@ class Orchestrator:
         number = self.created
         self.created += 1
         epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
+        started_at = time.time()
         trial_id = self.store.create_trial(
             run_id=self.run_id, trial_key=trial.trial_id, number=number,
             architecture=proposal.network.to_dict(),
             hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
-            started_at=time.time(), parent_trial_id=self.trial_ids.get(proposal.parent_key or ""),
+            started_at=started_at, parent_trial_id=self.trial_ids.get(proposal.parent_key or ""),
             operator=proposal.operator)
         self.trial_ids[trial.trial_id] = trial_id
+        self.event_log.trial_started(
+            trial_id=trial_id, trial_key=trial.trial_id, number=number, started_at=started_at,
+            parent_trial_id=self.trial_ids.get(proposal.parent_key or ""), operator=proposal.operator,
+            architecture=proposal.network.to_dict(),
+            hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE}, epochs=epochs,
+            seed=trial_seed(self.config.seed, number if seed_number is None else seed_number))
         request = TrialRequest(
             run_id=self.run_id, trial_key=trial.trial_id, architecture=proposal.network.to_dict(),
             learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
@@ -245,7 +262,8 @@ class Orchestrator:
             seed=trial_seed(self.config.seed, number if seed_number is None else seed_number),
             optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
             dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
-            events_topic=self.events_topic)
+            events_topic=self.events_topic, precision=self.config.train.precision,
+            jit_compile=self.config.train.jit_compile)
         self.running[trial.trial_id] = _Running(trial_id, trial, self.launch(request), request.batch_size)
         log.info("trial %s started: %s", trial.trial_id, proposal.operator or values)
         return True
@@ -319,10 +337,15 @@ class Orchestrator:
                                     tensor_train_ops=message.tensor_train_ops,
                                     tensor_eval_ops=message.tensor_eval_ops)
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
+            self.event_log.trial_built(trial_key=message.trial_key, worker=message.worker,
+                                       parameters=message.parameters, train_ops=message.train_ops,
+                                       eval_ops=message.eval_ops, tensor_train_ops=message.tensor_train_ops,
+                                       tensor_eval_ops=message.tensor_eval_ops)
             return
         if not self.store.record_epoch(running.trial_id, **message.fields()):
             return
         running.epochs_seen.add(message.epoch)
+        self.event_log.epoch(message.trial_key, **message.fields())
         if running.train_ops is not None and running.eval_ops is not None:
             self.total_ops += (message.samples_trained * running.train_ops
                                + message.samples_evaluated * running.eval_ops)
@@ -343,11 +366,18 @@ class Orchestrator:
             self._receive(message, FROM_RESULT)
             if key not in self.running:
                 return  # the result broke a rule: the trial is already failed
+        if result.phases is not None:  # where its seconds went, measured on its worker
+            try:
+                self.store.record_trial_phases(running.trial_id, TrialPhases.from_seconds(result.phases))
+            except ValueError as exc:  # recorded without them: its seconds count as idle
+                log.warning("ignored the phases of trial %s: %s", key, exc)
         self._end(key, result.status, result.message)
 
     def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
-        self.store.finish_trial(running.trial_id, status=status, ended_at=time.time(), message=message)
+        ended_at = time.time()
+        self.store.finish_trial(running.trial_id, status=status, ended_at=ended_at, message=message)
+        self.event_log.trial_stopped(key, status, ended_at, message)
         self.counts[status] += 1
         trial = running.kt_trial
         measured = trial.metrics.exists(self.config.search.objective)

@@ -1,12 +1,17 @@
 """One run of the benchmark, top to bottom:
 
     record   the system's fingerprint and the run (the database is created and migrated first)
-    start    the workers: a Dask cluster on this machine or batch jobs, framework warmed up
+    start    the workers: a Dask cluster on this machine or batch jobs, framework warmed up, each
+             worker's peak matmul rate measured (MFU's divisor)
     stage    the dataset where every worker reads it, and its manifest recorded
     search   every worker kept busy with trials until the deadline: the timed window
     score    OPS and the regulated score, from the records alone
     verify   the score recomputed from the records, nothing stored trusted (aiperf.verify)
     finish   the run marked completed (or failed, or interrupted), then its report published
+
+What each step records also goes, as it happens, to the run's event log (aiperf.mllog: MLLOG lines
+in its folder, enough alone to recompute the score), and the workers describe their nodes once they
+are up (aiperf.system_description).
 
 `run_benchmark` takes a config that is already validated (aiperf.config.load_config: parsed once
 per run) and knows nothing of Prefect. How the steps execute is a `Stages` object: `Stages()`
@@ -29,13 +34,14 @@ from aiperf import live, liveness
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
+from aiperf.mllog import EVENT_LOG, EventLog
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
 from aiperf.orchestrator import Launcher, Orchestrator
 from aiperf.rules.division import classify
-from aiperf.score import ScoreResult, compute_score
+from aiperf.score import ScoreResult, compute_score, format_ops
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import CheckRecord, Store
+from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.store.database import database_label, safe_url
 from aiperf.system import fingerprint
 from aiperf.train.trial import warm_up
@@ -64,11 +70,19 @@ class RunOutcome:
 def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = None) -> int:
     """The system under test and the run, with its division, before any worker starts."""
     division = classify(config)
-    system_id = store.upsert_system(fingerprint())
-    return store.create_run(system_id=system_id, profile=config.profile, config=config.model_dump(mode="json"),
-                            seed=config.seed, budget_s=config.budget_s, workers=config.workers,
-                            flow_run_id=flow_run_id, ruleset=division.ruleset, division=division.name,
-                            deviations=division.deviations, config_hash=division.config_hash)
+    facts = fingerprint(backend=config.train.backend)  # the workers' backend: they start with it
+    system_id = store.upsert_system(facts)
+    settings = config.model_dump(mode="json")
+    run_id = store.create_run(system_id=system_id, profile=config.profile, config=settings,
+                              seed=config.seed, budget_s=config.budget_s, workers=config.workers,
+                              flow_run_id=flow_run_id, ruleset=division.ruleset, division=division.name,
+                              deviations=division.deviations, config_hash=division.config_hash,
+                              precision=config.train.precision, backend=config.train.backend,
+                              jit_compile=config.train.jit_compile)
+    event_log(config, run_id).run_started(run_id=run_id, config=settings, system_id=system_id, system=facts,
+                                          division=division.name, ruleset=division.ruleset,
+                                          deviations=division.deviations, config_hash=division.config_hash)
+    return run_id
 
 
 def _client(scheduler_address: str, security: Any) -> Any:
@@ -91,6 +105,7 @@ def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str |
             client.close()
     with Store.open(config.db, migrate=False) as store:
         record_manifest(store, run_id, manifest)
+    event_log(config, run_id).dataset(manifest.to_dict())
     return manifest
 
 
@@ -124,9 +139,22 @@ def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> 
         score = compute_score(work.epochs, elapsed_s=work.elapsed_s, best_val_accuracy=work.best_val_accuracy,
                               val_samples=work.val_samples, trials_completed=work.trials_completed,
                               budget_s=work.budget_s, rules=config.validity,
-                              simulated=config.train.trainer == "simulated", recovered=recovered)
+                              simulated=config.train.trainer == "simulated", recovered=recovered,
+                              peak_flops=work.peak_flops, stepping_s=work.stepping_s, workers=work.workers)
         store.save_score(run_id, score, ruleset=classify(config).ruleset)
+        log_result_inputs(event_log(config, run_id), store.get_run(run_id), score)
     return score
+
+
+def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -> None:
+    """The score in the event log, with what its MFU and utilisation are computed from: the run's
+    precision, backend and measured peaks, and each trial's phases."""
+    events.resources(precision=record.precision, backend=record.backend, jit_compile=record.jit_compile,
+                     peak_flops=record.peak_flops, worker_peaks=list(record.worker_peaks))
+    for trial in record.trials:
+        if trial.phases is not None:
+            events.trial_phases(trial.trial_key, trial.phases)
+    events.score(score, record.ruleset)
 
 
 def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
@@ -136,6 +164,7 @@ def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]
     with Store.open(config.db, migrate=False) as store:
         checks = verify_run(store, run_id)
         store.save_verification(run_id, checks)
+    event_log(config, run_id).verification(checks)
     return checks
 
 
@@ -162,12 +191,21 @@ def run_folder(config: BenchmarkConfig, run_id: int) -> Path:
     return Path(config.out) / f"run-{database_label(config.db)}-{run_id}"
 
 
+def event_log(config: BenchmarkConfig, run_id: int) -> EventLog:
+    """The run's event log (aiperf.mllog) in its folder, appended to as the run goes."""
+    return EventLog(run_folder(config, run_id) / EVENT_LOG)
+
+
 class Stages:
     """How the steps of a run execute. Plainly here; flows/benchmark.py makes them Prefect tasks."""
 
     def prefect_api_url(self) -> str | None:
         """The Prefect API that workers report task runs to (None: they report to none)."""
         return None
+
+    def recorded(self, config: BenchmarkConfig, run_id: int, event_log: Path) -> None:
+        """The run is recorded (or resumed) and its event log is being written at `event_log`."""
+        log.info("run %d: event log %s", run_id, event_log)
 
     def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
                       security: Any = None) -> Manifest:
@@ -198,6 +236,7 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
     with Store.open(config.db) as store:
         run_id = record_run(store, config, flow_run_id) if resume is None else reopen_run(store, config, resume)
         logger.info("run %d %s in %s", run_id, "recorded" if resume is None else "resumed", safe_url(config.db))
+        stages.recorded(config, run_id, event_log(config, run_id).path.resolve())
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
         with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
             try:
@@ -207,8 +246,10 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
             except BaseException as exc:
                 ended = RunStatus.INTERRUPTED if isinstance(exc, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
                 store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
+                event_log(config, run_id).run_stopped(ended, f"{type(exc).__name__}: {exc}")
                 raise
             store.finish_run(run_id, status=RunStatus.COMPLETED)
+            event_log(config, run_id).run_stopped(RunStatus.COMPLETED)
     for check in checks:
         if not check.passed:
             logger.warning("run %d failed verification: %s: %s", run_id, check.check, check.detail)
@@ -228,6 +269,7 @@ def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
     store.interrupt_trials(run_id)  # a lost run's running trials: trained again
     store.close_window_at_last_epoch(run_id)  # a lost run's open segment ends at its last epoch
     store.reopen_run(run_id)
+    event_log(config, run_id).run_resumed(run_id=run_id, windows=store.get_run(run_id).windows)
     return run_id
 
 
@@ -242,30 +284,83 @@ def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, st
     with start_cluster(config, prefect_api_url=stages.prefect_api_url()) as cluster, \
             stages.trials(config, cluster.scheduler_address, cluster.security) as trials:
         manifest = stages.stage_dataset(config, run_id, cluster.scheduler_address, cluster.security)
+        describe_workers(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, run_folder(config, run_id), manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
             config=config, store=store, run_id=run_id, oracle=oracle, data_path=manifest.path,
             image_shape=manifest.image_shape, num_classes=manifest.classes, launch=trials.launch,
             events=events, events_topic=topic, on_figures=live.show,
-            dataset_samples=(manifest.train_samples, manifest.val_samples))
+            dataset_samples=(manifest.train_samples, manifest.val_samples), event_log=event_log(config, run_id))
         budget_s = resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
         # The timed window opens once the workers are up and warm: the budget measures training,
         # not start-up.
         if config.train.trainer == "keras":
             trials.client.run(warm_up)
+            measure_peaks(config, store, run_id, trials.client, logger)
         started = time.time()
         deadline = started + budget_s
         store.start_search(run_id, started, deadline)
+        orchestrator.event_log.search_started(started, deadline)
         logger.info("search started on %d workers, budget %g s", config.workers, budget_s)
         try:
             summary = orchestrator.run(started, deadline)
         except KeyboardInterrupt:  # stopped: the segment ends now, every reported epoch recorded
-            store.finish_search(run_id, time.time())
+            stopped = time.time()
+            store.finish_search(run_id, stopped)
+            orchestrator.event_log.search_stopped(stopped)
             raise
         store.finish_search(run_id, summary.ended_at)
+        orchestrator.event_log.search_stopped(summary.ended_at)
         logger.info("search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)", summary.trials,
                     summary.completed, summary.stopped, summary.failed, summary.diverged)
+
+
+def describe_workers(config: BenchmarkConfig, store: Store, run_id: int, client: Any,
+                     logger: logging.Logger | logging.LoggerAdapter = log) -> dict[str, Any] | None:
+    """The compute nodes as the workers describe them (aiperf.system_description), not the
+    submitting host: stored with the run, written as system_description.json in its folder and
+    logged. A description that fails costs the run its description, never the run."""
+    import json
+
+    from aiperf import system_description
+
+    try:
+        description = system_description.describe_system(
+            system_description.collect(client), division=classify(config).name,
+            precision=config.train.precision)
+    except Exception as exc:
+        logger.warning("run %d: the workers did not describe their nodes: %s: %s", run_id, type(exc).__name__, exc)
+        return None
+    store.save_system_description(run_id, description)
+    folder = run_folder(config, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / system_description.FILE_NAME).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    event_log(config, run_id).system_description(description)
+    logger.info("system: %d node(s): %s", description["number_of_nodes"], description.get("system_name", ""))
+    return description
+
+
+def measure_peaks(config: BenchmarkConfig, store: Store, run_id: int, client: Any,
+                  logger: logging.Logger | logging.LoggerAdapter = log) -> float | None:
+    """Every worker's peak (aiperf.train.peak), measured at once before the timed window in the
+    run's compute precision, and stored with the run: MFU's divisor is their sum. A probe that fails
+    costs the run its MFU, never the run."""
+    from aiperf.train.peak import compute_dtype, peak_seconds
+    from aiperf.train.worker import peak_on_worker
+
+    dtype = compute_dtype(getattr(config.train, "precision", "float32"))
+    try:
+        peaks = sorted(client.run(peak_on_worker, dtype, peak_seconds()).values(), key=lambda p: p["worker"])
+    except Exception as exc:
+        logger.warning("run %d: the workers' peak was not measured, so it has no MFU: %s: %s", run_id,
+                       type(exc).__name__, exc)
+        return None
+    store.record_peaks(run_id, peaks)
+    total = sum(p["flops"] for p in peaks)
+    logger.info("measured peak: %sFLOP/s in %s over %d workers (%s)", format_ops(total), dtype, len(peaks),
+                ", ".join(sorted({p["device"] for p in peaks})))
+    return total
 
 
 def resume_search(config: BenchmarkConfig, store: Store, run_id: int, orchestrator: Orchestrator) -> float:

@@ -4,8 +4,9 @@ Nothing stored as a total is trusted. Each trial's operations per sample are cou
 stored architecture with the counter; every epoch's samples are checked against the staged
 dataset, its times against the timed window and the other epochs of its worker; the totals, the
 rates, the best accuracy, the regulated score and the verdict are recomputed and compared with what
-the score says (operations to the unit, rates to 1e-9 relative); and the run's division and
-validity are judged again from its stored config by its ruleset.
+the score says (operations to the unit, rates to 1e-9 relative), and so are its model FLOPs
+utilisation (over the workers' measured peaks) and its window utilisation (from the trials' phases);
+and the run's division and validity are judged again from its stored config by its ruleset.
 
 One checker per concern, each returning a named CheckRecord (the names are constants below, and
 they are what tests, logs and `aiperf verify` print). Every run of the flow ends with this.
@@ -37,6 +38,8 @@ BEST_ACCURACY = "best_accuracy"
 REGULATED_SCORE = "regulated_score"
 DIVISION = "division"
 VALIDITY_RULES = "validity_rules"
+MODEL_FLOPS_UTILISATION = "model_flops_utilisation"
+WINDOW_UTILISATION = "window_utilisation"
 
 RELATIVE = 1e-9  # rates must agree to this
 CLOCK_SKEW_S = 1.0  # workers on other nodes stamp epochs with their own clocks
@@ -74,12 +77,22 @@ def verify_run(store: Store, run_id: int, counter: Counter = count_architecture)
     return [check(evidence) for check in CHECKS.values()]
 
 
+def verify_records(run: RunRecord, dataset: DatasetRecord | None,
+                   counter: Counter = count_architecture) -> list[CheckRecord]:
+    """The same checks on records that come from elsewhere: a result package's event log
+    (aiperf.package), rebuilt without a database (aiperf.mllog.rebuild)."""
+    evidence = gather_records(run, dataset, counter)
+    return [check(evidence) for check in CHECKS.values()]
+
+
 def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> Evidence:
-    run = store.get_run(run_id)
+    return gather_records(store.get_run(run_id), store.run_dataset(run_id), counter)
+
+
+def gather_records(run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture) -> Evidence:
     if run.score is None or run.search_started_at is None or run.search_ended_at is None:
-        raise ValueError(f"run {run_id} has no score to verify (it is {run.status})")
+        raise ValueError(f"run {run.id} has no score to verify (it is {run.status})")
     config = BenchmarkConfig.model_validate(run.config)
-    dataset = store.run_dataset(run_id)
     cache: dict[str, Counts] = {}
     counts = {}
     for trial in run.trials:
@@ -97,8 +110,16 @@ def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> 
         val_samples=dataset.val_samples if dataset else 0,
         trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials), budget_s=run.budget_s,
         rules=_rules(config), simulated=config.train.trainer == "simulated",
-        recovered=run.stored_status == RunStatus.INTERRUPTED)
+        recovered=run.stored_status == RunStatus.INTERRUPTED, peak_flops=_peak_flops(run),
+        stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None, workers=run.workers)
     return Evidence(run, config, dataset, counts, elapsed, recomputed)
+
+
+def _peak_flops(run: RunRecord) -> float | None:
+    """MFU's divisor, from the workers' own measurements (runs.worker_peaks), not their stored sum."""
+    if not run.worker_peaks:
+        return None
+    return float(sum(float(peak.get("flops") or 0.0) for peak in run.worker_peaks))
 
 
 def _rules(config: BenchmarkConfig) -> ValidityConfig:
@@ -252,10 +273,58 @@ def check_validity_rules(ev: Evidence) -> CheckRecord:
             problems.append(f"seed network {ev.config.search.seed_architecture}, the rules say {rules.seed_architecture}")
         if ev.config.train.trainer != ruleset.trainer:
             problems.append(f"trainer {ev.config.train.trainer}, the rules say {ruleset.trainer}")
-        if "float32" not in ruleset.precisions:  # the only precision this aiperf trains in
-            problems.append(f"precision float32 is not one of {ruleset.precisions}")
+        if ev.config.train.precision not in ruleset.precisions:
+            problems.append(f"precision {ev.config.train.precision} is not one of {ruleset.precisions}")
     name = division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
     return _result(VALIDITY_RULES, problems, f"{'valid' if again.valid else 'invalid'} by {name}")
+
+
+def _same(stored: float | None, again: float | None) -> bool:
+    """Both missing (nothing measured), or both there and equal within RELATIVE."""
+    if stored is None or again is None:
+        return stored is None and again is None
+    return _close(stored, again)
+
+
+def _shown(value: float | None) -> str:
+    return "none" if value is None else f"{value:.6g}"
+
+
+def check_model_flops_utilisation(ev: Evidence) -> CheckRecord:
+    """MFU = tensor FLOP/s over the sum of the workers' measured peaks; the stored sum must be that sum."""
+    problems = []
+    peaks = _peak_flops(ev.run)
+    if ev.run.peak_flops is not None or peaks is not None:
+        if ev.run.peak_flops is None or peaks is None or not _close(ev.run.peak_flops, peaks):
+            problems.append(f"the run's peak is {_shown(ev.run.peak_flops)} FLOP/s, its {len(ev.run.worker_peaks)} "
+                            f"workers measured {_shown(peaks)} FLOP/s in all")
+        if any(not float(p.get("flops") or 0.0) > 0 for p in ev.run.worker_peaks):
+            problems.append("a worker's measured peak is not a positive rate")
+    stored, again = ev.run.score.mfu, ev.recomputed.mfu
+    if not _same(stored, again):
+        problems.append(f"score says MFU {_shown(stored)}, recomputed {_shown(again)}")
+    detail = ("no peak measured: no MFU" if again is None
+              else f"MFU {again:.4%} of {peaks:.6g} FLOP/s, within {RELATIVE:g} relative")
+    return _result(MODEL_FLOPS_UTILISATION, problems, detail)
+
+
+def check_window_utilisation(ev: Evidence) -> CheckRecord:
+    """Seconds in training and evaluation steps over workers x window, recomputed from the trials'
+    phases; and no worker's trials account for more seconds than the window has."""
+    problems = []
+    stored, again = ev.run.score.utilisation, ev.recomputed.utilisation
+    if not _same(stored, again):
+        problems.append(f"score says utilisation {_shown(stored)}, recomputed {_shown(again)}")
+    by_worker: dict[str, float] = {}
+    for t in ev.run.trials:
+        if t.phases is not None:
+            by_worker[t.worker or "?"] = by_worker.get(t.worker or "?", 0.0) + t.phases.total_s
+    for worker, seconds in sorted(by_worker.items()):
+        if seconds > ev.elapsed_s + CLOCK_SKEW_S:
+            problems.append(f"the trials on {worker} account for {seconds:.1f} s of a {ev.elapsed_s:.1f} s window")
+    detail = ("no trial recorded its phases: no utilisation" if again is None
+              else f"{again:.4%} of {ev.run.workers} workers x {ev.elapsed_s:.1f} s in training and evaluation steps")
+    return _result(WINDOW_UTILISATION, problems, detail)
 
 
 # Every check, by the name it reports, in the order it runs.
@@ -271,4 +340,6 @@ CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
     REGULATED_SCORE: check_regulated_score,
     DIVISION: check_division,
     VALIDITY_RULES: check_validity_rules,
+    MODEL_FLOPS_UTILISATION: check_model_flops_utilisation,
+    WINDOW_UTILISATION: check_window_utilisation,
 }

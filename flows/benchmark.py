@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -114,6 +115,12 @@ class PrefectStages(run.Stages):
     def prefect_api_url(self) -> str | None:
         with get_client(sync_client=True) as client:
             return str(client.api_url)
+
+    def recorded(self, config: BenchmarkConfig, run_id: int, event_log: Path) -> None:
+        """A link to the run's event log (MLLOG lines, written as the run goes), from its start."""
+        create_link_artifact(link=event_log.as_uri(), link_text=f"event log of aiperf run {run_id}",
+                             key="aiperf-event-log", description=f"aiperf run {run_id}: {event_log}")
+        get_run_logger().info("event log: %s", event_log)
 
     def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
                       security: Any = None) -> Manifest:

@@ -8,6 +8,8 @@ import tempfile
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Each run's workers measure their peak before the window (aiperf.train.peak): briefly, in tests.
+os.environ.setdefault("AIPERF_PEAK_SECONDS", "0.2")
 # Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.locks): a
 # developer's own run, or another test session, never gets a test's run refused.
 os.environ.setdefault("AIPERF_RUN_LOCK", os.path.join(tempfile.mkdtemp(prefix="aiperf-tests-"), "local-run.lock"))

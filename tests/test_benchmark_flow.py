@@ -77,7 +77,9 @@ def test_the_flow_verifies_its_own_score(finished_run):
                                        (result["run_id"],)).fetchone()
         division, deviations = sql.execute("SELECT division, deviations FROM runs WHERE id = ?",
                                            (result["run_id"],)).fetchone()
-    assert verified == 1 and len(json.loads(checks)) == 11
+    from aiperf.verify import CHECKS
+
+    assert verified == 1 and len(json.loads(checks)) == len(CHECKS)
     assert division == "open" and "data.image_size: 32 -> 16" in json.loads(deviations)
 
 
@@ -89,6 +91,9 @@ def test_score_published_as_artifacts(finished_run):
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["aiperf-score", "aiperf-score-summary"])))
     assert {a.type for a in artifacts} >= {"table", "markdown"}
+    table = next(a for a in artifacts if a.type == "table")
+    figures = {row["figure"] for row in (json.loads(table.data) if isinstance(table.data, str) else table.data)}
+    assert {"MFU", "window utilisation"} <= figures, figures
 
 
 def test_cli_lists_and_shows_the_run(finished_run):
@@ -132,3 +137,22 @@ def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):
     assert overlapping, "trials ran concurrently"
     # A trial notices the deadline after its current batch: well within seconds on tiny models.
     assert (last_epoch - deadline).total_seconds() < 10
+
+
+def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from aiperf import mllog
+
+    result, _db, path = finished_run
+    (log,) = (path.parent / "out").glob(f"run-*-{result['run_id']}/events.log")
+    logged = mllog.read_run(log)
+    assert logged.run.stored_status == "completed" and logged.run.score.ops == result["ops"]
+    assert logged.run.system_description["number_of_nodes"] == 1
+    with sqlite3.connect(path) as sql:
+        flow_run_id = sql.execute("SELECT flow_run_id FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+    with get_client(sync_client=True) as client:
+        links = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["aiperf-event-log"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    assert len(links) == 1 and log.resolve().as_uri() in links[0].data

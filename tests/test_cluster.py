@@ -70,6 +70,19 @@ def test_slurm_script_has_directives_resources_lifetime_and_prologue():
     api = script.index(f"export PREFECT_API_URL={API}")
     assert api < script.index("module load cuda/12.4"), "the user's prologue runs after ours and may override it"
     assert "export AIPERF_WORKER_CORES=2" in script and f"export {JOB_STARTED_ENV}=$(date +%s)" in script
+    assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script, "no profiler in the trials' way"
+
+
+def test_local_workers_run_without_dasks_statistical_profiler():
+    """The profiler would sample the trial's thread every 10 ms, holding the GIL each time."""
+    import dask
+    from distributed import Client
+
+    from aiperf.cluster.start import local_cluster
+
+    with local_cluster(1) as cluster, Client(cluster, security=cluster.security) as client:
+        seen = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert list(seen.values()) == [False]
 
 
 @pytest.mark.parametrize("kind, expected", [

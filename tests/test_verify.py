@@ -82,6 +82,8 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
     verify.REGULATED_SCORE: lambda sql: sql.execute("UPDATE scores SET regulated_score = regulated_score * 1.5"),
     verify.DIVISION: lambda sql: sql.execute("UPDATE runs SET division = 'closed'"),
     verify.VALIDITY_RULES: lambda sql: sql.execute("UPDATE scores SET valid = 1 - valid"),
+    verify.MODEL_FLOPS_UTILISATION: lambda sql: sql.execute("UPDATE scores SET mfu = mfu * 1.01"),
+    verify.WINDOW_UTILISATION: lambda sql: sql.execute("UPDATE scores SET utilisation = utilisation * 1.01"),
 }
 
 
@@ -104,12 +106,15 @@ def test_each_tamper_is_caught_by_name(real_run, tmp_path, check):
 
 
 @pytest.mark.parametrize("check, failed", [
-    # Fewer samples: fewer operations, so the rates recomputed from them differ too.
-    (verify.TOTAL_OPERATIONS, {verify.TOTAL_OPERATIONS, verify.OPERATIONS_PER_SECOND, verify.REGULATED_SCORE}),
+    # Fewer samples: fewer operations, so the rates recomputed from them differ too, MFU among them.
+    (verify.TOTAL_OPERATIONS, {verify.TOTAL_OPERATIONS, verify.OPERATIONS_PER_SECOND, verify.REGULATED_SCORE,
+                               verify.MODEL_FLOPS_UTILISATION}),
     # The score was computed from the recount, so only the trial's own record disagrees.
     (verify.OPERATIONS_PER_SAMPLE, {verify.OPERATIONS_PER_SAMPLE}),
     (verify.ELAPSED_TIME, {verify.ELAPSED_TIME}),
     (verify.BEST_ACCURACY, {verify.BEST_ACCURACY}),
+    (verify.MODEL_FLOPS_UTILISATION, {verify.MODEL_FLOPS_UTILISATION}),
+    (verify.WINDOW_UTILISATION, {verify.WINDOW_UTILISATION}),
 ])
 def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(real_run, tmp_path, check, failed):
     assert failed_checks(tampered(real_run, tmp_path, TAMPERS[check])) == failed

@@ -15,11 +15,18 @@ from aiperf.train.trial import CORES_ENV
 JOB_STARTED_ENV = "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
 JOB_GPUS_ENV = "AIPERF_JOB_GPUS"  # GPUs of the job, shared one per worker
 LIFETIME_ENV = "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
+BACKEND_ENV = "KERAS_BACKEND"  # Keras reads it once, on its first import in the process
+PINNED_ENV = "AIPERF_GPU_PINNED"  # set once the process's GPU is chosen
+PROFILER_ENV = "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"  # read by dask.config when the worker starts
+FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")  # each fixes the CUDA devices it sees when it starts
 
 
-def worker_environment(cores_per_worker: int, prefect_api_url: str | None = None) -> dict[str, str]:
+def worker_environment(cores_per_worker: int, prefect_api_url: str | None = None,
+                       backend: str | None = None, gpus: int = 0) -> dict[str, str]:
     """Environment of every worker process. Workers must report task runs to the flow's own
-    Prefect API: without PREFECT_API_URL each would start a temporary server of its own."""
+    Prefect API: without PREFECT_API_URL each would start a temporary server of its own. `backend`:
+    the run's Keras backend (KERAS_BACKEND, read once, when Keras is first imported); `gpus`: the
+    GPUs the worker's job (or this machine) shares, one per worker (pinned by `pin_gpu`)."""
     env = {
         CORES_ENV: str(cores_per_worker),
         "OMP_NUM_THREADS": str(cores_per_worker),
@@ -28,9 +35,16 @@ def worker_environment(cores_per_worker: int, prefect_api_url: str | None = None
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "DO_NOT_TRACK": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # Dask's statistical profiler samples the trial's thread every 10 ms, holding the GIL
+        # while it walks the stack: time taken from the model on a one-core worker.
+        PROFILER_ENV: "False",
     }
     if prefect_api_url:
         env["PREFECT_API_URL"] = prefect_api_url
+    if backend:
+        env[BACKEND_ENV] = backend
+    if gpus:
+        env[JOB_GPUS_ENV] = str(gpus)
     return env
 
 
@@ -53,13 +67,16 @@ def worker_end(worker_name: str) -> float | None:
     return float(started) + staggered_lifetime(worker_name, base, stagger)
 
 
-def pin_gpu(worker_name: str) -> None:
+def pin_gpu(worker_name: str) -> str | None:
     """One worker per GPU: the i-th worker of a job sees only the job's i-th GPU. dask-jobqueue
-    names a job's workers '<job>-0', '<job>-1', ...; set before any framework starts."""
+    names a job's workers '<job>-0', '<job>-1', ...; a LocalCluster names them 0, 1, ... Runs when
+    the worker process starts (aiperf.cluster.preload), before any framework does. Returns the
+    device it pinned (None: no GPUs, or pinned already)."""
     gpus = int(os.environ.get(JOB_GPUS_ENV) or 0)
-    if gpus < 1 or os.environ.get("AIPERF_GPU_PINNED"):
-        return
+    if gpus < 1 or os.environ.get(PINNED_ENV):
+        return None
     index = int(worker_name.rsplit("-", 1)[-1]) if gpus > 1 and worker_name.rsplit("-", 1)[-1].isdigit() else 0
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(i) for i in range(gpus)]
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
-    os.environ["AIPERF_GPU_PINNED"] = "1"
+    os.environ[PINNED_ENV] = "1"
+    return os.environ["CUDA_VISIBLE_DEVICES"]

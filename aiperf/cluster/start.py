@@ -26,6 +26,7 @@ import psutil
 from aiperf.cluster.environment import worker_environment
 from aiperf.cluster.keeper import Keeper
 from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
+from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
 from aiperf.config import BenchmarkConfig, machine_cores
 from aiperf.errors import UserError
@@ -65,10 +66,12 @@ def _quiet() -> None:
 
 @contextmanager
 def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: bool = False,
-                  cores_per_worker: int | None = None) -> Iterator[Any]:
+                  cores_per_worker: int | None = None, backend: str | None = None, gpus: int = 0) -> Iterator[Any]:
     """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
     (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
-    Simulated trials use no cores, so then many slots share a few processes as threads."""
+    Simulated trials use no cores, so then many slots share a few processes as threads.
+    Every worker process starts with KERAS_BACKEND=`backend`; with `gpus`, worker i is pinned to
+    GPU i as it starts (aiperf.cluster.preload), before any framework does."""
     from distributed import LocalCluster
 
     _quiet()
@@ -80,11 +83,13 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
         processes, threads = workers, 1
         cores = cores_per_worker or max(1, machine_cores() // workers)
     memory = int(psutil.virtual_memory().total * 0.9 / processes)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    # Nannies hand their dask config to the worker processes: no statistical profiler in a trial's way.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.worker.profile.enabled": False}):
         cluster = LocalCluster(
             n_workers=processes, threads_per_worker=threads, processes=True, memory_limit=memory,
-            dashboard_address=None, resources={TRIAL_RESOURCE: threads},
-            env=worker_environment(cores, prefect_api_url), host="127.0.0.1", security=tls_credentials(),
+            dashboard_address=None, resources={TRIAL_RESOURCE: threads}, preload=[PRELOAD],
+            env=worker_environment(cores, prefect_api_url, backend=backend, gpus=0 if simulated else gpus),
+            host="127.0.0.1", security=tls_credentials(),
         )
     try:
         yield cluster
@@ -164,7 +169,8 @@ def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -
             raise UserError(f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
                             f"than this machine's {machine_cores()} cores; lower one of them")
         with local_cluster(config.workers, prefect_api_url, simulated=simulated,
-                           cores_per_worker=config.cluster.cores) as cluster:
+                           cores_per_worker=config.cluster.cores, backend=config.train.backend,
+                           gpus=config.cluster.gpus) as cluster:
             yield StartedCluster(kind="local", cluster=cluster, workers=config.workers, security=cluster.security)
         return
     host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]

@@ -3,7 +3,9 @@
 Inline SVG plots and inline CSS only: nothing is fetched when the page is opened, so it can be
 mailed, attached to a Prefect artifact or opened on a machine with no network. Sections:
 the score; the score over time (AIPerf's table every 0.1 h, and a plot); validation accuracy
-against operations per sample for every trial; a timeline of trials on each worker; and this
+against operations per sample for every trial; the search tree as a graph (aiperf.report.tree);
+a timeline of trials on each worker and where each worker's time went (a stacked bar of its
+trials' phases, idle last); the compute nodes' system description (aiperf.report.system); and this
 system's history for the run's profile.
 """
 
@@ -16,7 +18,10 @@ from datetime import datetime
 from pathlib import Path
 
 from aiperf.errors import UserError
+from aiperf.report.phases import PARTS, percent, worker_times
 from aiperf.report.summary import score_rows
+from aiperf.report.system import system_section
+from aiperf.report.tree import search_tree_svg
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
 from aiperf.score import format_ops
 from aiperf.status import TrialStatus
@@ -218,6 +223,46 @@ def _worker_timeline(run: RunRecord) -> str:
     return plot.render() + "<p class=note>Each bar is a trial, coloured by how it ended; the dashed line is the deadline.</p>"
 
 
+PHASE_COLORS = {"build": "#8c564b", "count": "#e377c2", "compile": "#ff7f0e", "train": "#1f77b4",
+                "evaluate": "#2ca02c", "report": "#9467bd", "idle": "#d9d9d9"}
+
+
+def _worker_phases(run: RunRecord) -> str:
+    """A stacked horizontal bar per worker: its share of the window, phase by phase, idle last."""
+    workers = worker_times(run)
+    if not workers:
+        return "<p class=note>No trial recorded where its time went (runs before aiperf measured phases).</p>"
+    lane = 28
+    height = MARGIN["top"] + MARGIN["bottom"] + lane * len(workers)
+    window_s = workers[0].window_s
+    plot = Plot("plot-worker-phases", "Where each worker's time went", [0.0, window_s], [0, len(workers)],
+                x_label="seconds of the worker's share of the timed window", y_label="",
+                x_format=lambda v: f"{v:.0f}", y_format=lambda v: "", height=height)
+    for i, w in enumerate(workers):
+        y = MARGIN["top"] + i * lane
+        plot.add(f'<text x="{MARGIN["left"] - 6}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">{esc(w.worker[-12:])}</text>')
+        at = 0.0
+        for part in PARTS:
+            seconds = w.seconds[part]
+            if seconds <= 0:
+                continue
+            x0, x1 = plot.x(at), plot.x(min(at + seconds, window_s))
+            at += seconds
+            plot.add(f'<rect class="bar phase" data-worker="{esc(w.worker)}" data-phase="{part}" x="{x0:.1f}" '
+                     f'y="{y + 4}" width="{max(x1 - x0, 0.5):.1f}" height="{lane - 8}" fill="{PHASE_COLORS[part]}">'
+                     f"<title>{esc(w.worker)}: {part} {seconds:.2f} s ({percent(seconds / w.window_s)})</title></rect>")
+    legend = "".join(f'<span><i style="background:{c}"></i>{esc(p)}</span>' for p, c in PHASE_COLORS.items())
+    table = _table(["worker", "trials", *PARTS, "utilisation"],
+                   [[w.worker, w.trials, *(f"{w.seconds[p]:.2f}" for p in PARTS), percent(w.utilisation)]
+                    for w in workers], numeric=range(1, len(PARTS) + 3))
+    return (f"{plot.render()}<div class=legend>{legend}</div><p class=note>Each worker's share of the timed window "
+            "by phase, in seconds, as its trials measured them on the worker: building the data feed and model, "
+            "counting operations, compiling (with the tracing of the first training and evaluation steps), "
+            "training and evaluation steps, sending reports; idle is the rest (start-up between trials, "
+            f"waiting for work). Window utilisation: {percent(run.score.utilisation if run.score else None)}.</p>"
+            f"{table}")
+
+
 def _history(store: Store, run: RunRecord) -> str:
     rows = [r for r in store.run_scores(system_id=run.system_id, profile=run.profile)
             if (r.division, r.config_hash) == (run.division, run.config_hash)]  # like with like only
@@ -257,7 +302,9 @@ def build_report(store: Store, run_id: int) -> str:
         ("Score", summary),
         ("Score over time", _score_over_time(run, val_samples)),
         ("Validation accuracy against operations per sample", _accuracy_vs_ops(run)),
-        ("Trials on each worker", _worker_timeline(run)),
+        ("Search tree", search_tree_svg(run)),
+        ("Trials on each worker", _worker_timeline(run) + _worker_phases(run)),
+        ("System description", system_section(run)),
         ("This system's history", _history(store, run)),
     ]
     body = "".join(f"<h2>{esc(title)}</h2>{content}" for title, content in sections)

@@ -3,6 +3,7 @@ and the HTML report."""
 
 from __future__ import annotations
 
+from aiperf.report.phases import percent
 from aiperf.score import format_ops
 from aiperf.store import RunRecord
 
@@ -15,6 +16,22 @@ def verification_text(run: RunRecord) -> str:
     if failed:
         return f"FAILED: {', '.join(failed)}"
     return f"passed ({len(run.verification)} checks)"
+
+
+def peak_text(run: RunRecord) -> str:
+    """The workers' summed peak, how many measured it and in what dtype; or why there is none."""
+    if run.peak_flops is None:
+        return "not measured"
+    dtypes = ", ".join(sorted({str(p.get("dtype")) for p in run.worker_peaks})) or "-"
+    return f"{format_ops(run.peak_flops)}FLOP/s ({len(run.worker_peaks)} workers, {dtypes})"
+
+
+def training_text(run: RunRecord) -> str:
+    """How the run's trials trained: precision, Keras backend, XLA (or jax.jit) compilation."""
+    if run.precision is None and run.backend is None:
+        return "not recorded"
+    jit = "-" if run.jit_compile is None else "on" if run.jit_compile else "off"
+    return f"{run.precision or '-'} on {run.backend or '-'}, jit_compile {jit}"
 
 
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
@@ -30,12 +47,16 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "profile", "value": run.profile},
         {"figure": "division", "value": f"{division} ({run.ruleset or 'no ruleset'})"},
         {"figure": "workers", "value": str(run.workers)},
+        {"figure": "training", "value": training_text(run)},
         {"figure": "budget", "value": f"{run.budget_s:g} s"},
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
         {"figure": "OPS (aiperf convention)", "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})"},
         {"figure": "regulated score", "value": f"{format_ops(score.regulated_score)}OPS ({score.regulated_score:.6g})"},
         {"figure": "best val accuracy", "value": accuracy},
         {"figure": "tensor FLOP/s", "value": f"{format_ops(score.tensor_ops)}FLOP/s"},
+        {"figure": "peak FLOP/s (measured)", "value": peak_text(run)},
+        {"figure": "MFU", "value": percent(score.mfu)},
+        {"figure": "window utilisation", "value": percent(score.utilisation)},
         {"figure": "total operations", "value": f"{score.total_ops:.6g}"},
         {"figure": "trials completed", "value": str(score.trials_completed)},
         {"figure": "samples trained / evaluated", "value": f"{score.samples_trained} / {score.samples_evaluated}"},

@@ -89,6 +89,22 @@ class TrialPhases:
     evaluate_s: float = 0.0  # in evaluation steps
     report_s: float = 0.0  # sending reports back
 
+    @classmethod
+    def from_seconds(cls, seconds: dict[str, float]) -> TrialPhases:
+        """From a worker's report ({"build_s": ..., "report_s": ...}); a missing phase is 0 s. An
+        unknown phase, or seconds that are negative or not finite, is a ValueError naming it."""
+        unknown = set(seconds) - set(TRIAL_PHASE_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown trial phases {sorted(unknown)}; known: {list(TRIAL_PHASE_COLUMNS)}")
+        try:
+            values = {name: float(value) for name, value in seconds.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"trial phases must be numbers of seconds; got {seconds}") from None
+        bad = {name: value for name, value in values.items() if not 0.0 <= value < float("inf")}
+        if bad:
+            raise ValueError(f"trial phases must be finite, non-negative seconds; got {bad}")
+        return cls(**values)
+
     @property
     def stepping_s(self) -> float:
         """The seconds that did the machine's AI work: training and evaluation steps."""

@@ -76,6 +76,9 @@ class RunWork:
     val_samples: int
     trials_completed: int
     budget_s: float
+    workers: int = 1
+    peak_flops: float | None = None  # the workers' summed peak: MFU's divisor (None: not measured)
+    stepping_s: tuple[float, ...] | None = None  # per trial with phases: train + evaluate seconds
 
 
 def _retried(method: Callable[P, T]) -> Callable[P, T]:
@@ -173,8 +176,10 @@ class Store:
     def create_run(self, *, system_id: int, profile: str, config: dict[str, Any], seed: int,
                    budget_s: float, workers: int, flow_run_id: str | None = None, ruleset: str | None = None,
                    division: str | None = None, deviations: list[str] | tuple[str, ...] = (),
-                   config_hash: str | None = None) -> int:
-        """A new run. Its creation time, taken once, identifies it if a retry must find it."""
+                   config_hash: str | None = None, precision: str | None = None, backend: str | None = None,
+                   jit_compile: bool | None = None) -> int:
+        """A new run. Its creation time, taken once, identifies it if a retry must find it.
+        `precision`, `backend`, `jit_compile`: how its trials train (the config's train section)."""
         created_at = now()
 
         def create_run(s: Session, maybe_committed: bool) -> int:
@@ -186,7 +191,8 @@ class Store:
             run = Run(system_id=system_id, profile=profile, config=config, seed=seed, budget_s=budget_s,
                       workers=workers, status=RunStatus.RUNNING, created_at=created_at, heartbeat_at=created_at,
                       flow_run_id=flow_run_id,
-                      ruleset=ruleset, division=division, deviations=list(deviations), config_hash=config_hash)
+                      ruleset=ruleset, division=division, deviations=list(deviations), config_hash=config_hash,
+                      precision=precision, backend=backend, jit_compile=jit_compile)
             s.add(run)
             s.flush()
             return run.id
@@ -285,6 +291,23 @@ class Store:
             trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
 
     @_retried
+    def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
+        """Where the trial's seconds went on its worker, from its result (the trials' *_s columns)."""
+        with self.session() as s:
+            trial = self._get(s, Trial, trial_id, "trial")
+            for name in TRIAL_PHASE_COLUMNS:
+                setattr(trial, name, getattr(phases, name))
+
+    @_retried
+    def record_peaks(self, run_id: int, worker_peaks: list[dict[str, Any]]) -> None:
+        """Each worker's measured peak (aiperf.train.peak), measured before the timed window, and
+        their sum, MFU's divisor. A resumed run measures again: the latest measurement stands."""
+        with self.session() as s:
+            run = self._get(s, Run, run_id, "run")
+            run.worker_peaks = [dict(peak) for peak in worker_peaks]
+            run.peak_flops = float(sum(float(peak["flops"]) for peak in worker_peaks)) if worker_peaks else None
+
+    @_retried
     def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
         """Replace the run's oracle state with the latest one."""
         with self.session() as s:
@@ -310,6 +333,13 @@ class Store:
                 window.ended_at = utc(ended_at)
 
     @_retried
+    def save_system_description(self, run_id: int, description: dict[str, Any]) -> None:
+        """The compute nodes as they described themselves (aiperf.system_description); a resumed run
+        describes them again, and the latest description stands."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").system_description = dict(description)
+
+    @_retried
     def finish_run(self, run_id: int, *, status: RunStatus, message: str | None = None) -> None:
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
@@ -333,7 +363,8 @@ class Store:
                         val_samples=score.val_samples, regulated_score=score.regulated_score,
                         trials_completed=score.trials_completed, samples_trained=score.samples_trained,
                         samples_evaluated=score.samples_evaluated, valid=score.valid,
-                        reasons={"invalid": list(score.reasons)}, computed_at=now(), ruleset=ruleset))
+                        reasons={"invalid": list(score.reasons)}, computed_at=now(), ruleset=ruleset,
+                        mfu=score.mfu, utilisation=score.utilisation))
 
     @_retried
     def save_verification(self, run_id: int, checks: list[CheckRecord]) -> None:
@@ -424,7 +455,11 @@ class Store:
             missing = [r for r in rows if r[2] is None and (r[0] or r[1])]
             if missing:
                 raise ValueError(f"run {run_id} has counted samples on a trial without operation counts")
+            stepping = [float(train or 0.0) + float(evaluate or 0.0) for train, evaluate in s.execute(
+                select(Trial.train_s, Trial.evaluate_s).where(Trial.run_id == run_id)
+                .where(or_(*(getattr(Trial, name).is_not(None) for name in TRIAL_PHASE_COLUMNS))))]
             return RunWork(
+                workers=run.workers, peak_flops=run.peak_flops, stepping_s=tuple(stepping) if stepping else None,
                 epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
                 elapsed_s=elapsed,
                 best_val_accuracy=best, val_samples=dataset.val_samples if dataset else 0,
@@ -539,7 +574,7 @@ def _score_result(score: Score) -> ScoreResult:
         best_val_accuracy=score.best_val_accuracy, val_samples=score.val_samples,
         regulated_score=score.regulated_score, trials_completed=score.trials_completed,
         samples_trained=score.samples_trained, samples_evaluated=score.samples_evaluated, valid=score.valid,
-        reasons=list(score.reasons.get("invalid", [])))
+        reasons=list(score.reasons.get("invalid", [])), mfu=score.mfu, utilisation=score.utilisation)
 
 
 def _verification(score: Score | None) -> tuple[CheckRecord, ...] | None:

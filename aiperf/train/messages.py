@@ -29,6 +29,8 @@ class TrialRequest:
     dropout: float = 0.0  # rate of the Dropout layer before the head (0: none)
     early_stopping_patience: int | None = None  # epochs without a better val loss before stopping
     events_topic: str | None = None  # Dask event topic for live reports; None: report nothing live
+    precision: str = "float32"  # Keras dtype policy the model is built under (train.precision)
+    jit_compile: bool = False  # model.compile(jit_compile=...): XLA, or jax.jit (train.jit_compile)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class TrialResult:
     built: TrialBuilt | None
     epochs: list[EpochReport] = field(default_factory=list)
     message: str | None = None
+    # Where the trial's seconds went on its worker, {"build_s": ..., "report_s": ...} (the trials
+    # table's columns, aiperf.train.phases); None from a trainer that measured none.
+    phases: dict[str, float] | None = None
 
 
 def to_event(message: TrialBuilt | EpochReport) -> dict[str, Any]:

@@ -44,6 +44,14 @@ class SimulatedPlan:
     epochs: list[EpochReport]  # each with its modelled end time
     status: TrialStatus
     ends_at: float
+    stepping: tuple[tuple[float, float], ...] = ()  # per epoch: modelled (train, evaluate) seconds
+
+    def phases(self, played: int | None = None) -> dict[str, float]:
+        """Where the first `played` epochs' seconds went (all of them by default): a simulated trial
+        builds, counts and compiles nothing, so its modelled time is all training and evaluation."""
+        spans = self.stepping[:played]
+        return {"build_s": 0.0, "count_s": 0.0, "compile_s": 0.0, "train_s": sum(t for t, _ in spans),
+                "evaluate_s": sum(e for _, e in spans), "report_s": 0.0}
 
 
 def plan_trial(request: TrialRequest, started_at: float, worker: str,
@@ -63,12 +71,14 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
     batches = model.train_samples // request.batch_size
     epoch_samples = batches * request.batch_size
     epochs: list[EpochReport] = []
+    stepping: list[tuple[float, float]] = []
     now = started_at
     for epoch in range(request.epochs):
         if now >= request.deadline:
             break
         if now + train_s + eval_s <= request.deadline:  # the whole epoch fits
             trained, evaluated, ended = epoch_samples, model.val_samples, now + train_s + eval_s
+            trained_by = now + train_s
         else:  # cut at the deadline: the batches done by then count, as with the Keras trainer
             trained_by = min(request.deadline, now + train_s)
             trained = int(batches * (trained_by - now) / train_s) * request.batch_size
@@ -81,11 +91,13 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
             samples_trained=trained, samples_evaluated=evaluated, loss=-math.log(max(accuracy, 1e-3)),
             accuracy=accuracy, val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
             val_accuracy=accuracy - 0.02 if complete else None, complete=complete))
+        stepping.append((trained_by - now, ended - trained_by))
         now = ended
         if not complete:
             break
     done = len(epochs) == request.epochs and all(e.complete for e in epochs)
-    return SimulatedPlan(built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now)
+    return SimulatedPlan(built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now,
+                         tuple(stepping))
 
 
 def sized_to(data_path: str, model: SimulatedModel = SimulatedModel()) -> SimulatedModel:
@@ -108,7 +120,7 @@ def run_simulated_trial(request: TrialRequest, report: Reporter, worker: str | N
     for epoch in plan.epochs:
         time.sleep(max(0.0, epoch.ended_at - time.time()))
         report(epoch)
-    return TrialResult(request.trial_key, plan.status, plan.built, plan.epochs)
+    return TrialResult(request.trial_key, plan.status, plan.built, plan.epochs, phases=plan.phases())
 
 
 class _PlayedTrial:
@@ -134,7 +146,8 @@ class _PlayedTrial:
 
     def result(self) -> TrialResult:
         played = self.plan.epochs[:self.sent]
-        return TrialResult(self.plan.built.trial_key, self.plan.status, self.plan.built, played)
+        return TrialResult(self.plan.built.trial_key, self.plan.status, self.plan.built, played,
+                           phases=self.plan.phases(self.sent))
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from aiperf.status import TrialStatus
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
+from aiperf.train.phases import PhaseClock
 
 Reporter = Callable[[TrialBuilt | EpochReport], None]
 
@@ -111,9 +112,12 @@ def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
 
 
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
-    """Build, count, train and evaluate; every epoch is reported the moment it ends."""
+    """Build, count, train and evaluate; every epoch is reported the moment it ends. Where the
+    trial's seconds went (aiperf.train.phases) comes back in TrialResult.phases."""
     built: TrialBuilt | None = None
     epochs: list[EpochReport] = []
+    clock = PhaseClock()
+    report = clock.timed(report)
     try:
         configure_threads(worker_cores())
         import keras
@@ -123,18 +127,22 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
-        feed = open_feed(request.data_path, batch_size=request.batch_size, seed=request.seed,
-                         input_shape=request.architecture["input_shape"], threads=worker_cores())
-        model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
-        counts = count_all(model)  # one walk of the model that will train, both conventions
+        keras.mixed_precision.set_global_policy(request.precision)  # before the model is built
+        with clock.phase("build"):
+            feed = open_feed(request.data_path, batch_size=request.batch_size, seed=request.seed,
+                             input_shape=request.architecture["input_shape"], threads=worker_cores())
+            model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
+        with clock.phase("count"):
+            counts = count_all(model)  # one walk of the model that will train, both conventions
         counted, tensor = counts["aiperf"], counts["tensor"]
         built = TrialBuilt(trial_key=request.trial_key, worker=worker or socket.gethostname(),
                              parameters=int(model.count_params()),
                              train_ops=counted.train_per_sample, eval_ops=counted.eval_per_sample,
                              tensor_train_ops=tensor.train_per_sample, tensor_eval_ops=tensor.eval_per_sample)
         report(built)
-        model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+        with clock.phase("compile"):
+            model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
+                          metrics=["accuracy"], jit_compile=request.jit_compile)
         n_train, n_val, batch = feed.train_samples, feed.val_samples, request.batch_size
 
         for epoch in range(request.epochs):
@@ -144,14 +152,17 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             started = time.time()
             # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
             # trial wastes no more time, and the batches it did train still count.
-            history = model.fit(**feed.train, epochs=1, verbose=0,
-                                callbacks=[watch, keras.callbacks.TerminateOnNaN()])
+            with clock.steps("train"):
+                history = model.fit(**feed.train, epochs=1, verbose=0,
+                                    callbacks=[watch, clock.callback(), keras.callbacks.TerminateOnNaN()])
             trained = min(watch.train_batches * batch, n_train)
             logs = {k: v[-1] for k, v in history.history.items() if v}
             diverged = _diverged(logs.get("loss"))
             evaluation: dict = {}
             if not watch.hit_deadline and not diverged:
-                evaluation = model.evaluate(**feed.val, verbose=0, callbacks=[watch], return_dict=True)
+                with clock.steps("evaluate"):
+                    evaluation = model.evaluate(**feed.val, verbose=0, callbacks=[watch, clock.callback()],
+                                                return_dict=True)
             evaluated = min(watch.test_batches * batch, n_val)
             complete = not watch.hit_deadline and not diverged
             epoch_report = EpochReport(
@@ -166,13 +177,16 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             report(epoch_report)
             if diverged:
                 return TrialResult(request.trial_key, TrialStatus.DIVERGED, built, epochs,
-                                   message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped")
+                                   message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped",
+                                   phases=clock.seconds())
             if not complete or _stalled(epochs, request.early_stopping_patience):
                 break
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
         done = bool(epochs) and all(e.complete for e in epochs) and (
             len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience))
-        return TrialResult(request.trial_key, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, built, epochs)
+        return TrialResult(request.trial_key, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, built, epochs,
+                           phases=clock.seconds())
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        return TrialResult(request.trial_key, TrialStatus.FAILED, built, epochs, message=message)
+        return TrialResult(request.trial_key, TrialStatus.FAILED, built, epochs, message=message,
+                           phases=clock.seconds())

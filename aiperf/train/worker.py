@@ -1,9 +1,10 @@
 """A trial on a Dask worker: what runs in the worker process, and how its reports travel back.
 
-`train_on_worker` is what the flow's `train_trial` task (or a plain Dask submit) runs: it pins
-the worker's GPU, names the worker for the records, caps the trial at the worker's own end of
-life (a batch job's walltime), trains (or simulates), and sends every report back to the
-orchestrator as a Dask event the moment it happens. `received` turns such an event back into the
+`train_on_worker` is what the flow's `train_trial` task (or a plain Dask submit) runs: it names
+the worker for the records, caps the trial at the worker's own end of life (a batch job's
+walltime), trains (or simulates), and sends every report back to the orchestrator as a Dask event
+the moment it happens. (The worker's GPU was pinned when its process started, before any framework
+did: aiperf.cluster.preload.) `received` turns such an event back into the
 form the orchestrator reads. Nothing here knows Prefect.
 """
 
@@ -33,10 +34,9 @@ def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResul
     modelled time (orchestration at scale)."""
     from distributed import get_worker
 
-    from aiperf.cluster.environment import pin_gpu, worker_end
+    from aiperf.cluster.environment import worker_end
 
     worker = get_worker()
-    pin_gpu(str(worker.name))  # one worker per GPU
     label = worker_label(str(worker.name))
 
     def report(message: TrialBuilt | EpochReport) -> None:
@@ -54,6 +54,18 @@ def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResul
     from aiperf.train.trial import run_trial
 
     return run_trial(request, report, worker=label)
+
+
+def peak_on_worker(dtype: str = "float32", seconds: float | None = None, dask_worker: Any = None) -> dict[str, Any]:
+    """This worker's measured peak (aiperf.train.peak), on its own GPU (pinned when its process
+    started) and threads, named as its trials name their worker. Run on every worker with
+    Client.run, which passes `dask_worker`."""
+    from aiperf.train.peak import measure_peak
+    from aiperf.train.trial import configure_threads, worker_cores
+
+    name = str(dask_worker.name) if dask_worker is not None else "local"
+    configure_threads(worker_cores())
+    return measure_peak(seconds, dtype, worker=worker_label(name))
 
 
 def received(event: tuple[float, dict[str, Any]]) -> dict[str, Any]:
