@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class TrialHandle(Protocol):
     def done(self) -> bool: ...
     def result(self) -> TrialResult: ...
     def cancel(self) -> None: ...
+    # Optional: `add_done_callback(fn)`, as distributed.Future has it. A handle that offers it wakes
+    # the loop the moment its trial ends, so its worker gets the next trial without waiting a poll.
 
 
 Launcher = Callable[[TrialRequest], TrialHandle]
@@ -137,6 +140,7 @@ class Orchestrator:
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
         self.event_log = event_log or EventLog(None)  # what it records, as MLLOG lines (aiperf.mllog)
         self.poll_s = poll_s
+        self._ended = threading.Event()  # set when a trial's handle reports it is done
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
         self.running: dict[str, _Running] = {}
@@ -186,8 +190,10 @@ class Orchestrator:
             if now < deadline:
                 while len(self.running) < slots and self._start_next(deadline):
                     pass
+            self._ended.clear()  # before looking: a trial that ends after this look wakes the wait below
             self._drain_events()
-            for key in [k for k, r in self.running.items() if r.handle.done()]:
+            finished = [k for k, r in self.running.items() if r.handle.done()]
+            for key in finished:
                 self._finish(key)
             now = time.time()
             if now >= deadline and not self.running:
@@ -198,13 +204,20 @@ class Orchestrator:
             if now >= shown + FIGURES_EVERY_S:  # the live view: a second's news, not every turn's
                 self.on_figures(self._figures(started_at, now))
                 shown = now
-            time.sleep(self.poll_s)
+            if finished and now < deadline:
+                continue  # a worker is free: its next trial now, not after a poll
+            self._ended.wait(self.poll_s)  # a poll's time, or less when a trial ends
         self._drain_events()
         ended = time.time()
         self.on_figures(self._figures(started_at, ended))
         return SearchSummary(trials=self.created, ended_at=ended, completed=self.counts[TrialStatus.COMPLETED],
                              stopped=self.counts[TrialStatus.STOPPED], failed=self.counts[TrialStatus.FAILED],
                              diverged=self.counts[TrialStatus.DIVERGED])
+
+    def _wake_when_done(self, handle: TrialHandle) -> None:
+        add = getattr(handle, "add_done_callback", None)
+        if callable(add):
+            add(lambda *_: self._ended.set())
 
     def _start_next(self, deadline: float) -> bool:
         tuner_id = f"slot-{self.created}"
@@ -264,7 +277,9 @@ class Orchestrator:
             dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
             events_topic=self.events_topic, precision=self.config.train.precision,
             jit_compile=self.config.train.jit_compile)
-        self.running[trial.trial_id] = _Running(trial_id, trial, self.launch(request), request.batch_size)
+        handle = self.launch(request)
+        self._wake_when_done(handle)
+        self.running[trial.trial_id] = _Running(trial_id, trial, handle, request.batch_size)
         log.info("trial %s started: %s", trial.trial_id, proposal.operator or values)
         return True
 

@@ -64,11 +64,18 @@ def main() -> None:
     regulated = [r.score.regulated_score for r in runs]
     print(f"\n{args.runs} runs of profile {args.profile} ({runs[0].division}), seed {runs[0].seed}, "
           f"{runs[0].workers} workers, budget {runs[0].budget_s:g} s")
-    print(f"{'run':>4} {'OPS':>14} {'regulated':>14} {'best acc':>9} {'trials':>7} {'completed':>10} {'verified':>9}")
+    print(f"{'run':>4} {'OPS':>14} {'regulated':>14} {'best acc':>9} {'trials':>7} {'completed':>10} "
+          f"{'MFU':>7} {'utilised':>9} {'verified':>9}")
     for r in runs:
         s = r.score
+        mfu = "-" if s.mfu is None else f"{100 * s.mfu:.1f}%"
+        used = "-" if s.utilisation is None else f"{100 * s.utilisation:.1f}%"
         print(f"{r.id:>4} {format_ops(s.ops) + 'OPS':>14} {format_ops(s.regulated_score) + 'OPS':>14} "
-              f"{s.best_val_accuracy or 0:>9.4f} {len(r.trials):>7} {s.trials_completed:>10} {str(r.verified):>9}")
+              f"{s.best_val_accuracy or 0:>9.4f} {len(r.trials):>7} {s.trials_completed:>10} {mfu:>7} {used:>9} "
+              f"{str(r.verified):>9}")
+    cv_util = coefficient_of_variation([r.score.utilisation or 0.0 for r in runs])
+    print(f"CV(window utilisation) = {100 * cv_util:.2f}%: the share of OPS's spread that is the machine's time "
+          "going elsewhere rather than slower steps")
     cv_ops, cv_regulated = coefficient_of_variation(ops), coefficient_of_variation(regulated)
     print(f"\nCV(OPS) = {100 * cv_ops:.2f}%   (target <= 2%)")
     print(f"CV(regulated score) = {100 * cv_regulated:.2f}%   (target <= 5%)")

@@ -108,6 +108,10 @@ class _PrefectTrial:
     def cancel(self) -> None:
         self.future.wrapped_future.cancel()
 
+    def add_done_callback(self, fn) -> None:
+        """`fn()` once the trial's task has ended: the orchestrator wakes to start the next one."""
+        self.future.wrapped_future.add_done_callback(lambda _future: fn())
+
 
 class PrefectStages(run.Stages):
     """The run's steps as Prefect tasks; trials through prefect-dask on the run's cluster."""

@@ -89,11 +89,13 @@ def test_score_published_as_artifacts(finished_run):
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["aiperf-score", "aiperf-score-summary"])))
+            key=ArtifactFilterKey(any_=["aiperf-score", "aiperf-score-summary", "aiperf-report-summary"])))
     assert {a.type for a in artifacts} >= {"table", "markdown"}
     table = next(a for a in artifacts if a.type == "table")
     figures = {row["figure"] for row in (json.loads(table.data) if isinstance(table.data, str) else table.data)}
-    assert {"MFU", "window utilisation"} <= figures, figures
+    assert {"MFU", "window utilisation", "training"} <= figures, figures
+    summary = next(a for a in artifacts if a.key == "aiperf-report-summary").data
+    assert "Where each worker's window went" in summary and "| compile |" in summary, summary
 
 
 def test_cli_lists_and_shows_the_run(finished_run):

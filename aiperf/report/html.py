@@ -341,4 +341,22 @@ def markdown_summary(store: Store, run_id: int, path: Path) -> str:
             accuracy = "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}"
             lines.append(f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {format_ops(c.ops)}OPS | {accuracy} | "
                          f"{format_ops(c.regulated_score)}OPS |")
+    lines += _time_breakdown(run)
     return "\n".join(lines) + "\n"
+
+
+def _time_breakdown(run) -> list[str]:
+    """Where each worker's window went (aiperf.report.phases), as a markdown table: the artifact's
+    answer to "was the machine training, or doing something else?"."""
+    from aiperf.report.phases import PARTS, percent, worker_times
+
+    times = worker_times(run)
+    if not times:
+        return []
+    lines = ["", "## Where each worker's window went (seconds)", "",
+             "| worker | trials | " + " | ".join(PARTS) + " | utilisation |",
+             "| --- | --- | " + " | ".join("---" for _ in PARTS) + " | --- |"]
+    for t in times:
+        lines.append(f"| {t.worker} | {t.trials} | " + " | ".join(f"{t.seconds[p]:.1f}" for p in PARTS)
+                     + f" | {percent(t.utilisation)} |")
+    return lines

@@ -1,0 +1,72 @@
+"""The orchestrator wakes the moment a trial ends (a handle's done callback), not at its next poll:
+a freed worker gets its next trial at once. The real orchestrator, oracle and store; trials are
+modelled plans that end on a timer, as a Dask future does when its task returns."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from aiperf.config import load_config
+from aiperf.orchestrator import Orchestrator
+from aiperf.search.oracles import make_oracle
+from aiperf.store import Store
+from aiperf.train.messages import TrialResult, to_event
+from aiperf.train.simulated import SimulatedModel, plan_trial
+from conftest import TINY
+from test_history_data import system_facts
+
+FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.05, train_samples=384, val_samples=128)
+TRIAL_S = 0.15
+
+
+class _Timed:
+    """Ends TRIAL_S after launch and then calls its done callbacks, from another thread."""
+
+    def __init__(self, result: TrialResult) -> None:
+        self._result, self._done, self._callbacks = result, threading.Event(), []
+        threading.Timer(TRIAL_S, self._finish).start()
+
+    def _finish(self) -> None:
+        self._done.set()
+        for fn in self._callbacks:
+            fn(self)
+
+    def add_done_callback(self, fn) -> None:
+        self._callbacks.append(fn)
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self) -> TrialResult:
+        return self._result
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
+    config = load_config("quick", budget="3s", workers=1, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
+                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
+    events: queue.Queue = queue.Queue()
+
+    def launch(request):
+        plan = plan_trial(request, time.time(), "worker-a", FAST)
+        events.put({**to_event(plan.built), "sent_from": "tcp://127.0.0.1:40001"})
+        return _Timed(TrialResult(request.trial_key, plan.status, plan.built, []))
+
+    with Store.open(config.db) as store:
+        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
+                                  seed=0, budget_s=3, workers=1)
+        shape = (16, 16, 3)
+        orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
+                                    oracle=make_oracle(config, tmp_path / "oracle", shape, 10), data_path="simulated",
+                                    image_shape=shape, num_classes=10, launch=launch, events=events,
+                                    poll_s=30.0, grace_s=60.0, dataset_samples=(384, 128))
+        started = time.time()
+        summary = orchestrator.run(started, started + 1.5)
+        took = time.time() - started
+    # Polling every 30 s, one trial would have started and the loop would have slept past the deadline.
+    assert summary.trials >= 4, f"{summary.trials} trials in 1.5 s of {TRIAL_S} s trials"
+    assert took < 10, f"the loop took {took:.1f} s to see its last trial end"
