@@ -17,7 +17,7 @@ import psutil
 from aiperf.config import machine_cores
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
@@ -41,7 +41,8 @@ def _gpus() -> dict[str, Any]:
     return {"count": len(models), "models": models}
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """An installed distribution's version (its -cpu build's too), without importing it."""
     for name in (package, f"{package}-cpu"):
         try:
             return metadata.version(name)
@@ -70,14 +71,14 @@ def fingerprint(backend: str | None = None) -> dict[str, Any]:
     else the one Keras would pick in this process."""
     facts: dict[str, Any] = {
         "hostname": socket.gethostname(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores": machine_cores(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "gpus": _gpus(),
         "platform": platform.platform(),
         "python_version": platform.python_version(),
-        "tensorflow_version": _version("tensorflow"),
-        "keras_version": _version("keras") or "unknown",
+        "tensorflow_version": package_version("tensorflow"),
+        "keras_version": package_version("keras") or "unknown",
         "keras_backend": backend or keras_backend(),
     }
     defining = {k: facts[k] for k in ("hostname", "cpu_model", "cpu_cores", "memory_bytes", "gpus",

@@ -20,13 +20,12 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from aiperf.system import _cpu_model, keras_backend
+from aiperf.system import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "numpy", "keras-tuner", "dask", "distributed")
@@ -47,15 +46,6 @@ def _sockets() -> int:
     except OSError:
         ids = set()
     return max(1, len(ids))
-
-
-def _version(package: str) -> str | None:
-    for name in (package, f"{package}-cpu"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _accelerators() -> list[dict[str, Any]]:
@@ -141,7 +131,7 @@ def describe_node() -> dict[str, Any]:
     gpus = _accelerators()
     return {
         "hostname": socket.gethostname(),
-        "host_processor_model_name": _cpu_model(),
+        "host_processor_model_name": cpu_model(),
         "host_processors_per_node": sockets,
         "host_processor_core_count": max(1, physical // sockets),  # per processor, as MLPerf counts
         "host_processor_vcpu_count": logical,
@@ -157,7 +147,7 @@ def describe_node() -> dict[str, Any]:
         "host_networking": _interconnect(),
         "operating_system": _operating_system(),
         "python_version": platform.python_version(),
-        "framework_versions": {name: v for name in FRAMEWORKS if (v := _version(name)) is not None},
+        "framework_versions": {name: v for name in FRAMEWORKS if (v := package_version(name)) is not None},
         "keras_backend": keras_backend(),
         "job": _job(),
     }

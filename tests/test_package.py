@@ -21,7 +21,7 @@ from aiperf import mllog, package, run, verify
 from aiperf.config import load_config
 from aiperf.score import capped_accuracy
 from aiperf.store import Store
-from aiperf.system import _cpu_model
+from aiperf.system import cpu_model
 from conftest import TINY
 
 
@@ -87,7 +87,7 @@ def test_a_local_run_describes_this_machine(quick_run):
     assert description["number_of_nodes"] == 1
     (node,) = description["nodes"]
     assert node["hostname"] == socket.gethostname() and len(node["workers"]) == 2
-    assert node["host_processor_model_name"] == _cpu_model() == description["host_processor_model_name"]
+    assert node["host_processor_model_name"] == cpu_model() == description["host_processor_model_name"]
     assert node["host_processor_vcpu_count"] == psutil.cpu_count(logical=True)
     assert node["host_cores_total"] == (psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True))
     assert node["host_memory_bytes"] == psutil.virtual_memory().total
@@ -95,7 +95,7 @@ def test_a_local_run_describes_this_machine(quick_run):
     assert written == description
     assert mllog.read_run(path).run.system_description == description
     page = run.write_report(config, run_id)[0].read_text()
-    assert _cpu_model() in page and 'id="plot-search-tree"' in page
+    assert cpu_model() in page and 'id="plot-search-tree"' in page
 
 
 def aiperf(*args: str) -> subprocess.CompletedProcess:

@@ -13,13 +13,13 @@ from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_svg
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
-from aiperf.system import _cpu_model
+from aiperf.system import cpu_model
 
 
 def test_a_node_names_its_cpu_cores_and_memory():
     node = system_description.describe_node()
     assert node["hostname"] == socket.gethostname()
-    assert node["host_processor_model_name"] == _cpu_model()
+    assert node["host_processor_model_name"] == cpu_model()
     assert node["host_processor_vcpu_count"] == psutil.cpu_count(logical=True)
     assert node["host_memory_bytes"] == psutil.virtual_memory().total
     assert node["host_memory_capacity"].endswith(("GB", "MB"))
@@ -101,7 +101,7 @@ def test_a_parent_cycle_does_not_hang_the_tree():
 def test_the_system_section_shows_the_nodes():
     description = system_description.describe_system({"tcp://a:1": _node("node-a", "11")}, division="open")
     html = system_section(_run(description=description))
-    assert "node-a" in html and _cpu_model() in html and "slurm job 11 on node-a" in html
+    assert "node-a" in html and cpu_model() in html and "slurm job 11 on node-a" in html
     assert "memory per node" in html
     assert "No system description" in system_section(_run())
 

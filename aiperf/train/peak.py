@@ -68,13 +68,9 @@ def device() -> tuple[str, bool]:
 
         if torch.cuda.is_available():
             return f"GPU {torch.cuda.get_device_name(0)}", True
-    return f"CPU {_cpu_model()}".strip(), False
+    from aiperf.system import cpu_model
 
-
-def _cpu_model() -> str:
-    from aiperf.system import _cpu_model as model
-
-    return model()
+    return f"CPU {cpu_model()}".strip(), False
 
 
 def measure_peak(seconds: float | None = None, dtype: str = "float32", *, size: int | None = None,
