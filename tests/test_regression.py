@@ -22,7 +22,8 @@ def row(run_id: int, ops: float, regulated: float | None = None, *, valid: bool 
                        created_at=NIGHT + timedelta(days=run_id if night is None else night), elapsed_s=60.0,
                        total_ops=60.0 * ops, ops=ops, tensor_ops=ops,
                        regulated_score=ops if regulated is None else regulated, best_val_accuracy=0.5,
-                       trials_completed=1, valid=valid, previous_ops=None, previous_regulated_score=None,
+                       trials_completed=1, valid=valid, precision="float32", backend="tensorflow", mfu=None,
+                       utilisation=None, previous_ops=None, previous_regulated_score=None,
                        ops_change_pct=None)
 
 
