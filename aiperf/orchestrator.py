@@ -255,24 +255,23 @@ class Orchestrator:
         self.created += 1
         epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
         started_at = time.time()
+        architecture = proposal.network.to_dict()
+        hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
+        parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
+        seed = trial_seed(self.config.seed, number if seed_number is None else seed_number)
         trial_id = self.store.create_trial(
-            run_id=self.run_id, trial_key=trial.trial_id, number=number,
-            architecture=proposal.network.to_dict(),
-            hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
-            started_at=started_at, parent_trial_id=self.trial_ids.get(proposal.parent_key or ""),
+            run_id=self.run_id, trial_key=trial.trial_id, number=number, architecture=architecture,
+            hyperparameters=hyperparameters, started_at=started_at, parent_trial_id=parent_trial_id,
             operator=proposal.operator)
         self.trial_ids[trial.trial_id] = trial_id
         self.event_log.trial_started(
             trial_id=trial_id, trial_key=trial.trial_id, number=number, started_at=started_at,
-            parent_trial_id=self.trial_ids.get(proposal.parent_key or ""), operator=proposal.operator,
-            architecture=proposal.network.to_dict(),
-            hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE}, epochs=epochs,
-            seed=trial_seed(self.config.seed, number if seed_number is None else seed_number))
+            parent_trial_id=parent_trial_id, operator=proposal.operator, architecture=architecture,
+            hyperparameters=hyperparameters, epochs=epochs, seed=seed)
         request = TrialRequest(
-            run_id=self.run_id, trial_key=trial.trial_id, architecture=proposal.network.to_dict(),
+            run_id=self.run_id, trial_key=trial.trial_id, architecture=architecture,
             learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
-            deadline=deadline, data_path=self.data_path,
-            seed=trial_seed(self.config.seed, number if seed_number is None else seed_number),
+            deadline=deadline, data_path=self.data_path, seed=seed,
             optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
             dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
             events_topic=self.events_topic, precision=self.config.train.precision,

@@ -32,6 +32,23 @@ TINY = {
 }
 
 
+
+class FinishedTrial:
+    """An orchestrator trial handle whose trial has already ended with `result`: for tests that
+    drive the real orchestrator with modelled trials."""
+
+    def __init__(self, result) -> None:
+        self._result = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self._result
+
+    def cancel(self) -> None:
+        pass
+
 @pytest.fixture(scope="session")
 def prefect_api():
     """One temporary Prefect API for every test that runs a flow (starting one costs seconds)."""

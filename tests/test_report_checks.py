@@ -18,25 +18,11 @@ from aiperf.status import TrialStatus
 from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import SimulatedModel, plan_trial
-from conftest import TINY
+from conftest import TINY, FinishedTrial
 from test_history_data import system_facts
 
 FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.05, train_samples=384, val_samples=128)
 WORKER, OTHER = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002"
-
-
-class _Done:
-    def __init__(self, result: TrialResult) -> None:
-        self._result = result
-
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> TrialResult:
-        return self._result
-
-    def cancel(self) -> None:
-        pass
 
 
 class _Forger:
@@ -51,7 +37,7 @@ class _Forger:
         if self.first:
             self.first = False
             self.events.put(self.forge({**to_event(plan.epochs[0]), "sent_from": WORKER}))
-        return _Done(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
+        return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
 
 def _search(tmp_path, forge) -> tuple[list, str]:

@@ -22,7 +22,7 @@ from aiperf.score import ScoreResult
 from aiperf.store import Store
 from aiperf.train.messages import TrialRequest, TrialResult
 
-from conftest import TINY
+from conftest import TINY, FinishedTrial
 
 NEW_SETTINGS = ("train.precision", "train.jit_compile", "train.backend")
 
@@ -118,20 +118,6 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
 
 # --- trials: the request carries them, the trial applies them -----------------------------------------
 
-class _Done:
-    def __init__(self, result: TrialResult) -> None:
-        self._result = result
-
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> TrialResult:
-        return self._result
-
-    def cancel(self) -> None:
-        pass
-
-
 def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
     from aiperf.orchestrator import Orchestrator
     from aiperf.search.oracles import make_oracle
@@ -143,10 +129,10 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
                                     "train.precision": "mixed_bfloat16", "train.jit_compile": True})
     sent: list[TrialRequest] = []
 
-    def launch(request: TrialRequest) -> _Done:
+    def launch(request: TrialRequest) -> FinishedTrial:
         sent.append(request)
         plan = plan_trial(request, time.time(), "w", SimulatedModel(ops_per_s=1e12, train_samples=384, val_samples=128))
-        return _Done(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
+        return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
     with Store.open(config.db) as store:
         run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
