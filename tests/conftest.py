@@ -58,6 +58,50 @@ def prefect_api():
         yield
 
 
+SERVED_PREFECT = "served_prefect"
+_SHARED_SERVE = pytest.StashKey["object"]()
+
+
+def _uses_served_prefect(item) -> bool:
+    return SERVED_PREFECT in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that use the served Prefect (`served_prefect`) run one after another, from where the
+    first of them was collected, so the serve.sh they share runs only while they do."""
+    users = [item for item in items if _uses_served_prefect(item)]
+    if len(users) > 1:
+        first = items.index(users[0])
+        others = [item for item in items if not _uses_served_prefect(item)]
+        items[:] = others[:first] + users + others[first:]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the shared serve.sh after the last test in a row that uses it."""
+    if _uses_served_prefect(item) and (nextitem is None or not _uses_served_prefect(nextitem)):
+        shared = item.config.stash.get(_SHARED_SERVE, None)
+        if shared is not None:
+            shared.close()
+
+
+@pytest.fixture(scope="session")
+def _shared_serve(request, tmp_path_factory):
+    from prefect_serve import SharedServe
+
+    shared = SharedServe(lambda: tmp_path_factory.mktemp("prefect-serve"))
+    request.config.stash[_SHARED_SERVE] = shared
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def served_prefect(_shared_serve):
+    """`make serve` (infra/prefect/serve.sh, tests/prefect_serve.py): server, work pool `aiperf`,
+    both deployments and a worker, one for every test that asks for it (starting one takes most of a
+    minute); each test runs and checks its own flow runs."""
+    return _shared_serve.get()
+
+
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'aiperf.db'}"

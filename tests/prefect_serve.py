@@ -1,6 +1,12 @@
 """`make serve` for tests: infra/prefect/serve.sh (Prefect server, work pool `aiperf`, the deployments
 of prefect.yaml, a worker) in its own process group, against a fresh PREFECT_HOME and a free port.
-Used by tests/test_deployments.py (through the API) and tests/test_prefect_ui.py (through the UI)."""
+Used by tests/test_deployments.py (through the API) and tests/test_prefect_ui.py (through the UI).
+
+Starting it (server, work pool, `prefect deploy`, worker) and stopping it take most of a minute on
+a 2-core machine, so those tests share one: the `served_prefect` fixture (tests/conftest.py) hands
+each of them the same serve.sh, started for the first and stopped after the last. conftest.py runs
+them one after another, so it is up only while they run. Each test starts its own flow runs, with
+its own database and output folder, and checks them by their own ids."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +74,30 @@ def serve(tmp_path: Path) -> Iterator[Served]:
             os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+class SharedServe:
+    """One serve.sh for the tests that share it: started by the first `get()`, stopped by `close()`
+    (and started afresh by a later `get()`, or when the one running has exited)."""
+
+    def __init__(self, new_folder: Callable[[], Path]) -> None:
+        self._new_folder = new_folder
+        self._stack: ExitStack | None = None
+        self._served: Served | None = None
+
+    def get(self) -> Served:
+        if self._served is not None and self._served.process.poll() is not None:
+            self.close()  # a test before stopped it or it crashed (that test failed): a fresh one for the next
+        if self._served is None:
+            stack = ExitStack()
+            self._served = stack.enter_context(serve(self._new_folder()))
+            self._stack = stack
+        return self._served
+
+    def close(self) -> None:
+        stack, self._stack, self._served = self._stack, None, None
+        if stack is not None:
+            stack.close()
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, process: subprocess.Popen, log: Path,

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY
-from prefect_serve import serve, wait_for
+from prefect_serve import wait_for
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def served(tmp_path):
-    """serve.sh in its own process group, against a fresh PREFECT_HOME and a free port."""
-    with serve(tmp_path) as server:
-        yield server.api, server.process, server.log
+def served(served_prefect):
+    """serve.sh in its own process group, against a fresh PREFECT_HOME and a free port (shared with
+    tests/test_prefect_ui.py: conftest.py's `served_prefect`)."""
+    return served_prefect.api, served_prefect.process, served_prefect.log
 
 
 def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
