@@ -73,10 +73,12 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
     cluster: Optional[str] = typer.Option(
-        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml)."),
+        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml), "
+                          "or scheduler (a running Dask scheduler: --cluster-opt address=tls://HOST:PORT)."),
     cluster_opt: Optional[list[str]] = typer.Option(
         None, "--cluster-opt", help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
-                                    "gpus, workers_per_job, prologue (one shell line each), interface."),
+                                    "gpus, workers_per_job, prologue (one shell line each), interface; for "
+                                    "--cluster scheduler address, tls_ca_file, tls_cert, tls_key."),
     adaptive: bool = typer.Option(False, "--adaptive", help="Scale jobs between 1 and --workers with demand "
                                                             "(default: a fixed number of workers)."),
     settings: Optional[list[str]] = typer.Option(
@@ -108,6 +110,9 @@ def run(
         from aiperf.data.staging import preflight
 
         preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
+        from aiperf.cluster import preflight as cluster_preflight
+
+        cluster_preflight(config)  # so does a running scheduler (--cluster scheduler) that does not answer
         machine = _claim_machine(config.cluster.kind, allow_concurrent)  # refused before anything is written
         from aiperf.store import Store
 

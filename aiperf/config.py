@@ -151,12 +151,15 @@ class SearchConfig(_Strict):
     space: SpaceConfig = SpaceConfig()
 
 
-ClusterKind = Literal["local", "slurm", "pbs", "lsf", "sge"]
+ClusterKind = Literal["local", "slurm", "pbs", "lsf", "sge", "scheduler"]
 
 
 class ClusterConfig(_Strict):
     """Where the workers run. Unset job settings come from aiperf/cluster/jobqueue.yaml (Dask config), so a
-    site sets its queue once there; a profile's `cluster:` section and the command line override it."""
+    site sets its queue once there; a profile's `cluster:` section and the command line override it.
+    Kind `scheduler` uses a Dask scheduler that is already running, with workers started by other means
+    (by hand, Kubernetes): `address` is its tls://HOST:PORT and the tls_* files what a client presents
+    (aiperf/cluster/external.py); job settings do not apply to it."""
 
     kind: ClusterKind = "local"
     queue: str | None = None
@@ -169,8 +172,39 @@ class ClusterConfig(_Strict):
     prologue: list[str] = []  # shell lines run before the worker starts (module loads, environment)
     interface: str | None = None  # network interface the workers and the scheduler talk on
     adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
+    # kind scheduler: the running scheduler, and the PEM files of the CA that signed its certificate and of
+    # the client certificate and key this run presents (Dask traffic is TLS only)
+    address: str | None = None  # tls://HOST:PORT
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
-    _single_lines = field_validator("queue", "account", "walltime", "memory", "interface")(_one_line)
+    _single_lines = field_validator("queue", "account", "walltime", "memory", "interface", "address",
+                                    "tls_ca_file", "tls_cert", "tls_key")(_one_line)
+
+    @model_validator(mode="after")
+    def _scheduler_settings(self) -> ClusterConfig:
+        external = ("address", "tls_ca_file", "tls_cert", "tls_key")
+        if self.kind != "scheduler":
+            given = [name for name in external if getattr(self, name) is not None]
+            if given:
+                raise PydanticCustomError("cluster", f"cluster.{given[0]} is for cluster.kind scheduler (a running "
+                                          f"Dask scheduler), not {self.kind}; remove it or set cluster.kind=scheduler")
+            return self
+        if not self.address:
+            raise PydanticCustomError("cluster", "cluster.kind scheduler needs cluster.address: the running Dask "
+                                      "scheduler's tls://HOST:PORT")
+        host, _, port = self.address.removeprefix("tls://").rpartition(":")
+        if not self.address.startswith("tls://") or not host or not port.isdigit():
+            raise PydanticCustomError("cluster", f"cluster.address {self.address!r} must be tls://HOST:PORT: Dask "
+                                      "traffic is TLS only (start the scheduler with --tls-ca-file, --tls-cert and "
+                                      "--tls-key)")
+        missing = [f"cluster.{name}" for name in external[1:] if not getattr(self, name)]
+        if missing:
+            raise PydanticCustomError("cluster", f"cluster.kind scheduler needs {', '.join(missing)}: the PEM "
+                                      "files of the CA that signed the scheduler's certificate and of this run's "
+                                      "client certificate and key")
+        return self
 
 
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16"]

@@ -8,6 +8,8 @@ thread pools never oversubscribe a node.
 - slurm, pbs, lsf, sge: dask-jobqueue. The batch systems differ only in data (`QUEUES`): one job
   per node (or part of one) running one worker, or one worker per GPU when jobs have GPUs. Defaults
   come from aiperf/cluster/jobqueue.yaml, then the profile's `cluster:` section, then the command line.
+- scheduler: a Dask scheduler that is already running (workers started by hand, by Kubernetes, ...),
+  reached at cluster.address with the user's TLS files; nothing is started or stopped (external).
 
 Walltime: each worker retires (`--lifetime`, staggered so jobs do not all end at once) before the
 queue would kill it, and a keeper replaces jobs that ended, whether retired, cancelled or killed.
@@ -24,7 +26,8 @@ the run (KERAS_BACKEND in every worker's environment).
 
 Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
 no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
-Dask internal aiperf calls), start (starting a cluster and waiting for its workers).
+Dask internal aiperf calls), start (starting a cluster and waiting for its workers), external (a
+running scheduler: connecting, and checking its workers).
 """
 
 from aiperf.cluster.environment import (
@@ -36,12 +39,12 @@ from aiperf.cluster.plan import (
 from aiperf.cluster.queues import (
     QUEUES, QueueKind, format_walltime, parse_walltime, staggered_lifetime, worker_lifetime,
 )
-from aiperf.cluster.start import StartedCluster, jobqueue_cluster, local_cluster, start_cluster
+from aiperf.cluster.start import StartedCluster, jobqueue_cluster, local_cluster, preflight, start_cluster
 
 __all__ = [
     "GPU_RESOURCE", "JOB_GPUS_ENV", "JOB_STARTED_ENV", "LIFETIME_ENV", "QUEUES", "TRIAL_RESOURCE",
     "JobPlan", "QueueKind", "StartedCluster",
     "format_walltime", "job_id", "job_plan", "jobqueue_cluster", "jobqueue_cluster_class", "jobqueue_defaults",
-    "local_cluster", "parse_walltime", "pin_gpu", "staggered_lifetime", "start_cluster", "trial_resources",
+    "local_cluster", "parse_walltime", "pin_gpu", "preflight", "staggered_lifetime", "start_cluster", "trial_resources",
     "worker_end", "worker_environment", "worker_lifetime",
 ]

@@ -8,6 +8,9 @@ JAX starts, and the CUDA devices a framework sees are fixed when it starts.
 from __future__ import annotations
 
 import os
+import socket
+import sys
+from typing import Any
 
 from aiperf.cluster.queues import QUEUES, staggered_lifetime
 from aiperf.train.trial import CORES_ENV
@@ -80,3 +83,32 @@ def pin_gpu(worker_name: str) -> str | None:
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
     os.environ[PINNED_ENV] = "1"
     return os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+def worker_settings(api_url: str | None = None) -> dict[str, Any]:
+    """What this worker process took from its environment, for a run on workers it did not start
+    (aiperf.cluster.external checks it on each): its Keras backend (the one already loaded, else the
+    one it would load) and its cores; and, given the run's Prefect API, why this node cannot reach
+    it (None: it can)."""
+    backend, loaded = os.environ.get(BACKEND_ENV), None
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        try:
+            loaded = keras.backend.backend()
+        except Exception:  # pragma: no cover - a half-imported keras
+            loaded = None
+    return {"host": socket.gethostname(), "backend": loaded or backend, "backend_loaded": loaded is not None,
+            "cores": os.environ.get(CORES_ENV), "api_unreachable": unreachable(api_url) if api_url else None}
+
+
+def unreachable(url: str, timeout_s: float = 5.0) -> str | None:
+    """Why a TCP connection to the host and port of `url` fails from here (None: it opens)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as exc:
+        return str(exc) or type(exc).__name__

@@ -3,10 +3,12 @@
 - local: a LocalCluster, the machine's cores split evenly between worker processes.
 - slurm, pbs, lsf, sge: dask-jobqueue jobs whose workers connect back to a scheduler in this
   process, kept whole by the keeper.
+- scheduler: a Dask scheduler already running elsewhere, with its own workers (aiperf.cluster.external).
 
-Both speak TLS with credentials made for the run (`tls_credentials`): the scheduler, its workers and
-every client present the same certificate, so a process without it can neither join as a worker nor
-submit work (which would run as the user on every worker).
+All speak TLS. Local and job clusters use credentials made for the run (`tls_credentials`): the
+scheduler, its workers and every client present the same certificate, so a process without it can
+neither join as a worker nor submit work (which would run as the user on every worker). A running
+scheduler's TLS files are the user's (cluster.tls_ca_file, tls_cert, tls_key).
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class StartedCluster:
     workers: int
     plan: JobPlan | None = None
     security: Any = None  # distributed.Security every client must present (None: the cluster has no TLS)
+    address: str | None = None  # a running scheduler's (kind scheduler: `cluster` is None)
 
     @property
     def scheduler_address(self) -> str:
-        return self.cluster.scheduler_address
+        return self.address or self.cluster.scheduler_address
 
 
 def tls_credentials() -> Any:
@@ -159,6 +162,15 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
             cluster.close()
 
 
+def preflight(config: BenchmarkConfig) -> None:
+    """The cluster checks that cost seconds at most, before a run records anything: a running scheduler
+    (kind scheduler) must accept this run. Batch and local clusters are checked as they start."""
+    if config.cluster.kind == "scheduler":
+        from aiperf.cluster.external import check_scheduler
+
+        check_scheduler(config)
+
+
 @contextmanager
 def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -> Iterator[StartedCluster]:
     """The run's cluster, its workers up (the timed window opens after this, not before)."""
@@ -175,8 +187,14 @@ def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -
         return
     host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]
     if host in ("127.0.0.1", "localhost"):
-        log.warning("workers will report to %s, which only this node can reach; for jobs on other nodes "
+        log.warning("workers will report to %s, which only this node can reach; for workers on other nodes "
                     "start `prefect server start --host 0.0.0.0` and set PREFECT_API_URL to its address",
                     prefect_api_url)
+    if config.cluster.kind == "scheduler":
+        from aiperf.cluster.external import external_cluster
+
+        with external_cluster(config, prefect_api_url, timeout_s=WORKERS_TIMEOUT_S) as started:
+            yield started
+        return
     with jobqueue_cluster(config, prefect_api_url) as started:
         yield started
