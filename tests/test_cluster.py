@@ -73,16 +73,30 @@ def test_slurm_script_has_directives_resources_lifetime_and_prologue():
     assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script, "no profiler in the trials' way"
 
 
-def test_local_workers_run_without_dasks_statistical_profiler():
-    """The profiler would sample the trial's thread every 10 ms, holding the GIL each time."""
+def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
+    """The profiler would sample the trial's thread every 10 ms and the event loops tick every 20 ms
+    (system monitor 500 ms, nanny memory check 100 ms), each holding the GIL: the scheduler, the
+    nannies and the workers run with QUIET_DASK's intervals instead."""
     import dask
     from distributed import Client
 
+    from aiperf.cluster.environment import QUIET_DASK
     from aiperf.cluster.start import local_cluster
 
+    def intervals(server) -> dict[str, float]:
+        return {name: callback.callback_time for name, callback in server.periodic_callbacks.items()}
+
     with local_cluster(1) as cluster, Client(cluster, security=cluster.security) as client:
-        seen = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
-    assert list(seen.values()) == [False]
+        profiler = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+        workers = list(client.run(lambda dask_worker: intervals(dask_worker)).values())
+        scheduler = client.run_on_scheduler(lambda dask_scheduler: intervals(dask_scheduler))
+        nannies = [intervals(nanny) for nanny in cluster.workers.values()]
+    assert QUIET_DASK["distributed.admin.tick.interval"] == "1s"
+    assert list(profiler.values()) == [False]
+    for server in [*workers, scheduler, *nannies]:
+        assert server["tick"] == 1000 and server["monitor"] == 5000, server
+    assert nannies[0]["memory_monitor"] == 1000 and workers[0]["memory_monitor"] == 1000
+    assert "stealing" not in scheduler
 
 
 @pytest.mark.parametrize("kind, expected", [

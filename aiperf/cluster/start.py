@@ -25,7 +25,7 @@ from typing import Any
 import dask
 import psutil
 
-from aiperf.cluster.environment import worker_environment
+from aiperf.cluster.environment import QUIET_DASK, worker_environment
 from aiperf.cluster.keeper import Keeper
 from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
 from aiperf.cluster.preload import PRELOAD
@@ -86,8 +86,8 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
         processes, threads = workers, 1
         cores = cores_per_worker or max(1, machine_cores() // workers)
     memory = int(psutil.virtual_memory().total * 0.9 / processes)
-    # Nannies hand their dask config to the worker processes: no statistical profiler in a trial's way.
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.worker.profile.enabled": False}):
+    # The scheduler and nannies read QUIET_DASK here; the workers, from their environment.
+    with dask.config.set({**QUIET_DASK, "distributed.scheduler.allowed-failures": 0}):
         cluster = LocalCluster(
             n_workers=processes, threads_per_worker=threads, processes=True, memory_limit=memory,
             dashboard_address=None, resources={TRIAL_RESOURCE: threads}, preload=[PRELOAD],
@@ -136,7 +136,7 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
     logs = Path(config.out).resolve() / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
-    settings = {"distributed.scheduler.allowed-failures": 0,
+    settings = {**QUIET_DASK, "distributed.scheduler.allowed-failures": 0,
                 # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
                 "distributed.deploy.lost-worker-timeout": "3s"}
     with dask.config.set(settings):
