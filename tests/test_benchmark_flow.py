@@ -158,3 +158,25 @@ def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
         links = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["aiperf-event-log"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
     assert len(links) == 1 and log.resolve().as_uri() in links[0].data
+
+
+def test_workers_load_the_trial_code_before_the_window(prefect_api):
+    """The flow's trial runner has every worker import the trial task's module and Prefect's task
+    engine as it opens, before any trial: a first trial would otherwise do it inside the window."""
+    import sys
+
+    from distributed import Client
+
+    from aiperf.cluster.start import local_cluster
+    from aiperf.config import load_config
+    from flows.benchmark import PrefectStages
+
+    def loaded() -> list[str]:
+        return sorted(name for name in ("flows.benchmark", "prefect.task_engine") if name in sys.modules)
+
+    config = load_config("quick", workers=2, overrides=TINY)
+    with local_cluster(2) as cluster, Client(cluster, security=cluster.security) as client:
+        assert list(client.run(loaded).values()) == [[], []], "a fresh worker has loaded nothing yet"
+        with PrefectStages().trials(config, cluster.scheduler_address, cluster.security):
+            after = client.run(loaded)
+    assert list(after.values()) == [["flows.benchmark", "prefect.task_engine"]] * 2
