@@ -56,7 +56,8 @@ def add_scored(oracle, network, score: float) -> None:
     oracle._tried.add(network.topology_key())
 
 
-def measure(seed: str, trials: int, proposals: int) -> list[float]:
+def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds of each of `proposals` proposals after `trials` scored trials."""
     import keras_tuner as kt
 
     from aiperf.arch.morph import Limits
@@ -76,18 +77,25 @@ def measure(seed: str, trials: int, proposals: int) -> list[float]:
                             candidates=config.search.candidates, beta=config.search.ucb_beta)
     rng = random.Random(7)
     grow_history(oracle, seed_network, trials, rng)
-    latencies = []
+    latencies, cpu = [], []
     # The first proposal after the history was planted computes every pair of the GP's training set
     # at once; in a run the set grows one trial at a time. It warms up, uncounted.
     for n in range(-1, proposals):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         proposal = oracle.populate_space(f"bench-{n}")
         if n >= 0:
             latencies.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - started_cpu)
         assert proposal["values"][space.OPERATOR] not in (space.SEED_OPERATOR, "bench"), "a real proposal"
         values = proposal["values"]
         add_scored(oracle, network_from_dict(json.loads(values[space.ARCHITECTURE])), rng.random())
-    return latencies
+    return latencies, cpu
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    """Median and p99 in milliseconds."""
+    ordered = sorted(1e3 * s for s in seconds)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def main() -> None:
@@ -96,13 +104,14 @@ def main() -> None:
     parser.add_argument("--seeds", default="resnet-mini,resnet50")
     parser.add_argument("--proposals", type=int, default=50)
     args = parser.parse_args()
-    print(f"{'seed':<12} {'trials':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'seed':<12} {'trials':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'cpu median':>11} {'cpu p99':>8}")
     for seed in args.seeds.split(","):
         for trials in (int(t) for t in args.trials.split(",")):
-            latencies = sorted(1e3 * s for s in measure(seed, trials, args.proposals))
-            p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-            print(f"{seed:<12} {trials:>7} {statistics.median(latencies):>10.1f} {p99:>8.1f} {latencies[-1]:>8.1f}",
-                  flush=True)
+            latencies, cpu = measure(seed, trials, args.proposals)
+            (median, p99), (cpu_median, cpu_p99) = percentiles(latencies), percentiles(cpu)
+            print(f"{seed:<12} {trials:>7} {median:>10.1f} {p99:>8.1f} {1e3 * max(latencies):>8.1f} "
+                  f"{cpu_median:>11.1f} {cpu_p99:>8.1f}", flush=True)
 
 
 if __name__ == "__main__":

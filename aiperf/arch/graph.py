@@ -20,6 +20,7 @@ Node kinds and their parameters:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -109,12 +110,40 @@ class Network:
         return cls.from_dict(json.loads(text))
 
     def topology_key(self) -> str:
-        """Hash of the computation (not of names or history): equal keys build equal models."""
-        shapes = infer_shapes(self)
-        index = {n.id: i for i, n in enumerate(self.nodes)}
-        canon = [(n.kind, sorted(index[i] for i in n.inputs), sorted(n.params.items()), shapes[n.id])
-                 for n in self.nodes]
-        return hashlib.sha256(json.dumps(canon, default=str).encode()).hexdigest()[:16]
+        """Hash of the computation (not of names or history): equal keys build equal models.
+
+        The hashed text is the JSON of one [kind, sorted input positions, sorted params, shape] entry
+        per node. Keys are stored (the morphism oracle's tried set), so that text must never change;
+        it is assembled from pieces cached on the nodes because a search keys thousands of children
+        that share all but a few (frozen) nodes with their parent. Computed once per network."""
+        cached = self.__dict__.get("_topology_key")
+        if cached is None:
+            shapes, index = _shapes(self), {n.id: str(i) for i, n in enumerate(self.nodes)}
+            entries = []
+            for n in self.nodes:
+                head, tail = _node_json(n)
+                inputs = index[n.inputs[0]] if len(n.inputs) == 1 else ", ".join(
+                    map(str, sorted(int(index[i]) for i in n.inputs)))
+                entries.append(f"{head}{inputs}{tail}{_json(shapes[n.id])}]")
+            cached = hashlib.sha256(f"[{', '.join(entries)}]".encode()).hexdigest()[:16]
+            object.__setattr__(self, "_topology_key", cached)
+        return cached
+
+    def edited(self, nodes: tuple[Node, ...], history: tuple[str, ...],
+               shapes: dict[str, Shape] | None = None, params: int | None = None) -> Network:
+        """This network with other nodes and history, NOT validated: only for edits that keep a graph
+        valid by construction (the morphisms, whose preconditions morph.py checks and whose results
+        the tests validate). A search makes thousands of children to score a few; validating each
+        would repeat the shape inference the edit already did (`shapes` and the parameter count
+        `params`, when it knows them)."""
+        child = object.__new__(Network)
+        for name, value in (("name", self.name), ("input_shape", self.input_shape),
+                            ("num_classes", self.num_classes), ("nodes", nodes), ("history", history)):
+            object.__setattr__(child, name, value)
+        for name, value in (("_shapes", shapes), ("_params", params)):
+            if value is not None:
+                object.__setattr__(child, name, value)
+        return child
 
     # --- summaries ------------------------------------------------------------------------------
 
@@ -141,11 +170,31 @@ def infer_shapes(net: Network) -> dict[str, Shape]:
     """Output shape of every node (batch excluded); raises ValueError on an inconsistent graph.
     Computed once per network (a network is frozen; validation computes it at construction): the
     search calls this for every candidate morphism."""
+    return dict(_shapes(net))
+
+
+def _shapes(net: Network) -> dict[str, Shape]:
+    """infer_shapes() without the copy, for this module's readers (which never change it)."""
     cached = net.__dict__.get("_shapes")
     if cached is None:
         cached = _infer_shapes(net)
         object.__setattr__(net, "_shapes", cached)
-    return dict(cached)
+    return cached
+
+
+@functools.lru_cache(maxsize=4096)
+def _json(shape: Shape) -> str:
+    return json.dumps(shape)
+
+
+def _node_json(node: Node) -> tuple[str, str]:
+    """A node's topology-key entry around its input positions and shape: '[kind, [' and
+    '], sorted params, ' as JSON, cached on the (frozen, shared) node."""
+    cached = node.__dict__.get("_json")
+    if cached is None:
+        cached = (f"[{json.dumps(node.kind)}, [", f"], {json.dumps(sorted(node.params.items()), default=str)}, ")
+        object.__setattr__(node, "_json", cached)
+    return cached
 
 
 def _infer_shapes(net: Network) -> dict[str, Shape]:
@@ -183,20 +232,31 @@ def _infer_shapes(net: Network) -> dict[str, Shape]:
 
 
 def count_params(net: Network) -> int:
-    """Weights of the built model (trainable and not), as Keras counts them."""
-    shapes = infer_shapes(net)
-    total = 0
-    for n in net.nodes:
-        p = n.params
-        if n.kind == "conv":
-            cin = shapes[n.inputs[0]][-1]
-            total += p["kernel"] ** 2 * cin * p["filters"] + (p["filters"] if p.get("bias") else 0)
-        elif n.kind == "bn":
-            total += 4 * shapes[n.id][-1]
-        elif n.kind == "dense":
-            fan_in, units = shapes[n.inputs[0]][-1], shapes[n.id][-1]
-            total += fan_in * units + units
-    return total
+    """Weights of the built model (trainable and not), as Keras counts them. Once per network."""
+    cached = net.__dict__.get("_params")
+    if cached is None:
+        cached = _count_params(net)
+        object.__setattr__(net, "_params", cached)
+    return cached
+
+
+def _count_params(net: Network) -> int:
+    shapes = _shapes(net)
+    return sum(node_params(n, shapes) for n in net.nodes)
+
+
+def node_params(node: Node, shapes: dict[str, Shape]) -> int:
+    """Weights of one node, given the network's shapes (its own and its inputs')."""
+    p = node.params
+    if node.kind == "conv":
+        cin = shapes[node.inputs[0]][-1]
+        return p["kernel"] ** 2 * cin * p["filters"] + (p["filters"] if p.get("bias") else 0)
+    if node.kind == "bn":
+        return 4 * shapes[node.id][-1]
+    if node.kind == "dense":
+        fan_in, units = shapes[node.inputs[0]][-1], shapes[node.id][-1]
+        return fan_in * units + units
+    return 0
 
 
 def validate(net: Network) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aiperf.arch.graph import Network, Node, count_params, infer_shapes
+from aiperf.arch.graph import Network, Node, count_params, infer_shapes, node_params
 
 OPERATORS = ("deepen", "widen", "skip")
 _PASS_THROUGH = ("bn", "relu", "maxpool", "zeropad")
@@ -55,10 +55,25 @@ def _bn_params(net: Network) -> dict[str, Any]:
     return {"epsilon": 1e-3, "momentum": 0.99, **(first.params if first else {})}
 
 
-def _rewire(nodes: list[Node], old: str, new: str, skip_ids: set[str]) -> list[Node]:
-    """Consumers of `old` read `new` instead (except the new nodes themselves)."""
-    return [n if n.id in skip_ids else replace(n, inputs=tuple(new if i == old else i for i in n.inputs))
-            for n in nodes]
+def _rewire(net: Network, old: str, new: str) -> list[Node]:
+    """`net`'s nodes, its consumers of `old` reading `new` instead. The other nodes are shared with
+    the parent, not copied: nodes are frozen, and their cached pieces of the topology key carry over."""
+    consumers = {n.id for n in net.consumers(old)}
+    return [replace(n, inputs=tuple(new if i == old else i for i in n.inputs)) if n.id in consumers else n
+            for n in net.nodes]
+
+
+def _insert_after(net: Network, at: str, new: list[Node], entry: Morphism) -> Network:
+    """`new` after node `at`, whose consumers read new[-1] instead. Each new node has `at`'s output
+    shape (deepen and skip keep shapes), so the child's shapes and weights (the parent's, plus the
+    new nodes') are known without going through the whole graph again."""
+    nodes = _rewire(net, at, new[-1].id)
+    position = [n.id for n in nodes].index(at) + 1
+    nodes[position:position] = new
+    shapes = infer_shapes(net)
+    shapes.update((n.id, shapes[at]) for n in new)
+    params = count_params(net) + sum(node_params(n, shapes) for n in new)
+    return net.edited(tuple(nodes), net.history + (entry.describe(),), shapes, params)
 
 
 def deepen(net: Network, after: str, kernel: int) -> Network:
@@ -71,11 +86,7 @@ def deepen(net: Network, after: str, kernel: int) -> Network:
                                                   "padding": "same", "bias": False}),
            Node(f"{p}_bn", "bn", (f"{p}_conv",), _bn_params(net)),
            Node(f"{p}_relu", "relu", (f"{p}_bn",))]
-    nodes = _rewire(list(net.nodes), after, f"{p}_relu", {n.id for n in new})
-    at = [n.id for n in nodes].index(after) + 1
-    nodes[at:at] = new
-    entry = Morphism("deepen", {"after": after, "kernel": kernel}).describe()
-    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+    return _insert_after(net, after, new, Morphism("deepen", {"after": after, "kernel": kernel}))
 
 
 def _once(net: Network, name: str, compute: Callable[[Network], list]) -> list:
@@ -117,7 +128,7 @@ def widen(net: Network, conv: str) -> Network:
     nodes = [replace(n, params={**n.params, "filters": 2 * n.params["filters"]}) if n.id == conv else n
              for n in net.nodes]
     entry = Morphism("widen", {"conv": conv}).describe()
-    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+    return net.edited(tuple(nodes), net.history + (entry,))  # shapes inferred when first read
 
 
 def skip_pairs(net: Network) -> list[tuple[str, str]]:
@@ -156,11 +167,7 @@ def skip(net: Network, source: str, target: str) -> Network:
                 Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), _bn_params(net))]
         shortcut = f"{p}_proj_bn"
     new.append(Node(f"{p}_add", "add", (target, shortcut)))
-    nodes = _rewire(list(net.nodes), target, f"{p}_add", {n.id for n in new})
-    at = [n.id for n in nodes].index(target) + 1
-    nodes[at:at] = new
-    entry = Morphism("skip", {"source": source, "target": target}).describe()
-    return replace(net, nodes=tuple(nodes), history=net.history + (entry,))
+    return _insert_after(net, target, new, Morphism("skip", {"source": source, "target": target}))
 
 
 def apply(net: Network, morphism: Morphism) -> Network:

@@ -17,12 +17,13 @@ is in get_state(), which the orchestrator stores in the database after every tri
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
 import random
 from typing import Any
 
 import keras_tuner as kt
+import numpy as np
 
 from aiperf.arch.graph import Network
 from aiperf.arch.morph import Limits, random_morphism
@@ -30,11 +31,10 @@ from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.distance import describe
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.memory import SearchMemory, training_set
+from aiperf.search.memory import SearchMemory, ranking, training_set
 
 RUNNING = kt.engine.trial.TrialStatus.RUNNING
 IDLE = kt.engine.trial.TrialStatus.IDLE
-COMPLETED = kt.engine.trial.TrialStatus.COMPLETED
 
 
 class MorphismOracle(kt.Oracle):
@@ -54,9 +54,11 @@ class MorphismOracle(kt.Oracle):
     # --- proposals ------------------------------------------------------------------------------
 
     def populate_space(self, trial_id: str) -> dict[str, Any]:
-        seeds = sum(1 for t in self.trials.values()
-                    if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR)
-        scored = [t for t in self.trials.values() if t.status == COMPLETED and _finite(t.score)]
+        # Counting stops at first_round (the seeds come first), not at the 10,000th trial.
+        seeds = sum(1 for _ in itertools.islice(
+            (t for t in self.trials.values() if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR),
+            self.first_round))
+        scored, scores, ranks = self._memory.scored(self.trials)
         if seeds >= self.first_round and not scored and self.ongoing_trials:
             # The first round is still training: nothing to grow yet. Nothing random is drawn, so
             # how often the flow asks does not change what comes next (a resumed run proposes the same).
@@ -66,7 +68,7 @@ class MorphismOracle(kt.Oracle):
             # The first round, or a first round that failed: the seed again, with other
             # hyperparameters and weights (the orchestrator stops a run where nothing trains).
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
-        proposal = self._propose(scored, int(values[space.KERNEL_SIZE]))
+        proposal = self._propose(scored, scores, ranks, int(values[space.KERNEL_SIZE]))
         if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         child, parent_id, operator = proposal
@@ -85,9 +87,10 @@ class MorphismOracle(kt.Oracle):
                 space.BATCH_SIZE: rng.choice(s.batch_size), space.KERNEL_SIZE: rng.choice(s.kernel_size),
                 space.DROPOUT: rng.choice(s.dropout)}
 
-    def _propose(self, scored: list[kt.engine.trial.Trial], kernel: int) -> tuple[Network, str, str] | None:
-        ranked = heapq.nlargest(self.top_parents, scored, key=lambda t: t.score)
-        candidates: dict[str, tuple[Network, str]] = {}  # topology key -> (child, parent trial id)
+    def _propose(self, scored: list[kt.engine.trial.Trial], scores: np.ndarray, ranks: np.ndarray,
+                 kernel: int) -> tuple[Network, str, str] | None:
+        ranked = [scored[i] for i in ranking(scores)[: self.top_parents]]
+        candidates: dict[str, tuple[Network, kt.engine.trial.Trial]] = {}  # topology key -> (child, parent)
         for _ in range(self.candidates * 3):
             if len(candidates) >= self.candidates:
                 break
@@ -96,16 +99,17 @@ class MorphismOracle(kt.Oracle):
             if child is not None:
                 key = child.topology_key()
                 if key not in self._tried and key not in candidates:
-                    candidates[key] = (child, parent.trial_id)
+                    candidates[key] = (child, parent)
         if not candidates:
             return None
         proposals = list(candidates.values())
-        train = training_set(scored)
+        train = training_set(scored, scores, ranks)
         gp = ArchitectureGP().fit_distances(self._memory.training_distances(train), [t.score for t in train])
-        mean, std = gp.predict_distances(self._memory.distances_to([describe(c) for c, _ in proposals], train))
+        distances = self._memory.children_distances([(describe(c), p) for c, p in proposals], ranked, train)
+        mean, std = gp.predict_distances(distances)
         best = int(upper_confidence_bound(mean, std, self.beta).argmax())
-        child, parent_id = proposals[best]
-        return child, parent_id, child.history[-1]
+        child, parent = proposals[best]
+        return child, parent.trial_id, child.history[-1]
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -117,12 +121,10 @@ class MorphismOracle(kt.Oracle):
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
+        self._memory = SearchMemory()  # derived from the trials; a state from elsewhere comes with others
         morphism = state.get("morphism", {})
         self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()}
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
 
-
-def _finite(score: float | None) -> bool:
-    return score is not None and math.isfinite(score)
