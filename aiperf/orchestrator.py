@@ -6,6 +6,12 @@ the moment the worker reports it, tells the oracle, and starts the next trial as
 ends. At the deadline it stops proposing and waits for the running trials to stop themselves.
 It is the only writer of the run's records.
 
+Two things keep a thousand workers busy from one process. The oracle lives on its own thread
+(OracleThread), which proposes the next trials ahead of need, so a freed worker takes a proposal
+that is already made; every oracle call goes through that thread, so only one thread ever touches
+the oracle. And what one turn of the loop learns (epochs, ends, new trials) is committed in one
+transaction (aiperf.store.WriteBatch), not one per report: a commit waits for the disk.
+
 Every report is checked when it arrives: samples within the dataset and in whole batches, epochs
 in order, and a live event only from the worker the trial runs on (the Dask scheduler stamps each
 event with its sender, `sent_from`). A report that fails is refused with a warning and its trial is
@@ -19,14 +25,20 @@ this process, as event dicts from Dask workers). Tests drive it with threads.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import keras_tuner as kt
 
@@ -37,7 +49,7 @@ from aiperf.mllog import EventLog
 from aiperf.search import space
 from aiperf.status import TrialStatus
 from aiperf.search.schedule import epochs_for
-from aiperf.store import Store, TrialRecord
+from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
 
@@ -108,6 +120,136 @@ def max_consecutive_failures(workers: int) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else 3 * workers
 
 
+def proposals_ahead(workers: int) -> int:
+    """How many proposals the oracle thread keeps ready beyond the one being taken.
+
+    A proposal made ahead does not know the trials that end between its making and its launch.
+    With W workers every proposal already misses the W - 1 trials still running, so k made ahead
+    add k / (W - 1) to that: nothing at a thousand workers, where a slow proposal would idle
+    them, and as much again at two, where a proposal costs little against a trial. Hence none
+    under 4 workers (the oracle still runs on its thread, on demand), then one per 256 workers
+    (ends arrive about workers / trial length per second, in bursts of a few per turn)."""
+    return 0 if workers < 4 else math.ceil(workers / 256)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A trial the oracle proposed, its values, and the oracle's state right after proposing it.
+
+    The run stores that state in the transaction that records the trial, never an older one: a
+    resumed run then never proposes a recorded trial again. Proposals made after it (ready, not yet
+    launched) are not in it, so one that never runs leaves no trace in the records."""
+
+    trial: kt.engine.trial.Trial
+    values: dict[str, Any]
+    state: dict[str, Any]
+
+
+class OracleThread:
+    """The one thread that touches the oracle (keras-tuner oracles are not thread-safe, and a
+    proposal of the morphism oracle takes long enough to idle workers if the loop waited for it).
+
+    Every call runs on one worker thread, in the order it was made: what the loop tells the oracle
+    (an epoch's score, a trial's end) is fire-and-forget; proposals are asked `ahead` at a time and
+    taken in order. A failure in a told call is raised at the next take() or check()."""
+
+    def __init__(self, oracle: kt.Oracle, ahead: int) -> None:
+        self.oracle, self.ahead = oracle, ahead
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiperf-oracle")
+        self._ready: deque[Future[Proposal | None]] = deque()
+        self._asked = 0
+        self._failure: BaseException | None = None
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """fn(oracle, *args) on the oracle's thread, after everything asked before it."""
+        return self._executor.submit(fn, self.oracle, *args)
+
+    def tell(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Like call, for calls whose answer nobody waits for; a failure is kept and raised later."""
+        self.call(fn, *args).add_done_callback(self._keep_failure)
+
+    def _keep_failure(self, done: Future) -> None:
+        if not done.cancelled() and done.exception() is not None and self._failure is None:
+            self._failure = done.exception()
+
+    def check(self) -> None:
+        """Raise what a told call raised, in the loop's thread."""
+        if self._failure is not None:
+            raise self._failure
+
+    def take(self, wanted: int = 1) -> list[Proposal]:
+        """Up to `wanted` proposals, in order: the next one (waited for when it is not made yet),
+        then each one after it that is already made, so that a slow proposal never holds the ones
+        before it. Empty when the oracle has nothing to propose now. Every proposal wanted is asked
+        for, and `ahead` more are kept asked for."""
+        self.check()
+        while len(self._ready) < wanted:
+            self._ask()
+        taken = [self._ready.popleft().result()]
+        while len(taken) < wanted and self._ready and self._ready[0].done():
+            taken.append(self._ready.popleft().result())
+        while len(self._ready) < self.ahead:
+            self._ask()
+        return [proposal for proposal in taken if proposal is not None]
+
+    def _ask(self) -> None:
+        self._asked += 1
+        self._ready.append(self.call(_propose, f"proposal-{self._asked}"))
+
+    def close(self) -> None:
+        """Drop the proposals not yet started (nothing of theirs was recorded) and wait for the
+        calls already made, so the oracle has learnt every end it was told."""
+        for pending in self._ready:
+            pending.cancel()
+        self._ready.clear()
+        self._executor.shutdown(wait=True)
+
+
+def _propose(oracle: kt.Oracle, tuner_id: str) -> Proposal | None:
+    """On the oracle's thread: a proposal and the state that includes it (detached from the
+    oracle's live lists by a JSON round trip, as the database would store it anyway)."""
+    trial = oracle.create_trial(tuner_id)
+    if trial.status != kt.engine.trial.TrialStatus.RUNNING:
+        return None  # the oracle has nothing to propose right now
+    return Proposal(trial, dict(trial.hyperparameters.values), json.loads(json.dumps(oracle.get_state())))
+
+
+def _retrain(oracle: kt.Oracle, record: TrialRecord, tuner_id: str) -> kt.engine.trial.Trial:
+    """On the oracle's thread: an interrupted trial of a resumed run registered again under a new
+    trial key with the same values; the oracle counts it as its own, not as a proposal."""
+    from aiperf.search.resume import trial_values
+
+    trial_id = f"{{:0{len(str(oracle.max_trials))}d}}".format(len(oracle.trials))
+    hp = oracle.hyperparameters.copy()
+    hp.values = trial_values(record)
+    trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status=kt.engine.trial.TrialStatus.RUNNING)
+    oracle.trials[trial_id], oracle.ongoing_trials[tuner_id] = trial, trial
+    oracle.start_order.append(trial_id)
+    return trial
+
+
+def _score(oracle: kt.Oracle, trial_id: str, objective: str, value: float, step: int) -> None:
+    oracle.update_trial(trial_id, {objective: value}, step=step)
+
+
+def _end_trial(oracle: kt.Oracle, trial: kt.engine.trial.Trial, objective: str, message: str | None) -> None:
+    """On the oracle's thread, after every score told before it: the trial ends for the oracle,
+    completed if it was ever scored."""
+    measured = trial.metrics.exists(objective)
+    trial.status = kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
+    trial.message = message
+    oracle.end_trial(trial)
+
+
+@dataclass
+class _Launch:
+    """A trial about to be recorded and handed to a worker."""
+
+    trial: kt.engine.trial.Trial
+    values: dict[str, Any]
+    seed_number: int | None = None  # a retrained trial keeps the weight seed of the one it repeats
+
+
 class NothingTrains(UserError):
     """Every trial fails: the run stops as failed, naming the first failure (usually a setting)."""
 
@@ -132,7 +274,8 @@ class Orchestrator:
                  launch: Launcher, events: queue.Queue, events_topic: str | None = None,
                  on_figures: Callable[[LiveFigures], None] | None = None, poll_s: float = 0.2,
                  grace_s: float | None = None, dataset_samples: tuple[int, int] | None = None,
-                 event_log: EventLog | None = None) -> None:
+                 event_log: EventLog | None = None, ahead: int | None = None) -> None:
+        """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers))."""
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
@@ -153,6 +296,10 @@ class Orchestrator:
         self.failures_in_a_row = 0
         self.first_failure: str | None = None  # its first line: what `aiperf run` prints when nothing trains
         self.max_failures = max_consecutive_failures(config.workers)
+        self.ahead = proposals_ahead(config.workers) if ahead is None else ahead
+        self.proposals: OracleThread | None = None  # the oracle's thread, while run() runs
+        self._batch = WriteBatch()  # this turn's writes, committed by _recording
+        self._after_commit: list[Callable[[], None]] = []  # event-log lines of what the batch records
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
         """Continue a resumed run: number new trials after the recorded ones, link children to
@@ -168,18 +315,36 @@ class Orchestrator:
         """Keep the workers busy until the deadline. A stop signal (aiperf.liveness) is taken
         between two turns of the loop: every report already received is recorded, then
         Interrupted goes on up (the run ends interrupted)."""
+        self.proposals = OracleThread(self.oracle, self.ahead)
         with liveness.deferred_signals():
             try:
                 return self._run(started_at, deadline)
             except liveness.Interrupted:
                 self._record_what_arrived()
                 raise
+            finally:
+                self.proposals.close()
 
     def _record_what_arrived(self) -> None:
         """Record every report already queued and every trial already finished, nothing more."""
-        self._drain_events()
-        for key in [k for k, r in self.running.items() if r.handle.done()]:
-            self._finish(key)
+        with self._recording():
+            self._drain_events()
+            for key in [k for k, r in self.running.items() if r.handle.done()]:
+                self._finish(key)
+
+    @contextmanager
+    def _recording(self) -> Iterator[None]:
+        """Commit the writes made inside, in one transaction, even when what is inside raises
+        (a run that stops as failed keeps what it learnt); then log them (aiperf.mllog), so the
+        event log never holds what the database lacks."""
+        try:
+            yield
+        finally:
+            batch, logged = self._batch, self._after_commit
+            self._batch, self._after_commit = WriteBatch(), []
+            self.store.write(batch)
+            for line in logged:
+                line()
 
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
         slots = self.config.workers
@@ -188,18 +353,21 @@ class Orchestrator:
             liveness.raise_if_stopped()
             now = time.time()
             if now < deadline:
-                while len(self.running) < slots and self._start_next(deadline):
+                while len(self.running) < slots and time.time() < deadline and self._fill(slots, deadline):
                     pass
             self._ended.clear()  # before looking: a trial that ends after this look wakes the wait below
-            self._drain_events()
-            finished = [k for k, r in self.running.items() if r.handle.done()]
-            for key in finished:
-                self._finish(key)
+            with self._recording():
+                self._drain_events()
+                finished = [k for k, r in self.running.items() if r.handle.done()]
+                for key in finished:
+                    self._finish(key)
+            self.proposals.check()
             now = time.time()
             if now >= deadline and not self.running:
                 break
             if now >= deadline + self.grace_s:
-                self._abandon_stragglers()
+                with self._recording():
+                    self._abandon_stragglers()
                 break
             if now >= shown + FIGURES_EVERY_S:  # the live view: a second's news, not every turn's
                 self.on_figures(self._figures(started_at, now))
@@ -219,68 +387,74 @@ class Orchestrator:
         if callable(add):
             add(lambda *_: self._ended.set())
 
-    def _start_next(self, deadline: float) -> bool:
-        tuner_id = f"slot-{self.created}"
-        if self.retrain:
-            return self._start_again(self.retrain.pop(0), tuner_id, deadline)
-        trial = self.oracle.create_trial(tuner_id)
-        if trial.status != kt.engine.trial.TrialStatus.RUNNING:
-            return False  # the oracle has nothing to propose right now
-        # The oracle's state after every proposal, not only after every end: a run resumed from it
-        # knows every architecture proposed and its random state, so it proposes what comes next.
-        self.store.save_search_state(self.run_id, self.config.search.oracle, self.oracle.get_state())
-        return self._launch(trial, deadline)
+    def _fill(self, slots: int, deadline: float) -> bool:
+        """Start trials on free slots: interrupted trials of a resumed run first, then the oracle's
+        proposals, as many as are ready (at least one, waited for) and as slots are free. False
+        when nothing started (the oracle has nothing to propose right now)."""
+        assert self.proposals is not None
+        launches: list[_Launch] = []
+        state: dict[str, Any] | None = None  # the oracle's, right after the newest proposal taken
+        while self.retrain and len(self.running) + len(launches) < slots:
+            record = self.retrain.pop(0)
+            trial = self.proposals.call(_retrain, record, f"retrain-{record.number}").result()
+            log.info("trial %s trains interrupted trial %s again", trial.trial_id, record.trial_key)
+            launches.append(_Launch(trial, dict(trial.hyperparameters.values), seed_number=record.number))
+        free = slots - len(self.running) - len(launches)
+        if free > 0 and not self.retrain:
+            for proposal in self.proposals.take(free):
+                launches.append(_Launch(proposal.trial, proposal.values))
+                state = proposal.state
+        if launches:
+            self._launch(launches, state, deadline)
+        return bool(launches)
 
-    def _start_again(self, record: TrialRecord, tuner_id: str, deadline: float) -> bool:
-        """An interrupted trial of a resumed run, trained again from scratch under a new trial key
-        with the same values and weight seed; the oracle counts it as its own, not as a proposal."""
-        from aiperf.search.resume import trial_values
-
-        oracle = self.oracle
-        trial_id = f"{{:0{len(str(oracle.max_trials))}d}}".format(len(oracle.trials))
-        hp = oracle.hyperparameters.copy()
-        hp.values = trial_values(record)
-        trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id,
-                                      status=kt.engine.trial.TrialStatus.RUNNING)
-        oracle.trials[trial_id], oracle.ongoing_trials[tuner_id] = trial, trial
-        oracle.start_order.append(trial_id)
-        log.info("trial %s trains interrupted trial %s again", trial_id, record.trial_key)
-        return self._launch(trial, deadline, seed_number=record.number)
-
-    def _launch(self, trial: kt.engine.trial.Trial, deadline: float, seed_number: int | None = None) -> bool:
-        """Record the trial and hand it to a worker."""
-        values = dict(trial.hyperparameters.values)
-        proposal = space.decode(values, self.image_shape, self.num_classes)
-        number = self.created
-        self.created += 1
-        epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
+    def _launch(self, launches: list[_Launch], state: dict[str, Any] | None, deadline: float) -> None:
+        """Record the trials and hand them to workers. The oracle's state goes in the same
+        transaction, first: it includes every proposal recorded with it, so a resumed run (which
+        restores it) never proposes a recorded trial again; as in a run without proposals made
+        ahead, the state is stored with each proposal before its trial."""
+        batch = WriteBatch()
+        if state is not None:
+            batch.save_search_state(self.run_id, self.config.search.oracle, state)
+        started: list[Callable[..., None]] = []
+        requests: list[tuple[_Launch, TrialRequest, str | None]] = []
         started_at = time.time()
-        architecture = proposal.network.to_dict()
-        hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
-        parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
-        seed = trial_seed(self.config.seed, number if seed_number is None else seed_number)
-        trial_id = self.store.create_trial(
-            run_id=self.run_id, trial_key=trial.trial_id, number=number, architecture=architecture,
-            hyperparameters=hyperparameters, started_at=started_at, parent_trial_id=parent_trial_id,
-            operator=proposal.operator)
-        self.trial_ids[trial.trial_id] = trial_id
-        self.event_log.trial_started(
-            trial_id=trial_id, trial_key=trial.trial_id, number=number, started_at=started_at,
-            parent_trial_id=parent_trial_id, operator=proposal.operator, architecture=architecture,
-            hyperparameters=hyperparameters, epochs=epochs, seed=seed)
-        request = TrialRequest(
-            run_id=self.run_id, trial_key=trial.trial_id, architecture=architecture,
-            learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
-            deadline=deadline, data_path=self.data_path, seed=seed,
-            optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
-            dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
-            events_topic=self.events_topic, precision=self.config.train.precision,
-            jit_compile=self.config.train.jit_compile)
-        handle = self.launch(request)
-        self._wake_when_done(handle)
-        self.running[trial.trial_id] = _Running(trial_id, trial, handle, request.batch_size)
-        log.info("trial %s started: %s", trial.trial_id, proposal.operator or values)
-        return True
+        for launch in launches:
+            values = launch.values
+            proposal = space.decode(values, self.image_shape, self.num_classes)
+            number = self.created
+            self.created += 1
+            epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
+            architecture = proposal.network.to_dict()
+            hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
+            parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
+            seed = trial_seed(self.config.seed, number if launch.seed_number is None else launch.seed_number)
+            key = launch.trial.trial_id
+            batch.create_trial(
+                run_id=self.run_id, trial_key=key, number=number, architecture=architecture,
+                hyperparameters=hyperparameters, started_at=started_at, parent_trial_id=parent_trial_id,
+                operator=proposal.operator)
+            started.append(partial(
+                self.event_log.trial_started, trial_key=key, number=number, started_at=started_at,
+                parent_trial_id=parent_trial_id, operator=proposal.operator, architecture=architecture,
+                hyperparameters=hyperparameters, epochs=epochs, seed=seed))
+            requests.append((launch, TrialRequest(
+                run_id=self.run_id, trial_key=key, architecture=architecture,
+                learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
+                deadline=deadline, data_path=self.data_path, seed=seed,
+                optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
+                dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
+                events_topic=self.events_topic, precision=self.config.train.precision,
+                jit_compile=self.config.train.jit_compile), proposal.operator))
+        trial_ids = self.store.write(batch)[1 if state is not None else 0:]
+        for (launch, request, operator), trial_id, log_start in zip(requests, trial_ids, started, strict=True):
+            key = launch.trial.trial_id
+            self.trial_ids[key] = trial_id
+            log_start(trial_id=trial_id)
+            handle = self.launch(request)
+            self._wake_when_done(handle)
+            self.running[key] = _Running(trial_id, launch.trial, handle, request.batch_size)
+            log.info("trial %s started: %s", key, operator or launch.values)
 
     # --- what workers report ---------------------------------------------------------------------
 
@@ -346,27 +520,28 @@ class Orchestrator:
         if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
-            self.store.record_trial_built(running.trial_id, worker=message.worker, parameters=message.parameters,
-                                    train_ops=message.train_ops, eval_ops=message.eval_ops,
-                                    tensor_train_ops=message.tensor_train_ops,
-                                    tensor_eval_ops=message.tensor_eval_ops)
+            self._batch.record_trial_built(running.trial_id, worker=message.worker, parameters=message.parameters,
+                                           train_ops=message.train_ops, eval_ops=message.eval_ops,
+                                           tensor_train_ops=message.tensor_train_ops,
+                                           tensor_eval_ops=message.tensor_eval_ops)
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
-            self.event_log.trial_built(trial_key=message.trial_key, worker=message.worker,
-                                       parameters=message.parameters, train_ops=message.train_ops,
-                                       eval_ops=message.eval_ops, tensor_train_ops=message.tensor_train_ops,
-                                       tensor_eval_ops=message.tensor_eval_ops)
+            self._after_commit.append(partial(
+                self.event_log.trial_built, trial_key=message.trial_key, worker=message.worker,
+                parameters=message.parameters, train_ops=message.train_ops, eval_ops=message.eval_ops,
+                tensor_train_ops=message.tensor_train_ops, tensor_eval_ops=message.tensor_eval_ops))
             return
-        if not self.store.record_epoch(running.trial_id, **message.fields()):
-            return
+        # Recorded once: _admissible let through only the next epoch, and the write skips a row
+        # that a retried commit already wrote.
+        self._batch.record_epoch(running.trial_id, **message.fields())
         running.epochs_seen.add(message.epoch)
-        self.event_log.epoch(message.trial_key, **message.fields())
+        self._after_commit.append(partial(self.event_log.epoch, message.trial_key, **message.fields()))
         if running.train_ops is not None and running.eval_ops is not None:
             self.total_ops += (message.samples_trained * running.train_ops
                                + message.samples_evaluated * running.eval_ops)
         if message.complete and message.val_accuracy is not None:
-            self.oracle.update_trial(running.kt_trial.trial_id,
-                                     {self.config.search.objective: message.val_accuracy},
-                                     step=message.epoch)
+            assert self.proposals is not None
+            self.proposals.tell(_score, running.kt_trial.trial_id, self.config.search.objective,
+                                message.val_accuracy, message.epoch)
             if self.best_val_accuracy is None or message.val_accuracy > self.best_val_accuracy:
                 self.best_val_accuracy = message.val_accuracy
 
@@ -382,7 +557,7 @@ class Orchestrator:
                 return  # the result broke a rule: the trial is already failed
         if result.phases is not None:  # where its seconds went, measured on its worker
             try:
-                self.store.record_trial_phases(running.trial_id, TrialPhases.from_seconds(result.phases))
+                self._batch.record_trial_phases(running.trial_id, TrialPhases.from_seconds(result.phases))
             except ValueError as exc:  # recorded without them: its seconds count as idle
                 log.warning("ignored the phases of trial %s: %s", key, exc)
         self._end(key, result.status, result.message)
@@ -390,15 +565,13 @@ class Orchestrator:
     def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
         ended_at = time.time()
-        self.store.finish_trial(running.trial_id, status=status, ended_at=ended_at, message=message)
-        self.event_log.trial_stopped(key, status, ended_at, message)
+        self._batch.finish_trial(running.trial_id, status=status, ended_at=ended_at, message=message)
+        self._after_commit.append(partial(self.event_log.trial_stopped, key, status, ended_at, message))
         self.counts[status] += 1
-        trial = running.kt_trial
-        measured = trial.metrics.exists(self.config.search.objective)
-        trial.status = kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
-        trial.message = message
-        self.oracle.end_trial(trial)
-        self.store.save_search_state(self.run_id, self.config.search.oracle, self.oracle.get_state())
+        # The oracle learns of the end on its thread; the state stored with the next proposal has it
+        # (a resumed run rebuilds the trials themselves from the records: aiperf.search.resume).
+        assert self.proposals is not None
+        self.proposals.tell(_end_trial, running.kt_trial, self.config.search.objective, message)
         if status in (TrialStatus.FAILED, TrialStatus.DIVERGED):
             log.warning("trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else "")
         self._count_failure(status, message)

@@ -18,7 +18,7 @@ from aiperf.store.records import (
     window_gaps,
     window_seconds,
 )
-from aiperf.store.repository import RunWork, Store
+from aiperf.store.repository import RunWork, Store, WriteBatch
 
-__all__ = ["CheckRecord", "DatasetRecord", "EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord",
+__all__ = ["CheckRecord", "DatasetRecord", "EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord", "WriteBatch",
            "TrialRecord", "TrialSummaryRow", "WindowRecord", "window_gaps", "window_seconds"]

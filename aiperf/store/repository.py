@@ -1,8 +1,9 @@
 """The one module that reads and writes aiperf's records.
 
 Only the orchestrator (the flow's process) holds a writing Store, so a run's records have one
-writer. Each method is one short transaction: if a run dies, everything it reported so far is
-already committed, and nothing a failed command did touches earlier runs. Reads hand out frozen
+writer. Each method is one short transaction, and the orchestrator commits what one turn of its
+loop learnt (epochs, ends, new trials) as one WriteBatch: if a run dies, everything it reported
+up to its last turn is already committed, and nothing a failed command did touches earlier runs. Reads hand out frozen
 records (aiperf.store.records), never ORM objects. Every method's transaction is retried through
 transient faults (aiperf.store.retry), and every write is idempotent under such a retry.
 
@@ -23,7 +24,7 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, get_type_hints
 
-from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, or_, select, text
+from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -238,29 +239,20 @@ class Store:
                      hyperparameters: dict[str, Any], started_at: float,
                      parent_trial_id: int | None = None, operator: str | None = None) -> int:
         """A new trial, unique by (run, trial_key): a retry finds the one an earlier attempt committed."""
-        def create_trial(s: Session, maybe_committed: bool) -> int:
-            if maybe_committed:
-                done = s.scalar(select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key))
-                if done is not None:
-                    return done
-            trial = Trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
-                          hyperparameters=hyperparameters, status=TrialStatus.RUNNING, started_at=utc(started_at),
-                          parent_trial_id=parent_trial_id, operator=operator)
-            s.add(trial)
-            s.flush()
-            return trial.id
+        batch = WriteBatch()
+        batch.create_trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
+                           hyperparameters=hyperparameters, started_at=started_at,
+                           parent_trial_id=parent_trial_id, operator=operator)
+        return self.write(batch)[0]
 
-        return self._insert_once(create_trial)
-
-    @_retried
     def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
                            tensor_train_ops: int, tensor_eval_ops: int) -> None:
         """The worker built the model: record which worker runs it and its counted operations."""
-        with self.session() as s:
-            trial = self._get(s, Trial, trial_id, "trial")
-            trial.worker, trial.parameters = worker, parameters
-            trial.train_ops_per_sample, trial.eval_ops_per_sample = train_ops, eval_ops
-            trial.tensor_train_ops_per_sample, trial.tensor_eval_ops_per_sample = tensor_train_ops, tensor_eval_ops
+        batch = WriteBatch()
+        batch.record_trial_built(trial_id, worker=worker, parameters=parameters, train_ops=train_ops,
+                                 eval_ops=eval_ops, tensor_train_ops=tensor_train_ops,
+                                 tensor_eval_ops=tensor_eval_ops)
+        self.write(batch)
 
     def record_epoch(self, trial_id: int, *, epoch: int, started_at: float, ended_at: float,
                      samples_trained: int, samples_evaluated: int, loss: float | None,
@@ -269,34 +261,44 @@ class Store:
         """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored (False).
         Unique by (trial, epoch): a retry after a commit whose acknowledgement was lost finds the
         row and reports it recorded (True), once."""
-        def record_epoch(s: Session, maybe_committed: bool) -> bool:
-            exists = s.scalar(select(Epoch.id).where(Epoch.trial_id == trial_id, Epoch.epoch == epoch))
-            if exists is not None:
-                return maybe_committed
-            s.add(Epoch(trial_id=trial_id, epoch=epoch, started_at=utc(started_at), ended_at=utc(ended_at),
-                        samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
-                        accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete))
-            if val_accuracy is not None and complete:
-                trial = self._get(s, Trial, trial_id, "trial")
-                if trial.best_val_accuracy is None or val_accuracy > trial.best_val_accuracy:
-                    trial.best_val_accuracy = val_accuracy
-            return True
+        batch = WriteBatch()
+        batch.record_epoch(trial_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
+                           samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
+                           accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete)
+        return self.write(batch)[0]
 
-        return self._insert_once(record_epoch)
-
-    @_retried
     def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
-        with self.session() as s:
-            trial = self._get(s, Trial, trial_id, "trial")
-            trial.status, trial.ended_at, trial.message = status, utc(ended_at), message
+        batch = WriteBatch()
+        batch.finish_trial(trial_id, status=status, ended_at=ended_at, message=message)
+        self.write(batch)
 
-    @_retried
     def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
         """Where the trial's seconds went on its worker, from its result (the trials' *_s columns)."""
-        with self.session() as s:
-            trial = self._get(s, Trial, trial_id, "trial")
-            for name in TRIAL_PHASE_COLUMNS:
-                setattr(trial, name, getattr(phases, name))
+        batch = WriteBatch()
+        batch.record_trial_phases(trial_id, phases)
+        self.write(batch)
+
+    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
+        """Replace the run's oracle state with the latest one."""
+        batch = WriteBatch()
+        batch.save_search_state(run_id, oracle, state)
+        self.write(batch)
+
+    def write(self, batch: WriteBatch) -> list[Any]:
+        """Every write of `batch`, in its order, in one transaction retried through transient faults;
+        each write's result (a new trial's id, whether an epoch was new), in the same order.
+
+        One commit instead of one per write is what lets one orchestrator keep a thousand workers
+        busy (a commit waits for the disk: milliseconds each). All or nothing: a crash before the
+        commit loses the batch whole, never a part of it, and every write in it is idempotent, so a
+        retry after a commit whose acknowledgement was lost records nothing twice."""
+        if not batch:
+            return []
+
+        def write_batch(s: Session, maybe_committed: bool) -> list[Any]:
+            return [work(s, maybe_committed) for work in batch]
+
+        return self._insert_once(write_batch)
 
     @_retried
     def record_peaks(self, run_id: int, worker_peaks: list[dict[str, Any]]) -> None:
@@ -306,16 +308,6 @@ class Store:
             run = self._get(s, Run, run_id, "run")
             run.worker_peaks = [dict(peak) for peak in worker_peaks]
             run.peak_flops = float(sum(float(peak["flops"]) for peak in worker_peaks)) if worker_peaks else None
-
-    @_retried
-    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
-        """Replace the run's oracle state with the latest one."""
-        with self.session() as s:
-            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
-            if row is None:
-                s.add(SearchState(run_id=run_id, oracle=oracle, state=state, updated_at=now()))
-            else:
-                row.oracle, row.state, row.updated_at = oracle, state, now()
 
     @_retried
     def search_state(self, run_id: int) -> dict[str, Any] | None:
@@ -541,6 +533,109 @@ class Store:
                     conditions.append(System.id == int(term))
                 query = query.where(or_(*conditions))
             return [_system_record(system) for system in s.scalars(query.order_by(System.id))]
+
+
+class WriteBatch:
+    """The orchestrator's writes of one turn of its loop (new trials, the oracle's state, built
+    models, epochs, ends), committed together by Store.write in one transaction.
+
+    Each write is kept as a function of (session, maybe_committed) that is idempotent on its own:
+    inserts look for the row an earlier attempt committed, updates set values. They are single
+    SQL statements, not ORM loads and flushes: at a thousand workers the loop writes thousands of
+    rows a minute, and the ORM's SELECT before each UPDATE doubled what each one cost. The batch
+    itself neither touches the database nor knows which one it will be written to."""
+
+    def __init__(self) -> None:
+        self._work: list[Callable[[Session, bool], Any]] = []
+        self._updates: dict[int, dict[str, Any]] = {}  # per trial, the columns its pending UPDATE sets
+
+    def __bool__(self) -> bool:
+        return bool(self._work)
+
+    def __len__(self) -> int:
+        return len(self._work)
+
+    def __iter__(self) -> Iterator[Callable[[Session, bool], Any]]:
+        return iter(self._work)
+
+    def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
+                     hyperparameters: dict[str, Any], started_at: float,
+                     parent_trial_id: int | None = None, operator: str | None = None) -> None:
+        """A new trial (its id is the write's result), unique by (run, trial_key)."""
+        def create_trial(s: Session, maybe_committed: bool) -> int:
+            if maybe_committed:
+                done = s.scalar(select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key))
+                if done is not None:
+                    return done
+            return s.connection().execute(insert(Trial).values(
+                run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
+                hyperparameters=hyperparameters, status=TrialStatus.RUNNING, started_at=utc(started_at),
+                parent_trial_id=parent_trial_id, operator=operator).returning(Trial.id)).scalar_one()
+
+        self._work.append(create_trial)
+
+    def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
+                           tensor_train_ops: int, tensor_eval_ops: int) -> None:
+        self._update_trial(trial_id, worker=worker, parameters=parameters, train_ops_per_sample=train_ops,
+                           eval_ops_per_sample=eval_ops, tensor_train_ops_per_sample=tensor_train_ops,
+                           tensor_eval_ops_per_sample=tensor_eval_ops)
+
+    def record_epoch(self, trial_id: int, *, epoch: int, started_at: float, ended_at: float,
+                     samples_trained: int, samples_evaluated: int, loss: float | None,
+                     accuracy: float | None, val_loss: float | None, val_accuracy: float | None,
+                     complete: bool) -> None:
+        """One epoch, unique by (trial, epoch): a repeat is ignored (the write's result is False,
+        or True after a retry whose first attempt may have committed it)."""
+        def record_epoch(s: Session, maybe_committed: bool) -> bool:
+            dialect = {"sqlite": sqlite, "postgresql": postgresql}[s.get_bind().dialect.name]
+            sql = s.connection()  # plain SQL: the ORM's bulk paths report no row counts on PostgreSQL
+            added = sql.execute(dialect.insert(Epoch).values(
+                trial_id=trial_id, epoch=epoch, started_at=utc(started_at), ended_at=utc(ended_at),
+                samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss, accuracy=accuracy,
+                val_loss=val_loss, val_accuracy=val_accuracy, complete=complete,
+            ).on_conflict_do_nothing(index_elements=[Epoch.trial_id, Epoch.epoch]).returning(Epoch.id)).first()
+            if added is None:
+                return maybe_committed
+            if val_accuracy is not None and complete:
+                sql.execute(update(Trial).where(Trial.id == trial_id, or_(
+                    Trial.best_val_accuracy.is_(None), Trial.best_val_accuracy < val_accuracy))
+                    .values(best_val_accuracy=val_accuracy))
+            return True
+
+        self._work.append(record_epoch)
+
+    def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
+        self._update_trial(trial_id, status=status, ended_at=utc(ended_at), message=message)
+
+    def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
+        self._update_trial(trial_id, **{name: getattr(phases, name) for name in TRIAL_PHASE_COLUMNS})
+
+    def _update_trial(self, trial_id: int, **values: Any) -> None:
+        """Set columns of one trial (setting them again changes nothing: idempotent). Updates of
+        one trial in a batch are one statement: a trial that ends reports its phases and its end
+        at once, and at the deadline every trial does."""
+        pending = self._updates.get(trial_id)
+        if pending is not None:
+            pending.update(values)
+            return
+        pending = self._updates[trial_id] = dict(values)
+
+        def update_trial(s: Session, _maybe_committed: bool) -> None:
+            if not s.connection().execute(update(Trial).where(Trial.id == trial_id).values(**pending)).rowcount:
+                raise RecordNotFound(f"trial {trial_id} is not in the database")
+
+        self._work.append(update_trial)
+
+    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
+        """Replace the run's oracle state with `state`."""
+        def save_search_state(s: Session, _maybe_committed: bool) -> None:
+            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
+            if row is None:
+                s.add(SearchState(run_id=run_id, oracle=oracle, state=state, updated_at=now()))
+            else:
+                row.oracle, row.state, row.updated_at = oracle, state, now()
+
+        self._work.append(save_search_state)
 
 
 # --- ORM rows to records, inside the session ---------------------------------------------------------
