@@ -358,8 +358,11 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     table = ui.text("document.querySelector('main table')")  # the run's own budget and profile (a file's)
     assert re.search(r"budget\s+5 s", table) and re.search(r"profile\s+custom-[0-9a-f]{12}", table), table
 
-    browser.call("Page.navigate", url=server.ui + flow_run + "?tab=Artifacts")
-    ui.click(card.format(key=js("aiperf-report-summary")), "the score over time")
+    # Back to the list, then the card's own link: a click raced the list's re-render (it landed on a
+    # card the page was replacing, and nothing opened), which following the href cannot.
+    browser.navigate(server.ui + flow_run + "?tab=Artifacts")
+    link = ui.wait(f"({card.format(key=js('aiperf-report-summary'))})?.href", "the score over time's card")
+    browser.navigate(link)
     ui.page("score-over-time", "document.querySelector('main table')?.innerText.includes('regulated score')",
             "the score over time")
     summary = ui.text("document.querySelector('main')")
