@@ -286,7 +286,7 @@ def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, st
         manifest = stages.stage_dataset(config, run_id, cluster.scheduler_address, cluster.security)
         describe_workers(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
-        oracle = make_oracle(config, run_folder(config, run_id), manifest.image_shape, manifest.classes)
+        oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
             config=config, store=store, run_id=run_id, oracle=oracle, data_path=manifest.path,
             image_shape=manifest.image_shape, num_classes=manifest.classes, launch=trials.launch,

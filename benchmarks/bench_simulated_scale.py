@@ -199,7 +199,7 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
                                   config=config.model_dump(mode="json"), seed=seed, budget_s=budget_s,
                                   workers=workers)
         shape, classes = (config.data.image_size,) * 2 + (config.data.channels,), config.data.classes
-        search = make_oracle(config, out / f"run-{run_id}", shape, classes)
+        search = make_oracle(config, shape, classes)
         timed = _TimedOracle(search)
         events: queue.Queue = queue.Queue()
         launcher = SimulatedLauncher(workers, events, model)

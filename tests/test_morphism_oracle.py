@@ -18,7 +18,7 @@ SHAPE, CLASSES = (16, 16, 3), 10
 
 def new_oracle(tmp_path, workers=2, seed=0):
     config = load_config("quick", workers=workers, seed=seed)
-    return make_oracle(config, tmp_path / f"oracle-{random.random()}", SHAPE, CLASSES)
+    return make_oracle(config, SHAPE, CLASSES)
 
 
 def step(oracle, tuner_id, score):

@@ -127,13 +127,13 @@ def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path):
     # The memory (networks, distances, tables) is derived from the trials: an oracle that has kept it
     # over many proposals and one that rebuilds it (a resumed run) must agree, past the bounded set.
     config = load_config("quick", workers=1, seed=3)
-    warm = make_oracle(config, tmp_path / "warm", (16, 16, 3), 10)
+    warm = make_oracle(config, (16, 16, 3), 10)
     rng = random.Random(9)
     plant(warm, lineage(warm.seed_network, 150, random.Random(2), warm.limits), rng)
     for _ in range(8):
         values = warm.populate_space("next")["values"]
         plant(warm, [type(warm.seed_network).from_json(values[space.ARCHITECTURE])], rng)
-    cold = make_oracle(config, tmp_path / "cold", (16, 16, 3), 10)
+    cold = make_oracle(config, (16, 16, 3), 10)
     cold.trials = dict(warm.trials)
     cold.set_state({**cold.get_state(), "morphism": json.loads(json.dumps(warm.get_state()["morphism"]))})
     assert cold.populate_space("next") == warm.populate_space("next")

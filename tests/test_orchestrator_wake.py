@@ -61,7 +61,7 @@ def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
                                   seed=0, budget_s=3, workers=1)
         shape = (16, 16, 3)
         orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, tmp_path / "oracle", shape, 10), data_path="simulated",
+                                    oracle=make_oracle(config, shape, 10), data_path="simulated",
                                     image_shape=shape, num_classes=10, launch=launch, events=events,
                                     poll_s=30.0, grace_s=60.0, dataset_samples=(384, 128))
         started = time.time()

@@ -87,7 +87,7 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
     """The real orchestrator, random oracle and store with 4 workers; trials end as they start."""
     config = load_config("quick", budget="3s", workers=4, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
                          overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
-    oracle = make_oracle(config, tmp_path / "oracle", SHAPE, 10)
+    oracle = make_oracle(config, SHAPE, 10)
     planned: dict[str, list[int]] = {}
 
     def launch(request):
@@ -119,7 +119,7 @@ def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_i
 
     # A fresh oracle from the stored state and the records (as `aiperf run --resume` builds it)
     # proposes first what the run had proposed ahead and never ran.
-    resumed = restore(make_oracle(config, tmp_path / "resumed", SHAPE, 10), state, record.trials,
+    resumed = restore(make_oracle(config, SHAPE, 10), state, record.trials,
                       config.search.objective)
     again = resumed.create_trial("resumed")
     assert again.status == "RUNNING"

@@ -49,7 +49,7 @@ def _search(tmp_path, forge) -> tuple[list, str]:
                                   seed=0, budget_s=3, workers=1)
         shape = (16, 16, 3)
         orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, tmp_path / "oracle", shape, 10), data_path="simulated",
+                                    oracle=make_oracle(config, shape, 10), data_path="simulated",
                                     image_shape=shape, num_classes=10, launch=_Forger(events, forge), events=events,
                                     poll_s=0.02, grace_s=5.0, dataset_samples=(384, 128))
         started = time.time()

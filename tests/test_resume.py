@@ -85,7 +85,7 @@ def _expected_next_proposal(url: str, run_id: int, tmp_path: Path) -> dict:
     with Store.open_existing(url) as store:
         record, state = store.get_run(run_id), store.search_state(run_id)
     config = stored_config(record, url)
-    oracle = make_oracle(config, tmp_path / "expected-oracle", (16, 16, 3), 10)
+    oracle = make_oracle(config, (16, 16, 3), 10)
     restore(oracle, state, record.trials, config.search.objective)
     trial = oracle.create_trial("expected")
     assert trial.status == "RUNNING"

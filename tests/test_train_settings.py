@@ -138,7 +138,7 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
         run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
                                   seed=0, budget_s=3, workers=1)
         orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, tmp_path / "oracle", (16, 16, 3), 10),
+                                    oracle=make_oracle(config, (16, 16, 3), 10),
                                     data_path="simulated", image_shape=(16, 16, 3), num_classes=10, launch=launch,
                                     events=queue.Queue(), poll_s=0.02, grace_s=5.0, dataset_samples=(384, 128))
         started = time.time()

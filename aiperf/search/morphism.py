@@ -17,7 +17,6 @@ is in get_state(), which the orchestrator stores in the database after every tri
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from typing import Any
@@ -50,14 +49,12 @@ class MorphismOracle(kt.Oracle):
         self._rng = random.Random(seed)
         self._tried: set[str] = {seed_network.topology_key()}
         self._memory = SearchMemory()  # parsed networks and edit distances, kept between proposals
+        self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
 
     # --- proposals ------------------------------------------------------------------------------
 
     def populate_space(self, trial_id: str) -> dict[str, Any]:
-        # Counting stops at first_round (the seeds come first), not at the 10,000th trial.
-        seeds = sum(1 for _ in itertools.islice(
-            (t for t in self.trials.values() if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR),
-            self.first_round))
+        seeds = self._seeds()
         scored, scores, ranks = self._memory.scored(self.trials)
         if seeds >= self.first_round and not scored and self.ongoing_trials:
             # The first round is still training: nothing to grow yet. Nothing random is drawn, so
@@ -75,6 +72,17 @@ class MorphismOracle(kt.Oracle):
         self._tried.add(child.topology_key())
         return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: child.to_json(),
                                               space.PARENT: parent_id, space.OPERATOR: operator}}
+
+    def _seeds(self) -> int:
+        """Seed trials so far, up to first_round. Counted over the trials added since the last call
+        (trials are only ever added), so the first round of a thousand workers costs a thousand
+        steps, not half a million."""
+        if self._seeds_counted[0] < self.first_round:
+            trials = list(self.trials.values())
+            seen, seeds = self._seeds_counted[1], self._seeds_counted[0]
+            seeds += sum(1 for t in trials[seen:] if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR)
+            self._seeds_counted = (seeds, len(trials))
+        return min(self._seeds_counted[0], self.first_round)
 
     def _seed_values(self) -> dict[str, Any]:
         return {space.ARCHITECTURE: self.seed_network.to_json(), space.PARENT: None,
@@ -122,6 +130,7 @@ class MorphismOracle(kt.Oracle):
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._memory = SearchMemory()  # derived from the trials; a state from elsewhere comes with others
+        self._seeds_counted = (0, 0)
         morphism = state.get("morphism", {})
         self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()}
         if "rng" in morphism:

@@ -7,8 +7,6 @@ end_trial itself, with no gRPC and no Tuner.search(). `morphism` is aiperf's own
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import keras_tuner as kt
 
 from aiperf.arch.morph import Limits
@@ -21,9 +19,8 @@ from aiperf.search.morphism import MorphismOracle
 MAX_TRIALS = 100_000
 
 
-def make_oracle(config: BenchmarkConfig, state_dir: Path, input_shape: tuple[int, int, int],
-                num_classes: int) -> kt.Oracle:
-    """An oracle for the profile, saving keras-tuner's own state files under `state_dir`."""
+def make_oracle(config: BenchmarkConfig, input_shape: tuple[int, int, int], num_classes: int) -> kt.Oracle:
+    """An oracle for the profile, its state kept in memory for the orchestrator to store."""
     search = config.search
     objective = kt.Objective(search.objective, direction="max")
     # keras-tuner treats seed 0 as "no seed" and draws one at random: shift by one to stay reproducible.
@@ -52,7 +49,22 @@ def make_oracle(config: BenchmarkConfig, state_dir: Path, input_shape: tuple[int
             max_consecutive_failed_trials=MAX_TRIALS)
     else:  # pragma: no cover - config validation admits only the oracles above
         raise ValueError(f"unknown oracle {search.oracle!r}")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    oracle._set_project_dir(str(state_dir), "oracle")
     oracle.verbose = 0
+    _without_files(oracle)
     return oracle
+
+
+def _without_files(oracle: kt.Oracle) -> None:
+    """Stop keras-tuner's bookkeeping that grows with every trial and that aiperf does not read.
+
+    At every create_trial, update_trial and end_trial keras-tuner rewrites its whole state (every
+    trial's id and hash) to a JSON file, and the trial to a file of its own; at every end_trial it
+    walks every ended trial to count consecutive failures. Both grow with the trials, so a run's
+    total grows with their square: at 1,024 simulated workers the files alone took half the oracle
+    thread's time (benchmarks/bench_simulated_scale.py). aiperf keeps the oracle's state in the
+    database instead, stored with each proposal (aiperf.orchestrator), and rebuilds its trials from
+    the records (aiperf.search.resume); the orchestrator counts failures in a row itself
+    (aiperf.orchestrator.max_consecutive_failures)."""
+    oracle.save = lambda *_args, **_kwargs: None
+    oracle._save_trial = lambda _trial: None
+    oracle._check_consecutive_failures = lambda: None
