@@ -25,7 +25,6 @@ this process, as event dicts from Dask workers). Tests drive it with threads.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -48,6 +47,7 @@ from aiperf.errors import UserError
 from aiperf.mllog import EventLog
 from aiperf.search import space
 from aiperf.status import TrialStatus
+from aiperf.search.resume import stored_state
 from aiperf.search.schedule import epochs_for
 from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
@@ -206,12 +206,11 @@ class OracleThread:
 
 
 def _propose(oracle: kt.Oracle, tuner_id: str) -> Proposal | None:
-    """On the oracle's thread: a proposal and the state that includes it (detached from the
-    oracle's live lists by a JSON round trip, as the database would store it anyway)."""
+    """On the oracle's thread: a proposal and the state that includes it, as the run stores it."""
     trial = oracle.create_trial(tuner_id)
     if trial.status != kt.engine.trial.TrialStatus.RUNNING:
         return None  # the oracle has nothing to propose right now
-    return Proposal(trial, dict(trial.hyperparameters.values), json.loads(json.dumps(oracle.get_state())))
+    return Proposal(trial, dict(trial.hyperparameters.values), stored_state(oracle))
 
 
 def _retrain(oracle: kt.Oracle, record: TrialRecord, tuner_id: str) -> kt.engine.trial.Trial:

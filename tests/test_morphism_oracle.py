@@ -1,8 +1,8 @@
 """The morphism oracle: seeds first, then one-morphism children chosen by GP-UCB; its state in
 the database is enough to resume the search."""
 
+import json
 import random
-
 
 from aiperf.arch import Network, seed_spec
 from aiperf.arch.morph import Morphism, apply, deepen, widen
@@ -10,7 +10,7 @@ from aiperf.config import load_config
 from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP
 from aiperf.search.oracles import make_oracle
-from aiperf.search.resume import restore
+from aiperf.search.resume import restore, stored_state
 from aiperf.store import Store
 
 SHAPE, CLASSES = (16, 16, 3), 10
@@ -82,13 +82,27 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url):
         store.record_epoch(trial_id, epoch=0, started_at=0.0, ended_at=1.0, samples_trained=1, samples_evaluated=1,
                            loss=1.0, accuracy=0.5, val_loss=1.0, val_accuracy=trial.score, complete=True)
         store.finish_trial(trial_id, status="completed", ended_at=1.0)
-        store.save_search_state(run, "morphism", original.get_state())
+        store.save_search_state(run, "morphism", stored_state(original))
 
     resumed = restore(new_oracle(tmp_path, seed=5), store.search_state(run), store.get_run(run).trials,
                       "val_accuracy")
     expected, got = original.create_trial("next"), resumed.create_trial("next")
     assert got.hyperparameters.values == expected.hyperparameters.values
     assert got.trial_id == expected.trial_id
+
+
+def test_the_stored_state_stays_the_same_size_however_many_trials(tmp_path):
+    # It is stored with every proposal: the per-trial lists are in the records, not in it.
+    oracle = new_oracle(tmp_path, workers=2, seed=1)
+    rng = random.Random(4)
+    sizes, whole = [], []
+    for i in range(60):
+        step(oracle, f"s{i}", rng.random())
+        if i in (9, 59):
+            sizes.append(len(json.dumps(stored_state(oracle))))
+            whole.append(len(json.dumps(oracle.get_state())))
+    assert whole[1] - whole[0] > 5000, "keras-tuner's own state grows with the trials"
+    assert abs(sizes[1] - sizes[0]) < 50, sizes
 
 
 def test_distance_matrix_equals_the_pairwise_distance():

@@ -11,8 +11,9 @@ keras-tuner Oracle the flow drives (create_trial / update_trial / end_trial).
   drawn from the space for each proposal.
 
 Everything the oracle decides is in the trial's values (architecture JSON, parent trial,
-operator, hyperparameters), and its own state (which architectures were tried, its random state)
-is in get_state(), which the orchestrator stores in the database after every trial.
+operator, hyperparameters); its own state is its random state, in get_state(), which the
+orchestrator stores in the database with every proposal. Which architectures were tried is derived
+from the trials (set_state).
 """
 
 from __future__ import annotations
@@ -122,17 +123,22 @@ class MorphismOracle(kt.Oracle):
     # --- state ----------------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
+        """keras-tuner's state and the random state: what was tried is derived from the trials."""
         state = super().get_state()
         version, internal, gauss = self._rng.getstate()
-        state["morphism"] = {"tried": sorted(self._tried), "rng": [version, list(internal), gauss]}
+        state["morphism"] = {"rng": [version, list(internal), gauss]}
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """The state, given after the trials it goes with (aiperf.search.resume.restore)."""
         super().set_state(state)
         self._memory = SearchMemory()  # derived from the trials; a state from elsewhere comes with others
         self._seeds_counted = (0, 0)
         morphism = state.get("morphism", {})
-        self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()}
+        # Every architecture proposed is a trial's; states stored by earlier versions also list them.
+        self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()} | {
+            self._memory.network(t).topology_key() for t in self.trials.values()
+            if t.hyperparameters.values.get(space.ARCHITECTURE)}
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
