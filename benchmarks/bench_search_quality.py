@@ -25,7 +25,6 @@ import math
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -57,25 +56,24 @@ def search(seed: int, trials: int, workers: int, checkpoints: list[int]) -> list
     from aiperf.search.oracles import make_oracle
 
     config = load_config("quick", workers=workers, seed=seed)
-    with tempfile.TemporaryDirectory() as state:
-        oracle = make_oracle(config, Path(state), SHAPE, CLASSES)
-        noise, digest = random.Random(seed), hashlib.sha256()
-        outstanding, best, done, results = [], -math.inf, 0, []
-        while done < trials:
-            while len(outstanding) < workers:  # a tuner id per request: keras-tuner hands an ongoing
-                trial = oracle.create_trial(f"request-{done}-{len(outstanding)}")  # trial back to its id
-                if trial.status != "RUNNING":
-                    break
-                outstanding.append(trial)
-            trial = outstanding.pop(0)
-            score = synthetic_accuracy(trial.hyperparameters.values, noise)
-            oracle.update_trial(trial.trial_id, {"val_accuracy": score}, step=0)
-            trial.status = "COMPLETED"
-            oracle.end_trial(trial)
-            digest.update(trial.hyperparameters.values[space.ARCHITECTURE].encode())
-            best, done = max(best, score), done + 1
-            if done in checkpoints:
-                results.append((done, best, digest.hexdigest()[:10]))
+    oracle = make_oracle(config, SHAPE, CLASSES)
+    noise, digest = random.Random(seed), hashlib.sha256()
+    outstanding, best, done, results = [], -math.inf, 0, []
+    while done < trials:
+        while len(outstanding) < workers:  # a tuner id per request: keras-tuner hands an ongoing
+            trial = oracle.create_trial(f"request-{done}-{len(outstanding)}")  # trial back to its id
+            if trial.status != "RUNNING":
+                break
+            outstanding.append(trial)
+        trial = outstanding.pop(0)
+        score = synthetic_accuracy(trial.hyperparameters.values, noise)
+        oracle.update_trial(trial.trial_id, {"val_accuracy": score}, step=0)
+        trial.status = "COMPLETED"
+        oracle.end_trial(trial)
+        digest.update(trial.hyperparameters.values[space.ARCHITECTURE].encode())
+        best, done = max(best, score), done + 1
+        if done in checkpoints:
+            results.append((done, best, digest.hexdigest()[:10]))
     return results
 
 

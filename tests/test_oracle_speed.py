@@ -158,3 +158,20 @@ def test_the_scored_trials_are_kept_up_to_date_without_going_through_all_of_them
     assert [t.trial_id for t in scored] == ["000000", "000001", "000004", "000005"]
     assert list(scores) == [0.5, 0.9, 0.7, 0.1]
     assert list(ranks) == [memory.sample_rank(t.trial_id) for t in scored]
+
+
+def test_the_search_benchmarks_run_and_the_quality_one_is_deterministic():
+    # They import aiperf's oracle directly: a change of its interface must fail here, not in a user's hands.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_oracle import measure
+    from bench_search_quality import search
+
+    first = search(0, 6, 2, [3, 6])
+    assert [trials for trials, _best, _digest in first] == [3, 6]
+    assert first[0][1] <= first[1][1] < 1.0, "the best so far never falls"
+    assert search(0, 6, 2, [3, 6]) == first, "one seed, the same proposals and scores"
+    wall, cpu = measure("resnet-mini", 20, 3)
+    assert len(wall) == len(cpu) == 3 and all(seconds > 0 for seconds in wall)
