@@ -124,7 +124,8 @@ def test_children_are_one_morphism_from_their_parents(finished_run):
         parent = network_from_dict(by_id[child.parent_trial_id].architecture)
         assert apply(parent, Morphism.parse(child.operator)) == network_from_dict(child.architecture)
     state = store.search_state(result["run_id"])
-    assert state is not None and state["morphism"]["tried"], "the oracle's state is in the database"
+    assert state is not None and state["morphism"]["rng"], "the oracle's state is in the database"
+    assert state["newest_trial"] == max(t.trial_key for t in trials), "as it was after the newest trial"
 
 
 def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):
