@@ -46,9 +46,9 @@ from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.mllog import EventLog
 from aiperf.search import space
-from aiperf.status import TrialStatus
 from aiperf.search.resume import stored_state
 from aiperf.search.schedule import epochs_for
+from aiperf.status import TrialStatus
 from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event

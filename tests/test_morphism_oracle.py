@@ -4,6 +4,8 @@ the database is enough to resume the search."""
 import json
 import random
 
+import pytest
+
 from aiperf.arch import Network, seed_spec
 from aiperf.arch.morph import Morphism, apply, deepen, widen
 from aiperf.config import load_config
@@ -63,7 +65,10 @@ def test_gp_prefers_the_neighbourhood_of_good_architectures():
     assert (std >= 0).all()
 
 
-def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url):
+@pytest.mark.parametrize("stored", ["as stored now", "whole, as earlier versions stored it"])
+def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
+    state_of = stored_state if stored == "as stored now" else (lambda oracle: oracle.get_state() | {
+        "morphism": {**oracle.get_state()["morphism"], "tried": sorted(oracle._tried)}})
     original = new_oracle(tmp_path, seed=5)
     store = Store.open(sqlite_url)
     system = store.upsert_system({"fingerprint": "1" * 64, "hostname": "h", "cpu_model": "c", "cpu_cores": 1,
@@ -82,7 +87,7 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url):
         store.record_epoch(trial_id, epoch=0, started_at=0.0, ended_at=1.0, samples_trained=1, samples_evaluated=1,
                            loss=1.0, accuracy=0.5, val_loss=1.0, val_accuracy=trial.score, complete=True)
         store.finish_trial(trial_id, status="completed", ended_at=1.0)
-        store.save_search_state(run, "morphism", stored_state(original))
+        store.save_search_state(run, "morphism", state_of(original))
 
     resumed = restore(new_oracle(tmp_path, seed=5), store.search_state(run), store.get_run(run).trials,
                       "val_accuracy")
@@ -164,3 +169,15 @@ def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
         described = [remembered.described(t) for t in window]
         full = distance_matrix(described, described)
         assert np.allclose(remembered.training_distances(window), full, rtol=0, atol=1e-12)
+
+
+def test_the_oracles_write_no_files(tmp_path, monkeypatch):
+    # keras-tuner would rewrite its whole state to files at every call (quadratic in the trials);
+    # aiperf keeps the state in the database, so nothing may appear on disk.
+    monkeypatch.chdir(tmp_path)
+    for oracle_name in ("morphism", "random"):
+        config = load_config("quick", workers=2, seed=1, overrides={"search.oracle": oracle_name})
+        oracle = make_oracle(config, SHAPE, CLASSES)
+        for i in range(4):
+            step(oracle, f"w{i}", 0.5 + i / 10)
+    assert list(tmp_path.iterdir()) == []
