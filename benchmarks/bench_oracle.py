@@ -53,7 +53,7 @@ def add_scored(oracle, network, score: float) -> None:
     trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status="COMPLETED")
     trial.score = score
     oracle.trials[trial_id] = trial
-    oracle._tried.add(network.topology_key())
+    oracle._tried.add(network)
 
 
 def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[float]]:

@@ -17,6 +17,7 @@ from aiperf.config import load_config
 from aiperf.search import memory, space
 from aiperf.search.distance import ConvKinds, EditTables, conv_distance_matrix, describe, edit_from
 from aiperf.search.oracles import make_oracle
+from aiperf.search.tried import TriedArchitectures, fingerprint
 
 MINI = seed_spec("resnet-mini", (16, 16, 3), 10)
 LARGE = Limits(max_layers=1000, max_params=10**8)
@@ -85,6 +86,45 @@ def test_children_distances_from_parent_tables_equal_the_dynamic_programme():
             assert np.allclose(tables.distances(parent, edits, order), expected, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"])
+def test_the_tried_set_answers_as_topology_keys_do(seed):
+    rng = random.Random(3)
+    networks = lineage(seed, 120, rng)
+    tried, keys = TriedArchitectures(networks[::2]), {n.topology_key() for n in networks[::2]}
+    questions = networks + [c for c in (random_morphism(rng.choice(networks), rng, 3, LARGE) for _ in range(300)) if c]
+    # Renamed copies (equal computation, other node names and history) are the same architecture.
+    questions += [type(n).from_json(n.to_json().replace('"m1_', '"x1_')) for n in networks[:20]]
+    answers = [n in tried for n in questions]
+    assert answers == [n.topology_key() in keys for n in questions]
+    assert any(answers) and not all(answers)
+    # Children whose fingerprints agree (a residual from either of two ReLUs to one target, through a
+    # projection; a 3x3 deepen after either of two ReLUs of one block) are told apart by their keys.
+    children = [deepen(seed, n.id, 3) for n in seed.nodes if n.kind == "relu"] + [skip(seed, *p) for p in skip_pairs(seed)]
+    by_fingerprint = {}
+    for child in children:
+        by_fingerprint.setdefault(fingerprint(child), []).append(child)
+    a, b = next(group for group in by_fingerprint.values() if len(group) > 1)[:2]
+    assert a.topology_key() != b.topology_key()
+    assert a not in TriedArchitectures([b]) and a in TriedArchitectures([b, a])
+
+
+def test_keys_stored_by_earlier_versions_are_still_tried():
+    child = deepen(MINI, "stage2_block1_out", 5)
+    tried = TriedArchitectures([MINI], keys=[MINI.topology_key(), child.topology_key()])
+    assert child in tried and MINI in tried and widen(MINI, "stage2_block1_1_conv") not in tried
+    assert tried.keys() == {MINI.topology_key(), child.topology_key()} and len(tried) == 2
+
+
+def test_the_best_few_are_the_first_of_the_full_ranking():
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 100, 3000):
+        scores = rng.integers(0, 5, n).astype(float)  # many ties: equal scores keep their order
+        ranks = rng.integers(0, 2**63, n, dtype=np.uint64)
+        for k in (0, 1, 5, 32, n, n + 3):
+            assert list(memory.best(scores, k)) == list(memory.ranking(scores)[:k])
+            assert list(memory.smallest(ranks, k)) == list(np.argsort(ranks, kind="stable")[:k])
+
+
 def scored_trials(count: int) -> list:
     trials = []
     for i in range(count):
@@ -120,7 +160,7 @@ def plant(oracle, networks, rng: random.Random) -> None:
         trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status="COMPLETED")
         trial.score = rng.random()
         oracle.trials[trial_id] = trial
-        oracle._tried.add(network.topology_key())
+        oracle._tried.add(network)
 
 
 def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path):

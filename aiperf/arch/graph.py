@@ -200,35 +200,52 @@ def _node_json(node: Node) -> tuple[str, str]:
 def _infer_shapes(net: Network) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {}
     for n in net.nodes:
-        ins = [shapes[i] for i in n.inputs]
-        p = n.params
-        if n.kind == "input":
-            shape: Shape = tuple(net.input_shape)
-        elif n.kind == "zeropad":
-            h, w, c = ins[0]
-            shape = (h + 2 * p["pad"], w + 2 * p["pad"], c)
-        elif n.kind in ("conv", "maxpool"):
-            h, w, c = ins[0]
-            k = p["kernel"] if n.kind == "conv" else p["pool"]
-            oh, ow = (_spatial(h, k, p["stride"], p["padding"]), _spatial(w, k, p["stride"], p["padding"]))
-            if oh < 1 or ow < 1:
-                raise ValueError(f"node {n.id}: a {k}x{k} window does not fit a {h}x{w} input")
-            shape = (oh, ow, p["filters"] if n.kind == "conv" else c)
-        elif n.kind in ("bn", "relu"):
-            shape = ins[0]
-        elif n.kind == "add":
-            if len(set(ins)) != 1:
-                raise ValueError(f"node {n.id}: add of different shapes {ins}")
-            shape = ins[0]
-        elif n.kind == "gap":
-            shape = (ins[0][-1],)
-        elif n.kind == "dense":
-            units = net.num_classes if p["units"] == "classes" else int(p["units"])
-            shape = (units,)
-        else:  # validate() rejects unknown kinds first
-            raise ValueError(f"node {n.id}: unknown kind {n.kind!r}")
-        shapes[n.id] = shape
+        shapes[n.id] = _node_shape(net, n, [shapes[i] for i in n.inputs])
     return shapes
+
+
+def _node_shape(net: Network, n: Node, ins: list[Shape]) -> Shape:
+    """One node's output shape from its inputs' (`net` gives the input shape and the classes)."""
+    p = n.params
+    if n.kind == "input":
+        return tuple(net.input_shape)
+    if n.kind == "zeropad":
+        h, w, c = ins[0]
+        return (h + 2 * p["pad"], w + 2 * p["pad"], c)
+    if n.kind in ("conv", "maxpool"):
+        h, w, c = ins[0]
+        k = p["kernel"] if n.kind == "conv" else p["pool"]
+        oh, ow = (_spatial(h, k, p["stride"], p["padding"]), _spatial(w, k, p["stride"], p["padding"]))
+        if oh < 1 or ow < 1:
+            raise ValueError(f"node {n.id}: a {k}x{k} window does not fit a {h}x{w} input")
+        return (oh, ow, p["filters"] if n.kind == "conv" else c)
+    if n.kind in ("bn", "relu"):
+        return ins[0]
+    if n.kind == "add":
+        if len(set(ins)) != 1:
+            raise ValueError(f"node {n.id}: add of different shapes {ins}")
+        return ins[0]
+    if n.kind == "gap":
+        return (ins[0][-1],)
+    if n.kind == "dense":
+        return (net.num_classes if p["units"] == "classes" else int(p["units"]),)
+    raise ValueError(f"node {n.id}: unknown kind {n.kind!r}")  # validate() rejects unknown kinds first
+
+
+def reinfer(parent: Network, nodes: tuple[Node, ...], changed: set[str]) -> tuple[dict[str, Shape], int]:
+    """Shapes and parameter count of `parent` with the params of the nodes `changed` changed (`nodes`:
+    the same ids in the same order). Only those nodes, and the ones downstream whose inputs change
+    shape, are inferred again: a widened convolution changes a few shapes of a network of hundreds."""
+    before, params = _shapes(parent), count_params(parent)
+    shapes, moved = dict(before), set()
+    for node, old in zip(nodes, parent.nodes):
+        if node.id not in changed and moved.isdisjoint(node.inputs):
+            continue
+        shapes[node.id] = _node_shape(parent, node, [shapes[i] for i in node.inputs])
+        if shapes[node.id] != before[node.id]:
+            moved.add(node.id)
+        params += node_params(node, shapes) - node_params(old, before)
+    return shapes, params
 
 
 def count_params(net: Network) -> int:

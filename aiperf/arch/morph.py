@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aiperf.arch.graph import Network, Node, count_params, infer_shapes, node_params
+from aiperf.arch.graph import Network, Node, count_params, infer_shapes, node_params, reinfer
 
 OPERATORS = ("deepen", "widen", "skip")
 _PASS_THROUGH = ("bn", "relu", "maxpool", "zeropad")
@@ -128,7 +128,7 @@ def widen(net: Network, conv: str) -> Network:
     nodes = [replace(n, params={**n.params, "filters": 2 * n.params["filters"]}) if n.id == conv else n
              for n in net.nodes]
     entry = Morphism("widen", {"conv": conv}).describe()
-    return net.edited(tuple(nodes), net.history + (entry,))  # shapes inferred when first read
+    return net.edited(tuple(nodes), net.history + (entry,), *reinfer(net, tuple(nodes), {conv}))
 
 
 def skip_pairs(net: Network) -> list[tuple[str, str]]:

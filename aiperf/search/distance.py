@@ -20,7 +20,16 @@ Conv = tuple[int, int, int]  # filters, kernel, stride
 
 
 def describe(net: Network) -> tuple[list[Conv], Counter]:
-    """Convolutions in order, and skip connections as (convs before each operand) tuples."""
+    """Convolutions in order, and skip connections as (convs before each operand) tuples. Computed
+    once per network (a network is frozen) and shared: callers must not change what it returns."""
+    cached = net.__dict__.get("_described")
+    if cached is None:
+        cached = _describe(net)
+        object.__setattr__(net, "_described", cached)
+    return cached
+
+
+def _describe(net: Network) -> tuple[list[Conv], Counter]:
     convs: list[Conv] = []
     convs_before: dict[str, int] = {}
     skips: Counter = Counter()

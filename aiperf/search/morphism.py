@@ -31,7 +31,8 @@ from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.distance import describe
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.memory import SearchMemory, ranking, training_set
+from aiperf.search.memory import SearchMemory, best, training_set
+from aiperf.search.tried import TriedArchitectures
 
 RUNNING = kt.engine.trial.TrialStatus.RUNNING
 IDLE = kt.engine.trial.TrialStatus.IDLE
@@ -48,7 +49,7 @@ class MorphismOracle(kt.Oracle):
         self.first_round, self.limits = first_round, limits
         self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
         self._rng = random.Random(seed)
-        self._tried: set[str] = {seed_network.topology_key()}
+        self._tried = TriedArchitectures([seed_network])
         self._memory = SearchMemory()  # parsed networks and edit distances, kept between proposals
         self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
 
@@ -70,7 +71,7 @@ class MorphismOracle(kt.Oracle):
         if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         child, parent_id, operator = proposal
-        self._tried.add(child.topology_key())
+        self._tried.add(child)
         return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: child.to_json(),
                                               space.PARENT: parent_id, space.OPERATOR: operator}}
 
@@ -98,26 +99,25 @@ class MorphismOracle(kt.Oracle):
 
     def _propose(self, scored: list[kt.engine.trial.Trial], scores: np.ndarray, ranks: np.ndarray,
                  kernel: int) -> tuple[Network, str, str] | None:
-        ranked = [scored[i] for i in ranking(scores)[: self.top_parents]]
-        candidates: dict[str, tuple[Network, kt.engine.trial.Trial]] = {}  # topology key -> (child, parent)
+        ranked = [scored[i] for i in best(scores, self.top_parents)]
+        proposals: list[tuple[Network, kt.engine.trial.Trial]] = []  # (child, parent), new architectures
+        drawn = TriedArchitectures()
         for _ in range(self.candidates * 3):
-            if len(candidates) >= self.candidates:
+            if len(proposals) >= self.candidates:
                 break
             parent = self._rng.choice(ranked)
             child = random_morphism(self._memory.network(parent), self._rng, kernel, self.limits)
-            if child is not None:
-                key = child.topology_key()
-                if key not in self._tried and key not in candidates:
-                    candidates[key] = (child, parent)
-        if not candidates:
+            if child is not None and child not in self._tried and child not in drawn:
+                drawn.add(child)
+                proposals.append((child, parent))
+        if not proposals:
             return None
-        proposals = list(candidates.values())
         train = training_set(scored, scores, ranks)
         gp = ArchitectureGP().fit_distances(self._memory.training_distances(train), [t.score for t in train])
         distances = self._memory.children_distances([(describe(c), p) for c, p in proposals], ranked, train)
         mean, std = gp.predict_distances(distances)
-        best = int(upper_confidence_bound(mean, std, self.beta).argmax())
-        child, parent = proposals[best]
+        chosen = int(upper_confidence_bound(mean, std, self.beta).argmax())
+        child, parent = proposals[chosen]
         return child, parent.trial_id, child.history[-1]
 
     # --- state ----------------------------------------------------------------------------------
@@ -135,10 +135,11 @@ class MorphismOracle(kt.Oracle):
         self._memory = SearchMemory()  # derived from the trials; a state from elsewhere comes with others
         self._seeds_counted = (0, 0)
         morphism = state.get("morphism", {})
-        # Every architecture proposed is a trial's; states stored by earlier versions also list them.
-        self._tried = set(morphism.get("tried", [])) | {self.seed_network.topology_key()} | {
-            self._memory.network(t).topology_key() for t in self.trials.values()
-            if t.hyperparameters.values.get(space.ARCHITECTURE)}
+        # Every architecture proposed is a trial's; states stored by earlier versions also list their keys.
+        self._tried = TriedArchitectures(
+            [self.seed_network] + [self._memory.network(t) for t in self.trials.values()
+                                   if t.hyperparameters.values.get(space.ARCHITECTURE)],
+            keys=morphism.get("tried", []))
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
