@@ -86,11 +86,16 @@ def test_children_distances_from_parent_tables_equal_the_dynamic_programme():
             assert np.allclose(tables.distances(parent, edits, order), expected, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("held", ["networks", "json"])
 @pytest.mark.parametrize("seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"])
-def test_the_tried_set_answers_as_topology_keys_do(seed):
+def test_the_tried_set_answers_as_topology_keys_do(seed, held):
     rng = random.Random(3)
     networks = lineage(seed, 120, rng)
-    tried, keys = TriedArchitectures(networks[::2]), {n.topology_key() for n in networks[::2]}
+    def hold(nets):
+        return nets if held == "networks" else [(n, n.to_json()) for n in nets]
+
+    tried = TriedArchitectures(hold(networks[::2]))
+    keys = {n.topology_key() for n in networks[::2]}
     questions = networks + [c for c in (random_morphism(rng.choice(networks), rng, 3, LARGE) for _ in range(300)) if c]
     # Renamed copies (equal computation, other node names and history) are the same architecture.
     questions += [type(n).from_json(n.to_json().replace('"m1_', '"x1_')) for n in networks[:20]]
@@ -105,7 +110,7 @@ def test_the_tried_set_answers_as_topology_keys_do(seed):
         by_fingerprint.setdefault(fingerprint(child), []).append(child)
     a, b = next(group for group in by_fingerprint.values() if len(group) > 1)[:2]
     assert a.topology_key() != b.topology_key()
-    assert a not in TriedArchitectures([b]) and a in TriedArchitectures([b, a])
+    assert a not in TriedArchitectures(hold([b])) and a in TriedArchitectures(hold([b, a]))
 
 
 def test_keys_stored_by_earlier_versions_are_still_tried():

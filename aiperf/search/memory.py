@@ -1,7 +1,8 @@
 """What the morphism oracle remembers between proposals, so a proposal's cost stays flat however many
 trials a run has scored.
 
-- Each trial's network is parsed and described once, not at every proposal.
+- Each trial's network is described once (what the distances need), not at every proposal; only
+  the networks in use (parents, the training set) are kept parsed.
 - The Gaussian process trains on a bounded set of scored trials: the best ones (where the search
   grows from), the most recent ones (what it learnt last), and a fixed pseudo-random sample of the
   rest (so it still knows the regions it left): the trials of the rest whose ids hash lowest, so a
@@ -39,6 +40,7 @@ COMPLETED = kt.engine.trial.TrialStatus.COMPLETED
 FAILED = kt.engine.trial.TrialStatus.FAILED
 BEST, RECENT, SPREAD = 32, 16, 16
 TRAINING_SIZE = BEST + RECENT + SPREAD
+NETWORKS_KEPT = 4 * TRAINING_SIZE
 
 
 def ranking(scores: np.ndarray) -> np.ndarray:
@@ -88,7 +90,8 @@ def training_set(scored: Sequence[kt.engine.trial.Trial], scores: np.ndarray | N
 
 class SearchMemory:
     def __init__(self) -> None:
-        self._networks: dict[str, Network] = {}
+        self._networks: dict[str, Network] = {}  # in order of use, the latest last
+        self._described: dict[str, tuple] = {}
         self._ids: list[str] = []  # the training set the distances below belong to
         self._distances = np.zeros((0, 0))
         self._kinds = ConvKinds()
@@ -130,13 +133,22 @@ class SearchMemory:
         self._ranks = np.insert(self._ranks, at, np.uint64(sample_rank(trial.trial_id)))
 
     def network(self, trial: kt.engine.trial.Trial) -> Network:
-        if trial.trial_id not in self._networks:
-            self._networks[trial.trial_id] = network_from_dict(
-                json.loads(trial.hyperparameters.values[space.ARCHITECTURE]))
-        return self._networks[trial.trial_id]
+        """The trial's network, parsed once while it is in use: the most recently used NETWORKS_KEPT
+        are kept (the parents and the training set are fewer), not all of a run's (a parsed
+        ResNet-50 child is about 150 KB, and a long run sees every trial join the training set)."""
+        net = self._networks.pop(trial.trial_id, None)
+        if net is None:
+            net = network_from_dict(json.loads(trial.hyperparameters.values[space.ARCHITECTURE]))
+        self._networks[trial.trial_id] = net
+        if len(self._networks) > NETWORKS_KEPT:
+            del self._networks[next(iter(self._networks))]
+        return net
 
     def described(self, trial: kt.engine.trial.Trial) -> tuple:
-        return describe(self.network(trial))
+        """describe() of the trial's network, kept for every trial described (a few KB each)."""
+        if trial.trial_id not in self._described:
+            self._described[trial.trial_id] = describe(self.network(trial))
+        return self._described[trial.trial_id]
 
     def conv_ids(self, trial: kt.engine.trial.Trial) -> np.ndarray:
         if trial.trial_id not in self._conv_ids:

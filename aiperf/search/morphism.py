@@ -18,6 +18,8 @@ from the trials (set_state).
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import random
 from typing import Any
@@ -27,6 +29,7 @@ import numpy as np
 
 from aiperf.arch.graph import Network
 from aiperf.arch.morph import Limits, random_morphism
+from aiperf.arch.spec import network_from_dict
 from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.distance import describe
@@ -49,7 +52,7 @@ class MorphismOracle(kt.Oracle):
         self.first_round, self.limits = first_round, limits
         self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
         self._rng = random.Random(seed)
-        self._tried = TriedArchitectures([seed_network])
+        self._tried = TriedArchitectures([(seed_network, seed_network.to_json())])
         self._memory = SearchMemory()  # parsed networks and edit distances, kept between proposals
         self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
 
@@ -71,8 +74,9 @@ class MorphismOracle(kt.Oracle):
         if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         child, parent_id, operator = proposal
-        self._tried.add(child)
-        return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: child.to_json(),
+        spec = child.to_json()
+        self._tried.add(child, spec)
+        return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: spec,
                                               space.PARENT: parent_id, space.OPERATOR: operator}}
 
     def _seeds(self) -> int:
@@ -136,9 +140,13 @@ class MorphismOracle(kt.Oracle):
         self._seeds_counted = (0, 0)
         morphism = state.get("morphism", {})
         # Every architecture proposed is a trial's; states stored by earlier versions also list their keys.
+        # Parsed one at a time and let go (held as the trials' own JSON): the memory keeps only what
+        # proposals need.
+        specs = [t.hyperparameters.values[space.ARCHITECTURE] for t in self.trials.values()
+                 if t.hyperparameters.values.get(space.ARCHITECTURE)]
         self._tried = TriedArchitectures(
-            [self.seed_network] + [self._memory.network(t) for t in self.trials.values()
-                                   if t.hyperparameters.values.get(space.ARCHITECTURE)],
+            itertools.chain([(self.seed_network, self.seed_network.to_json())],
+                            ((network_from_dict(json.loads(spec)), spec) for spec in specs)),
             keys=morphism.get("tried", []))
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]

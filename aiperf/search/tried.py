@@ -27,22 +27,28 @@ def fingerprint(net: Network) -> Fingerprint:
 
 
 class TriedArchitectures:
-    """A set of architectures: `add` a network, ask `network in tried`."""
+    """A set of architectures: `add` a network, ask `network in tried`.
 
-    def __init__(self, networks: Iterable[Network] = (), keys: Iterable[str] = ()) -> None:
-        """`keys`: architectures known by their topology key alone (earlier versions stored the key
-        of every network they proposed). Those of `networks` are dropped; while any are left, every
-        question computes the candidate's key."""
-        # fingerprint -> the networks with it (each replaced by its key once that was computed)
-        self._by_fingerprint: dict[Fingerprint, list[Network | str]] = {}
-        for net in networks:
-            self.add(net)
+    Each architecture is held as what is cheapest to keep until its key is needed (rarely): the
+    network's JSON where the caller keeps it anyway (a trial's values; a run's set holds every
+    trial's, and 10,000 parsed ResNet-50 children would be gigabytes), else the network itself
+    (a proposal's candidates, which live for one proposal). Once computed, the key replaces it."""
+
+    def __init__(self, networks: Iterable[Network | tuple[Network, str]] = (), keys: Iterable[str] = ()) -> None:
+        """`networks`: networks, or (network, its JSON) pairs. `keys`: architectures known by their
+        topology key alone (earlier versions stored the key of every network they proposed); those of
+        `networks` are dropped, and while any are left every question computes the candidate's key."""
+        # fingerprint -> the architectures with it: their keys, networks or JSON
+        self._by_fingerprint: dict[Fingerprint, list[str | Network | _Json]] = {}
+        for item in networks:
+            self.add(*item) if isinstance(item, tuple) else self.add(item)
         self._keys_alone: set[str] = set()
         if keys:
             self._keys_alone = set(keys) - self.keys()
 
-    def add(self, net: Network) -> None:
-        self._by_fingerprint.setdefault(fingerprint(net), []).append(net)
+    def add(self, net: Network, spec: str | None = None) -> None:
+        """`spec`: the network's JSON, held instead of the network when given."""
+        self._by_fingerprint.setdefault(fingerprint(net), []).append(net if spec is None else _Json(spec))
 
     def __contains__(self, net: Network) -> bool:
         same = self._by_fingerprint.get(fingerprint(net), [])
@@ -60,7 +66,19 @@ class TriedArchitectures:
                 for i in range(len(group))} | self._keys_alone
 
     @staticmethod
-    def _key(group: list[Network | str], i: int) -> str:
-        if isinstance(group[i], Network):
-            group[i] = group[i].topology_key()  # the network is not needed again
-        return group[i]  # type: ignore[return-value]
+    def _key(group: list[str | Network | _Json], i: int) -> str:
+        held = group[i]
+        if isinstance(held, _Json):
+            held = Network.from_json(held.text)
+        if isinstance(held, Network):
+            group[i] = held = held.topology_key()
+        return held
+
+
+class _Json:
+    """A network's JSON, held by reference (the caller's own string, not a copy)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
