@@ -45,7 +45,7 @@ def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
         db = tmp_path / "aiperf.db"
         run = client.create_flow_run_from_deployment(
             deployments["benchmark"].id,
-            parameters={"profile": "quick", "budget": "15s", "workers": 1, "db": f"sqlite:///{db}", "seed": 5,
+            parameters={"profile": "quick", "budget": "8s", "workers": 1, "db": f"sqlite:///{db}", "seed": 5,
                         "out": str(tmp_path / "out"), "overrides": TINY})
         final = wait_for("the flow run to finish", lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
                          420, process, log)
@@ -61,7 +61,7 @@ def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
 
         # The nightly deployment too: the first nightly run on this system passes and sets the baseline.
         night = client.create_flow_run_from_deployment(
-            nightly.id, parameters={"budget": "15s", "workers": 1, "db": f"sqlite:///{db}", "out": str(tmp_path / "out"),
+            nightly.id, parameters={"budget": "8s", "workers": 1, "db": f"sqlite:///{db}", "out": str(tmp_path / "out"),
                                     "overrides": {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}})
         night_final = wait_for("the nightly run to finish",
                                lambda: (r := client.read_flow_run(night.id)).state.is_final() and r, 420, process, log)

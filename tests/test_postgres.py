@@ -24,8 +24,8 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
     # As on a deployment's worker: the URL, password included, comes from the environment, never from a
     # flow parameter (Prefect stores those).
     monkeypatch.setenv("AIPERF_DB_URL", postgres_db)
-    first = benchmark(profile="quick", budget="15s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
-    second = benchmark(profile="quick", budget="15s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
+    first = benchmark(profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
+    second = benchmark(profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
     engine = create_engine(postgres_db)
     try:
         with engine.connect() as sql:

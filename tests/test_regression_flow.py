@@ -24,7 +24,7 @@ SHORT = {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}
 def run_nightly(db: str, out, **parameters):
     from flows.nightly import nightly
 
-    return nightly(budget="20s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
+    return nightly(budget="10s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
 
 
 def regression_artifact(state) -> str:
@@ -57,7 +57,7 @@ def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefec
 def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     # Five earlier nights of this very workload on this very machine, each far faster than a tiny run can be.
-    workload = classify(load_config("nightly", budget="20s", workers=1, db=db, out=str(tmp_path / "out"),
+    workload = classify(load_config("nightly", budget="10s", workers=1, db=db, out=str(tmp_path / "out"),
                                     overrides=SHORT))
     store = Store.open(db)
     try:

@@ -69,7 +69,7 @@ def test_db_upgrade_and_a_short_run_from_another_folder(wheel_venv, tmp_path):
     assert "upgraded from empty to revision" in upgraded.stdout
     tiny = ["data.image_size=16", "data.train_samples=256", "data.val_samples=64", "data.clutter=0",
             "train.epochs=1", "search.space.batch_size=[32]"]
-    ran = _run(aiperf, "run", "--budget", "15s", "--workers", "1", "--db", "sqlite:///results.db",
+    ran = _run(aiperf, "run", "--budget", "8s", "--workers", "1", "--db", "sqlite:///results.db",
                *[arg for setting in tiny for arg in ("--set", setting)], cwd=tmp_path, env=env)
     assert "regulated score" in ran.stdout and "OPS (aiperf convention)" in ran.stdout
     listed = _run(aiperf, "runs", "--db", "sqlite:///results.db", cwd=tmp_path, env=env)
