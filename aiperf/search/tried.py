@@ -41,7 +41,8 @@ class TriedArchitectures:
         # fingerprint -> the architectures with it: their keys, networks or JSON
         self._by_fingerprint: dict[Fingerprint, list[str | Network | _Json]] = {}
         for item in networks:
-            self.add(*item) if isinstance(item, tuple) else self.add(item)
+            net, spec = item if isinstance(item, tuple) else (item, None)
+            self.add(net, spec)
         self._keys_alone: set[str] = set()
         if keys:
             self._keys_alone = set(keys) - self.keys()
