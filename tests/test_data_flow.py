@@ -23,7 +23,7 @@ def folder_run(prefect_api, make_image_folder, tmp_path_factory):
     db = f"sqlite:///{folder / 'aiperf.db'}"
     overrides = {**TINY, "data.kind": "folder", "data.source": str(images), "data.image_size": 16,
                  "data.shard_images": 16, "data.stage_to": str(folder / "node-local")}
-    result = benchmark(profile="quick", budget="20s", workers=2, db=db, seed=4, out=str(folder / "out"),
+    result = benchmark(profile="quick", budget="12s", workers=2, db=db, seed=4, out=str(folder / "out"),
                        overrides=overrides)
     return result, folder
 

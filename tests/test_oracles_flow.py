@@ -15,7 +15,7 @@ def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
     from flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
-    result = benchmark(profile="quick", budget="20s", workers=2, db=f"sqlite:///{db}", seed=1,
+    result = benchmark(profile="quick", budget="10s", workers=2, db=f"sqlite:///{db}", seed=1,
                        out=str(tmp_path / "out"), overrides={**TINY, "search.oracle": oracle})
     with sqlite3.connect(db) as sql:
         trials = sql.execute("SELECT hyperparameters, status FROM trials").fetchall()

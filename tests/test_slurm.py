@@ -90,7 +90,7 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
     watch = QueueWatch()
     watch.start()
     try:
-        result = benchmark(profile="quick", budget="20s", workers=2, db=f"sqlite:///{folder / 'aiperf.db'}",
+        result = benchmark(profile="quick", budget="12s", workers=2, db=f"sqlite:///{folder / 'aiperf.db'}",
                            seed=5, out=str(folder / "out"), overrides={**TINY, "cluster.kind": "slurm"})
     finally:
         seen = watch.stop()
