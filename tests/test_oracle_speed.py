@@ -168,9 +168,12 @@ def plant(oracle, networks, rng: random.Random) -> None:
         oracle._tried.add(network)
 
 
-def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path):
+@pytest.mark.parametrize("kept", [memory.NETWORKS_KEPT, 8], ids=["networks kept", "networks parsed again"])
+def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path, monkeypatch, kept):
     # The memory (networks, distances, tables) is derived from the trials: an oracle that has kept it
-    # over many proposals and one that rebuilds it (a resumed run) must agree, past the bounded set.
+    # over many proposals and one that rebuilds it (a resumed run) must agree, past the bounded set,
+    # and so must one that keeps few networks parsed and parses the others again when it needs them.
+    monkeypatch.setattr(memory, "NETWORKS_KEPT", kept)
     config = load_config("quick", workers=1, seed=3)
     warm = make_oracle(config, (16, 16, 3), 10)
     rng = random.Random(9)
