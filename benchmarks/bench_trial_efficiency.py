@@ -7,6 +7,10 @@ For each case the script runs, side by side in one invocation:
   bare    as many processes as workers, each with one thread, doing what a user of Keras would:
           build, compile, then `model.fit` and `model.evaluate` per epoch, new model after the
           profile's epochs, until the same window ends (a batch that crosses it is the last).
+          `--bare-feed arrays` (the default) gives `fit` the NumPy arrays, as most users do;
+          `--bare-feed aiperf` gives it aiperf's own tf.data feed of the same arrays
+          (aiperf.data.feed.array_dataset, tf.data's autotuner off), so the ratio then isolates
+          what the flow, the workers and the trial code cost.
 Both count operations with aiperf's counter ('aiperf' convention, train + eval), so the ratios
 compare speed only.
   in-trial  operations / seconds inside epochs, after each trial's first epoch (its tracing),
@@ -16,6 +20,7 @@ Targets (issue 13): in-trial >= 0.95 and window >= 0.90 of bare on the 2-core ma
 
     .venv/bin/python benchmarks/bench_trial_efficiency.py [--cases quick-seed resnet20] [--window 60]
                                                           [--workers N] [--order bare-first]
+                                                          [--bare-feed arrays|aiperf]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,12 +124,14 @@ def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates
 
 # --- bare Keras: what a user would write ----------------------------------------------------------------
 
-def _bare_worker(case: Case, data_path: str, window_start: float, window_s: float, index: int, results) -> None:
+def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, window_s: float, index: int,
+                 results) -> None:
     os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["TF_NUM_INTEROP_THREADS"] = "1"
     import keras
 
     from aiperf.arch.spec import ArchSpec, StageSpec
+    from aiperf.data.feed import array_dataset
     from aiperf.data.staging import load_staged
     from aiperf.ops import count_all
 
@@ -154,6 +162,9 @@ def _bare_worker(case: Case, data_path: str, window_start: float, window_s: floa
 
     from aiperf.arch import build_model
 
+    if feed == "aiperf":
+        train_feed = array_dataset(x, y, case.batch_size, shuffle_seed=index)
+        val_feed = array_dataset(data.x_val, data.y_val, case.batch_size)
     # Imported and loaded: wait for the window to open, as aiperf's workers warm up before it.
     if time.time() > window_start:
         results.put(None)  # too slow to be ready: the caller gives more time
@@ -171,9 +182,15 @@ def _bare_worker(case: Case, data_path: str, window_start: float, window_s: floa
             if time.time() >= window_end:
                 break
             watch, started = Window(), time.time()
-            model.fit(x, y, batch_size=case.batch_size, epochs=1, verbose=0, shuffle=True, callbacks=[watch])
+            if feed == "aiperf":
+                model.fit(train_feed, epochs=1, verbose=0, callbacks=[watch])
+            else:
+                model.fit(x, y, batch_size=case.batch_size, epochs=1, verbose=0, shuffle=True, callbacks=[watch])
             if not watch.cut:
-                model.evaluate(data.x_val, data.y_val, batch_size=case.batch_size, verbose=0, callbacks=[watch])
+                if feed == "aiperf":
+                    model.evaluate(val_feed, verbose=0, callbacks=[watch])
+                else:
+                    model.evaluate(data.x_val, data.y_val, batch_size=case.batch_size, verbose=0, callbacks=[watch])
             ops = (min(watch.train * case.batch_size, whole) * counts.train_per_sample
                    + min(watch.test * case.batch_size, len(data.y_val)) * counts.eval_per_sample)
             total += ops
@@ -183,7 +200,7 @@ def _bare_worker(case: Case, data_path: str, window_start: float, window_s: floa
     results.put((epochs, total))
 
 
-def run_bare(case: Case, window_s: float, workers: int, folder: Path) -> Rates:
+def run_bare(case: Case, window_s: float, workers: int, folder: Path, feed: str = "arrays") -> Rates:
     """`workers` processes at once for the window. Each imports Keras and loads the data first, then
     waits for the common window start, as aiperf's window opens once its workers are up and warm."""
     from aiperf.config import load_config
@@ -194,7 +211,7 @@ def run_bare(case: Case, window_s: float, workers: int, folder: Path) -> Rates:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     window_start = time.time() + 30  # the processes' imports and data loading happen before the window
-    processes = [context.Process(target=_bare_worker, args=(case, manifest.path, window_start, window_s, i, results))
+    processes = [context.Process(target=_bare_worker, args=(case, manifest.path, feed, window_start, window_s, i, results))
                  for i in range(workers)]
     for p in processes:
         p.start()
@@ -214,6 +231,8 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0, help="seconds of each timed window")
     parser.add_argument("--workers", type=int, default=None, help="default: one per core")
     parser.add_argument("--order", default="aiperf-first", choices=["aiperf-first", "bare-first"])
+    parser.add_argument("--bare-feed", default="arrays", choices=["arrays", "aiperf"],
+                        help="what bare Keras's fit gets: the NumPy arrays, or aiperf's tf.data feed of them")
     parser.add_argument("--out", default=None, help="folder for databases and data (default: temporary)")
     args = parser.parse_args()
 
@@ -223,10 +242,11 @@ def main() -> None:
     workers = args.workers or machine_cores()
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-efficiency-"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"{workers} workers, window {args.window:g} s, {os.cpu_count()} CPUs; folder {folder}", flush=True)
+    print(f"{workers} workers, window {args.window:g} s, {os.cpu_count()} CPUs, bare Keras fed {args.bare_feed}; "
+          f"folder {folder}", flush=True)
     for name in args.cases:
         case = CASES[name]
-        steps = [("aiperf", run_aiperf), ("bare", run_bare)]
+        steps = [("aiperf", run_aiperf), ("bare", partial(run_bare, feed=args.bare_feed))]
         rates = {label: fn(case, args.window, workers, folder)
                  for label, fn in (steps if args.order == "aiperf-first" else steps[::-1])}
         aiperf, bare = rates["aiperf"], rates["bare"]

@@ -1,0 +1,62 @@
+"""The feed of in-memory arrays (aiperf.data.feed.array_dataset): every sample once per pass, a new
+order every pass that the seed reproduces, and tf.data's autotuner off, which is the reason it exists
+(on a 2-vCPU VM Keras's own pipeline from arrays left the cores idle a third to half of the time;
+benchmarks/bench_trial_efficiency.py measures it). The speed is benchmarked, not tested here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aiperf.config import DataConfig
+from aiperf.data.feed import array_dataset, open_feed
+from aiperf.data.staging import stage_synthetic
+
+
+def _passes(dataset, count: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    return [[(x.numpy(), y.numpy()) for x, y in dataset] for _ in range(count)]
+
+
+def _arrays(count: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    x = np.arange(count * 2 * 2 * 1, dtype="float32").reshape(count, 2, 2, 1)
+    return x, np.arange(count, dtype="int64")
+
+
+def test_every_sample_once_per_pass_with_its_own_label():
+    x, y = _arrays()
+    for seed in (None, 3):
+        for batches in _passes(array_dataset(x, y, 8, shuffle_seed=seed), 2):
+            assert [len(labels) for _, labels in batches] == [8, 8, 4]
+            labels = np.concatenate([labels for _, labels in batches])
+            images = np.concatenate([images for images, _ in batches])
+            assert sorted(labels.tolist()) == list(range(20))
+            np.testing.assert_array_equal(images, x[labels])  # each image travels with its label
+
+
+def test_unshuffled_keeps_the_order_and_shuffled_changes_it_every_pass():
+    x, y = _arrays()
+    plain = _passes(array_dataset(x, y, 8), 2)
+    assert all(np.concatenate([labels for _, labels in p]).tolist() == list(range(20)) for p in plain)
+    orders = [np.concatenate([labels for _, labels in p]).tolist()
+              for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)]
+    assert orders[0] != list(range(20)) and len({tuple(o) for o in orders}) == 3
+    again = [np.concatenate([labels for _, labels in p]).tolist()
+             for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)]
+    assert again == orders  # the seed reproduces every pass's order
+
+
+def test_the_autotuner_is_off():
+    x, y = _arrays()
+    for seed in (None, 1):
+        options = array_dataset(x, y, 4, shuffle_seed=seed).options()
+        assert options.autotune.enabled is False
+
+
+def test_open_feed_gives_keras_whole_training_batches_through_the_feed(tmp_path):
+    manifest = stage_synthetic(DataConfig(kind="synthetic", image_size=16, train_samples=50, val_samples=13,
+                                          classes=3), 0, tmp_path)
+    feed = open_feed(manifest.path, batch_size=8, input_shape=(16, 16, 3), seed=1)
+    assert (feed.train_samples, feed.val_samples) == (48, 13)
+    train = [labels.numpy() for _, labels in feed.train["x"]]
+    val = [labels.numpy() for _, labels in feed.val["x"]]
+    assert [len(b) for b in train] == [8] * 6 and [len(b) for b in val] == [8, 5]
+    assert feed.train["x"].options().autotune.enabled is False
