@@ -183,7 +183,7 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
                 break
             watch, started = Window(), time.time()
             if feed == "aiperf":
-                model.fit(train_feed, epochs=1, verbose=0, callbacks=[watch])
+                model.fit(train_feed, epochs=1, verbose=0, shuffle=False, callbacks=[watch])  # it shuffles itself
             else:
                 model.fit(x, y, batch_size=case.batch_size, epochs=1, verbose=0, shuffle=True, callbacks=[watch])
             if not watch.cut:
