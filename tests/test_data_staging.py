@@ -70,11 +70,14 @@ def test_second_staging_skips_done_work_and_redoes_changed_shards(staged, images
     assert second.sha256 != first.sha256
 
 
-def test_pipeline_yields_every_image_once_per_pass(staged):
+@pytest.mark.parametrize("threads", [None, 1, 3])
+def test_pipeline_yields_every_image_once_per_pass(staged, threads):
     _config, _out, manifest = staged
     for split, training, count in (("train", True, 30), ("validation", False, 12)):
         ds = make_dataset(manifest.path, split, batch_size=8, image_size=16, channels=3, training=training, seed=1,
-                          drop_remainder=False)
+                          drop_remainder=False, threads=threads)
+        # A worker's cores set the parallelism, untuned: tf.data's autotuner left a small VM's cores idle.
+        assert ds.options().autotune.enabled is (False if threads else None)
         sizes, labels = [], []
         for x, y in ds:
             assert x.shape[1:] == (16, 16, 3) and x.dtype.name == "float32"
