@@ -106,8 +106,8 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
 
     `threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores, so
     concurrent trials on one node do not fight), with tf.data's autotuner off; None lets tf.data
-    use and tune the machine. `repeat` is for benchmarks only: trials
-    run one pass per epoch so their sample counts stay exact."""
+    use and tune the machine. `repeat` is for benchmarks only: trials run one pass per epoch so
+    their sample counts stay exact."""
     import tensorflow as tf
 
     manifest = read_manifest(path)
@@ -118,15 +118,15 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     # A trial knows its worker's cores: its pipeline then runs at that parallelism, untuned. tf.data's
     # autotuner wakes between steps, and on a 2-vCPU VM it left the cores idle: two ResNet-20 trials
     # on cached shards trained 1.30-2.13 steps/s each with it, 2.13-2.26 without (see feed.py).
-    autotune = threads if threads else tf.data.AUTOTUNE
+    parallel = threads if threads else tf.data.AUTOTUNE
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     cycle = min(len(files), 16)
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=cycle, block_length=1,
-                       num_parallel_calls=min(autotune, cycle) if threads else autotune,
+                       num_parallel_calls=min(threads, cycle) if threads else tf.data.AUTOTUNE,
                        deterministic=not training)
-    ds = ds.map(_parse, num_parallel_calls=autotune)
+    ds = ds.map(_parse, num_parallel_calls=parallel)
     images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
     encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
     decoded = images * image_size * image_size * channels * 4
@@ -138,7 +138,7 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     same_every_epoch = not training or style != "imagenet"
     keep_prepared = same_every_epoch and (cache if cache is not None else decoded <= CACHE_LIMIT_BYTES)
     if keep_prepared:
-        ds = ds.map(prepare, num_parallel_calls=autotune, deterministic=not training).cache()
+        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training).cache()
     elif cache if cache is not None else encoded <= CACHE_LIMIT_BYTES:
         ds = ds.cache()
     if repeat:
@@ -146,7 +146,7 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     if training:
         ds = ds.shuffle(min(images, 10_000), seed=seed, reshuffle_each_iteration=True)
     if not keep_prepared:
-        ds = ds.map(prepare, num_parallel_calls=autotune, deterministic=not training)
+        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training)
     drop = training if drop_remainder is None else drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
     if not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
