@@ -115,9 +115,9 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     if not files:
         raise ValueError(f"{path} has no {split} shards")
     style = style or manifest.get("preprocess", "imagenet")
-    # A trial knows its worker's cores: its pipeline then runs at that parallelism, untuned. tf.data's
-    # autotuner wakes between steps, and on a 2-vCPU VM it left the cores idle: two ResNet-20 trials
-    # on cached shards trained 1.30-2.13 steps/s each with it, 2.13-2.26 without (see feed.py).
+    # A trial knows its worker's cores: its pipeline then runs at that parallelism, untuned. With
+    # tf.data's autotuner on, a 2-vCPU VM's cores sat idle: two ResNet-20 trials on cached shards
+    # trained 1.30-2.13 steps/s each with it, 2.13-2.26 without (see feed.py).
     parallel = threads if threads else tf.data.AUTOTUNE
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
