@@ -68,3 +68,30 @@ def test_a_diverging_trial_stops_at_once_and_keeps_its_samples(staged):
     (epoch,) = result.epochs  # stopped in its first epoch: no evaluation, no further epochs
     assert not epoch.complete and epoch.val_accuracy is None and epoch.samples_evaluated == 0
     assert 0 < epoch.samples_trained <= 384 and epoch.samples_trained % 32 == 0
+
+
+def test_step_state_is_built_before_fit_so_the_train_step_is_traced_once(staged):
+    """Variables created inside the first trace make tf.function trace the train step twice."""
+    import keras
+    import numpy as np
+
+    from aiperf.arch import build_model, network_from_dict
+    from aiperf.data.feed import array_dataset
+    from aiperf.train.trial import build_step_state
+
+    request = _request(staged, time.time() + 300)
+    model = build_model(network_from_dict(request.architecture))
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    build_step_state(model)
+    traces = []
+    step = model.train_step
+    model.train_step = lambda data: traces.append(1) or step(data)
+    rng = np.random.default_rng(0)
+    x = rng.random((64, *request.architecture["input_shape"]), dtype=np.float32)
+    y = rng.integers(0, 10, 64)
+    model.fit(array_dataset(x, y, 32, shuffle_seed=0), epochs=1, verbose=0, shuffle=False)
+    assert len(traces) == 1
+    # The zero batch that built the metrics is not counted: fit reset them before its first step.
+    counts = [v for v in model.metrics_variables if v.name == "count"]
+    assert counts and all(int(keras.ops.convert_to_numpy(v)) == 64 for v in counts), counts
