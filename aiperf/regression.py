@@ -21,7 +21,9 @@ from aiperf.store import RunScoreRow, Store
 
 # Three coefficients of variation, as benchmarks/bench_stability.py measured them on a quiet 2-vCPU
 # AMD EPYC (the larger of two series of 3 nightly runs: CV(OPS) 2.39%, CV(regulated) 2.35%), rounded
-# up: a healthy night on a machine kept for benchmarking crosses it rarely.
+# up: a healthy night on a machine kept for benchmarking crosses it rarely. A later series, with faster
+# trials (2026-12-01), had CV(OPS) 1.03% but CV(regulated) 3.42%: the README's "Where 8% comes from"
+# says why one threshold for both figures is a compromise.
 DEFAULT_THRESHOLD = 0.08
 DEFAULT_WINDOW = 5
 

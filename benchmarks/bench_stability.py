@@ -2,8 +2,9 @@
 of variation (stdev / mean) of OPS and of the regulated score.
 
 A regression check is only as good as the noise it must see through: the nightly regression's
-default threshold (aiperf.regression.DEFAULT_THRESHOLD) is three of these CVs of the regulated score,
-rounded up, so a healthy night fails about once in a few hundred. Every run goes through the real
+default threshold (aiperf.regression.DEFAULT_THRESHOLD) was set at three of these CVs of the regulated
+score, rounded up, so that a healthy night rarely fails (the README's "Where 8% comes from" gives the
+series measured since). Every run goes through the real
 flow, as `aiperf run` does, into one temporary database.
 
     .venv/bin/python benchmarks/bench_stability.py [--runs 3] [--profile nightly] [--budget 5m]
