@@ -8,8 +8,8 @@ For each case the script runs, side by side in one invocation:
           build, compile, then `model.fit` and `model.evaluate` per epoch, new model after the
           profile's epochs, until the same window ends (a batch that crosses it is the last).
           `--bare-feed arrays` (the default) gives `fit` the NumPy arrays, as most users do;
-          `--bare-feed aiperf` gives it aiperf's own tf.data feed of the same arrays
-          (aiperf.data.feed.array_dataset, tf.data's autotuner off), so the ratio then isolates
+          `--bare-feed aiperf` gives it what a trial gets (aiperf.data.feed.open_feed: a tf.data
+          feed of the same arrays, tf.data's autotuner off), so the ratio then isolates
           what the flow, the workers and the trial code cost.
 Both count operations with aiperf's counter ('aiperf' convention, train + eval), so the ratios
 compare speed only.
@@ -131,7 +131,7 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
     import keras
 
     from aiperf.arch.spec import ArchSpec, StageSpec
-    from aiperf.data.feed import array_dataset
+    from aiperf.data.feed import open_feed
     from aiperf.data.staging import load_staged
     from aiperf.ops import count_all
 
@@ -162,9 +162,12 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
 
     from aiperf.arch import build_model
 
-    if feed == "aiperf":
-        train_feed = array_dataset(x, y, case.batch_size, shuffle_seed=index)
-        val_feed = array_dataset(data.x_val, data.y_val, case.batch_size)
+    if feed == "aiperf":  # exactly what a trial gets
+        trial_feed = open_feed(data_path, batch_size=case.batch_size, input_shape=x.shape[1:], seed=index)
+        train, val = trial_feed.train, trial_feed.val
+    else:  # the NumPy arrays, as most users write it
+        train = {"x": x, "y": y, "batch_size": case.batch_size, "shuffle": True}
+        val = {"x": data.x_val, "y": data.y_val, "batch_size": case.batch_size}
     # Imported and loaded: wait for the window to open, as aiperf's workers warm up before it.
     if time.time() > window_start:
         results.put(None)  # too slow to be ready: the caller gives more time
@@ -182,15 +185,9 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
             if time.time() >= window_end:
                 break
             watch, started = Window(), time.time()
-            if feed == "aiperf":
-                model.fit(train_feed, epochs=1, verbose=0, shuffle=False, callbacks=[watch])  # it shuffles itself
-            else:
-                model.fit(x, y, batch_size=case.batch_size, epochs=1, verbose=0, shuffle=True, callbacks=[watch])
+            model.fit(**train, epochs=1, verbose=0, callbacks=[watch])
             if not watch.cut:
-                if feed == "aiperf":
-                    model.evaluate(val_feed, verbose=0, callbacks=[watch])
-                else:
-                    model.evaluate(data.x_val, data.y_val, batch_size=case.batch_size, verbose=0, callbacks=[watch])
+                model.evaluate(**val, verbose=0, callbacks=[watch])
             ops = (min(watch.train * case.batch_size, whole) * counts.train_per_sample
                    + min(watch.test * case.batch_size, len(data.y_val)) * counts.eval_per_sample)
             total += ops
