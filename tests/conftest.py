@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -11,8 +13,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Each run's workers measure their peak before the window (aiperf.train.peak): briefly, in tests.
 os.environ.setdefault("AIPERF_PEAK_SECONDS", "0.2")
 # Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.locks): a
-# developer's own run, or another test session, never gets a test's run refused.
-os.environ.setdefault("AIPERF_RUN_LOCK", os.path.join(tempfile.mkdtemp(prefix="aiperf-tests-"), "local-run.lock"))
+# developer's own run, or another test session, never gets a test's run refused. The lock's folder
+# goes when the session ends.
+if "AIPERF_RUN_LOCK" not in os.environ:
+    _lock_folder = tempfile.mkdtemp(prefix="aiperf-tests-")
+    atexit.register(shutil.rmtree, _lock_folder, ignore_errors=True)
+    os.environ["AIPERF_RUN_LOCK"] = os.path.join(_lock_folder, "local-run.lock")
 
 import pytest  # noqa: E402
 
