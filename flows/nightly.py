@@ -5,7 +5,7 @@ baseline of this system.
     -> compare with the median of the last valid runs of the same system and profile
     -> a markdown artifact with the comparison
     -> Completed, or Failed with both figures in the message when OPS or the regulated score fell
-       more than the threshold
+       more than its threshold
 
 The first valid run on a system has nothing to compare with: it passes and sets the baseline.
 The comparison itself is aiperf.regression (no Prefect), so it is tested on its own. The config
@@ -23,16 +23,16 @@ from prefect.states import Completed, Failed
 
 from aiperf.config import load_config
 from aiperf.flow_parameters import check_parameters
-from aiperf.regression import DEFAULT_THRESHOLD, DEFAULT_WINDOW, RegressionVerdict, check_run
+from aiperf.regression import DEFAULT_THRESHOLDS, DEFAULT_WINDOW, RegressionVerdict, Thresholds, check_run
 from aiperf.store import Store
 from flows.benchmark import benchmark
 
 
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)
-def compare_with_baseline(db: str, run_id: int, threshold: float, window: int) -> RegressionVerdict:
+def compare_with_baseline(db: str, run_id: int, thresholds: Thresholds, window: int) -> RegressionVerdict:
     """The run against the median of the last `window` valid runs of its system and profile."""
     with Store.open_existing(db) as store:
-        verdict = check_run(store, run_id, threshold=threshold, window=window)
+        verdict = check_run(store, run_id, thresholds=thresholds, window=window)
     create_markdown_artifact(markdown=verdict.markdown(), key="aiperf-regression",
                              description=f"aiperf nightly regression check of run {run_id}")
     get_run_logger().info(verdict.message())
@@ -42,18 +42,21 @@ def compare_with_baseline(db: str, run_id: int, threshold: float, window: int) -
 @flow(name="aiperf-nightly-regression", log_prints=True)
 def nightly(profile: str = "nightly", budget: str | None = None, workers: int | None = None,
             db: str | None = None, seed: int | None = None, out: str | None = None,
-            overrides: dict[str, Any] | None = None, threshold: float = DEFAULT_THRESHOLD,
-            baseline_runs: int = DEFAULT_WINDOW):
-    """Run the nightly profile and fail when its score fell more than `threshold` below the baseline.
+            overrides: dict[str, Any] | None = None, ops_threshold: float = DEFAULT_THRESHOLDS.ops,
+            regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score, baseline_runs: int = DEFAULT_WINDOW):
+    """Run the nightly profile and fail when its OPS fell more than `ops_threshold` below the baseline,
+    or its regulated score more than `regulated_threshold`.
     Parameters never carry a database password or a job setting (aiperf.flow_parameters)."""
     check_parameters(db, overrides)
-    if not 0 < threshold < 1:
-        return Failed(message=f"threshold must be a share between 0 and 1 (0.05 = 5%), got {threshold}")
+    try:
+        thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
+    except ValueError as error:
+        return Failed(message=str(error))
     if baseline_runs < 1:
         return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
     config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides)
     result = benchmark(config=config)
-    verdict = compare_with_baseline(config.db, result["run_id"], threshold, baseline_runs)
+    verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)
     summary = {"run_id": verdict.run_id, "ops": verdict.ops, "regulated_score": verdict.regulated_score,
                "baseline_ops": verdict.baseline.ops if verdict.baseline else None,
                "baseline_regulated_score": verdict.baseline.regulated_score if verdict.baseline else None,

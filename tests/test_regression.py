@@ -1,18 +1,21 @@
 """The nightly regression check, Prefect-free: baseline = median of the last valid runs of the same
-system and profile; a fall of more than the threshold in OPS or the regulated score is a regression."""
+system and profile; a fall of more than its own threshold in OPS or the regulated score is a regression."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
-from aiperf.regression import baseline, check_run, judge
+from aiperf.regression import DEFAULT_THRESHOLDS, Thresholds, baseline, check_run, judge
 from aiperf.status import RunStatus
 from aiperf.store import RunScoreRow, Store
 from test_history_data import plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+FIVE_PERCENT = Thresholds(ops=0.05, regulated_score=0.05)
 
 
 def row(run_id: int, ops: float, regulated: float | None = None, *, valid: bool = True,
@@ -49,7 +52,7 @@ def test_first_run_sets_the_baseline():
 ])
 def test_threshold(ops, regulated, passed):
     history = [row(1, 100.0), row(2, ops, regulated)]
-    verdict = judge(history[1], baseline(history, history[1]), threshold=0.05)
+    verdict = judge(history[1], baseline(history, history[1]), thresholds=FIVE_PERCENT)
     assert verdict.passed is passed
     assert bool(verdict.regressions) is not passed
     message = verdict.message()
@@ -58,7 +61,7 @@ def test_threshold(ops, regulated, passed):
 
 def test_message_and_artifact_give_both_figures():
     history = [row(1, 2e9, 1.5e9), row(2, 1e9, 0.9e9)]
-    verdict = judge(history[1], baseline(history, history[1]), threshold=0.05)
+    verdict = judge(history[1], baseline(history, history[1]), thresholds=FIVE_PERCENT)
     assert not verdict.passed
     assert verdict.regressions == ["OPS fell 50.0%", "regulated score fell 40.0%"]
     message = verdict.message()
@@ -75,9 +78,33 @@ def test_invalid_run_fails_and_is_never_a_baseline():
     assert "invalid (too short)" in verdict.message()
 
 
-def test_threshold_must_be_a_share():
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        judge(row(1, 1.0), None, threshold=5)
+@pytest.mark.parametrize(("ops", "regulated", "failed"), [
+    (97.0, 100.0, []),                        # OPS 3% down: within its 4%
+    (95.0, 100.0, ["OPS fell 5.0%"]),         # ... 5% is not
+    (100.0, 90.0, []),                        # the regulated score 10% down: within its 11%
+    (100.0, 88.0, ["regulated score fell 12.0%"]),
+])
+def test_each_figure_has_its_own_threshold(ops, regulated, failed):
+    history = [row(1, 100.0), row(2, ops, regulated)]
+    verdict = judge(history[1], baseline(history, history[1]), thresholds=Thresholds(ops=0.04, regulated_score=0.11))
+    assert verdict.regressions == failed
+    assert "OPS 4%, regulated 11%" in verdict.message()
+    table = verdict.markdown()
+    assert "| -4% |" in table and "| -11% |" in table
+
+
+@pytest.mark.parametrize("shares", [{"ops": 5}, {"regulated_score": 0}, {"ops": -0.1}])
+def test_thresholds_must_be_shares(shares):
+    with pytest.raises(ValueError, match="threshold must be a share between 0 and 1"):
+        Thresholds(**shares)
+
+
+def test_the_nightly_deployment_uses_the_default_thresholds():
+    """prefect.yaml repeats the defaults for the UI's form; the two must not drift apart."""
+    spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "prefect.yaml").read_text())
+    nightly = next(d for d in spec["deployments"] if d["name"] == "nightly-regression")
+    assert nightly["parameters"]["ops_threshold"] == DEFAULT_THRESHOLDS.ops
+    assert nightly["parameters"]["regulated_threshold"] == DEFAULT_THRESHOLDS.regulated_score
 
 
 def test_check_run_reads_the_same_system_and_profile(db_url):
@@ -90,14 +117,14 @@ def test_check_run_reads_the_same_system_and_profile(db_url):
         plant_run(store, node, profile="quick", started=NIGHT + timedelta(days=3), trials=scaled_trials(9.0))
         slower = plant_run(store, node, started=NIGHT + timedelta(days=4))
         within = plant_run(store, node, started=NIGHT + timedelta(days=5), trials=scaled_trials(1.94))
-        verdict = check_run(store, slower, threshold=0.05)
+        verdict = check_run(store, slower, thresholds=FIVE_PERCENT)
         assert len(verdict.baseline.run_ids) == 3 and not verdict.passed
         assert verdict.ops_change == pytest.approx(-0.5)
         # The slower run is valid, so it joins the baseline: median of (2, 2, 2, 1) x.
-        close = check_run(store, within, threshold=0.05)
+        close = check_run(store, within, thresholds=FIVE_PERCENT)
         assert close.baseline.ops == pytest.approx(verdict.ops * 2)
         assert close.ops_change == pytest.approx(-0.03, abs=1e-4)
         assert close.passed, close.message()
-        assert not check_run(store, within, threshold=0.02).passed
+        assert not check_run(store, within, thresholds=Thresholds(ops=0.02, regulated_score=0.5)).passed
     finally:
         store.close()

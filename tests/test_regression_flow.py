@@ -1,6 +1,6 @@
 """The nightly regression flow end to end: the real benchmark subflow on a real Dask worker, then the
 comparison. A planted better baseline for this machine is flagged (the flow run ends Failed with
-both figures); the first run sets the baseline; a run within the threshold passes."""
+both figures); the first run sets the baseline; a run within its thresholds passes."""
 
 from __future__ import annotations
 
@@ -45,13 +45,21 @@ def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefec
     assert first.is_completed(), first.message
     assert "sets the baseline" in first.message
     assert "sets the baseline" in regression_artifact(first)
-    # Same seed, same trials: the second night lands well within a 50% threshold of the first.
-    second = run_nightly(db, tmp_path / "out", threshold=0.5)
+    # Same seed, same trials: the second night lands well within 50% of the first.
+    second = run_nightly(db, tmp_path / "out", ops_threshold=0.5, regulated_threshold=0.5)
     assert second.is_completed(), second.message
-    assert "within 50% of the baseline" in second.message
+    assert "within its thresholds of the baseline" in second.message and "OPS 50%, regulated 50%" in second.message
     summary = second.result()
     assert summary["baseline_ops"] == pytest.approx(first.result()["ops"])
     assert "PASSED" in regression_artifact(second)
+
+
+def test_a_threshold_that_is_not_a_share_fails_before_any_run(prefect_api, tmp_path):
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    state = run_nightly(db, tmp_path / "out", ops_threshold=4)
+    assert state.is_failed()
+    assert state.message == "ops_threshold must be a share between 0 and 1 (0.05 = 5%), got 4.0"
+    assert not (tmp_path / "aiperf.db").exists()
 
 
 def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
