@@ -1,6 +1,6 @@
 """Simulated scale: can one orchestrator keep 64, 256 and 1,024 workers busy, and at what cost per trial?
 
-The real orchestrator (aiperf.orchestrator.Orchestrator: the profile's oracle on its own thread, the
+The real orchestrator (aiperf.lifecycle.orchestrator.Orchestrator: the profile's oracle on its own thread, the
 store, the event handling) drives simulated workers in this one process (aiperf.train.simulated:
 trials take a modelled time and report modelled epochs; nothing is trained, no worker process
 exists, a trial sleeps and uses no core), writing every trial and epoch to a real database. Each
@@ -172,10 +172,10 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
     from sqlalchemy import event, text
 
     from aiperf.config import load_config
-    from aiperf.orchestrator import Orchestrator
+    from aiperf.lifecycle.orchestrator import Orchestrator
     from aiperf.search.oracles import make_oracle
     from aiperf.store import Store
-    from aiperf.system import fingerprint
+    from aiperf.system.fingerprint import fingerprint
     from aiperf.train.simulated import SimulatedLauncher, SimulatedModel
 
     overrides: dict[str, Any] = {"train.trainer": "simulated", "train.epochs": epochs}
@@ -256,7 +256,7 @@ def _seconds(value: Any) -> float:
 
 def _cpu_model() -> str:
     try:
-        from aiperf.system import cpu_model
+        from aiperf.system.fingerprint import cpu_model
 
         return cpu_model()
     except Exception:  # the figures matter more than the label

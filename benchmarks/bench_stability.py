@@ -2,7 +2,7 @@
 of variation (stdev / mean) of OPS and of the regulated score.
 
 A regression check is only as good as the noise it must see through: the nightly regression's
-default thresholds (aiperf.regression.DEFAULT_THRESHOLDS) are three of these CVs of each figure,
+default thresholds (aiperf.history.regression.DEFAULT_THRESHOLDS) are three of these CVs of each figure,
 rounded up, so that a healthy night rarely fails (the README's "Where the thresholds come from" gives
 every series measured). Every run goes through the real flow, as `aiperf run` does, into one
 temporary database.
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for the runs' database and data (default: temporary)")
     args = parser.parse_args()
 
-    from aiperf.score import format_ops
+    from aiperf.results.score import format_ops
     from aiperf.store import Store
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-stability-"))

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for the runs' database and data (default: temporary)")
     args = parser.parse_args()
 
-    from aiperf.score import format_ops
+    from aiperf.results.score import format_ops
     from flows.benchmark import benchmark
 
     with tempfile.TemporaryDirectory(prefix="aiperf-weak-") as tmp:

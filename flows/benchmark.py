@@ -1,4 +1,4 @@
-"""The `aiperf-benchmark` flow: aiperf.run's lifecycle, with each stage a Prefect task.
+"""The `aiperf-benchmark` flow: aiperf.lifecycle.run's lifecycle, with each stage a Prefect task.
 
     record the system and the run -> start the workers -> stage_dataset
     -> one trial-<key> task per trial on the Dask workers until the deadline
@@ -24,14 +24,14 @@ from prefect.client.orchestration import get_client
 from prefect.context import get_run_context
 from prefect_dask import DaskTaskRunner
 
-from aiperf import run
+from aiperf.lifecycle import run
 from aiperf.cluster import trial_resources
 from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig, load_config
-from aiperf.recovery import resume_config
+from aiperf.lifecycle.recovery import resume_config
 from aiperf.data.staging import Manifest
-from aiperf.flow_parameters import check_parameters
+from aiperf.lifecycle.parameters import check_parameters
 from aiperf.report.summary import markdown, score_rows
-from aiperf.score import ScoreResult
+from aiperf.results.score import ScoreResult
 from aiperf.status import TrialStatus
 from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult
@@ -169,11 +169,11 @@ def benchmark(profile: str = "quick", budget: str | None = None, workers: int | 
               config: BenchmarkConfig | None = None, resume: int | None = None) -> dict[str, Any]:
     """Run the benchmark for a fixed wall-clock budget and return its score.
     `resume` continues a lost or interrupted run instead, with its own stored config, seed and
-    remaining budget (only `db` is read with it; aiperf.recovery).
+    remaining budget (only `db` is read with it; aiperf.lifecycle.recovery).
     `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
     profile settings, as `aiperf run --set` takes them. `config` is a config already validated
     (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
-    never carry a database password or a job setting (aiperf.flow_parameters)."""
+    never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
     flow_run = get_run_context().flow_run
     check_parameters(db, overrides, config=config, from_deployment=flow_run.deployment_id is not None)
     if config is None and resume is not None:

@@ -8,7 +8,7 @@ baseline of this system.
        more than its threshold
 
 The first valid run on a system has nothing to compare with: it passes and sets the baseline.
-The comparison itself is aiperf.regression (no Prefect), so it is tested on its own. The config
+The comparison itself is aiperf.history.regression (no Prefect), so it is tested on its own. The config
 is validated once, here, and the benchmark subflow takes it as it is.
 """
 
@@ -22,8 +22,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed
 
 from aiperf.config import load_config
-from aiperf.flow_parameters import check_parameters
-from aiperf.regression import DEFAULT_THRESHOLDS, DEFAULT_WINDOW, RegressionVerdict, Thresholds, check_run
+from aiperf.lifecycle.parameters import check_parameters
+from aiperf.history.regression import DEFAULT_THRESHOLDS, DEFAULT_WINDOW, RegressionVerdict, Thresholds, check_run
 from aiperf.store import Store
 from flows.benchmark import benchmark
 
@@ -46,7 +46,7 @@ def nightly(profile: str = "nightly", budget: str | None = None, workers: int | 
             regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score, baseline_runs: int = DEFAULT_WINDOW):
     """Run the nightly profile and fail when its OPS fell more than `ops_threshold` below the baseline,
     or its regulated score more than `regulated_threshold`.
-    Parameters never carry a database password or a job setting (aiperf.flow_parameters)."""
+    Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
     check_parameters(db, overrides)
     try:
         thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)

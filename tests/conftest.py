@@ -12,7 +12,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Each run's workers measure their peak before the window (aiperf.train.peak): briefly, in tests.
 os.environ.setdefault("AIPERF_PEAK_SECONDS", "0.2")
-# Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.locks): a
+# Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.lifecycle.locks): a
 # developer's own run, or another test session, never gets a test's run refused. The lock's folder
 # goes when the session ends.
 if "AIPERF_RUN_LOCK" not in os.environ:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from aiperf.arch import network_from_dict
 from aiperf.arch.morph import Morphism, apply
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.store import Store
 
 from conftest import TINY
@@ -77,7 +77,7 @@ def test_the_flow_verifies_its_own_score(finished_run):
                                        (result["run_id"],)).fetchone()
         division, deviations = sql.execute("SELECT division, deviations FROM runs WHERE id = ?",
                                            (result["run_id"],)).fetchone()
-    from aiperf.verify import CHECKS
+    from aiperf.results.verify import CHECKS
 
     assert verified == 1 and len(json.loads(checks)) == len(CHECKS)
     assert division == "open" and "data.image_size: 32 -> 16" in json.loads(deviations)
@@ -146,7 +146,7 @@ def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    from aiperf import mllog
+    from aiperf.results import mllog
 
     result, _db, path = finished_run
     (log,) = (path.parent / "out").glob(f"run-*-{result['run_id']}/events.log")

@@ -14,7 +14,7 @@ SYSTEM = {"fingerprint": "0" * 64, "hostname": "h", "cpu_model": "c", "cpu_cores
 
 
 def aiperf(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiperf.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aiperf.cli.main", *args], capture_output=True, text=True,
                           timeout=120, env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"}, cwd=cwd)
 
 

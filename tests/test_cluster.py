@@ -189,7 +189,7 @@ def test_one_gpu_per_worker(monkeypatch):
 
 def test_cli_cluster_options_fail_in_one_line():
     def aiperf(*args):
-        return subprocess.run([sys.executable, "-m", "aiperf.cli", "run", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "aiperf.cli.main", "run", *args], capture_output=True, text=True,
                               timeout=120)
 
     for args, words in ((["--cluster", "moab"], "cluster.kind"),

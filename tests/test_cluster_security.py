@@ -27,7 +27,7 @@ from aiperf.cluster import job_plan, start_cluster
 from aiperf.cluster.start import new_jobqueue_cluster
 from aiperf.config import load_config
 from aiperf.errors import UserError
-from aiperf.flow_parameters import check_parameters
+from aiperf.lifecycle.parameters import check_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 SIMULATED = {"train.trainer": "simulated"}  # no framework in the workers: the cluster starts in a second

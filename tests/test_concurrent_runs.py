@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aiperf import run
+from aiperf.lifecycle import run
 from aiperf.config import load_config
-from aiperf.locks import LOCAL_RUN_LOCK_ENV, try_hold
+from aiperf.lifecycle.locks import LOCAL_RUN_LOCK_ENV, try_hold
 from aiperf.status import RunStatus
 from aiperf.store import Store
 from conftest import TINY
@@ -62,7 +62,7 @@ def test_reports_and_run_folders_of_different_databases_never_share_a_name(tmp_p
 
 
 def _aiperf(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "aiperf.cli", *args], cwd=cwd, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "aiperf.cli.main", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sqlalchemy import text
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.store import Store
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.config import DataConfig
 from aiperf.data.folder import scan_folder
 from aiperf.data.manifest import MANIFEST_FILE

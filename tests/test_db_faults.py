@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from aiperf import run
+from aiperf.lifecycle import run
 from aiperf.config import load_config
 from aiperf.status import RunStatus
 from aiperf.store import Store

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.errors import UserError
-from aiperf.history import compare, history, sparkline
+from aiperf.history.query import compare, history, sparkline
 from aiperf.store import Store
 from test_history_data import plant_run, scaled_trials, system_facts
 

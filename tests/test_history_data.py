@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import DateTime, bindparam, text
 
 from aiperf.config import ValidityConfig
-from aiperf.score import EpochWork, compute_score
+from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
 

@@ -1,5 +1,5 @@
-"""The event log (aiperf.mllog): MLPerf's line format, one vocabulary, appended as a run goes, read
-back into the records aiperf.verify checks; and a run interrupted then resumed appends to one log
+"""The event log (aiperf.results.mllog): MLPerf's line format, one vocabulary, appended as a run goes, read
+back into the records aiperf.results.verify checks; and a run interrupted then resumed appends to one log
 that still tells the whole run (its records rebuilt from it equal the database's)."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from aiperf import mllog, run
+from aiperf.results import mllog
+
+from aiperf.lifecycle import run
 from aiperf.config import load_config
-from aiperf.score import ScoreResult
+from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, Store, WindowRecord
 from conftest import TINY
@@ -188,7 +190,7 @@ def _without_unlogged_ends(trials):
 
 @pytest.mark.slow
 def test_a_resumed_run_appends_to_its_log_and_the_log_tells_the_whole_run(tmp_path):
-    from aiperf.recovery import resume_config
+    from aiperf.lifecycle.recovery import resume_config
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     config = load_config("quick", budget="12s", workers=2, db=db, seed=3, out=str(tmp_path / "out"),

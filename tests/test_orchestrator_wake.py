@@ -9,7 +9,7 @@ import threading
 import time
 
 from aiperf.config import load_config
-from aiperf.orchestrator import Orchestrator
+from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.search.oracles import make_oracle
 from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event

@@ -17,11 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aiperf import mllog, package, run, verify
+from aiperf.results import mllog, package, verify
+
+from aiperf.lifecycle import run
 from aiperf.config import load_config
-from aiperf.score import capped_accuracy
+from aiperf.results.score import capped_accuracy
 from aiperf.store import Store
-from aiperf.system import cpu_model
+from aiperf.system.fingerprint import cpu_model
 from conftest import TINY
 
 
@@ -99,7 +101,7 @@ def test_a_local_run_describes_this_machine(quick_run):
 
 
 def aiperf(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiperf.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aiperf.cli.main", *args], capture_output=True, text=True,
                           timeout=300, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from conftest import TINY
 
 

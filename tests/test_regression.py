@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiperf.regression import DEFAULT_THRESHOLDS, Thresholds, baseline, check_run, judge
+from aiperf.history.regression import DEFAULT_THRESHOLDS, Thresholds, baseline, check_run, judge
 from aiperf.status import RunStatus
 from aiperf.store import RunScoreRow, Store
 from test_history_data import plant_run, scaled_trials, system_facts

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from aiperf.config import load_config
-from aiperf.rules.division import classify
+from aiperf.results.division import classify
 from aiperf.store import Store
-from aiperf.system import fingerprint
+from aiperf.system.fingerprint import fingerprint
 from conftest import TINY
 from test_history_data import plant_run, scaled_trials
 
@@ -80,7 +80,7 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     message = state.message
     assert message.startswith("regression in run 6: OPS fell"), message
     assert "regulated score fell" in message and f"runs {', '.join(map(str, planted))}" in message
-    from aiperf.score import format_ops
+    from aiperf.results.score import format_ops
     assert f"OPS {format_ops(planted_ops)}OPS" in message  # the baseline's figure ...
     store = Store.open(db)
     try:

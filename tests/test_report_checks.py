@@ -12,7 +12,7 @@ import time
 import pytest
 
 from aiperf.config import load_config
-from aiperf.orchestrator import Orchestrator
+from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.search.oracles import make_oracle
 from aiperf.status import TrialStatus
 from aiperf.store import Store
@@ -69,7 +69,7 @@ def _search(tmp_path, forge) -> tuple[list, str]:
      "the event was not sent by a worker"),
 ])
 def test_a_forged_report_is_refused_and_fails_its_trial(tmp_path, caplog, forge, reason):
-    with caplog.at_level(logging.WARNING, logger="aiperf.orchestrator"):
+    with caplog.at_level(logging.WARNING, logger="aiperf.lifecycle.orchestrator"):
         trials, message = _search(tmp_path, forge)
     first, later = trials[0], trials[1:]
     assert first.status == TrialStatus.FAILED and reason in message, message

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.report.html import build_report, write_report
 from aiperf.report.timeline import aiperf_checkpoints, score_over_time
 from aiperf.store import Store

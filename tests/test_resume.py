@@ -78,7 +78,7 @@ def _epochs(url: str, run_id: int) -> list[tuple[str, int]]:
 
 def _expected_next_proposal(url: str, run_id: int, tmp_path: Path) -> dict:
     """What the crashed run's oracle proposes next: a fresh oracle given the stored state and records."""
-    from aiperf.recovery import stored_config
+    from aiperf.lifecycle.recovery import stored_config
     from aiperf.search.oracles import make_oracle
     from aiperf.search.resume import restore
 

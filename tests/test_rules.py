@@ -11,7 +11,7 @@ import pytest
 from aiperf.config import available_profiles, load_config
 from aiperf.errors import UserError
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
-from aiperf.rules.division import CLOSED, OPEN, classify
+from aiperf.results.division import CLOSED, OPEN, classify
 
 # The inflation a new user tried: easier data, a huge validation set (a higher accuracy cap), no floor,
 # a shorter minimum budget, and the result filed under another profile.
@@ -79,7 +79,7 @@ def test_a_profile_file_is_custom_whatever_it_says(tmp_path):
 
 
 def test_cli_refuses_to_relabel_a_run():
-    result = subprocess.run([sys.executable, "-m", "aiperf.cli", "run", "--set", "profile=imagenet", "--budget", "5s"],
+    result = subprocess.run([sys.executable, "-m", "aiperf.cli.main", "run", "--set", "profile=imagenet", "--budget", "5s"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "profile cannot be overridden" in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,4 +1,4 @@
-"""aiperf.run without Prefect: the whole lifecycle on a real Dask cluster with plain stages, and the
+"""aiperf.lifecycle.run without Prefect: the whole lifecycle on a real Dask cluster with plain stages, and the
 run's end states. The flow (tests/test_benchmark_flow.py) is the same story with Prefect tasks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aiperf import run
+from aiperf.lifecycle import run
 from aiperf.config import load_config
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from aiperf.config import ValidityConfig
-from aiperf.score import EpochWork, capped_accuracy, compute_score, regulated_score
+from aiperf.results.score import EpochWork, capped_accuracy, compute_score, regulated_score
 
 
 def test_ops_is_every_counted_sample_over_elapsed():

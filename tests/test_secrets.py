@@ -20,10 +20,10 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
-from aiperf.flow_parameters import check_parameters
+from aiperf.lifecycle.parameters import check_parameters
 from aiperf.store.database import safe_url, split_password, withhold_password
 from conftest import TINY
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aiperf.config import ValidityConfig, load_config
-from aiperf.score import compute_score
+from aiperf.results.score import compute_score
 from aiperf.train.messages import TrialRequest
 from aiperf.train.simulated import SimulatedLauncher, SimulatedModel, plan_trial, run_simulated_trial
 

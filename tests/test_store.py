@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from aiperf.config import ValidityConfig
-from aiperf.score import EpochWork, ScoreResult, compute_score
+from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RecordNotFound, RunRecord, Store, SystemRecord, TrialRecord
 from test_history_data import plant_run, system_facts

@@ -1,4 +1,4 @@
-"""The system description (aiperf.system_description): what a node says of itself, grouped by host into
+"""The system description (aiperf.system.description): what a node says of itself, grouped by host into
 nodes in MLPerf's fields; and how the report shows it and the search tree."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 
-from aiperf import system_description
+from aiperf.system import description as system_description
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_svg
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
-from aiperf.system import cpu_model
+from aiperf.system.fingerprint import cpu_model
 
 
 def test_a_node_names_its_cpu_cores_and_memory():

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aiperf.cli import app
+from aiperf.cli.main import app
 from aiperf.config import PRECISIONS, available_profiles, load_config
 from aiperf.errors import UserError
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
-from aiperf.rules.division import CLOSED, OPEN, classify, flatten
-from aiperf.score import ScoreResult
+from aiperf.results.division import CLOSED, OPEN, classify, flatten
+from aiperf.results.score import ScoreResult
 from aiperf.store import Store
 from aiperf.train.messages import TrialRequest, TrialResult
 
@@ -119,7 +119,7 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
 # --- trials: the request carries them, the trial applies them -----------------------------------------
 
 def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
-    from aiperf.orchestrator import Orchestrator
+    from aiperf.lifecycle.orchestrator import Orchestrator
     from aiperf.search.oracles import make_oracle
     from aiperf.train.simulated import SimulatedModel, plan_trial
     from test_history_data import system_facts
@@ -188,7 +188,7 @@ def test_a_trial_builds_in_its_precision_with_a_float32_head_and_compiles_as_ask
 # --- recorded and shown --------------------------------------------------------------------------------
 
 def test_the_run_and_its_system_record_them_and_show_says_them(db_url, tmp_path):
-    from aiperf.run import record_run
+    from aiperf.lifecycle.run import record_run
 
     db = db_url
     config = load_config("quick", workers=1, db=db, out=str(tmp_path),

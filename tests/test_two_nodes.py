@@ -399,7 +399,7 @@ def test_a_bad_scheduler_address_is_one_line(tmp_path, monkeypatch):
     no traceback, after a bounded wait, and nothing recorded."""
     from typer.testing import CliRunner
 
-    from aiperf.cli import app
+    from aiperf.cli.main import app
 
     tls = _tls_files(tmp_path / "tls")
     nowhere = f"tls://127.0.0.1:{_free_port('127.0.0.1')}"

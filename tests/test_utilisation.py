@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from aiperf import run, verify
-from aiperf.cli import app
+from aiperf.lifecycle import run
+
+from aiperf.results import verify
+from aiperf.cli.main import app
 from aiperf.config import ValidityConfig, load_config
 from aiperf.data.staging import stage_synthetic
 from aiperf.report.phases import PARTS, worker_times
-from aiperf.score import EpochWork, compute_score, model_flops_utilisation, window_utilisation
+from aiperf.results.score import EpochWork, compute_score, model_flops_utilisation, window_utilisation
 from aiperf.search.space import architecture
 from aiperf.status import TrialStatus
 from aiperf.store import Store, window_seconds

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aiperf import run, verify
+from aiperf.lifecycle import run
+
+from aiperf.results import verify
 from aiperf.config import load_config
 from aiperf.store import Store
 from conftest import TINY
@@ -122,7 +124,7 @@ def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(real_run,
 
 def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
     def cli(path: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "aiperf.cli", "verify", "1", "--db", f"sqlite:///{path}"],
+        return subprocess.run([sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"],
                               capture_output=True, text=True, timeout=300, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
 
     clean = cli(real_run)

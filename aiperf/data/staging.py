@@ -34,7 +34,7 @@ from aiperf.data.manifest import (MANIFEST_FILE, Manifest, dataset_digest, read_
                                   shard_path, write_json_atomic)
 from aiperf.data.problems import DataError
 from aiperf.data.synthetic import ImageArrays
-from aiperf.locks import held
+from aiperf.lifecycle.locks import held
 
 __all__ = ["Manifest", "stage", "stage_synthetic", "load_staged"]
 

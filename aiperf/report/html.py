@@ -23,7 +23,7 @@ from aiperf.report.summary import score_rows
 from aiperf.report.system import system_section
 from aiperf.report.tree import search_tree_svg
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
-from aiperf.score import format_ops
+from aiperf.results.score import format_ops
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, Store
 

@@ -4,7 +4,7 @@ and the HTML report."""
 from __future__ import annotations
 
 from aiperf.report.phases import percent
-from aiperf.score import format_ops
+from aiperf.results.score import format_ops
 from aiperf.store import RunRecord
 
 

@@ -1,5 +1,5 @@
 """The system description section of the HTML report: the compute nodes as the workers described
-them (aiperf.system_description), stored with the run: the system in MLPerf's fields, then each node."""
+them (aiperf.system.description), stored with the run: the system in MLPerf's fields, then each node."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from aiperf.score import regulated_score
+from aiperf.results.score import regulated_score
 from aiperf.store import RunRecord
 
 AIPERF_INTERVAL_S = 360.0  # 0.1 h

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from aiperf.score import format_ops
+from aiperf.results.score import format_ops
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
 

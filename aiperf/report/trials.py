@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from aiperf.arch.spec import network_from_dict
-from aiperf.score import format_ops
+from aiperf.results.score import format_ops
 from aiperf.store import RunRecord, TrialRecord
 
 

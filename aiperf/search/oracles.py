@@ -62,9 +62,9 @@ def _without_files(oracle: kt.Oracle) -> None:
     walks every ended trial to count consecutive failures. Both grow with the trials, so a run's
     total grows with their square: at 1,024 simulated workers the files alone took half the oracle
     thread's time (benchmarks/bench_simulated_scale.py). aiperf keeps the oracle's state in the
-    database instead, stored with each proposal (aiperf.orchestrator), and rebuilds its trials from
+    database instead, stored with each proposal (aiperf.lifecycle.orchestrator), and rebuilds its trials from
     the records (aiperf.search.resume); the orchestrator counts failures in a row itself
-    (aiperf.orchestrator.max_consecutive_failures)."""
+    (aiperf.lifecycle.orchestrator.max_consecutive_failures)."""
     oracle.save = lambda *_args, **_kwargs: None
     oracle._save_trial = lambda _trial: None
     oracle._check_consecutive_failures = lambda: None

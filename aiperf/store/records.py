@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aiperf.score import ScoreResult
+from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 
 

@@ -28,7 +28,7 @@ from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, insert, or_, 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from aiperf.score import EpochWork, ScoreResult
+from aiperf.results.score import EpochWork, ScoreResult
 from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store import database
 from aiperf.store.retry import retry_budget_s, retrying
@@ -326,7 +326,7 @@ class Store:
 
     @_retried
     def save_system_description(self, run_id: int, description: dict[str, Any]) -> None:
-        """The compute nodes as they described themselves (aiperf.system_description); a resumed run
+        """The compute nodes as they described themselves (aiperf.system.description); a resumed run
         describes them again, and the latest description stands."""
         with self.session() as s:
             self._get(s, Run, run_id, "run").system_description = dict(description)
@@ -377,7 +377,7 @@ class Store:
                 name=row.name, kind=row.kind, sha256=row.sha256, train_samples=row.train_samples,
                 val_samples=row.val_samples, classes=row.classes)
 
-    # --- liveness and recovery (aiperf.recovery) ------------------------------------------------
+    # --- liveness and recovery (aiperf.lifecycle.recovery) ------------------------------------------------
 
     @_retried
     def heartbeat(self, run_id: int) -> None:

@@ -68,7 +68,7 @@ def device() -> tuple[str, bool]:
 
         if torch.cuda.is_available():
             return f"GPU {torch.cuda.get_device_name(0)}", True
-    from aiperf.system import cpu_model
+    from aiperf.system.fingerprint import cpu_model
 
     return f"CPU {cpu_model()}".strip(), False
 

@@ -4,7 +4,7 @@ It lets the orchestrator, the store and the Dask plumbing be exercised at a scal
 can train at (hundreds of workers on one machine): each trial's epochs last the time a worker of
 a modelled speed would need for its modelled operations, end at the run's deadline like real
 ones (a partial last epoch), and report the same messages as the Keras trainer. Nothing is
-trained, so a result made with it is always marked invalid (aiperf.score.verdict).
+trained, so a result made with it is always marked invalid (aiperf.results.score.verdict).
 
 Two ways to run it: `run_simulated_trial` on a real worker (it sleeps through its epochs), and
 `SimulatedLauncher`, which hands the orchestrator handles that play the plan out by the clock in

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from aiperf.score import format_ops
+from aiperf.results.score import format_ops
 from aiperf.status import RunStatus
 from aiperf.store import RunScoreRow, Store
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiperf.status import HEARTBEAT_S
 
-log = logging.getLogger("aiperf.liveness")
+log = logging.getLogger("aiperf.lifecycle.liveness")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -1,4 +1,4 @@
-"""`aiperf history`, `aiperf compare` and `aiperf report`: the Typer side of aiperf.history and
+"""`aiperf history`, `aiperf compare` and `aiperf report`: the Typer side of aiperf.history.query and
 aiperf.report.html. Registered in aiperf/cli.py; every figure comes from the SQL views."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from aiperf.cli_support import console, db_option, fail, open_existing
+from aiperf.cli.common import console, db_option, fail, open_existing
 from aiperf.errors import UserError
 from aiperf.store.database import safe_url
 
@@ -23,10 +23,10 @@ def history(
     db: str = db_option(),
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""
-    from aiperf.history import history as read_history
-    from aiperf.history import sparkline, workloads
+    from aiperf.history.query import history as read_history
+    from aiperf.history.query import sparkline, workloads
     from aiperf.report.phases import percent
-    from aiperf.score import format_ops
+    from aiperf.results.score import format_ops
 
     with open_existing(db) as store:
         try:
@@ -62,8 +62,8 @@ def compare(
     db: str = db_option(),
 ) -> None:
     """Two runs side by side, with B's percent difference from A."""
-    from aiperf.history import compare as compare_runs
-    from aiperf.score import format_ops
+    from aiperf.history.query import compare as compare_runs
+    from aiperf.results.score import format_ops
 
     with open_existing(db) as store:
         try:

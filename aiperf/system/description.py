@@ -1,6 +1,6 @@
 """The system description: the compute nodes as they describe themselves, in MLPerf's field style.
 
-The fingerprint (aiperf.system) is the submitting host, where the flow runs; the work runs on the
+The fingerprint (aiperf.system.fingerprint) is the submitting host, where the flow runs; the work runs on the
 workers, which on a job queue are other machines. So `describe_node` runs on every Dask worker once
 the workers are up (`collect`: client.run), and `describe_system` groups what they say by host into
 nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count and memory,
@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from aiperf.system import cpu_model, keras_backend, package_version
+from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "numpy", "keras-tuner", "dask", "distributed")

@@ -2,8 +2,8 @@
 
 `aiperf package RUN_ID --to DIR` writes
 
-    events.log               the run's event log (MLLOG lines, aiperf.mllog): alone enough to recompute the score
-    system_description.json  the compute nodes, MLPerf-style (aiperf.system_description)
+    events.log               the run's event log (MLLOG lines, aiperf.results.mllog): alone enough to recompute the score
+    system_description.json  the compute nodes, MLPerf-style (aiperf.system.description)
     config.json              the effective config the run ran with
     <ruleset>.yaml           the rules it is judged by (aiperf/rules/)
     verification.json        every check of `aiperf verify`, from the records and from the event log
@@ -11,8 +11,8 @@
     README.md                what is there and how to check it
     package.json             the package's format, run and files
 
-`aiperf verify --package DIR` rebuilds the run's records from DIR/events.log alone (aiperf.mllog.rebuild)
-and runs the same checks as `aiperf verify RUN_ID` on them (aiperf.verify.verify_records): each
+`aiperf verify --package DIR` rebuilds the run's records from DIR/events.log alone (aiperf.results.mllog.rebuild)
+and runs the same checks as `aiperf verify RUN_ID` on them (aiperf.results.verify.verify_records): each
 trial's operations per sample are recounted from the architecture in the log, every epoch's samples
 and times checked, and every figure of the score recomputed.
 """
@@ -29,10 +29,10 @@ from pathlib import Path
 from aiperf import __version__
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
-from aiperf.mllog import EVENT_LOG, LoggedRun, read_run
-from aiperf.score import format_ops
+from aiperf.results.mllog import EVENT_LOG, LoggedRun, read_run
+from aiperf.results.score import format_ops
 from aiperf.store import CheckRecord, RunRecord, Store
-from aiperf.system_description import FILE_NAME as SYSTEM_DESCRIPTION
+from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
 
 FORMAT = "aiperf-package-1"
 PACKAGE_FILE = "package.json"
@@ -44,7 +44,7 @@ README_FILE = "README.md"
 
 def default_log_path(record: RunRecord) -> Path:
     """Where the run wrote its event log: its folder under its --out (relative to where it was started)."""
-    from aiperf.run import event_log
+    from aiperf.lifecycle.run import event_log
 
     settings = BenchmarkConfig.model_construct(out=record.config.get("out", "aiperf-out"),
                                                db=record.config.get("db", ""))
@@ -71,7 +71,7 @@ def _checks(checks: list[CheckRecord]) -> list[dict]:
 def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) -> Path:
     """Write run `run_id`'s package into the new (or empty) folder `to`; UserError for what cannot be."""
     from aiperf.report.html import build_report
-    from aiperf.verify import count_architecture, verify_run
+    from aiperf.results.verify import count_architecture, verify_run
 
     to = Path(to)
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
@@ -132,7 +132,7 @@ def _copy_ruleset(name: str | None, to: Path) -> str | None:
 
 
 def _verify(logged: LoggedRun, where: str, counter: Callable[[dict], tuple] | None = None) -> list[CheckRecord]:
-    from aiperf.verify import count_architecture, verify_records
+    from aiperf.results.verify import count_architecture, verify_records
 
     if logged.run.score is None:
         raise UserError(f"{where} has no score: the run was not scored, so there is nothing to verify")

@@ -16,7 +16,7 @@ Every report is checked when it arrives: samples within the dataset and in whole
 in order, and a live event only from the worker the trial runs on (the Dask scheduler stamps each
 event with its sender, `sent_from`). A report that fails is refused with a warning and its trial is
 failed with the reason. What is expensive to check here (the operations per sample a worker counted)
-is checked by the verification every run ends with (aiperf.verify).
+is checked by the verification every run ends with (aiperf.results.verify).
 
 Nothing here knows Prefect or Dask: a launcher is any callable returning a handle with done(),
 result() and cancel(), and reports arrive on a plain queue (as message objects from launchers in
@@ -41,10 +41,10 @@ from typing import Any, Protocol
 
 import keras_tuner as kt
 
-from aiperf import liveness
+from aiperf.lifecycle import liveness
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
-from aiperf.mllog import EventLog
+from aiperf.results.mllog import EventLog
 from aiperf.search import space
 from aiperf.search.resume import stored_state
 from aiperf.search.schedule import epochs_for
@@ -53,7 +53,7 @@ from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
 
-log = logging.getLogger("aiperf.orchestrator")
+log = logging.getLogger("aiperf.lifecycle.orchestrator")
 
 
 def trial_seed(run_seed: int, number: int) -> int:
@@ -280,7 +280,7 @@ class Orchestrator:
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
-        self.event_log = event_log or EventLog(None)  # what it records, as MLLOG lines (aiperf.mllog)
+        self.event_log = event_log or EventLog(None)  # what it records, as MLLOG lines (aiperf.results.mllog)
         self.poll_s = poll_s
         self._ended = threading.Event()  # set when a trial's handle reports it is done
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
@@ -311,7 +311,7 @@ class Orchestrator:
     # --- the loop --------------------------------------------------------------------------------
 
     def run(self, started_at: float, deadline: float) -> SearchSummary:
-        """Keep the workers busy until the deadline. A stop signal (aiperf.liveness) is taken
+        """Keep the workers busy until the deadline. A stop signal (aiperf.lifecycle.liveness) is taken
         between two turns of the loop: every report already received is recorded, then
         Interrupted goes on up (the run ends interrupted)."""
         self.proposals = OracleThread(self.oracle, self.ahead)
@@ -334,7 +334,7 @@ class Orchestrator:
     @contextmanager
     def _recording(self) -> Iterator[None]:
         """Commit the writes made inside, in one transaction, even when what is inside raises
-        (a run that stops as failed keeps what it learnt); then log them (aiperf.mllog), so the
+        (a run that stops as failed keeps what it learnt); then log them (aiperf.results.mllog), so the
         event log never holds what the database lacks."""
         try:
             yield

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiperf.cli_support import db_option
+from aiperf.cli.common import db_option
 from aiperf.errors import UserError
 
 KINDS = ("folder", "tfrecord", "digits")
@@ -84,7 +84,7 @@ def stage(
 ) -> None:
     """Check a dataset, convert it to TFRecord shards on Dask workers, write its manifest, and record
     it in the database."""
-    from aiperf.cli_support import err, fail, open_store
+    from aiperf.cli.common import err, fail, open_store
 
     with open_store(db) as store:  # a bad database URL fails before any work
         try:

@@ -22,8 +22,8 @@ from datetime import timedelta
 
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.rules import load_ruleset
-from aiperf.rules.division import CLOSED, classify
-from aiperf.score import EpochWork, ScoreResult, compute_score
+from aiperf.results.division import CLOSED, classify
+from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
 
@@ -80,7 +80,7 @@ def verify_run(store: Store, run_id: int, counter: Counter = count_architecture)
 def verify_records(run: RunRecord, dataset: DatasetRecord | None,
                    counter: Counter = count_architecture) -> list[CheckRecord]:
     """The same checks on records that come from elsewhere: a result package's event log
-    (aiperf.package), rebuilt without a database (aiperf.mllog.rebuild)."""
+    (aiperf.results.package), rebuilt without a database (aiperf.results.mllog.rebuild)."""
     evidence = gather_records(run, dataset, counter)
     return [check(evidence) for check in CHECKS.values()]
 

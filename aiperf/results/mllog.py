@@ -3,7 +3,7 @@
     :::MLLOG {"namespace": "", "time_ms": 1764500000123, "event_type": "POINT_IN_TIME",
               "key": "eval_accuracy", "value": 0.41, "metadata": {"trial_key": "03", "epoch_num": 1}}
 
-Every run writes it as it goes, into its own folder (aiperf.run.run_folder, file EVENT_LOG): each
+Every run writes it as it goes, into its own folder (aiperf.lifecycle.run.run_folder, file EVENT_LOG): each
 line is appended with one write and flushed, so a crash loses no line already written, two writers
 never interleave a line, and a resumed run appends to the same file. The keys are the constants
 below (one vocabulary, the only place they are spelled out); `time_ms` is Unix time in whole
@@ -14,7 +14,7 @@ What the log holds is enough, alone, to recompute and check the score (`aiperf v
 the effective config, its ruleset and division, the system, the dataset's sizes, the timed window's
 segments, each trial's architecture, placement and operations per sample in both conventions,
 each epoch's samples, completeness and accuracy, each trial's end, the score and its verification.
-`rebuild` turns a log back into the records aiperf.verify checks (RunRecord, TrialRecord, ...).
+`rebuild` turns a log back into the records aiperf.results.verify checks (RunRecord, TrialRecord, ...).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf.errors import UserError
-from aiperf.score import ScoreResult
+from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store.records import (
     CheckRecord,
@@ -63,7 +63,7 @@ RULESET = "ruleset"  # value: id-version of the rules the run is judged by
 SEED = "seed"
 CONFIG = "config"  # value: the effective config (no password)
 SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostname, cpu_model, ...)
-SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system_description)
+SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
 RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks
 DATASET = "dataset"  # value: name, kind, sha256, train_samples, val_samples, classes
 # the timed window
@@ -281,7 +281,7 @@ class EventLog:
 
 @dataclass(frozen=True)
 class LoggedRun:
-    """A run as its event log tells it: the records aiperf.verify checks, without a database."""
+    """A run as its event log tells it: the records aiperf.results.verify checks, without a database."""
 
     run: RunRecord
     dataset: DatasetRecord | None

@@ -6,12 +6,12 @@
     stage    the dataset where every worker reads it, and its manifest recorded
     search   every worker kept busy with trials until the deadline: the timed window
     score    OPS and the regulated score, from the records alone
-    verify   the score recomputed from the records, nothing stored trusted (aiperf.verify)
+    verify   the score recomputed from the records, nothing stored trusted (aiperf.results.verify)
     finish   the run marked completed (or failed, or interrupted), then its report published
 
-What each step records also goes, as it happens, to the run's event log (aiperf.mllog: MLLOG lines
+What each step records also goes, as it happens, to the run's event log (aiperf.results.mllog: MLLOG lines
 in its folder, enough alone to recompute the score), and the workers describe their nodes once they
-are up (aiperf.system_description).
+are up (aiperf.system.description).
 
 `run_benchmark` takes a config that is already validated (aiperf.config.load_config: parsed once
 per run) and knows nothing of Prefect. How the steps execute is a `Stages` object: `Stages()`
@@ -30,24 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf import live, liveness
+from aiperf.lifecycle import live, liveness
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
-from aiperf.mllog import EVENT_LOG, EventLog
+from aiperf.results.mllog import EVENT_LOG, EventLog
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
-from aiperf.orchestrator import Launcher, Orchestrator
-from aiperf.rules.division import classify
-from aiperf.score import ScoreResult, compute_score, format_ops
+from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.results.division import classify
+from aiperf.results.score import ScoreResult, compute_score, format_ops
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.store.database import database_label, safe_url
-from aiperf.system import fingerprint
+from aiperf.system.fingerprint import fingerprint
 from aiperf.train.trial import warm_up
 from aiperf.train.worker import received, train_on_worker
 
-log = logging.getLogger("aiperf.run")
+log = logging.getLogger("aiperf.lifecycle.run")
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
 
 def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
     """Every check of `aiperf verify`, stored with the score: the run's verdict on itself."""
-    from aiperf.verify import verify_run
+    from aiperf.results.verify import verify_run
 
     with Store.open(config.db, migrate=False) as store:
         checks = verify_run(store, run_id)
@@ -192,7 +192,7 @@ def run_folder(config: BenchmarkConfig, run_id: int) -> Path:
 
 
 def event_log(config: BenchmarkConfig, run_id: int) -> EventLog:
-    """The run's event log (aiperf.mllog) in its folder, appended to as the run goes."""
+    """The run's event log (aiperf.results.mllog) in its folder, appended to as the run goes."""
     return EventLog(run_folder(config, run_id) / EVENT_LOG)
 
 
@@ -231,7 +231,7 @@ class Stages:
 def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow_run_id: str | None = None,
                   logger: logging.Logger | logging.LoggerAdapter = log, resume: int | None = None) -> RunOutcome:
     """Run the benchmark for the config's budget and return its score. `resume`: a lost or
-    interrupted run to continue instead (its own config: aiperf.recovery.resume_config)."""
+    interrupted run to continue instead (its own config: aiperf.lifecycle.recovery.resume_config)."""
     stages = stages or Stages()
     with Store.open(config.db) as store:
         run_id = record_run(store, config, flow_run_id) if resume is None else reopen_run(store, config, resume)
@@ -263,7 +263,7 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
 
 def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
     """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat."""
-    from aiperf.recovery import closable_run
+    from aiperf.lifecycle.recovery import closable_run
 
     closable_run(store, run_id, config.db, "resumed")
     store.interrupt_trials(run_id)  # a lost run's running trials: trained again
@@ -318,12 +318,12 @@ def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, st
 
 def describe_workers(config: BenchmarkConfig, store: Store, run_id: int, client: Any,
                      logger: logging.Logger | logging.LoggerAdapter = log) -> dict[str, Any] | None:
-    """The compute nodes as the workers describe them (aiperf.system_description), not the
+    """The compute nodes as the workers describe them (aiperf.system.description), not the
     submitting host: stored with the run, written as system_description.json in its folder and
     logged. A description that fails costs the run its description, never the run."""
     import json
 
-    from aiperf import system_description
+    from aiperf.system import description as system_description
 
     try:
         description = system_description.describe_system(
@@ -367,7 +367,7 @@ def resume_search(config: BenchmarkConfig, store: Store, run_id: int, orchestrat
     """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
     trials' records (it proposes what it would have proposed next), the interrupted trials queued
     to train again. Returns the seconds of budget left."""
-    from aiperf.recovery import used_seconds
+    from aiperf.lifecycle.recovery import used_seconds
     from aiperf.search.resume import restore
 
     record = store.get_run(run_id)

@@ -21,12 +21,12 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from aiperf.cli_support import console, db_option, err, fail, open_existing
+from aiperf.cli.common import console, db_option, err, fail, open_existing
 from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig
 from aiperf.errors import UserError
-from aiperf.data.cli import stage
-from aiperf.ops.cli import flops
-from aiperf.history_cli import compare, history, report
+from aiperf.cli.data import stage
+from aiperf.cli.flops import flops
+from aiperf.cli.history import compare, history, report
 from aiperf.store.database import safe_url
 
 if TYPE_CHECKING:
@@ -50,8 +50,8 @@ BENCHMARK_FLOW = "flows.benchmark:benchmark"
 
 def _live_view():
     """A live line: elapsed of budget, trials done and running, current OPS."""
-    from aiperf.orchestrator import LiveFigures
-    from aiperf.score import format_ops
+    from aiperf.lifecycle.orchestrator import LiveFigures
+    from aiperf.results.score import format_ops
 
     def render(p: LiveFigures) -> Table:
         table = Table.grid(padding=(0, 2))
@@ -99,7 +99,7 @@ def run(
         if resume is not None:
             _only_db_with_resume(profile != "quick", budget, workers, seed, out, cluster, cluster_opt, adaptive,
                                  settings)
-            from aiperf.recovery import resume_config
+            from aiperf.lifecycle.recovery import resume_config
 
             config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
         else:
@@ -132,7 +132,7 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
     """The benchmark flow with a live line on the terminal, then the score."""
     from prefect.flows import load_flow_from_entrypoint
 
-    from aiperf import live
+    from aiperf.lifecycle import live
 
     benchmark = load_flow_from_entrypoint(BENCHMARK_FLOW, use_placeholder_flow=False)
     render = _live_view()
@@ -158,7 +158,7 @@ def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> int | None:
     process if it crashes. Job-queue runs share nothing and take none."""
     if allow_concurrent or cluster_kind != "local":
         return None
-    from aiperf.locks import claim_local_run
+    from aiperf.lifecycle.locks import claim_local_run
 
     return claim_local_run()
 
@@ -246,7 +246,7 @@ def _print_score(record: RunRecord) -> None:
 def runs(db: str = db_option(),
          limit: int = typer.Option(50, "--limit", min=1)) -> None:
     """List runs, newest first."""
-    from aiperf.score import format_ops
+    from aiperf.results.score import format_ops
 
     with open_existing(db) as store:
         records = store.list_runs(limit)
@@ -306,7 +306,7 @@ def recover(run_id: int = typer.Argument(..., help="A lost or interrupted run, a
     """Close a lost or interrupted run and score it from what it recorded: its running trials become
     interrupted, its window ends at its last recorded epoch, and the score is invalid ("recovered
     after a crash"). The run can still be resumed afterwards (`aiperf run --resume`)."""
-    from aiperf.recovery import recover as recover_run
+    from aiperf.lifecycle.recovery import recover as recover_run
 
     try:
         record = recover_run(db, run_id)
@@ -324,12 +324,12 @@ def verify(run_id: Optional[int] = typer.Argument(None, help="Run id, as `aiperf
     """Recompute a run's score from its records alone (or a package's from its event log alone) and
     check every figure; exit 0 only if all pass."""
     from aiperf.store import RecordNotFound
-    from aiperf.verify import verify_run
+    from aiperf.results.verify import verify_run
 
     if (run_id is None) == (package is None):
         raise fail("give a RUN_ID to verify from the database, or --package DIR to verify a result package")
     if package is not None:
-        from aiperf.package import verify_package
+        from aiperf.results.package import verify_package
 
         try:
             logged, checks = verify_package(Path(package))
@@ -373,7 +373,7 @@ def package(run_id: int = typer.Argument(..., help="A scored run, as `aiperf run
     """Write one folder a reviewer can take away: the event log, the system description, the effective
     config and its ruleset, the verification, the HTML report and a README; `aiperf verify --package
     DIR` checks it without the database."""
-    from aiperf.package import write_package
+    from aiperf.results.package import write_package
     from aiperf.store import RecordNotFound
 
     with open_existing(db) as store:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aiperf.orchestrator import LiveFigures
+from aiperf.lifecycle.orchestrator import LiveFigures
 
 Display = Callable[[LiveFigures], None]
 

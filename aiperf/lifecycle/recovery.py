@@ -1,14 +1,14 @@
 """After a crash or a stop: recover a run (score it from what it recorded) or resume it.
 
-A run whose process died is `lost` (its heartbeat stopped; aiperf.liveness); one stopped by a
+A run whose process died is `lost` (its heartbeat stopped; aiperf.lifecycle.liveness); one stopped by a
 signal is `interrupted`. Either can be
 
 - recovered (`aiperf recover RUN_ID`): its running trials become `interrupted`, the open segment
   of its timed window ends at its last recorded epoch, and it is scored and verified from its
-  records, invalid with the reason "recovered after a crash" (aiperf.score.RECOVERED); it stays
+  records, invalid with the reason "recovered after a crash" (aiperf.results.score.RECOVERED); it stays
   `interrupted`, so it can still be resumed;
 - resumed (`aiperf run --resume RUN_ID`): the same run, config and seed, for what is left of its
-  budget, in a new segment of its window (aiperf.run.run_benchmark).
+  budget, in a new segment of its window (aiperf.lifecycle.run.run_benchmark).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def resume_config(db: str, run_id: int) -> BenchmarkConfig:
 
 def recover(db: str, run_id: int) -> RunRecord:
     """Close a lost or interrupted run and score it from its records (see the module's docstring)."""
-    from aiperf.run import event_log, score_run, verify_and_record
+    from aiperf.lifecycle.run import event_log, score_run, verify_and_record
 
     with Store.open(db) as store:
         record = closable_run(store, run_id, db, "recovered")

@@ -1,0 +1,3 @@
+"""The machine under test: the submitting host's fingerprint and the compute nodes' description
+in MLPerf's fields.
+"""
