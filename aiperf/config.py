@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aiperf.errors import UserError
 
@@ -26,7 +33,9 @@ CUSTOM_PREFIX = "custom-"  # the name of every profile read from a file
 DEFAULT_DB_URL = "sqlite:///aiperf.db"
 DB_URL_ENV = "AIPERF_DB_URL"
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+_DURATION = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$"
+)
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -58,6 +67,7 @@ def _one_line(value: str | None) -> str | None:
         raise ValueError("must be one line (it is written into job scripts)")
     return value
 
+
 DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
 
 
@@ -76,7 +86,9 @@ class DataConfig(_Strict):
     train_samples: int = Field(3000, ge=16)  # synthetic and digits only
     val_samples: int = Field(1000, ge=8)  # synthetic and digits only
     noise: float = Field(0.6, ge=0.0)  # synthetic: pixel noise relative to the class pattern
-    clutter: float = Field(0.0, ge=0.0)  # synthetic: a random smooth pattern per image, unrelated to its class
+    clutter: float = Field(
+        0.0, ge=0.0
+    )  # synthetic: a random smooth pattern per image, unrelated to its class
     label_noise: float = Field(0.05, ge=0.0, lt=1.0)
     shard_images: int = Field(1024, ge=1)  # folder: images per TFRecord shard
     label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)
@@ -84,14 +96,25 @@ class DataConfig(_Strict):
     @model_validator(mode="after")
     def _source_fits_kind(self) -> DataConfig:
         if self.kind in ("folder", "tfrecord") and not self.source:
-            what = "an image folder ROOT with train/ and val/" if self.kind == "folder" else "a folder of TFRecord shards"
-            raise PydanticCustomError("data", f"data.kind {self.kind} needs data.source: the path of {what}")
+            what = (
+                "an image folder ROOT with train/ and val/"
+                if self.kind == "folder"
+                else "a folder of TFRecord shards"
+            )
+            raise PydanticCustomError(
+                "data", f"data.kind {self.kind} needs data.source: the path of {what}"
+            )
         if self.kind in ("synthetic", "digits") and self.source:
-            raise PydanticCustomError("data", f"data.source is only for kinds folder and tfrecord, not "
-                                      f"{self.kind}; remove it")
+            raise PydanticCustomError(
+                "data",
+                f"data.source is only for kinds folder and tfrecord, not {self.kind}; remove it",
+            )
         if self.kind == "digits" and self.train_samples + self.val_samples > DIGITS_IMAGES:
-            raise PydanticCustomError("data", f"data.train_samples + data.val_samples must be at most "
-                                      f"{DIGITS_IMAGES} for digits (e.g. 1437 and 360)")
+            raise PydanticCustomError(
+                "data",
+                f"data.train_samples + data.val_samples must be at most "
+                f"{DIGITS_IMAGES} for digits (e.g. 1437 and 360)",
+            )
         return self
 
 
@@ -165,11 +188,19 @@ class ClusterConfig(_Strict):
     queue: str | None = None
     account: str | None = None
     walltime: str | None = None  # HH:MM:SS, as the queue takes it
-    cores: int | None = Field(None, ge=1)  # per job; on a local cluster, per worker (default: split evenly)
+    cores: int | None = Field(
+        None, ge=1
+    )  # per job; on a local cluster, per worker (default: split evenly)
     memory: str | None = None  # per job, e.g. "8GB"
-    gpus: int = Field(0, ge=0)  # per job, one worker per GPU; local: this machine's GPUs, one worker each
-    workers_per_job: int | None = Field(None, ge=1)  # without GPUs; default 1 (one worker per node)
-    prologue: list[str] = []  # shell lines run before the worker starts (module loads, environment)
+    gpus: int = Field(
+        0, ge=0
+    )  # per job, one worker per GPU; local: this machine's GPUs, one worker each
+    workers_per_job: int | None = Field(
+        None, ge=1
+    )  # without GPUs; default 1 (one worker per node)
+    prologue: list[
+        str
+    ] = []  # shell lines run before the worker starts (module loads, environment)
     interface: str | None = None  # network interface the workers and the scheduler talk on
     adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
     # kind scheduler: the running scheduler, and the PEM files of the CA that signed its certificate and of
@@ -179,8 +210,17 @@ class ClusterConfig(_Strict):
     tls_cert: str | None = None
     tls_key: str | None = None
 
-    _single_lines = field_validator("queue", "account", "walltime", "memory", "interface", "address",
-                                    "tls_ca_file", "tls_cert", "tls_key")(_one_line)
+    _single_lines = field_validator(
+        "queue",
+        "account",
+        "walltime",
+        "memory",
+        "interface",
+        "address",
+        "tls_ca_file",
+        "tls_cert",
+        "tls_key",
+    )(_one_line)
 
     @model_validator(mode="after")
     def _scheduler_settings(self) -> ClusterConfig:
@@ -188,22 +228,34 @@ class ClusterConfig(_Strict):
         if self.kind != "scheduler":
             given = [name for name in external if getattr(self, name) is not None]
             if given:
-                raise PydanticCustomError("cluster", f"cluster.{given[0]} is for cluster.kind scheduler (a running "
-                                          f"Dask scheduler), not {self.kind}; remove it or set cluster.kind=scheduler")
+                raise PydanticCustomError(
+                    "cluster",
+                    f"cluster.{given[0]} is for cluster.kind scheduler (a running "
+                    f"Dask scheduler), not {self.kind}; remove it or set cluster.kind=scheduler",
+                )
             return self
         if not self.address:
-            raise PydanticCustomError("cluster", "cluster.kind scheduler needs cluster.address: the running Dask "
-                                      "scheduler's tls://HOST:PORT")
+            raise PydanticCustomError(
+                "cluster",
+                "cluster.kind scheduler needs cluster.address: the running Dask "
+                "scheduler's tls://HOST:PORT",
+            )
         host, _, port = self.address.removeprefix("tls://").rpartition(":")
         if not self.address.startswith("tls://") or not host or not port.isdigit():
-            raise PydanticCustomError("cluster", f"cluster.address {self.address!r} must be tls://HOST:PORT: Dask "
-                                      "traffic is TLS only (start the scheduler with --tls-ca-file, --tls-cert and "
-                                      "--tls-key)")
+            raise PydanticCustomError(
+                "cluster",
+                f"cluster.address {self.address!r} must be tls://HOST:PORT: Dask "
+                "traffic is TLS only (start the scheduler with --tls-ca-file, --tls-cert and "
+                "--tls-key)",
+            )
         missing = [f"cluster.{name}" for name in external[1:] if not getattr(self, name)]
         if missing:
-            raise PydanticCustomError("cluster", f"cluster.kind scheduler needs {', '.join(missing)}: the PEM "
-                                      "files of the CA that signed the scheduler's certificate and of this run's "
-                                      "client certificate and key")
+            raise PydanticCustomError(
+                "cluster",
+                f"cluster.kind scheduler needs {', '.join(missing)}: the PEM "
+                "files of the CA that signed the scheduler's certificate and of this run's "
+                "client certificate and key",
+            )
         return self
 
 
@@ -211,7 +263,11 @@ Precision = Literal["float32", "mixed_bfloat16", "mixed_float16"]
 Backend = Literal["tensorflow", "jax", "torch"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 BACKENDS: tuple[str, ...] = get_args(Backend)
-_INSTALL = {"tensorflow": "tensorflow (or tensorflow-cpu)", "jax": "jax (jax[cuda12] for GPUs)", "torch": "torch"}
+_INSTALL = {
+    "tensorflow": "tensorflow (or tensorflow-cpu)",
+    "jax": "jax (jax[cuda12] for GPUs)",
+    "torch": "torch",
+}
 
 
 def backend_installed(backend: str) -> bool:
@@ -245,8 +301,14 @@ class TrainConfig(_Strict):
     @classmethod
     def _epochs_schedule(cls, value: Any) -> list[int]:
         values = [value] if isinstance(value, int) else value
-        if not isinstance(values, list) or not values or any(not isinstance(v, int) or v < 1 for v in values):
-            raise ValueError("must be a positive whole number or a list of them (epochs per round)")
+        if (
+            not isinstance(values, list)
+            or not values
+            or any(not isinstance(v, int) or v < 1 for v in values)
+        ):
+            raise ValueError(
+                "must be a positive whole number or a list of them (epochs per round)"
+            )
         return values
 
 
@@ -259,7 +321,9 @@ class BenchmarkConfig(_Strict):
     """Everything one run needs. Stored verbatim (as JSON) with the run."""
 
     profile: str  # a packaged profile's name, or custom-<sha of the file> for a profile file
-    ruleset: str | None = None  # the rules a packaged profile is judged by (aiperf/rules/), id-version
+    ruleset: str | None = (
+        None  # the rules a packaged profile is judged by (aiperf/rules/), id-version
+    )
     budget_s: float = Field(gt=0)
     workers: int = Field(ge=1)
     db: str = DEFAULT_DB_URL
@@ -293,16 +357,24 @@ class BenchmarkConfig(_Strict):
         """On this machine, cores per worker times workers must fit its cores (checked here, before
         anything is recorded, rather than when the cluster starts)."""
         cores = self.cluster.cores
-        if self.cluster.kind == "local" and self.train.trainer != "simulated" and cores \
-                and cores * self.workers > machine_cores():
-            raise ValueError(f"cluster.cores {cores} per worker x {self.workers} workers is more than this "
-                             f"machine's {machine_cores()} cores; lower one of them")
+        if (
+            self.cluster.kind == "local"
+            and self.train.trainer != "simulated"
+            and cores
+            and cores * self.workers > machine_cores()
+        ):
+            raise ValueError(
+                f"cluster.cores {cores} per worker x {self.workers} workers is more than this "
+                f"machine's {machine_cores()} cores; lower one of them"
+            )
         return self
 
 
 def available_profiles() -> list[str]:
     folder = resources.files("aiperf") / "profiles"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def _read_profile(name_or_path: str) -> tuple[dict[str, Any], str]:
@@ -310,20 +382,26 @@ def _read_profile(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")):
         if not path.is_file():
-            raise UserError(f"profile file {name_or_path} does not exist; give a YAML file or one of: "
-                            f"{', '.join(available_profiles())}")
+            raise UserError(
+                f"profile file {name_or_path} does not exist; give a YAML file or one of: "
+                f"{', '.join(available_profiles())}"
+            )
         text = path.read_text()
         name = f"{CUSTOM_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     elif name_or_path in available_profiles():
         text = (resources.files("aiperf") / "profiles" / f"{name_or_path}.yaml").read_text()
         name = name_or_path
     else:
-        raise UserError(f"unknown profile {name_or_path!r}; use one of: {', '.join(available_profiles())} "
-                        "(or a path to a .yaml profile)")
+        raise UserError(
+            f"unknown profile {name_or_path!r}; use one of: {', '.join(available_profiles())} "
+            "(or a path to a .yaml profile)"
+        )
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise UserError(f"profile {name_or_path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(
+            f"profile {name_or_path} is not valid YAML: {str(exc).splitlines()[0]}"
+        ) from None
     if not isinstance(raw, dict):
         raise UserError(f"profile {name_or_path} must be a YAML mapping of settings")
     return raw, name
@@ -375,13 +453,17 @@ def load_config(
     train.backend this Python cannot import (off where a config is only judged, not run)."""
     raw, name = _read_profile(profile)
     raw["profile"] = name
-    if os.environ.get(DB_URL_ENV):  # over the profile's database; a `db` override and --db win over it
+    if os.environ.get(
+        DB_URL_ENV
+    ):  # over the profile's database; a `db` override and --db win over it
         raw["db"] = os.environ[DB_URL_ENV]
     _apply_ruleset(raw)
     for key, value in (overrides or {}).items():
         if key.split(".", 1)[0] in ("profile", "ruleset"):
-            raise UserError(f"{key} cannot be overridden: choose a packaged profile with --profile, or give your "
-                            "own profile file (its result is in the open division)")
+            raise UserError(
+                f"{key} cannot be overridden: choose a packaged profile with --profile, or give your "
+                "own profile file (its result is in the open division)"
+            )
         _set_dotted(raw, key, value)
     if budget is not None:
         raw["budget"] = budget
@@ -427,9 +509,15 @@ def _check_backend(train: TrainConfig) -> None:
     run trains nothing and needs none)."""
     if train.trainer == "keras" and not backend_installed(train.backend):
         others = [b for b in BACKENDS if b != train.backend and backend_installed(b)]
-        raise UserError(f"train.backend {train.backend} is not installed in this Python; install "
-                        f"{_INSTALL[train.backend]}" + (f" or choose --set train.backend={others[0]} (installed: "
-                                                       f"{', '.join(others)})" if others else ""))
+        raise UserError(
+            f"train.backend {train.backend} is not installed in this Python; install "
+            f"{_INSTALL[train.backend]}"
+            + (
+                f" or choose --set train.backend={others[0]} (installed: {', '.join(others)})"
+                if others
+                else ""
+            )
+        )
 
 
 def _budget_seconds(value: Any) -> float:
@@ -460,11 +548,15 @@ def _worker_count(value: Any, local: bool = True, gpus: Any = None) -> int:
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
     if local and gpus > 0 and count > gpus:
-        raise UserError(f"--workers {count} is more than cluster.gpus {gpus}: a local run has one worker per GPU; "
-                        f"use --workers {gpus} or fewer")
+        raise UserError(
+            f"--workers {count} is more than cluster.gpus {gpus}: a local run has one worker per GPU; "
+            f"use --workers {gpus} or fewer"
+        )
     if local and count > cores:
-        raise UserError(f"--workers {count} is more than this machine can hold ({cores} cores); "
-                        f"use --workers {cores} or fewer")
+        raise UserError(
+            f"--workers {count} is more than this machine can hold ({cores} cores); "
+            f"use --workers {cores} or fewer"
+        )
     return count
 
 

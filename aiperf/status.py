@@ -28,8 +28,12 @@ class TrialStatus(StrEnum):
     COMPLETED = "completed"  # trained every epoch it was given (or stopped early on a plateau)
     STOPPED = "stopped"  # cut by the deadline or its worker's end of life; finished steps count
     FAILED = "failed"
-    DIVERGED = "diverged"  # its loss became NaN or infinite: stopped at once; its finished samples count
-    INTERRUPTED = "interrupted"  # running when its run crashed or was stopped; finished epochs count
+    DIVERGED = (
+        "diverged"  # its loss became NaN or infinite: stopped at once; its finished samples count
+    )
+    INTERRUPTED = (
+        "interrupted"  # running when its run crashed or was stopped; finished epochs count
+    )
 
 
 # --- liveness: the orchestrator's heartbeat ------------------------------------------------------
@@ -51,8 +55,9 @@ def heartbeat_timeout_s() -> float:
     return value if value > 0 else DEFAULT_HEARTBEAT_TIMEOUT_S
 
 
-def derived_status(stored: str, heartbeat_at: datetime | None, now: datetime,
-                   timeout_s: float | None = None) -> RunStatus:
+def derived_status(
+    stored: str, heartbeat_at: datetime | None, now: datetime, timeout_s: float | None = None
+) -> RunStatus:
     """The run's state as every command shows it: a stored `running` whose heartbeat is older than
     the timeout (or missing) is LOST, whatever the row says, since its process can no longer say so."""
     status = RunStatus(stored)

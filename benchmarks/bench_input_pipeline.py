@@ -56,13 +56,25 @@ def write_jpegs(root: Path, images: int, classes: int, seed: int = 0) -> int:
     return total
 
 
-def pipeline_rate(path: str, training: bool, batch: int, threads: int | None, seconds: float) -> float:
+def pipeline_rate(
+    path: str, training: bool, batch: int, threads: int | None, seconds: float
+) -> float:
     from aiperf.data.pipeline import make_dataset
 
     split = "train" if training else "validation"
     # cache=False: every image is read and decoded each time, as from a data set too big to cache.
-    ds = make_dataset(path, split, batch_size=batch, image_size=SIZE, channels=3, training=training, seed=0,
-                      threads=threads, repeat=True, cache=False)
+    ds = make_dataset(
+        path,
+        split,
+        batch_size=batch,
+        image_size=SIZE,
+        channels=3,
+        training=training,
+        seed=0,
+        threads=threads,
+        repeat=True,
+        cache=False,
+    )
     it = iter(ds)
     for _ in range(3):  # warm up: caches filled, autotuning started
         next(it)
@@ -83,7 +95,9 @@ def train_rate(model, batch: int, seconds: float, dataset=None) -> float:
         y = tf.random.uniform((batch,), 0, model.output_shape[-1], dtype=tf.int32)
         dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
     start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=2, epochs=1, verbose=0, shuffle=False)  # warm up (and compile)
+    model.fit(
+        dataset, steps_per_epoch=2, epochs=1, verbose=0, shuffle=False
+    )  # warm up (and compile)
     estimate = 2 * batch / (time.perf_counter() - start)
     steps = max(2, int(seconds * estimate / batch))
     start = time.perf_counter()
@@ -97,9 +111,15 @@ def main() -> int:
     parser.add_argument("--classes", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
-    parser.add_argument("--train-seconds", type=float, default=30.0, help="per training measurement")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating ResNet-50 rounds (best of each kept)")
-    parser.add_argument("--skip-resnet50", action="store_true", help="skip the (slow) ResNet-50 measurements")
+    parser.add_argument(
+        "--train-seconds", type=float, default=30.0, help="per training measurement"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating ResNet-50 rounds (best of each kept)"
+    )
+    parser.add_argument(
+        "--skip-resnet50", action="store_true", help="skip the (slow) ResNet-50 measurements"
+    )
     args = parser.parse_args()
 
     import keras
@@ -113,13 +133,25 @@ def main() -> int:
         root = Path(tmp) / "images"
         start = time.perf_counter()
         size = write_jpegs(root, args.images, args.classes)
-        rows.append(("JPEGs written", f"{args.images} of {SIZE}x{SIZE}, mean {size / args.images / 1024:.1f} KB "
-                                      f"({time.perf_counter() - start:.1f} s)"))
+        rows.append(
+            (
+                "JPEGs written",
+                f"{args.images} of {SIZE}x{SIZE}, mean {size / args.images / 1024:.1f} KB "
+                f"({time.perf_counter() - start:.1f} s)",
+            )
+        )
         start = time.perf_counter()
-        manifest = stage(DataConfig(kind="folder", source=str(root), image_size=SIZE, shard_images=64), 0,
-                         Path(tmp) / "staged")
-        rows.append(("staged (check + convert, 1 process)",
-                     f"{args.images / (time.perf_counter() - start):.0f} images/s"))
+        manifest = stage(
+            DataConfig(kind="folder", source=str(root), image_size=SIZE, shard_images=64),
+            0,
+            Path(tmp) / "staged",
+        )
+        rows.append(
+            (
+                "staged (check + convert, 1 process)",
+                f"{args.images / (time.perf_counter() - start):.0f} images/s",
+            )
+        )
 
         rates = {}
         for training in (True, False):
@@ -127,7 +159,12 @@ def main() -> int:
                 rate = pipeline_rate(manifest.path, training, args.batch, threads, args.seconds)
                 rates[(training, threads)] = rate
                 what = "train (crop, resize, flip)" if training else "eval (centre crop, resize)"
-                rows.append((f"pipeline {what}, {threads} core{'s' if threads > 1 else ''}", f"{rate:.0f} images/s"))
+                rows.append(
+                    (
+                        f"pipeline {what}, {threads} core{'s' if threads > 1 else ''}",
+                        f"{rate:.0f} images/s",
+                    )
+                )
 
         keras.utils.set_random_seed(0)
         from aiperf.arch.seeds import build_seed
@@ -135,16 +172,33 @@ def main() -> int:
         mini = build_seed("resnet-mini", (SIZE, SIZE, 3), 1000)
         mini.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
         mini_rate = train_rate(mini, args.batch, args.train_seconds)
-        rows.append((f"train resnet-mini {SIZE}px, in-memory batches, {cores} cores", f"{mini_rate:.0f} images/s"))
+        rows.append(
+            (
+                f"train resnet-mini {SIZE}px, in-memory batches, {cores} cores",
+                f"{mini_rate:.0f} images/s",
+            )
+        )
         verdict = 0
         best = rates[(True, cores)]
         if not args.skip_resnet50:
-            r50 = keras.applications.ResNet50(weights=None, input_shape=(SIZE, SIZE, 3), classes=1000)
-            r50.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+            r50 = keras.applications.ResNet50(
+                weights=None, input_shape=(SIZE, SIZE, 3), classes=1000
+            )
+            r50.compile(
+                keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy"
+            )
             from aiperf.data.pipeline import make_dataset
 
-            fed = make_dataset(manifest.path, "train", batch_size=args.batch, image_size=SIZE, channels=3,
-                               training=True, seed=0, repeat=True)
+            fed = make_dataset(
+                manifest.path,
+                "train",
+                batch_size=args.batch,
+                image_size=SIZE,
+                channels=3,
+                training=True,
+                seed=0,
+                repeat=True,
+            )
             # Alternate in-memory and fed rounds and keep each one's best: other load on the machine
             # then slows both alike instead of deciding the comparison.
             memory, piped = [], []
@@ -152,18 +206,40 @@ def main() -> int:
                 memory.append(train_rate(r50, args.batch, args.train_seconds))
                 piped.append(train_rate(r50, args.batch, args.train_seconds, dataset=fed))
             r50_rate, fed_rate = max(memory), max(piped)
-            rows.append((f"train ResNet-50 {SIZE}px, in-memory batches, {cores} cores",
-                         f"{r50_rate:.1f} images/s (rounds: {', '.join(f'{r:.1f}' for r in memory)})"))
-            rows.append((f"train ResNet-50 fed by the pipeline, {cores} cores", f"{fed_rate:.1f} images/s "
-                         f"({100 * (fed_rate / r50_rate - 1):+.0f}% vs in-memory; rounds: "
-                         f"{', '.join(f'{r:.1f}' for r in piped)})"))
-            rows.append(("pipeline / ResNet-50 consumption (every core)", f"{best / r50_rate:.1f}x"))
-            rows.append(("share of one core the pipeline needs for ResNet-50",
-                         f"{100 * r50_rate / rates[(True, 1)]:.1f}%"))
+            rows.append(
+                (
+                    f"train ResNet-50 {SIZE}px, in-memory batches, {cores} cores",
+                    f"{r50_rate:.1f} images/s (rounds: {', '.join(f'{r:.1f}' for r in memory)})",
+                )
+            )
+            rows.append(
+                (
+                    f"train ResNet-50 fed by the pipeline, {cores} cores",
+                    f"{fed_rate:.1f} images/s "
+                    f"({100 * (fed_rate / r50_rate - 1):+.0f}% vs in-memory; rounds: "
+                    f"{', '.join(f'{r:.1f}' for r in piped)})",
+                )
+            )
+            rows.append(
+                ("pipeline / ResNet-50 consumption (every core)", f"{best / r50_rate:.1f}x")
+            )
+            rows.append(
+                (
+                    "share of one core the pipeline needs for ResNet-50",
+                    f"{100 * r50_rate / rates[(True, 1)]:.1f}%",
+                )
+            )
             verdict = 0 if best >= r50_rate else 1
-        rows.append(("pipeline / resnet-mini consumption (every core)", f"{best / mini_rate:.1f}x"))
-        rows.append(("one core of the pipeline feeds", f"{rates[(True, 1)]:.0f} images/s: an H200 at 5,626 "
-                     f"ResNet-50 images/s needs {5626 / rates[(True, 1)]:.0f} such cores"))
+        rows.append(
+            ("pipeline / resnet-mini consumption (every core)", f"{best / mini_rate:.1f}x")
+        )
+        rows.append(
+            (
+                "one core of the pipeline feeds",
+                f"{rates[(True, 1)]:.0f} images/s: an H200 at 5,626 "
+                f"ResNet-50 images/s needs {5626 / rates[(True, 1)]:.0f} such cores",
+            )
+        )
 
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

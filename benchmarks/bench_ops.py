@@ -73,9 +73,15 @@ def main() -> int:
     one = timed_ms(lambda: count_model(model, "aiperf"), args.repeat)
     both = timed_ms(lambda: count_all(model), args.repeat)
     median = statistics.median(one)
-    print(f"model: {n_layers} layers, eval {count_model(model).eval_per_sample:,} operations per sample")
-    print(f"count_model (one convention): median {median:.2f} ms, best {min(one):.2f} ms over {args.repeat} runs")
-    print(f"count_all (both conventions): median {statistics.median(both):.2f} ms, best {min(both):.2f} ms")
+    print(
+        f"model: {n_layers} layers, eval {count_model(model).eval_per_sample:,} operations per sample"
+    )
+    print(
+        f"count_model (one convention): median {median:.2f} ms, best {min(one):.2f} ms over {args.repeat} runs"
+    )
+    print(
+        f"count_all (both conventions): median {statistics.median(both):.2f} ms, best {min(both):.2f} ms"
+    )
     verdict = "OK" if median < BUDGET_MS else "OVER BUDGET"
     print(f"{verdict}: budget {BUDGET_MS:.0f} ms for {n_layers} layers")
     return 0 if median < BUDGET_MS else 1

@@ -47,8 +47,15 @@ def add_scored(oracle, network, score: float) -> None:
 
     hp = oracle.hyperparameters.copy()
     operator = space.SEED_OPERATOR if not oracle.trials else "bench"  # the first round: the seed
-    hp.values = {space.ARCHITECTURE: network.to_json(), space.OPERATOR: operator, space.PARENT: None,
-                 space.LEARNING_RATE: 0.01, space.BATCH_SIZE: 32, space.KERNEL_SIZE: 3, space.DROPOUT: 0.0}
+    hp.values = {
+        space.ARCHITECTURE: network.to_json(),
+        space.OPERATOR: operator,
+        space.PARENT: None,
+        space.LEARNING_RATE: 0.01,
+        space.BATCH_SIZE: 32,
+        space.KERNEL_SIZE: 3,
+        space.DROPOUT: 0.0,
+    }
     trial_id = f"{len(oracle.trials):06d}"
     trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status="COMPLETED")
     trial.score = score
@@ -67,14 +74,25 @@ def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[f
     from aiperf.search import space
     from aiperf.search.morphism import MorphismOracle
 
-    config = load_config(PROFILES[seed], workers=1, overrides={"data.source": "/data"} if seed == "resnet50" else None)
+    config = load_config(
+        PROFILES[seed],
+        workers=1,
+        overrides={"data.source": "/data"} if seed == "resnet50" else None,
+    )
     shape = (config.data.image_size, config.data.image_size, config.data.channels)
     seed_network = seed_spec(seed, shape, config.data.classes)
     limits = config.search.limits
-    oracle = MorphismOracle(seed_network=seed_network, search_space=config.search.space, first_round=1,
-                            limits=Limits(max_layers=limits.max_layers, max_params=limits.max_params),
-                            objective=kt.Objective("val_accuracy", "max"), seed=1, max_trials=10**7,
-                            candidates=config.search.candidates, beta=config.search.ucb_beta)
+    oracle = MorphismOracle(
+        seed_network=seed_network,
+        search_space=config.search.space,
+        first_round=1,
+        limits=Limits(max_layers=limits.max_layers, max_params=limits.max_params),
+        objective=kt.Objective("val_accuracy", "max"),
+        seed=1,
+        max_trials=10**7,
+        candidates=config.search.candidates,
+        beta=config.search.ucb_beta,
+    )
     rng = random.Random(7)
     grow_history(oracle, seed_network, trials, rng)
     latencies, cpu = [], []
@@ -86,7 +104,9 @@ def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[f
         if n >= 0:
             latencies.append(time.perf_counter() - started)
             cpu.append(time.process_time() - started_cpu)
-        assert proposal["values"][space.OPERATOR] not in (space.SEED_OPERATOR, "bench"), "a real proposal"
+        assert proposal["values"][space.OPERATOR] not in (space.SEED_OPERATOR, "bench"), (
+            "a real proposal"
+        )
         values = proposal["values"]
         add_scored(oracle, network_from_dict(json.loads(values[space.ARCHITECTURE])), rng.random())
     return latencies, cpu
@@ -105,13 +125,18 @@ def main() -> None:
     parser.add_argument("--proposals", type=int, default=50)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'seed':<12} {'trials':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'cpu median':>11} {'cpu p99':>8}")
+    print(
+        f"{'seed':<12} {'trials':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'cpu median':>11} {'cpu p99':>8}"
+    )
     for seed in args.seeds.split(","):
         for trials in (int(t) for t in args.trials.split(",")):
             latencies, cpu = measure(seed, trials, args.proposals)
             (median, p99), (cpu_median, cpu_p99) = percentiles(latencies), percentiles(cpu)
-            print(f"{seed:<12} {trials:>7} {median:>10.1f} {p99:>8.1f} {1e3 * max(latencies):>8.1f} "
-                  f"{cpu_median:>11.1f} {cpu_p99:>8.1f}", flush=True)
+            print(
+                f"{seed:<12} {trials:>7} {median:>10.1f} {p99:>8.1f} {1e3 * max(latencies):>8.1f} "
+                f"{cpu_median:>11.1f} {cpu_p99:>8.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

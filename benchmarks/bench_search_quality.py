@@ -49,7 +49,9 @@ def synthetic_accuracy(values: dict, noise: random.Random) -> float:
     return 0.45 + depth + width + residual - oversize + learning + dropout + noise.gauss(0.0, 0.01)
 
 
-def search(seed: int, trials: int, workers: int, checkpoints: list[int]) -> list[tuple[int, float, str]]:
+def search(
+    seed: int, trials: int, workers: int, checkpoints: list[int]
+) -> list[tuple[int, float, str]]:
     """(trials, best score so far, digest of the architectures so far) at each checkpoint."""
     from aiperf.config import load_config
     from aiperf.search import space
@@ -61,7 +63,9 @@ def search(seed: int, trials: int, workers: int, checkpoints: list[int]) -> list
     outstanding, best, done, results = [], -math.inf, 0, []
     while done < trials:
         while len(outstanding) < workers:  # a tuner id per request: keras-tuner hands an ongoing
-            trial = oracle.create_trial(f"request-{done}-{len(outstanding)}")  # trial back to its id
+            trial = oracle.create_trial(
+                f"request-{done}-{len(outstanding)}"
+            )  # trial back to its id
             if trial.status != "RUNNING":
                 break
             outstanding.append(trial)

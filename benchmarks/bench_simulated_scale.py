@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,9 @@ class _Clock:
         while True:
             with self._changed:
                 while not self._stopped and (not self._due or self._due[0][0] > time.time()):
-                    self._changed.wait(None if not self._due else max(0.0, self._due[0][0] - time.time()))
+                    self._changed.wait(
+                        None if not self._due else max(0.0, self._due[0][0] - time.time())
+                    )
                 if self._stopped:
                     return
                 _when, _n, fn = heapq.heappop(self._due)
@@ -166,8 +169,17 @@ class _TimedOracle:
         oracle.create_trial = create_trial
 
 
-def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float = 60.0,
-             epochs: int = 2, seed: int = 0, oracle: str | None = None, poll_s: float = 0.2) -> ScalePoint:
+def simulate(
+    workers: int,
+    budget_s: float,
+    db: str,
+    out: Path,
+    epoch_s: float = 60.0,
+    epochs: int = 2,
+    seed: int = 0,
+    oracle: str | None = None,
+    poll_s: float = 0.2,
+) -> ScalePoint:
     """One run of the real orchestrator over `workers` simulated workers for `budget_s` seconds."""
     from sqlalchemy import event, text
 
@@ -181,8 +193,15 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
     overrides: dict[str, Any] = {"train.trainer": "simulated", "train.epochs": epochs}
     if oracle is not None:
         overrides["search.oracle"] = oracle
-    config = load_config(PROFILE, budget=budget_s, workers=workers, db=db, seed=seed, out=str(out),
-                         overrides=overrides)
+    config = load_config(
+        PROFILE,
+        budget=budget_s,
+        workers=workers,
+        db=db,
+        seed=seed,
+        out=str(out),
+        overrides=overrides,
+    )
     # A modelled worker speed at which an epoch of a mid-sized trial (1.6e7 operations per sample,
     # the geometric middle of the simulated range) lasts about `epoch_s`.
     model = SimulatedModel(ops_per_s=3000 * 1.6e7 * 1.1 / epoch_s)
@@ -195,10 +214,18 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
 
     clock = _Clock()
     try:
-        run_id = store.create_run(system_id=store.upsert_system(fingerprint()), profile=config.profile,
-                                  config=config.model_dump(mode="json"), seed=seed, budget_s=budget_s,
-                                  workers=workers)
-        shape, classes = (config.data.image_size,) * 2 + (config.data.channels,), config.data.classes
+        run_id = store.create_run(
+            system_id=store.upsert_system(fingerprint()),
+            profile=config.profile,
+            config=config.model_dump(mode="json"),
+            seed=seed,
+            budget_s=budget_s,
+            workers=workers,
+        )
+        shape, classes = (
+            (config.data.image_size,) * 2 + (config.data.channels,),
+            config.data.classes,
+        )
         search = make_oracle(config, shape, classes)
         timed = _TimedOracle(search)
         events: queue.Queue = queue.Queue()
@@ -212,9 +239,19 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
             planned.extend((request.trial_key, e.epoch) for e in played.plan.epochs)
             return _Returning(played, clock)
 
-        orchestrator = Orchestrator(config=config, store=store, run_id=run_id, oracle=search, data_path="simulated",
-                                    image_shape=shape, num_classes=classes, launch=launch, events=events,
-                                    poll_s=poll_s, grace_s=10.0)
+        orchestrator = Orchestrator(
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=search,
+            data_path="simulated",
+            image_shape=shape,
+            num_classes=classes,
+            launch=launch,
+            events=events,
+            poll_s=poll_s,
+            grace_s=10.0,
+        )
         event.listen(store.engine, "before_cursor_execute", count)
         started = time.time()
         cpu = time.process_time()
@@ -225,32 +262,53 @@ def simulate(workers: int, budget_s: float, db: str, out: Path, epoch_s: float =
         event.remove(store.engine, "before_cursor_execute", count)
         wall = summary.ended_at - started
         with store.engine.connect() as sql:
-            spans = sql.execute(text(
-                "SELECT MIN(e.started_at), MAX(e.ended_at) FROM epochs e JOIN trials t ON t.id = e.trial_id "
-                "WHERE t.run_id = :r GROUP BY t.id"), {"r": run_id}).fetchall()
-            recorded = [(key, epoch) for key, epoch in sql.execute(text(
-                "SELECT t.trial_key, e.epoch FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = :r"),
-                {"r": run_id})]
+            spans = sql.execute(
+                text(
+                    "SELECT MIN(e.started_at), MAX(e.ended_at) FROM epochs e JOIN trials t ON t.id = e.trial_id "
+                    "WHERE t.run_id = :r GROUP BY t.id"
+                ),
+                {"r": run_id},
+            ).fetchall()
+            recorded = [
+                (key, epoch)
+                for key, epoch in sql.execute(
+                    text(
+                        "SELECT t.trial_key, e.epoch FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = :r"
+                    ),
+                    {"r": run_id},
+                )
+            ]
         busy = sum(_seconds(b) - _seconds(a) for a, b in spans)
         expected, seen = set(planned), set(recorded)
-        return ScalePoint(workers=workers, trials=summary.trials, epochs=len(recorded), wall_s=wall, cpu_s=cpu,
-                          writes=writes[0], busy_worker_s=busy, refill_s=tuple(launcher.refill_s),
-                          lost=len(expected - seen), duplicated=len(recorded) - len(seen) + len(seen - expected),
-                          proposals=timed.calls, proposal_cpu_s=timed.cpu_s, proposal_wall_s=timed.wall_s,
-                          first_round_s=launched_at[min(workers, len(launched_at)) - 1] - started,
-                          tail_s=summary.ended_at - (started + budget_s))
+        return ScalePoint(
+            workers=workers,
+            trials=summary.trials,
+            epochs=len(recorded),
+            wall_s=wall,
+            cpu_s=cpu,
+            writes=writes[0],
+            busy_worker_s=busy,
+            refill_s=tuple(launcher.refill_s),
+            lost=len(expected - seen),
+            duplicated=len(recorded) - len(seen) + len(seen - expected),
+            proposals=timed.calls,
+            proposal_cpu_s=timed.cpu_s,
+            proposal_wall_s=timed.wall_s,
+            first_round_s=launched_at[min(workers, len(launched_at)) - 1] - started,
+            tail_s=summary.ended_at - (started + budget_s),
+        )
     finally:
         clock.stop()
         store.close()
 
 
 def _seconds(value: Any) -> float:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.timestamp()
 
 
@@ -269,37 +327,66 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--budget", type=float, default=300.0,
-                        help="seconds per point (default 300: trials of two 60 s epochs refill about 2-8 times)")
-    parser.add_argument("--epoch-s", type=float, default=60.0, help="modelled seconds of a mid-sized epoch")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        help="seconds per point (default 300: trials of two 60 s epochs refill about 2-8 times)",
+    )
+    parser.add_argument(
+        "--epoch-s", type=float, default=60.0, help="modelled seconds of a mid-sized epoch"
+    )
     parser.add_argument("--epochs", type=int, default=2, help="epochs per trial")
-    parser.add_argument("--oracle", default=None,
-                        help=f"morphism, random, bayesian or hyperband (default: the {PROFILE} profile's)")
-    parser.add_argument("--poll", type=float, default=0.2, help="the orchestrator's poll (s); trials also wake it")
-    parser.add_argument("--db", default=None, help="database URL (default: a fresh SQLite file per point)")
+    parser.add_argument(
+        "--oracle",
+        default=None,
+        help=f"morphism, random, bayesian or hyperband (default: the {PROFILE} profile's)",
+    )
+    parser.add_argument(
+        "--poll", type=float, default=0.2, help="the orchestrator's poll (s); trials also wake it"
+    )
+    parser.add_argument(
+        "--db", default=None, help="database URL (default: a fresh SQLite file per point)"
+    )
     args = parser.parse_args()
     oracle = args.oracle or load_config(PROFILE).search.oracle
-    print(f"oracle {oracle}, {args.budget:g} s per point, modelled epoch {args.epoch_s:g} s x {args.epochs} per trial, "
-          f"database {safe_url(args.db) if args.db else 'SQLite (a file per point)'}")
-    print(f"{_cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
-    print(f"{'workers':>7} {'trials':>6} {'epochs':>6} {'util':>5} {'refills':>7} {'refill p50':>10} {'refill p99':>10} "
-          f"{'lost':>4} {'dup':>4} {'CPU/trial':>10} {'oracle CPU/trial':>16} {'proposal':>9} {'writes/s':>8} "
-          f"{'trials/s':>8} {'1st round':>9} {'tail':>6}")
+    print(
+        f"oracle {oracle}, {args.budget:g} s per point, modelled epoch {args.epoch_s:g} s x {args.epochs} per trial, "
+        f"database {safe_url(args.db) if args.db else 'SQLite (a file per point)'}"
+    )
+    print(
+        f"{_cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start"
+    )
+    print(
+        f"{'workers':>7} {'trials':>6} {'epochs':>6} {'util':>5} {'refills':>7} {'refill p50':>10} {'refill p99':>10} "
+        f"{'lost':>4} {'dup':>4} {'CPU/trial':>10} {'oracle CPU/trial':>16} {'proposal':>9} {'writes/s':>8} "
+        f"{'trials/s':>8} {'1st round':>9} {'tail':>6}"
+    )
     with tempfile.TemporaryDirectory(prefix="aiperf-simscale-") as tmp:
         for n in args.workers:
             folder = Path(tmp) / f"w{n}"
             folder.mkdir()
             db = args.db or f"sqlite:///{folder / 'aiperf.db'}"
-            p = simulate(n, args.budget, db, folder, epoch_s=args.epoch_s, epochs=args.epochs, oracle=oracle,
-                         poll_s=args.poll)
+            p = simulate(
+                n,
+                args.budget,
+                db,
+                folder,
+                epoch_s=args.epoch_s,
+                epochs=args.epochs,
+                oracle=oracle,
+                poll_s=args.poll,
+            )
             p50, p99 = p.refill_quantile_ms(0.5), p.refill_quantile_ms(0.99)
             # none: no worker was freed and refilled within the point
             refill = [f"{q:.1f} ms" if q is not None else "none" for q in (p50, p99)]
-            print(f"{p.workers:>7} {p.trials:>6} {p.epochs:>6} {p.utilisation:>5.3f} {len(p.refill_s):>7} "
-                  f"{refill[0]:>10} {refill[1]:>10} "
-                  f"{p.lost:>4} {p.duplicated:>4} {p.cpu_per_trial_ms:>7.1f} ms {p.proposal_cpu_per_trial_ms:>13.1f} ms "
-                  f"{p.proposal_mean_ms:>6.1f} ms {p.writes_per_s:>8.0f} {p.trials / p.wall_s:>8.2f} {p.first_round_s:>7.2f} s {p.tail_s:>4.2f} s",
-                  flush=True)
+            print(
+                f"{p.workers:>7} {p.trials:>6} {p.epochs:>6} {p.utilisation:>5.3f} {len(p.refill_s):>7} "
+                f"{refill[0]:>10} {refill[1]:>10} "
+                f"{p.lost:>4} {p.duplicated:>4} {p.cpu_per_trial_ms:>7.1f} ms {p.proposal_cpu_per_trial_ms:>13.1f} ms "
+                f"{p.proposal_mean_ms:>6.1f} ms {p.writes_per_s:>8.0f} {p.trials / p.wall_s:>8.2f} {p.first_round_s:>7.2f} s {p.tail_s:>4.2f} s",
+                flush=True,
+            )
     print(f"load average {os.getloadavg()[0]:.1f} at end")
 
 

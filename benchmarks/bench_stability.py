@@ -23,8 +23,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+for key, value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}.items():
     os.environ.setdefault(key, value)
 
 
@@ -44,7 +47,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--profile", default="nightly")
     parser.add_argument("--budget", default=None, help="default: the profile's")
-    parser.add_argument("--out", default=None, help="folder for the runs' database and data (default: temporary)")
+    parser.add_argument(
+        "--out", default=None, help="folder for the runs' database and data (default: temporary)"
+    )
     args = parser.parse_args()
 
     from aiperf.results.score import format_ops
@@ -55,7 +60,16 @@ def main() -> None:
     db = f"sqlite:///{folder / 'stability.db'}"
     aiperf = Path(sys.executable).with_name("aiperf")
     for n in range(args.runs):
-        command = [str(aiperf), "run", "--profile", args.profile, "--db", db, "--out", str(folder / "out")]
+        command = [
+            str(aiperf),
+            "run",
+            "--profile",
+            args.profile,
+            "--db",
+            db,
+            "--out",
+            str(folder / "out"),
+        ]
         command += ["--budget", args.budget] if args.budget else []
         print(f"run {n + 1} of {args.runs}: {' '.join(command)}", flush=True)
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -63,25 +77,35 @@ def main() -> None:
         runs = [store.get_run(r.id) for r in reversed(store.list_runs(args.runs))]
     ops = [r.score.ops for r in runs]
     regulated = [r.score.regulated_score for r in runs]
-    print(f"\n{args.runs} runs of profile {args.profile} ({runs[0].division}), seed {runs[0].seed}, "
-          f"{runs[0].workers} workers, budget {runs[0].budget_s:g} s")
-    print(f"{'run':>4} {'OPS':>14} {'regulated':>14} {'best acc':>9} {'trials':>7} {'completed':>10} "
-          f"{'MFU':>7} {'utilised':>9} {'verified':>9}")
+    print(
+        f"\n{args.runs} runs of profile {args.profile} ({runs[0].division}), seed {runs[0].seed}, "
+        f"{runs[0].workers} workers, budget {runs[0].budget_s:g} s"
+    )
+    print(
+        f"{'run':>4} {'OPS':>14} {'regulated':>14} {'best acc':>9} {'trials':>7} {'completed':>10} "
+        f"{'MFU':>7} {'utilised':>9} {'verified':>9}"
+    )
     for r in runs:
         s = r.score
         mfu = "-" if s.mfu is None else f"{100 * s.mfu:.1f}%"
         used = "-" if s.utilisation is None else f"{100 * s.utilisation:.1f}%"
-        print(f"{r.id:>4} {format_ops(s.ops) + 'OPS':>14} {format_ops(s.regulated_score) + 'OPS':>14} "
-              f"{s.best_val_accuracy or 0:>9.4f} {len(r.trials):>7} {s.trials_completed:>10} {mfu:>7} {used:>9} "
-              f"{str(r.verified):>9}")
+        print(
+            f"{r.id:>4} {format_ops(s.ops) + 'OPS':>14} {format_ops(s.regulated_score) + 'OPS':>14} "
+            f"{s.best_val_accuracy or 0:>9.4f} {len(r.trials):>7} {s.trials_completed:>10} {mfu:>7} {used:>9} "
+            f"{str(r.verified):>9}"
+        )
     cv_util = coefficient_of_variation([r.score.utilisation or 0.0 for r in runs])
-    print(f"CV(window utilisation) = {100 * cv_util:.2f}%: the share of OPS's spread that is the machine's time "
-          "going elsewhere rather than slower steps")
+    print(
+        f"CV(window utilisation) = {100 * cv_util:.2f}%: the share of OPS's spread that is the machine's time "
+        "going elsewhere rather than slower steps"
+    )
     cv_ops, cv_regulated = coefficient_of_variation(ops), coefficient_of_variation(regulated)
     print(f"\nCV(OPS) = {100 * cv_ops:.2f}%   (target <= 2%)")
     print(f"CV(regulated score) = {100 * cv_regulated:.2f}%   (target <= 5%)")
-    print(f"nightly thresholds of 3 CVs: ops_threshold {threshold_for(cv_ops):.2f}, "
-          f"regulated_threshold {threshold_for(cv_regulated):.2f}")
+    print(
+        f"nightly thresholds of 3 CVs: ops_threshold {threshold_for(cv_ops):.2f}, "
+        f"regulated_threshold {threshold_for(cv_regulated):.2f}"
+    )
 
 
 if __name__ == "__main__":

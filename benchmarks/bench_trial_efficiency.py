@@ -38,8 +38,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+for key, value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}.items():
     os.environ.setdefault(key, value)
 
 
@@ -56,12 +59,18 @@ class Case:
 
     def overrides(self) -> list[str]:
         """`aiperf run --set` pins for the quick profile: every trial trains this case's model."""
-        pins = {"search.oracle": "random", "search.space.stages": f"[{self.stages}]",
-                "search.space.blocks_per_stage": f"[{self.blocks}]",
-                "search.space.base_filters": f"[{self.base_filters}]", "search.space.kernel_size": "[3]",
-                "search.space.batch_size": f"[{self.batch_size}]", "search.space.dropout": "[0.0]",
-                "search.space.learning_rate": "[0.01, 0.01001]", "train.epochs": f"[{self.epochs}]",
-                "train.early_stopping_patience": "null"}
+        pins = {
+            "search.oracle": "random",
+            "search.space.stages": f"[{self.stages}]",
+            "search.space.blocks_per_stage": f"[{self.blocks}]",
+            "search.space.base_filters": f"[{self.base_filters}]",
+            "search.space.kernel_size": "[3]",
+            "search.space.batch_size": f"[{self.batch_size}]",
+            "search.space.dropout": "[0.0]",
+            "search.space.learning_rate": "[0.01, 0.01001]",
+            "train.epochs": f"[{self.epochs}]",
+            "train.early_stopping_patience": "null",
+        }
         return [item for key, value in pins.items() for item in ("--set", f"{key}={value}")]
 
 
@@ -96,13 +105,25 @@ def _steady_rate(epochs: list[tuple[str, int, float, float]]) -> tuple[float, in
 
 # --- aiperf: the real flow ---------------------------------------------------------------------------
 
+
 def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates:
     from aiperf.store import Store
 
     db = f"sqlite:///{folder / f'{case.name}.db'}"
     aiperf = Path(sys.executable).with_name("aiperf")
-    command = [str(aiperf), "run", "--budget", f"{window_s:g}s", "--workers", str(workers), "--db", db,
-               "--out", str(folder / "out"), *case.overrides()]
+    command = [
+        str(aiperf),
+        "run",
+        "--budget",
+        f"{window_s:g}s",
+        "--workers",
+        str(workers),
+        "--db",
+        db,
+        "--out",
+        str(folder / "out"),
+        *case.overrides(),
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with Store.open_existing(db) as store:
         run_id = max(r.id for r in store.list_runs())
@@ -113,10 +134,20 @@ def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates
         if trial.train_ops_per_sample is None:
             continue
         for e in trial.epochs:
-            ops = e.samples_trained * trial.train_ops_per_sample + e.samples_evaluated * trial.eval_ops_per_sample
+            ops = (
+                e.samples_trained * trial.train_ops_per_sample
+                + e.samples_evaluated * trial.eval_ops_per_sample
+            )
             total += ops
             if e.complete:
-                epochs.append((trial.worker or "?", e.epoch, ops, (e.ended_at - e.started_at).total_seconds()))
+                epochs.append(
+                    (
+                        trial.worker or "?",
+                        e.epoch,
+                        ops,
+                        (e.ended_at - e.started_at).total_seconds(),
+                    )
+                )
     in_trial, counted = _steady_rate(epochs)
     assert run.score is not None, f"run {run_id} was not scored"
     return Rates(in_trial=in_trial, window=total / run.score.elapsed_s, epochs=counted)
@@ -124,8 +155,16 @@ def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates
 
 # --- bare Keras: what a user would write ----------------------------------------------------------------
 
-def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, window_s: float, index: int,
-                 results) -> None:
+
+def _bare_worker(
+    case: Case,
+    data_path: str,
+    feed: str,
+    window_start: float,
+    window_s: float,
+    index: int,
+    results,
+) -> None:
     os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["TF_NUM_INTEROP_THREADS"] = "1"
     import keras
@@ -138,9 +177,15 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
     data = load_staged(data_path)
     whole = len(data.y_train) // case.batch_size * case.batch_size
     x, y = data.x_train[:whole], data.y_train[:whole]
-    spec = ArchSpec(input_shape=x.shape[1:], num_classes=int(data.y_train.max()) + 1, stem_filters=case.base_filters,
-                    stages=tuple(StageSpec(case.blocks, case.base_filters * 2**i, 1 if i == 0 else 2)
-                                 for i in range(case.stages)))
+    spec = ArchSpec(
+        input_shape=x.shape[1:],
+        num_classes=int(data.y_train.max()) + 1,
+        stem_filters=case.base_filters,
+        stages=tuple(
+            StageSpec(case.blocks, case.base_filters * 2**i, 1 if i == 0 else 2)
+            for i in range(case.stages)
+        ),
+    )
 
     class Window(keras.callbacks.Callback):
         """Stops at the window's end and counts batches, as the benchmark's clock needs."""
@@ -163,7 +208,9 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
     from aiperf.arch import build_model
 
     if feed == "aiperf":  # exactly what a trial gets
-        trial_feed = open_feed(data_path, batch_size=case.batch_size, input_shape=x.shape[1:], seed=index)
+        trial_feed = open_feed(
+            data_path, batch_size=case.batch_size, input_shape=x.shape[1:], seed=index
+        )
         train, val = trial_feed.train, trial_feed.val
     else:  # the NumPy arrays, as most users write it
         train = {"x": x, "y": y, "batch_size": case.batch_size, "shuffle": True}
@@ -179,8 +226,11 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
         keras.utils.set_random_seed(trial * 100 + index)
         model = build_model(spec.to_network())
         counts = count_all(model)["aiperf"]
-        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
         for number in range(case.epochs):
             if time.time() >= window_end:
                 break
@@ -188,8 +238,10 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
             model.fit(**train, epochs=1, verbose=0, callbacks=[watch])
             if not watch.cut:
                 model.evaluate(**val, verbose=0, callbacks=[watch])
-            ops = (min(watch.train * case.batch_size, whole) * counts.train_per_sample
-                   + min(watch.test * case.batch_size, len(data.y_val)) * counts.eval_per_sample)
+            ops = (
+                min(watch.train * case.batch_size, whole) * counts.train_per_sample
+                + min(watch.test * case.batch_size, len(data.y_val)) * counts.eval_per_sample
+            )
             total += ops
             if not watch.cut:
                 epochs.append((f"bare-{index}", number, ops, time.time() - started))
@@ -197,7 +249,9 @@ def _bare_worker(case: Case, data_path: str, feed: str, window_start: float, win
     results.put((epochs, total))
 
 
-def run_bare(case: Case, window_s: float, workers: int, folder: Path, feed: str = "arrays") -> Rates:
+def run_bare(
+    case: Case, window_s: float, workers: int, folder: Path, feed: str = "arrays"
+) -> Rates:
     """`workers` processes at once for the window. Each imports Keras and loads the data first, then
     waits for the common window start, as aiperf's window opens once its workers are up and warm."""
     from aiperf.config import load_config
@@ -207,16 +261,25 @@ def run_bare(case: Case, window_s: float, workers: int, folder: Path, feed: str 
     manifest = stage_synthetic(config.data, config.seed, folder / "bare-data")
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    window_start = time.time() + 30  # the processes' imports and data loading happen before the window
-    processes = [context.Process(target=_bare_worker, args=(case, manifest.path, feed, window_start, window_s, i, results))
-                 for i in range(workers)]
+    window_start = (
+        time.time() + 30
+    )  # the processes' imports and data loading happen before the window
+    processes = [
+        context.Process(
+            target=_bare_worker,
+            args=(case, manifest.path, feed, window_start, window_s, i, results),
+        )
+        for i in range(workers)
+    ]
     for p in processes:
         p.start()
     gathered = [results.get(timeout=window_s + 600) for _ in processes]
     for p in processes:
         p.join()
     if any(g is None for g in gathered):
-        raise SystemExit("bare Keras processes took over 30 s to import and load the data: machine too busy")
+        raise SystemExit(
+            "bare Keras processes took over 30 s to import and load the data: machine too busy"
+        )
     epochs = [e for part, _ in gathered for e in part]
     in_trial, counted = _steady_rate(epochs)
     return Rates(in_trial=in_trial, window=sum(t for _, t in gathered) / window_s, epochs=counted)
@@ -228,9 +291,15 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0, help="seconds of each timed window")
     parser.add_argument("--workers", type=int, default=None, help="default: one per core")
     parser.add_argument("--order", default="aiperf-first", choices=["aiperf-first", "bare-first"])
-    parser.add_argument("--bare-feed", default="arrays", choices=["arrays", "aiperf"],
-                        help="what bare Keras's fit gets: the NumPy arrays, or aiperf's tf.data feed of them")
-    parser.add_argument("--out", default=None, help="folder for databases and data (default: temporary)")
+    parser.add_argument(
+        "--bare-feed",
+        default="arrays",
+        choices=["arrays", "aiperf"],
+        help="what bare Keras's fit gets: the NumPy arrays, or aiperf's tf.data feed of them",
+    )
+    parser.add_argument(
+        "--out", default=None, help="folder for databases and data (default: temporary)"
+    )
     args = parser.parse_args()
 
     from aiperf.config import machine_cores
@@ -239,20 +308,31 @@ def main() -> None:
     workers = args.workers or machine_cores()
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-efficiency-"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"{workers} workers, window {args.window:g} s, {os.cpu_count()} CPUs, bare Keras fed {args.bare_feed}; "
-          f"folder {folder}", flush=True)
+    print(
+        f"{workers} workers, window {args.window:g} s, {os.cpu_count()} CPUs, bare Keras fed {args.bare_feed}; "
+        f"folder {folder}",
+        flush=True,
+    )
     for name in args.cases:
         case = CASES[name]
         steps = [("aiperf", run_aiperf), ("bare", partial(run_bare, feed=args.bare_feed))]
-        rates = {label: fn(case, args.window, workers, folder)
-                 for label, fn in (steps if args.order == "aiperf-first" else steps[::-1])}
+        rates = {
+            label: fn(case, args.window, workers, folder)
+            for label, fn in (steps if args.order == "aiperf-first" else steps[::-1])
+        }
         aiperf, bare = rates["aiperf"], rates["bare"]
         in_trial, window = aiperf.ratio(bare)
         for label, r in rates.items():
-            print(f"  {name} {label:6s}: in-trial {format_ops(r.in_trial)}OPS ({r.epochs} epochs), "
-                  f"window {format_ops(r.window)}OPS", flush=True)
-        print(f"{name}: aiperf / bare  in-trial {in_trial:.3f} (target >= 0.95)  "
-              f"window {window:.3f} (target >= 0.90)", flush=True)
+            print(
+                f"  {name} {label:6s}: in-trial {format_ops(r.in_trial)}OPS ({r.epochs} epochs), "
+                f"window {format_ops(r.window)}OPS",
+                flush=True,
+            )
+        print(
+            f"{name}: aiperf / bare  in-trial {in_trial:.3f} (target >= 0.95)  "
+            f"window {window:.3f} (target >= 0.90)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

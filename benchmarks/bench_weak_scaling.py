@@ -18,8 +18,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+for key, value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}.items():
     os.environ.setdefault(key, value)
 
 
@@ -32,9 +35,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="quick")
     parser.add_argument("--budget", default="60s")
-    parser.add_argument("--cluster", default="local", choices=["local", "slurm", "pbs", "lsf", "sge"])
+    parser.add_argument(
+        "--cluster", default="local", choices=["local", "slurm", "pbs", "lsf", "sge"]
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="folder for the runs' database and data (default: temporary)")
+    parser.add_argument(
+        "--out", default=None, help="folder for the runs' database and data (default: temporary)"
+    )
     args = parser.parse_args()
 
     from aiperf.results.score import format_ops
@@ -45,12 +52,21 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         ops = {}
         for workers in (1, 2):
-            result = benchmark(profile=args.profile, budget=args.budget, workers=workers,
-                               db=f"sqlite:///{folder / 'weak-scaling.db'}", seed=args.seed, out=str(folder / "out"),
-                               overrides={"cluster.kind": args.cluster, "cluster.cores": 1})
+            result = benchmark(
+                profile=args.profile,
+                budget=args.budget,
+                workers=workers,
+                db=f"sqlite:///{folder / 'weak-scaling.db'}",
+                seed=args.seed,
+                out=str(folder / "out"),
+                overrides={"cluster.kind": args.cluster, "cluster.cores": 1},
+            )
             ops[workers] = result["ops"]
-            print(f"{workers} one-core worker(s): OPS {format_ops(result['ops'])}OPS over {result['elapsed_s']:.1f} s, "
-                  f"{result['trials_completed']} trials completed (run {result['run_id']})", flush=True)
+            print(
+                f"{workers} one-core worker(s): OPS {format_ops(result['ops'])}OPS over {result['elapsed_s']:.1f} s, "
+                f"{result['trials_completed']} trials completed (run {result['run_id']})",
+                flush=True,
+            )
     print(f"weak-scaling efficiency OPS(2) / (2 * OPS(1)) = {efficiency(ops[1], ops[2]):.3f}")
 
 

@@ -24,12 +24,12 @@ from prefect.client.orchestration import get_client
 from prefect.context import get_run_context
 from prefect_dask import DaskTaskRunner
 
-from aiperf.lifecycle import run
 from aiperf.cluster import trial_resources
 from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig, load_config
-from aiperf.lifecycle.recovery import resume_config
 from aiperf.data.staging import Manifest
+from aiperf.lifecycle import run
 from aiperf.lifecycle.parameters import check_parameters
+from aiperf.lifecycle.recovery import resume_config
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.score import ScoreResult
 from aiperf.status import TrialStatus
@@ -39,7 +39,9 @@ from aiperf.train.worker import train_on_worker
 
 
 @task(name="stage_dataset", cache_policy=NO_CACHE)
-def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None) -> Manifest:
+def stage_dataset(
+    config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+) -> Manifest:
     logger = get_run_logger()
     shown: dict[str, int] = {}
 
@@ -49,9 +51,16 @@ def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str, 
             shown[what] = step
             logger.info("%s: %d of %d", what, done, total)
 
-    manifest = run.stage_dataset(config, run_id, scheduler_address, security, on_progress=log_progress)
-    logger.info("staged %s (%d train, %d val images, sha256 %s)", manifest.name, manifest.train_samples,
-                manifest.val_samples, manifest.sha256[:12])
+    manifest = run.stage_dataset(
+        config, run_id, scheduler_address, security, on_progress=log_progress
+    )
+    logger.info(
+        "staged %s (%d train, %d val images, sha256 %s)",
+        manifest.name,
+        manifest.train_samples,
+        manifest.val_samples,
+        manifest.sha256[:12],
+    )
     return manifest
 
 
@@ -74,8 +83,9 @@ def verify(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
     checks = run.verify_and_record(config, run_id)
     logger = get_run_logger()
     for check in checks:
-        (logger.info if check.passed else logger.warning)("%s %s: %s", "pass" if check.passed else "FAIL",
-                                                          check.check, check.detail)
+        (logger.info if check.passed else logger.warning)(
+            "%s %s: %s", "pass" if check.passed else "FAIL", check.check, check.detail
+        )
     return checks
 
 
@@ -84,12 +94,21 @@ def report(config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
     with Store.open_existing(config.db) as store:
         rows = score_rows(store.get_run(run_id))
     create_table_artifact(table=rows, key="aiperf-score", description=f"aiperf run {run_id}")
-    create_markdown_artifact(markdown=markdown(rows), key="aiperf-score-summary", description=f"aiperf run {run_id}")
+    create_markdown_artifact(
+        markdown=markdown(rows), key="aiperf-score-summary", description=f"aiperf run {run_id}"
+    )
     page, over_time = run.write_report(config, run_id)
-    create_markdown_artifact(markdown=over_time, key="aiperf-report-summary",
-                             description=f"aiperf run {run_id}: score over time")
-    create_link_artifact(link=page.as_uri(), link_text=f"HTML report of aiperf run {run_id}", key="aiperf-report",
-                         description=f"aiperf run {run_id}: {page}")
+    create_markdown_artifact(
+        markdown=over_time,
+        key="aiperf-report-summary",
+        description=f"aiperf run {run_id}: score over time",
+    )
+    create_link_artifact(
+        link=page.as_uri(),
+        link_text=f"HTML report of aiperf run {run_id}",
+        key="aiperf-report",
+        description=f"aiperf run {run_id}: {page}",
+    )
     get_run_logger().info("HTML report: %s", page)
 
 
@@ -131,24 +150,38 @@ class PrefectStages(run.Stages):
 
     def recorded(self, config: BenchmarkConfig, run_id: int, event_log: Path) -> None:
         """A link to the run's event log (MLLOG lines, written as the run goes), from its start."""
-        create_link_artifact(link=event_log.as_uri(), link_text=f"event log of aiperf run {run_id}",
-                             key="aiperf-event-log", description=f"aiperf run {run_id}: {event_log}")
+        create_link_artifact(
+            link=event_log.as_uri(),
+            link_text=f"event log of aiperf run {run_id}",
+            key="aiperf-event-log",
+            description=f"aiperf run {run_id}: {event_log}",
+        )
         get_run_logger().info("event log: %s", event_log)
 
-    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
-                      security: Any = None) -> Manifest:
+    def stage_dataset(
+        self, config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+    ) -> Manifest:
         return stage_dataset(config, run_id, scheduler_address, security)
 
     @contextmanager
-    def trials(self, config: BenchmarkConfig, scheduler_address: str,
-               security: Any = None) -> Iterator[run.TrialRunner]:
+    def trials(
+        self, config: BenchmarkConfig, scheduler_address: str, security: Any = None
+    ) -> Iterator[run.TrialRunner]:
         resources = trial_resources(config)
-        with DaskTaskRunner(address=scheduler_address, client_kwargs={"security": security}) as runner:
-            runner.client.run(load_trial_code)  # before the timed window, not in each worker's first trial
+        with DaskTaskRunner(
+            address=scheduler_address, client_kwargs={"security": security}
+        ) as runner:
+            runner.client.run(
+                load_trial_code
+            )  # before the timed window, not in each worker's first trial
+
             def launch(request: TrialRequest) -> _PrefectTrial:
                 with dask.annotate(resources=resources):
-                    return _PrefectTrial(runner.submit(train_trial, {"request": request,
-                                                                     "trainer": config.train.trainer}))
+                    return _PrefectTrial(
+                        runner.submit(
+                            train_trial, {"request": request, "trainer": config.train.trainer}
+                        )
+                    )
 
             yield run.TrialRunner(runner.client, launch)
 
@@ -163,10 +196,18 @@ class PrefectStages(run.Stages):
 
 
 @flow(name="aiperf-benchmark", log_prints=True)
-def benchmark(profile: str = "quick", budget: str | None = None, workers: int | None = None,
-              db: str | None = None, seed: int | None = None, out: str | None = None,
-              cluster: str | None = None, overrides: dict[str, Any] | None = None,
-              config: BenchmarkConfig | None = None, resume: int | None = None) -> dict[str, Any]:
+def benchmark(
+    profile: str = "quick",
+    budget: str | None = None,
+    workers: int | None = None,
+    db: str | None = None,
+    seed: int | None = None,
+    out: str | None = None,
+    cluster: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    config: BenchmarkConfig | None = None,
+    resume: int | None = None,
+) -> dict[str, Any]:
     """Run the benchmark for a fixed wall-clock budget and return its score.
     `resume` continues a lost or interrupted run instead, with its own stored config, seed and
     remaining budget (only `db` is read with it; aiperf.lifecycle.recovery).
@@ -175,12 +216,27 @@ def benchmark(profile: str = "quick", budget: str | None = None, workers: int | 
     (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
     never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
     flow_run = get_run_context().flow_run
-    check_parameters(db, overrides, config=config, from_deployment=flow_run.deployment_id is not None)
+    check_parameters(
+        db, overrides, config=config, from_deployment=flow_run.deployment_id is not None
+    )
     if config is None and resume is not None:
         config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
     if config is None:
-        config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
-                             cluster=cluster, overrides=overrides)
-    outcome = run.run_benchmark(config, PrefectStages(), flow_run_id=str(flow_run.id),
-                                logger=get_run_logger(), resume=resume)
+        config = load_config(
+            profile,
+            budget=budget,
+            workers=workers,
+            db=db,
+            seed=seed,
+            out=out,
+            cluster=cluster,
+            overrides=overrides,
+        )
+    outcome = run.run_benchmark(
+        config,
+        PrefectStages(),
+        flow_run_id=str(flow_run.id),
+        logger=get_run_logger(),
+        resume=resume,
+    )
     return {"run_id": outcome.run_id, **outcome.score.to_dict(), "verified": outcome.verified}

@@ -22,28 +22,47 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed
 
 from aiperf.config import load_config
+from aiperf.history.regression import (
+    DEFAULT_THRESHOLDS,
+    DEFAULT_WINDOW,
+    RegressionVerdict,
+    Thresholds,
+    check_run,
+)
 from aiperf.lifecycle.parameters import check_parameters
-from aiperf.history.regression import DEFAULT_THRESHOLDS, DEFAULT_WINDOW, RegressionVerdict, Thresholds, check_run
 from aiperf.store import Store
 from flows.benchmark import benchmark
 
 
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)
-def compare_with_baseline(db: str, run_id: int, thresholds: Thresholds, window: int) -> RegressionVerdict:
+def compare_with_baseline(
+    db: str, run_id: int, thresholds: Thresholds, window: int
+) -> RegressionVerdict:
     """The run against the median of the last `window` valid runs of its system and profile."""
     with Store.open_existing(db) as store:
         verdict = check_run(store, run_id, thresholds=thresholds, window=window)
-    create_markdown_artifact(markdown=verdict.markdown(), key="aiperf-regression",
-                             description=f"aiperf nightly regression check of run {run_id}")
+    create_markdown_artifact(
+        markdown=verdict.markdown(),
+        key="aiperf-regression",
+        description=f"aiperf nightly regression check of run {run_id}",
+    )
     get_run_logger().info(verdict.message())
     return verdict
 
 
 @flow(name="aiperf-nightly-regression", log_prints=True)
-def nightly(profile: str = "nightly", budget: str | None = None, workers: int | None = None,
-            db: str | None = None, seed: int | None = None, out: str | None = None,
-            overrides: dict[str, Any] | None = None, ops_threshold: float = DEFAULT_THRESHOLDS.ops,
-            regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score, baseline_runs: int = DEFAULT_WINDOW):
+def nightly(
+    profile: str = "nightly",
+    budget: str | None = None,
+    workers: int | None = None,
+    db: str | None = None,
+    seed: int | None = None,
+    out: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    ops_threshold: float = DEFAULT_THRESHOLDS.ops,
+    regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score,
+    baseline_runs: int = DEFAULT_WINDOW,
+):
     """Run the nightly profile and fail when its OPS fell more than `ops_threshold` below the baseline,
     or its regulated score more than `regulated_threshold`.
     Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
@@ -54,13 +73,20 @@ def nightly(profile: str = "nightly", budget: str | None = None, workers: int | 
         return Failed(message=str(error))
     if baseline_runs < 1:
         return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
-    config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides)
+    config = load_config(
+        profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides
+    )
     result = benchmark(config=config)
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)
-    summary = {"run_id": verdict.run_id, "ops": verdict.ops, "regulated_score": verdict.regulated_score,
-               "baseline_ops": verdict.baseline.ops if verdict.baseline else None,
-               "baseline_regulated_score": verdict.baseline.regulated_score if verdict.baseline else None,
-               "regressions": verdict.regressions, "valid": verdict.valid}
+    summary = {
+        "run_id": verdict.run_id,
+        "ops": verdict.ops,
+        "regulated_score": verdict.regulated_score,
+        "baseline_ops": verdict.baseline.ops if verdict.baseline else None,
+        "baseline_regulated_score": verdict.baseline.regulated_score if verdict.baseline else None,
+        "regressions": verdict.regressions,
+        "valid": verdict.valid,
+    }
     if verdict.passed:
         return Completed(message=verdict.message(), data=summary)
     return Failed(message=verdict.message(), data=summary)

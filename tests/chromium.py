@@ -18,15 +18,36 @@ REPO = Path(__file__).resolve().parents[1]
 class Chromium:
     """One headless chromium with one page, its profile in `profile` (a fresh folder)."""
 
-    def __init__(self, profile: Path, window: tuple[int, int] = (1000, 2400), args: tuple[str, ...] = ()) -> None:
-        binary = subprocess.run([str(REPO / "infra/browser/install-chromium.sh")], capture_output=True, text=True,
-                                check=True, timeout=600).stdout.strip()
+    def __init__(
+        self, profile: Path, window: tuple[int, int] = (1000, 2400), args: tuple[str, ...] = ()
+    ) -> None:
+        binary = subprocess.run(
+            [str(REPO / "infra/browser/install-chromium.sh")],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout.strip()
         self.process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-             f"--user-data-dir={profile}", "--remote-debugging-port=0", f"--window-size={window[0]},{window[1]}",
-             *args, "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={window[0]},{window[1]}",
+                *args,
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             active = profile / "DevToolsActivePort"
             for _ in range(300):
@@ -63,7 +84,9 @@ class Chromium:
             self.events.append(message)
 
     def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         assert "exceptionDetails" not in result, result
         return result["result"].get("value")
 
@@ -89,14 +112,20 @@ class Chromium:
         real pointer events, so the page's own handlers (React, Vue, Radix menus) see a user's click."""
         x, y = self.locate(element, what)
         self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
-        self.call("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button="left", clickCount=1)
-        self.call("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button="left", clickCount=1)
+        self.call(
+            "Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button="left", clickCount=1
+        )
+        self.call(
+            "Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button="left", clickCount=1
+        )
 
     def type_into(self, element: str, text: str, what: str | None = None) -> None:
         """Click into a text field, select what it holds and type `text` over it (as keyboard input,
         so the page's input handlers run)."""
         self.click(element, what)
-        self.evaluate("(() => { const e = document.activeElement; if (e && e.select) e.select(); })()")
+        self.evaluate(
+            "(() => { const e = document.activeElement; if (e && e.select) e.select(); })()"
+        )
         self.call("Input.insertText", text=text)
 
     def locate(self, element: str, what: str | None = None) -> tuple[float, float]:

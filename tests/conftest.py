@@ -38,7 +38,6 @@ TINY = {
 }
 
 
-
 class FinishedTrial:
     """An orchestrator trial handle whose trial has already ended with `result`: for tests that
     drive the real orchestrator with modelled trials."""
@@ -54,6 +53,7 @@ class FinishedTrial:
 
     def cancel(self) -> None:
         pass
+
 
 @pytest.fixture(scope="session")
 def prefect_api():
@@ -143,7 +143,9 @@ def db_url(request, tmp_path):
         return
     server = os.environ.get("AIPERF_TEST_POSTGRES_URL")
     if not server:
-        message = "AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first"
+        message = (
+            "AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first"
+        )
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
@@ -158,7 +160,9 @@ def postgres_db():
     if not server:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("AIPERF_TEST_POSTGRES_URL is not set; `make test` starts PostgreSQL")
-        pytest.skip("AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first")
+        pytest.skip(
+            "AIPERF_TEST_POSTGRES_URL is not set; run `eval $(infra/postgres/ctl.sh start)` first"
+        )
     yield from _fresh_postgres_database(server)
 
 
@@ -176,7 +180,9 @@ def make_image_folder():
         root = Path(root)
         rng = np.random.default_rng(seed)
         for c, name in enumerate(classes):
-            colour = np.array([(c * 97) % 256, (c * 57 + 80) % 256, (c * 151 + 30) % 256], dtype=np.float32)
+            colour = np.array(
+                [(c * 97) % 256, (c * 57 + 80) % 256, (c * 151 + 30) % 256], dtype=np.float32
+            )
             for split, count in (("train", train_per_class), ("val", val_per_class)):
                 folder = root / split / name
                 folder.mkdir(parents=True, exist_ok=True)
@@ -186,7 +192,8 @@ def make_image_folder():
                     stripes = np.sin((xx if c % 2 else yy) * (0.5 + 0.3 * c))[..., None] * 60
                     image = colour + stripes + rng.normal(0, 20, (h, w, 3))
                     Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(
-                        folder / f"{name}_{i:04d}.jpg", "JPEG", quality=90)
+                        folder / f"{name}_{i:04d}.jpg", "JPEG", quality=90
+                    )
         return root
 
     return write

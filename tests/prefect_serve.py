@@ -39,7 +39,9 @@ class Served:
     process: subprocess.Popen
     log: Path  # serve.sh's output (the server's own log is under PREFECT_HOME/aiperf-serve)
 
-    def wait_for(self, what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+    def wait_for(
+        self, what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0
+    ) -> Any:
         """Poll `check` until it returns something truthy; fail (with serve.sh's log) on a timeout
         or when serve.sh exits first."""
         return wait_for(what, check, timeout, self.process, self.log, interval)
@@ -49,13 +51,24 @@ class Served:
 def serve(tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), AIPERF_PREFECT_PORT=str(port),
-               PREFECT_WORKER_QUERY_SECONDS="2", PREFECT_WORKER_PREFETCH_SECONDS="5",
-               DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        AIPERF_PREFECT_PORT=str(port),
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        PREFECT_WORKER_PREFETCH_SECONDS="5",
+        DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
     log = tmp_path / "serve.log"
     with log.open("w") as out:
-        process = subprocess.Popen([str(REPO / "infra/prefect/serve.sh")], cwd=REPO, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [str(REPO / "infra/prefect/serve.sh")],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield Served(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api", process, log)
     finally:
@@ -100,14 +113,22 @@ class SharedServe:
             stack.close()
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, process: subprocess.Popen, log: Path,
-             interval: float = 1.0) -> Any:
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout: float,
+    process: subprocess.Popen,
+    log: Path,
+    interval: float = 1.0,
+) -> Any:
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = check()
         if value:
             return value
         if process.poll() is not None:
-            pytest.fail(f"serve.sh exited ({process.returncode}) before {what}:\n{log.read_text()[-4000:]}")
+            pytest.fail(
+                f"serve.sh exited ({process.returncode}) before {what}:\n{log.read_text()[-4000:]}"
+            )
         time.sleep(interval)
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")

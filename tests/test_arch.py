@@ -5,7 +5,16 @@ import json
 import keras
 import pytest
 
-from aiperf.arch import ArchSpec, Network, StageSpec, build_model, count_params, load_spec, seed_names, seed_spec
+from aiperf.arch import (
+    ArchSpec,
+    Network,
+    StageSpec,
+    build_model,
+    count_params,
+    load_spec,
+    seed_names,
+    seed_spec,
+)
 from aiperf.arch.graph import Node
 from aiperf.errors import UserError
 
@@ -27,10 +36,20 @@ def test_builder_takes_any_input_shape_and_class_count(shape, classes):
 def test_resnet50_seed_is_keras_resnet50_layer_for_layer():
     ours = build_model(seed_spec("resnet50", (64, 64, 3), 10))
     reference = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
-    assert [type(layer).__name__ for layer in ours.layers] == [type(layer).__name__ for layer in reference.layers]
-    assert [layer.name for layer in ours.layers[1:]] == [layer.name for layer in reference.layers[1:]]
-    assert [tuple(layer.output.shape) for layer in ours.layers] == [tuple(layer.output.shape) for layer in reference.layers]
-    assert ours.count_params() == reference.count_params() == count_params(seed_spec("resnet50", (64, 64, 3), 10))
+    assert [type(layer).__name__ for layer in ours.layers] == [
+        type(layer).__name__ for layer in reference.layers
+    ]
+    assert [layer.name for layer in ours.layers[1:]] == [
+        layer.name for layer in reference.layers[1:]
+    ]
+    assert [tuple(layer.output.shape) for layer in ours.layers] == [
+        tuple(layer.output.shape) for layer in reference.layers
+    ]
+    assert (
+        ours.count_params()
+        == reference.count_params()
+        == count_params(seed_spec("resnet50", (64, 64, 3), 10))
+    )
 
 
 def test_family_spec_expands_to_a_graph():
@@ -44,8 +63,12 @@ def test_family_spec_expands_to_a_graph():
 def test_invalid_graphs_are_refused():
     good = seed_spec("resnet-mini")
     with pytest.raises(ValueError, match="not defined before"):
-        Network(good.name, good.input_shape, good.num_classes, (good.nodes[0], Node("x", "relu", ("nope",)),
-                                                                 good.nodes[-1]))
+        Network(
+            good.name,
+            good.input_shape,
+            good.num_classes,
+            (good.nodes[0], Node("x", "relu", ("nope",)), good.nodes[-1]),
+        )
     with pytest.raises(ValueError, match="add of different shapes"):
         nodes = list(good.nodes[:-1])
         nodes.insert(4, Node("bad_add", "add", ("input", "stem_relu")))
@@ -58,9 +81,13 @@ def test_load_spec_reads_both_forms_and_reports_bad_files(tmp_path):
     family_file = tmp_path / "family.json"
     family_file.write_text(json.dumps(ArchSpec((32, 32, 3), 10, (StageSpec(1, 8, 1),)).to_dict()))
     assert load_spec(graph_file) == seed_spec("resnet-mini")
-    assert load_spec(family_file).conv_count == 4  # stem (16 filters), two block convs, a projection to 8
+    assert (
+        load_spec(family_file).conv_count == 4
+    )  # stem (16 filters), two block convs, a projection to 8
     broken = tmp_path / "broken.json"
-    broken.write_text('{"nodes": [{"id": "x", "kind": "warp"}], "input_shape": [8, 8, 3], "num_classes": 2}')
+    broken.write_text(
+        '{"nodes": [{"id": "x", "kind": "warp"}], "input_shape": [8, 8, 3], "num_classes": 2}'
+    )
     with pytest.raises(UserError, match="not a valid aiperf spec"):
         load_spec(broken)
     assert "resnet50" in seed_names()

@@ -7,14 +7,13 @@ import sqlite3
 from datetime import datetime
 
 import pytest
+from conftest import TINY
 from typer.testing import CliRunner
 
 from aiperf.arch import network_from_dict
 from aiperf.arch.morph import Morphism, apply
 from aiperf.cli.main import app
 from aiperf.store import Store
-
-from conftest import TINY
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +24,28 @@ def finished_run(prefect_api, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("run")
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    result = benchmark(profile="quick", budget="30s", workers=2, db=db, seed=3, out=str(folder / "out"),
-                       overrides=TINY)
+    result = benchmark(
+        profile="quick",
+        budget="30s",
+        workers=2,
+        db=db,
+        seed=3,
+        out=str(folder / "out"),
+        overrides=TINY,
+    )
     return result, db, folder / "aiperf.db"
 
 
 def test_run_is_recorded_with_trials_and_epochs(finished_run):
     result, _db, path = finished_run
     with sqlite3.connect(path) as sql:
-        status, profile = sql.execute("SELECT status, profile FROM runs WHERE id = ?",
-                                      (result["run_id"],)).fetchone()
+        status, profile = sql.execute(
+            "SELECT status, profile FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
         assert (status, profile) == ("completed", "quick")
-        trials = sql.execute("SELECT status, worker, train_ops_per_sample, eval_ops_per_sample FROM trials").fetchall()
+        trials = sql.execute(
+            "SELECT status, worker, train_ops_per_sample, eval_ops_per_sample FROM trials"
+        ).fetchall()
         epochs = sql.execute("SELECT COUNT(*) FROM epochs WHERE complete").fetchone()[0]
         dataset = sql.execute("SELECT kind, train_samples FROM datasets").fetchone()
     assert len(trials) >= 2
@@ -50,13 +59,20 @@ def test_run_is_recorded_with_trials_and_epochs(finished_run):
 def test_score_recomputed_from_sql(finished_run):
     result, _db, path = finished_run
     with sqlite3.connect(path) as sql:
-        total = sql.execute("""
+        total = sql.execute(
+            """
             SELECT SUM(e.samples_trained * t.train_ops_per_sample + e.samples_evaluated * t.eval_ops_per_sample)
-            FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = ?""", (result["run_id"],)).fetchone()[0]
-        start, end = sql.execute("SELECT search_started_at, search_ended_at FROM runs WHERE id = ?",
-                                 (result["run_id"],)).fetchone()
-        stored = sql.execute("SELECT total_ops, ops, elapsed_s, regulated_score, best_val_accuracy, val_samples "
-                             "FROM scores WHERE run_id = ?", (result["run_id"],)).fetchone()
+            FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = ?""",
+            (result["run_id"],),
+        ).fetchone()[0]
+        start, end = sql.execute(
+            "SELECT search_started_at, search_ended_at FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
+        stored = sql.execute(
+            "SELECT total_ops, ops, elapsed_s, regulated_score, best_val_accuracy, val_samples "
+            "FROM scores WHERE run_id = ?",
+            (result["run_id"],),
+        ).fetchone()
         best = sql.execute("SELECT MAX(val_accuracy) FROM epochs WHERE complete").fetchone()[0]
     elapsed = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
     assert total > 0 and stored[0] == pytest.approx(total)
@@ -73,10 +89,12 @@ def test_the_flow_verifies_its_own_score(finished_run):
     result, _db, path = finished_run
     assert result["verified"] is True
     with sqlite3.connect(path) as sql:
-        verified, checks = sql.execute("SELECT verified, verification FROM scores WHERE run_id = ?",
-                                       (result["run_id"],)).fetchone()
-        division, deviations = sql.execute("SELECT division, deviations FROM runs WHERE id = ?",
-                                           (result["run_id"],)).fetchone()
+        verified, checks = sql.execute(
+            "SELECT verified, verification FROM scores WHERE run_id = ?", (result["run_id"],)
+        ).fetchone()
+        division, deviations = sql.execute(
+            "SELECT division, deviations FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
     from aiperf.results.verify import CHECKS
 
     assert verified == 1 and len(json.loads(checks)) == len(CHECKS)
@@ -88,11 +106,19 @@ def test_score_published_as_artifacts(finished_run):
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["aiperf-score", "aiperf-score-summary", "aiperf-report-summary"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(
+                    any_=["aiperf-score", "aiperf-score-summary", "aiperf-report-summary"]
+                )
+            )
+        )
     assert {a.type for a in artifacts} >= {"table", "markdown"}
     table = next(a for a in artifacts if a.type == "table")
-    figures = {row["figure"] for row in (json.loads(table.data) if isinstance(table.data, str) else table.data)}
+    figures = {
+        row["figure"]
+        for row in (json.loads(table.data) if isinstance(table.data, str) else table.data)
+    }
     assert {"MFU", "window utilisation", "training"} <= figures, figures
     summary = next(a for a in artifacts if a.key == "aiperf-report-summary").data
     assert "Where each worker's window went" in summary and "| compile |" in summary, summary
@@ -103,10 +129,14 @@ def test_cli_lists_and_shows_the_run(finished_run):
     listing = CliRunner().invoke(app, ["runs", "--db", db], env={"COLUMNS": "200"})
     assert listing.exit_code == 0, listing.output
     assert "completed" in listing.output
-    shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db], env={"COLUMNS": "200"})
+    shown = CliRunner().invoke(
+        app, ["show", str(result["run_id"]), "--db", db], env={"COLUMNS": "200"}
+    )
     assert shown.exit_code == 0, shown.output
     assert "regulated score" in shown.output and "trials of run" in shown.output
-    tree = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db, "--tree"], env={"COLUMNS": "200"})
+    tree = CliRunner().invoke(
+        app, ["show", str(result["run_id"]), "--db", db, "--tree"], env={"COLUMNS": "200"}
+    )
     assert tree.exit_code == 0, tree.output
     assert "search tree of run" in tree.output and "seed" in tree.output
 
@@ -122,21 +152,31 @@ def test_children_are_one_morphism_from_their_parents(finished_run):
     assert all(t.parent_trial_id is None for t in seeds)
     for child in children:
         parent = network_from_dict(by_id[child.parent_trial_id].architecture)
-        assert apply(parent, Morphism.parse(child.operator)) == network_from_dict(child.architecture)
+        assert apply(parent, Morphism.parse(child.operator)) == network_from_dict(
+            child.architecture
+        )
     state = store.search_state(result["run_id"])
     assert state is not None and state["morphism"]["rng"], "the oracle's state is in the database"
-    assert state["newest_trial"] == max(t.trial_key for t in trials), "as it was after the newest trial"
+    assert state["newest_trial"] == max(t.trial_key for t in trials), (
+        "as it was after the newest trial"
+    )
 
 
 def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):
     result, _db, path = finished_run
     with sqlite3.connect(path) as sql:
         deadline = datetime.fromisoformat(sql.execute("SELECT deadline FROM runs").fetchone()[0])
-        trials = sql.execute("SELECT worker, started_at, ended_at FROM trials ORDER BY number").fetchall()
-        last_epoch = datetime.fromisoformat(sql.execute("SELECT MAX(ended_at) FROM epochs").fetchone()[0])
+        trials = sql.execute(
+            "SELECT worker, started_at, ended_at FROM trials ORDER BY number"
+        ).fetchall()
+        last_epoch = datetime.fromisoformat(
+            sql.execute("SELECT MAX(ended_at) FROM epochs").fetchone()[0]
+        )
     assert len({t[0] for t in trials}) == 2, "both workers ran trials"
     spans = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for _w, a, b in trials]
-    overlapping = any(s1 < e2 and s2 < e1 for i, (s1, e1) in enumerate(spans) for (s2, e2) in spans[i + 1:])
+    overlapping = any(
+        s1 < e2 and s2 < e1 for i, (s1, e1) in enumerate(spans) for (s2, e2) in spans[i + 1 :]
+    )
     assert overlapping, "trials ran concurrently"
     # A trial notices the deadline after its current batch: well within seconds on tiny models.
     assert (last_epoch - deadline).total_seconds() < 10
@@ -144,7 +184,11 @@ def test_workers_stay_busy_and_stop_at_the_deadline(finished_run):
 
 def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     from aiperf.results import mllog
 
@@ -154,10 +198,16 @@ def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
     assert logged.run.stored_status == "completed" and logged.run.score.ops == result["ops"]
     assert logged.run.system_description["number_of_nodes"] == 1
     with sqlite3.connect(path) as sql:
-        flow_run_id = sql.execute("SELECT flow_run_id FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        flow_run_id = sql.execute(
+            "SELECT flow_run_id FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()[0]
     with get_client(sync_client=True) as client:
-        links = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["aiperf-event-log"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        links = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["aiperf-event-log"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+            )
+        )
     assert len(links) == 1 and log.resolve().as_uri() in links[0].data
 
 
@@ -173,11 +223,15 @@ def test_workers_load_the_trial_code_before_the_window(prefect_api):
     from flows.benchmark import PrefectStages
 
     def loaded() -> list[str]:
-        return sorted(name for name in ("flows.benchmark", "prefect.task_engine") if name in sys.modules)
+        return sorted(
+            name for name in ("flows.benchmark", "prefect.task_engine") if name in sys.modules
+        )
 
     config = load_config("quick", workers=2, overrides=TINY)
     with local_cluster(2) as cluster, Client(cluster, security=cluster.security) as client:
-        assert list(client.run(loaded).values()) == [[], []], "a fresh worker has loaded nothing yet"
+        assert list(client.run(loaded).values()) == [[], []], (
+            "a fresh worker has loaded nothing yet"
+        )
         with PrefectStages().trials(config, cluster.scheduler_address, cluster.security):
             after = client.run(loaded)
     assert list(after.values()) == [["flows.benchmark", "prefect.task_engine"]] * 2

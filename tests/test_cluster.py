@@ -13,8 +13,20 @@ from pathlib import Path
 import pytest
 
 from aiperf.cluster import (
-    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, QUEUES, JobPlan, format_walltime, job_id, job_plan,
-    jobqueue_cluster_class, parse_walltime, pin_gpu, staggered_lifetime, trial_resources, worker_end,
+    JOB_GPUS_ENV,
+    JOB_STARTED_ENV,
+    LIFETIME_ENV,
+    QUEUES,
+    JobPlan,
+    format_walltime,
+    job_id,
+    job_plan,
+    jobqueue_cluster_class,
+    parse_walltime,
+    pin_gpu,
+    staggered_lifetime,
+    trial_resources,
+    worker_end,
     worker_lifetime,
 )
 from aiperf.cluster.keeper import RETIRE_LEAD_S, Keeper
@@ -37,8 +49,10 @@ def _script(kind: str, **cluster) -> str:
         cluster_obj.close()
 
 
-@pytest.mark.parametrize("text, seconds", [("01:00:00", 3600), ("00:30", 1800), ("1-02:00:00", 93600),
-                                           ("90m", 5400), ("2h", 7200)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("01:00:00", 3600), ("00:30", 1800), ("1-02:00:00", 93600), ("90m", 5400), ("2h", 7200)],
+)
 def test_walltime_formats(text, seconds):
     assert parse_walltime(text) == seconds
 
@@ -57,20 +71,40 @@ def test_workers_retire_before_the_walltime_with_staggered_ends():
 
 
 def test_slurm_script_has_directives_resources_lifetime_and_prologue():
-    script = _script("slurm", queue="gpu", account="proj7", walltime="02:00:00", cores=8, memory="32GB",
-                     gpus=4, prologue=["module load cuda/12.4"], interface="lo")
+    script = _script(
+        "slurm",
+        queue="gpu",
+        account="proj7",
+        walltime="02:00:00",
+        cores=8,
+        memory="32GB",
+        gpus=4,
+        prologue=["module load cuda/12.4"],
+        interface="lo",
+    )
     assert "#SBATCH -p gpu" in script and "#SBATCH -A proj7" in script
     assert "#SBATCH -t 02:00:00" in script and "#SBATCH --gres=gpu:4" in script
     assert "#SBATCH -J aiperf-worker" in script and "#SBATCH --cpus-per-task=8" in script
     assert "--nworkers 4" in script, "one worker per GPU"
     assert "--resources trial=1,GPU=1" in script
-    assert "export AIPERF_WORKER_LIFETIME=6600,300" in script, "workers end at 6600 +- 300 s, staggered"
-    assert "--lifetime 7050s" in script, "dask's own lifetime is only the backstop, before the 7200 s walltime"
+    assert "export AIPERF_WORKER_LIFETIME=6600,300" in script, (
+        "workers end at 6600 +- 300 s, staggered"
+    )
+    assert "--lifetime 7050s" in script, (
+        "dask's own lifetime is only the backstop, before the 7200 s walltime"
+    )
     assert "--interface lo" in script
     api = script.index(f"export PREFECT_API_URL={API}")
-    assert api < script.index("module load cuda/12.4"), "the user's prologue runs after ours and may override it"
-    assert "export AIPERF_WORKER_CORES=2" in script and f"export {JOB_STARTED_ENV}=$(date +%s)" in script
-    assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script, "no profiler in the trials' way"
+    assert api < script.index("module load cuda/12.4"), (
+        "the user's prologue runs after ours and may override it"
+    )
+    assert (
+        "export AIPERF_WORKER_CORES=2" in script
+        and f"export {JOB_STARTED_ENV}=$(date +%s)" in script
+    )
+    assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script, (
+        "no profiler in the trials' way"
+    )
 
 
 def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
@@ -84,7 +118,9 @@ def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
     from aiperf.cluster.start import local_cluster
 
     def intervals(server) -> dict[str, float]:
-        return {name: callback.callback_time for name, callback in server.periodic_callbacks.items()}
+        return {
+            name: callback.callback_time for name, callback in server.periodic_callbacks.items()
+        }
 
     with local_cluster(1) as cluster, Client(cluster, security=cluster.security) as client:
         profiler = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
@@ -99,12 +135,32 @@ def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
     assert "stealing" not in scheduler
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("pbs", ["#PBS -q batch", "#PBS -A proj7", "#PBS -l walltime=02:00:00", "#PBS -l ngpus=2",
-             'cd "${PBS_O_WORKDIR:-$PWD}"']),
-    ("lsf", ["#BSUB -q batch", '#BSUB -P "proj7"', "#BSUB -W 02:00", '#BSUB -gpu "num=2"']),
-    ("sge", ["#$ -q batch", "#$ -P proj7", "#$ -l h_rt=02:00:00", "#$ -l gpu=2", 'cd "${SGE_O_WORKDIR:-$PWD}"']),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        (
+            "pbs",
+            [
+                "#PBS -q batch",
+                "#PBS -A proj7",
+                "#PBS -l walltime=02:00:00",
+                "#PBS -l ngpus=2",
+                'cd "${PBS_O_WORKDIR:-$PWD}"',
+            ],
+        ),
+        ("lsf", ["#BSUB -q batch", '#BSUB -P "proj7"', "#BSUB -W 02:00", '#BSUB -gpu "num=2"']),
+        (
+            "sge",
+            [
+                "#$ -q batch",
+                "#$ -P proj7",
+                "#$ -l h_rt=02:00:00",
+                "#$ -l gpu=2",
+                'cd "${SGE_O_WORKDIR:-$PWD}"',
+            ],
+        ),
+    ],
+)
 def test_pbs_lsf_sge_scripts_differ_only_in_directives(kind, expected):
     script = _script(kind, queue="batch", account="proj7", walltime="02:00:00", cores=4, gpus=2)
     for line in expected:
@@ -119,38 +175,60 @@ def test_without_gpus_one_worker_per_job_owns_every_core():
     assert (plan.jobs, plan.workers_per_job, plan.cores_per_worker) == (3, 1, 16)
     assert trial_resources(config) == {"trial": 1}
     with_gpus = load_config("quick", workers=8, cluster={"kind": "slurm", "cores": 32, "gpus": 4})
-    assert job_plan(with_gpus, API).jobs == 2 and trial_resources(with_gpus) == {"trial": 1, "GPU": 1}
+    assert job_plan(with_gpus, API).jobs == 2 and trial_resources(with_gpus) == {
+        "trial": 1,
+        "GPU": 1,
+    }
 
 
 def test_defaults_come_from_jobqueue_yaml_and_the_profile_wins(tmp_path, monkeypatch):
     site = tmp_path / "site.yaml"
-    site.write_text("jobqueue:\n  slurm:\n    cores: 6\n    memory: 12GB\n    queue: site-q\n"
-                    "    job-script-prologue: ['source /site/env.sh']\n")
+    site.write_text(
+        "jobqueue:\n  slurm:\n    cores: 6\n    memory: 12GB\n    queue: site-q\n"
+        "    job-script-prologue: ['source /site/env.sh']\n"
+    )
     monkeypatch.setenv("AIPERF_JOBQUEUE_CONFIG", str(site))
     plan = job_plan(load_config("quick", workers=1, cluster="slurm"), API)
     assert (plan.cores, plan.memory, plan.kwargs["queue"]) == (6, "12GB", "site-q")
     assert "source /site/env.sh" in plan.kwargs["job_script_prologue"]
-    plan = job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "queue": "mine", "cores": 2}), API)
+    plan = job_plan(
+        load_config("quick", workers=1, cluster={"kind": "slurm", "queue": "mine", "cores": 2}),
+        API,
+    )
     assert (plan.cores, plan.kwargs["queue"]) == (2, "mine")
 
 
 def test_packaged_jobqueue_yaml_sets_one_core_jobs_from_any_folder(tmp_path, monkeypatch):
     import aiperf
 
-    assert DEFAULT_JOBQUEUE_CONFIG.parent.parent == Path(aiperf.__file__).resolve().parent, "ships in the wheel"
+    assert DEFAULT_JOBQUEUE_CONFIG.parent.parent == Path(aiperf.__file__).resolve().parent, (
+        "ships in the wheel"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AIPERF_JOBQUEUE_CONFIG", raising=False)
     plan = job_plan(load_config("quick", workers=2, cluster="slurm"), API)
-    assert (plan.cores, plan.memory, plan.walltime, plan.kwargs["job_name"]) == (1, "2GB", "01:00:00", "aiperf-worker")
+    assert (plan.cores, plan.memory, plan.walltime, plan.kwargs["job_name"]) == (
+        1,
+        "2GB",
+        "01:00:00",
+        "aiperf-worker",
+    )
 
 
 def test_bad_cluster_settings_are_one_clear_error(monkeypatch):
     with pytest.raises(UserError, match="cluster.kind"):
         load_config("quick", cluster="moab")
     with pytest.raises(UserError, match="cluster.walltime"):
-        job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "walltime": "soon"}), API)
+        job_plan(
+            load_config("quick", workers=1, cluster={"kind": "slurm", "walltime": "soon"}), API
+        )
     with pytest.raises(UserError, match="workers per job"):
-        job_plan(load_config("quick", workers=1, cluster={"kind": "slurm", "cores": 2, "workers_per_job": 4}), API)
+        job_plan(
+            load_config(
+                "quick", workers=1, cluster={"kind": "slurm", "cores": 2, "workers_per_job": 4}
+            ),
+            API,
+        )
     monkeypatch.setenv("AIPERF_JOBQUEUE_CONFIG", "/nonexistent/jobqueue.yaml")
     with pytest.raises(UserError, match="AIPERF_JOBQUEUE_CONFIG"):
         job_plan(load_config("quick", workers=1, cluster="slurm"), API)
@@ -189,12 +267,18 @@ def test_one_gpu_per_worker(monkeypatch):
 
 def test_cli_cluster_options_fail_in_one_line():
     def aiperf(*args):
-        return subprocess.run([sys.executable, "-m", "aiperf.cli.main", "run", *args], capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "aiperf.cli.main", "run", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
-    for args, words in ((["--cluster", "moab"], "cluster.kind"),
-                        (["--cluster", "slurm", "--cluster-opt", "nodes=3"], "--cluster-opt"),
-                        (["--cluster", "slurm", "--cluster-opt", "gpus=two"], "cluster.gpus")):
+    for args, words in (
+        (["--cluster", "moab"], "cluster.kind"),
+        (["--cluster", "slurm", "--cluster-opt", "nodes=3"], "--cluster-opt"),
+        (["--cluster", "slurm", "--cluster-opt", "gpus=two"], "cluster.gpus"),
+    ):
         result = aiperf(*args)
         assert result.returncode == 2, result.stderr
         assert words in result.stderr and "Traceback" not in result.stderr
@@ -203,9 +287,13 @@ def test_cli_cluster_options_fail_in_one_line():
 
 def test_worker_environment_imports_neither_dask_distributed_nor_a_framework():
     """A worker pins its GPU before any framework starts: reading its environment must not start one."""
-    code = ("import sys, aiperf.cluster.environment; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'distributed', 'tensorflow', 'keras', 'jax'}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import sys, aiperf.cluster.environment; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'distributed', 'tensorflow', 'keras', 'jax'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert result.stdout.strip() == "[]"
 
 
@@ -235,8 +323,18 @@ class FakeDask:
 
 
 def test_keeper_stops_trials_near_a_workers_end_and_retires_it_once_idle():
-    plan = JobPlan(kind="slurm", jobs=3, workers_per_job=1, cores=1, memory="2GB", gpus=0, walltime="01:00:00",
-                   lifetime_s=RETIRE_LEAD_S, stagger_s=0.0, adaptive=False)
+    plan = JobPlan(
+        kind="slurm",
+        jobs=3,
+        workers_per_job=1,
+        cores=1,
+        memory="2GB",
+        gpus=0,
+        walltime="01:00:00",
+        lifetime_s=RETIRE_LEAD_S,
+        stagger_s=0.0,
+        adaptive=False,
+    )
     keeper = Keeper(cluster=None, plan=plan)
     keeper.dask = FakeDask({"idle": False, "busy": True})
     asyncio.run(keeper._tend())

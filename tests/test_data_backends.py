@@ -35,11 +35,20 @@ print(json.dumps({"backend": keras.backend.backend(), "status": r.status, "messa
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed (pip install -e '.[jax]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None,
+    reason="JAX is not installed (pip install -e '.[jax]')",
+)
 def test_pipeline_feeds_a_trial_on_jax(tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["backend"] == "jax"

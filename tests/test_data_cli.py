@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from sqlalchemy import text
+from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.store import Store
@@ -20,31 +19,70 @@ pytestmark = pytest.mark.slow
 def test_stage_command_converts_and_copies(make_image_folder, tmp_path):
     images = make_image_folder(tmp_path / "images", train_per_class=6, val_per_class=2)
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    args = ["stage", str(images), "--to", str(tmp_path / "out"), "--workers", "2", "--shard-images", "5",
-            "--stage-to", str(tmp_path / "local"), "--db", db, "--json"]
+    args = [
+        "stage",
+        str(images),
+        "--to",
+        str(tmp_path / "out"),
+        "--workers",
+        "2",
+        "--shard-images",
+        "5",
+        "--stage-to",
+        str(tmp_path / "local"),
+        "--db",
+        db,
+        "--json",
+    ]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    manifest = json.loads(result.stdout[result.stdout.index("{"):])
-    assert (manifest["kind"], manifest["train_samples"], manifest["val_samples"]) == ("folder", 18, 6)
+    manifest = json.loads(result.stdout[result.stdout.index("{") :])
+    assert (manifest["kind"], manifest["train_samples"], manifest["val_samples"]) == (
+        "folder",
+        18,
+        6,
+    )
     assert len([s for s in manifest["shards"] if s["split"] == "train"]) == 4
     assert len(manifest["copies"]) == 2 and manifest["stage_to"] == str(tmp_path / "local")
     assert Path(tmp_path / "local" / manifest["name"] / "manifest.json").is_file()
     staged = Path(manifest["path"])
-    stamps = {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
+    stamps = {
+        p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")
+    }
     again = CliRunner().invoke(app, args[:-1], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
     assert "train images" in again.stdout and manifest["sha256"][:20] in again.stdout
-    assert stamps == {p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")}
+    assert stamps == {
+        p.name: p.stat().st_mtime_ns for p in staged.iterdir() if not p.name.endswith(".json")
+    }
     with Store.open_existing(db) as store, store.engine.connect() as connection:
-        recorded = connection.execute(text("SELECT run_id, sha256, manifest FROM datasets ORDER BY id")).all()
-    assert [(r.run_id, r.sha256) for r in recorded] == [(None, manifest["sha256"])] * 2, "each staging is recorded"
+        recorded = connection.execute(
+            text("SELECT run_id, sha256, manifest FROM datasets ORDER BY id")
+        ).all()
+    assert [(r.run_id, r.sha256) for r in recorded] == [(None, manifest["sha256"])] * 2, (
+        "each staging is recorded"
+    )
     assert json.loads(recorded[0].manifest)["shards"] == manifest["shards"]
 
 
 def test_stage_digits(tmp_path):
-    result = CliRunner().invoke(app, ["stage", "digits", "--to", str(tmp_path), "--json",
-                                      "--db", f"sqlite:///{tmp_path / 'aiperf.db'}"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "stage",
+            "digits",
+            "--to",
+            str(tmp_path),
+            "--json",
+            "--db",
+            f"sqlite:///{tmp_path / 'aiperf.db'}",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    manifest = json.loads(result.stdout[result.stdout.index("{"):])
-    assert (manifest["kind"], manifest["classes"], manifest["train_samples"]) == ("digits", 10, 1437)
+    manifest = json.loads(result.stdout[result.stdout.index("{") :])
+    assert (manifest["kind"], manifest["classes"], manifest["train_samples"]) == (
+        "digits",
+        10,
+        1437,
+    )
     assert Path(manifest["path"], "manifest.json").is_file()

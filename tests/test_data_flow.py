@@ -8,7 +8,6 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import TINY
 
 pytestmark = pytest.mark.slow
@@ -21,26 +20,46 @@ def folder_run(prefect_api, make_image_folder, tmp_path_factory):
     folder = tmp_path_factory.mktemp("folder-run")
     images = make_image_folder(folder / "images", train_per_class=30, val_per_class=10, seed=5)
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    overrides = {**TINY, "data.kind": "folder", "data.source": str(images), "data.image_size": 16,
-                 "data.shard_images": 16, "data.stage_to": str(folder / "node-local")}
-    result = benchmark(profile="quick", budget="12s", workers=2, db=db, seed=4, out=str(folder / "out"),
-                       overrides=overrides)
+    overrides = {
+        **TINY,
+        "data.kind": "folder",
+        "data.source": str(images),
+        "data.image_size": 16,
+        "data.shard_images": 16,
+        "data.stage_to": str(folder / "node-local"),
+    }
+    result = benchmark(
+        profile="quick",
+        budget="12s",
+        workers=2,
+        db=db,
+        seed=4,
+        out=str(folder / "out"),
+        overrides=overrides,
+    )
     return result, folder
 
 
 def test_run_records_the_dataset_manifest(folder_run):
     result, folder = folder_run
     with sqlite3.connect(folder / "aiperf.db") as sql:
-        status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        status = sql.execute(
+            "SELECT status FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()[0]
         name, kind, sha, train, val, classes, manifest = sql.execute(
             "SELECT name, kind, sha256, train_samples, val_samples, classes, manifest FROM datasets "
-            "WHERE run_id = ?", (result["run_id"],)).fetchone()
+            "WHERE run_id = ?",
+            (result["run_id"],),
+        ).fetchone()
     assert status == "completed"
     manifest = json.loads(manifest)
     assert (kind, train, val, classes) == ("folder", 90, 30, 3)
     assert manifest["images_per_class"] == {"cat": 30, "dog": 30, "fish": 30}
     assert manifest["val_images_per_class"] == {"cat": 10, "dog": 10, "fish": 10}
-    assert [s["name"] for s in manifest["shards"]][:2] == ["train-00000-of-00006", "train-00001-of-00006"]
+    assert [s["name"] for s in manifest["shards"]][:2] == [
+        "train-00000-of-00006",
+        "train-00001-of-00006",
+    ]
     assert all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in manifest["shards"])
     assert manifest["sha256"] == sha and name == manifest["name"]
     # Copied node-local on both Dask workers (the trials read that copy), checksums verified there.
@@ -54,10 +73,12 @@ def test_run_records_the_dataset_manifest(folder_run):
 def test_trials_trained_on_the_shards_with_exact_counts(folder_run):
     result, folder = folder_run
     with sqlite3.connect(folder / "aiperf.db") as sql:
-        rows = sql.execute("""SELECT t.hyperparameters, e.samples_trained, e.samples_evaluated, e.complete,
+        rows = sql.execute(
+            """SELECT t.hyperparameters, e.samples_trained, e.samples_evaluated, e.complete,
                                      e.val_accuracy
                               FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = ?""",
-                           (result["run_id"],)).fetchall()
+            (result["run_id"],),
+        ).fetchall()
     complete = [r for r in rows if r[3]]
     assert complete, "at least one epoch completed within the budget"
     for hyperparameters, trained, evaluated, _complete, val_accuracy in complete:
@@ -67,7 +88,9 @@ def test_trials_trained_on_the_shards_with_exact_counts(folder_run):
     assert result["ops"] > 0
 
 
-def test_a_broken_folder_fails_the_run_before_any_worker_starts(prefect_api, make_image_folder, tmp_path):
+def test_a_broken_folder_fails_the_run_before_any_worker_starts(
+    prefect_api, make_image_folder, tmp_path
+):
     import time
 
     from aiperf.data.problems import DataError
@@ -79,8 +102,14 @@ def test_a_broken_folder_fails_the_run_before_any_worker_starts(prefect_api, mak
     db = tmp_path / "aiperf.db"
     started = time.time()
     with pytest.raises(DataError, match="class folder val/fish is empty"):
-        benchmark(profile="quick", budget="20s", workers=1, db=f"sqlite:///{db}", out=str(tmp_path / "out"),
-                  overrides={**TINY, "data.kind": "folder", "data.source": str(images)})
+        benchmark(
+            profile="quick",
+            budget="20s",
+            workers=1,
+            db=f"sqlite:///{db}",
+            out=str(tmp_path / "out"),
+            overrides={**TINY, "data.kind": "folder", "data.source": str(images)},
+        )
     assert time.time() - started < 15, "no cluster was started for a folder that cannot be staged"
     with sqlite3.connect(db) as sql:
         status, message = sql.execute("SELECT status, message FROM runs").fetchone()

@@ -21,7 +21,9 @@ from aiperf.data.staging import stage
 
 @pytest.fixture(scope="module")
 def images(make_image_folder, tmp_path_factory) -> Path:
-    return make_image_folder(tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4)
+    return make_image_folder(
+        tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +41,14 @@ def test_manifest_describes_the_shards(staged):
     assert manifest.val_images_per_class == {"cat": 4, "dog": 4, "fish": 4}
     assert manifest.image_shape == (16, 16, 3)
     names = [s["name"] for s in manifest.shards]
-    assert names == ["train-00000-of-00004", "train-00001-of-00004", "train-00002-of-00004",
-                     "train-00003-of-00004", "validation-00000-of-00002", "validation-00001-of-00002"]
+    assert names == [
+        "train-00000-of-00004",
+        "train-00001-of-00004",
+        "train-00002-of-00004",
+        "train-00003-of-00004",
+        "validation-00000-of-00002",
+        "validation-00001-of-00002",
+    ]
     folder = Path(manifest.path)
     for shard in manifest.shards:
         path = folder / shard["file"]
@@ -55,7 +63,9 @@ def test_second_staging_skips_done_work_and_redoes_changed_shards(staged, images
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     again = stage(config, 0, out)
     assert again.sha256 == manifest.sha256
-    assert all(folder.joinpath(s["file"]).stat().st_mtime_ns == before[s["file"]] for s in again.shards)
+    assert all(
+        folder.joinpath(s["file"]).stat().st_mtime_ns == before[s["file"]] for s in again.shards
+    )
     # A changed image changes one shard's inputs: that shard alone is rewritten.
     copy = Path(shutil.copytree(images, tmp_path / "images"))
     config2 = config.model_copy(update={"source": str(copy)})
@@ -64,8 +74,11 @@ def test_second_staging_skips_done_work_and_redoes_changed_shards(staged, images
     victim = copy / "val" / "dog" / "dog_0000.jpg"
     shutil.copy(copy / "val" / "cat" / "cat_0000.jpg", victim)
     second = stage(config2, 0, tmp_path / "out")
-    changed = [s["name"] for s in second.shards
-               if (Path(second.path) / s["file"]).stat().st_mtime_ns != stamps[s["name"]]]
+    changed = [
+        s["name"]
+        for s in second.shards
+        if (Path(second.path) / s["file"]).stat().st_mtime_ns != stamps[s["name"]]
+    ]
     assert len(changed) == 1 and changed[0].startswith("validation-")
     assert second.sha256 != first.sha256
 
@@ -74,8 +87,17 @@ def test_second_staging_skips_done_work_and_redoes_changed_shards(staged, images
 def test_pipeline_yields_every_image_once_per_pass(staged, threads):
     _config, _out, manifest = staged
     for split, training, count in (("train", True, 30), ("validation", False, 12)):
-        ds = make_dataset(manifest.path, split, batch_size=8, image_size=16, channels=3, training=training, seed=1,
-                          drop_remainder=False, threads=threads)
+        ds = make_dataset(
+            manifest.path,
+            split,
+            batch_size=8,
+            image_size=16,
+            channels=3,
+            training=training,
+            seed=1,
+            drop_remainder=False,
+            threads=threads,
+        )
         # A worker's cores set the parallelism, untuned: tf.data's autotuner left a small VM's cores idle.
         assert ds.options().autotune.enabled is (False if threads else None)
         sizes, labels = [], []
@@ -84,7 +106,9 @@ def test_pipeline_yields_every_image_once_per_pass(staged, threads):
             assert -1.0 <= float(np.min(x)) and float(np.max(x)) <= 1.0
             sizes.append(len(y))
             labels.extend(y.numpy().tolist())
-        assert sum(sizes) == count and all(s == 8 for s in sizes[:-1]), "only the last batch is short"
+        assert sum(sizes) == count and all(s == 8 for s in sizes[:-1]), (
+            "only the last batch is short"
+        )
         assert sorted(set(labels)) == [0, 1, 2]
         assert np.bincount(labels).tolist() == [count // 3] * 3
 
@@ -92,7 +116,9 @@ def test_pipeline_yields_every_image_once_per_pass(staged, threads):
 def test_labels_follow_the_class_folders(staged):
     """The eval pipeline's labels match each image's folder: class colours are distinct."""
     _config, _out, manifest = staged
-    ds = make_dataset(manifest.path, "validation", batch_size=64, image_size=16, channels=3, training=False)
+    ds = make_dataset(
+        manifest.path, "validation", batch_size=64, image_size=16, channels=3, training=False
+    )
     x, y = next(iter(ds))
     means = np.array([x.numpy()[y.numpy() == c].mean(axis=(0, 1, 2)) for c in range(3)])
     # The fixture's colours: cat (0, 80, 30), dog (97, 137, 181), fish (194, 194, 76) on 0..255.
@@ -103,10 +129,14 @@ def test_labels_follow_the_class_folders(staged):
 def test_training_augmentation_is_random_and_eval_is_not(staged):
     _config, _out, manifest = staged
     kwargs = dict(batch_size=64, image_size=16, channels=3, seed=3, drop_remainder=False)
-    train = [next(iter(make_dataset(manifest.path, "validation", training=True, **kwargs)))[0].numpy()
-             for _ in range(2)]
-    evals = [next(iter(make_dataset(manifest.path, "validation", training=False, **kwargs)))[0].numpy()
-             for _ in range(2)]
+    train = [
+        next(iter(make_dataset(manifest.path, "validation", training=True, **kwargs)))[0].numpy()
+        for _ in range(2)
+    ]
+    evals = [
+        next(iter(make_dataset(manifest.path, "validation", training=False, **kwargs)))[0].numpy()
+        for _ in range(2)
+    ]
     assert np.array_equal(evals[0], evals[1])
     assert not np.allclose(np.sort(train[0].ravel()), np.sort(train[1].ravel()))
 
@@ -122,9 +152,15 @@ def test_user_tfrecord_shards_are_checked_in_place(staged, tmp_path):
     assert (checked.kind, checked.train_samples, checked.val_samples) == ("tfrecord", 30, 12)
     assert checked.class_names == ["cat", "dog", "fish"]  # from image/class/synset
     assert checked.sha256 == manifest.sha256  # same shard checksums: the same dataset
-    assert all(Path(s["file"]).is_absolute() and Path(s["file"]).parent == shards for s in checked.shards)
-    ds = make_dataset(checked.path, "train", batch_size=8, image_size=16, channels=3, training=True)
-    assert [len(y) for _x, y in ds] == [8, 8, 8], "training batches are full; the partial one is dropped"
+    assert all(
+        Path(s["file"]).is_absolute() and Path(s["file"]).parent == shards for s in checked.shards
+    )
+    ds = make_dataset(
+        checked.path, "train", batch_size=8, image_size=16, channels=3, training=True
+    )
+    assert [len(y) for _x, y in ds] == [8, 8, 8], (
+        "training batches are full; the partial one is dropped"
+    )
 
     with pytest.raises(DataError) as caught:  # labels 1..3 do not fit 2 classes
         stage(config.model_copy(update={"classes": 2}), 0, tmp_path / "out")
@@ -134,8 +170,9 @@ def test_user_tfrecord_shards_are_checked_in_place(staged, tmp_path):
     victim.write_bytes(victim.read_bytes()[:-40])
     with pytest.raises(DataError) as caught:
         stage(config, 0, tmp_path / "out")
-    assert caught.value.problems == ["train-00001-of-00004 is corrupt or truncated after record 1; re-copy it"] or \
-        caught.value.problems[0].startswith("train-00001-of-00004 is corrupt or truncated")
+    assert caught.value.problems == [
+        "train-00001-of-00004 is corrupt or truncated after record 1; re-copy it"
+    ] or caught.value.problems[0].startswith("train-00001-of-00004 is corrupt or truncated")
     assert not (Path(checked.path) / MANIFEST_FILE).exists()
 
     os.remove(victim)
@@ -151,7 +188,11 @@ def test_stage_to_copies_and_verifies_node_local_shards(staged, tmp_path):
     config, out, manifest = staged
     local = tmp_path / "node-local"
     placed = stage(config.model_copy(update={"stage_to": str(local)}), 0, out)
-    assert placed.path == manifest.path and placed.stage_to == str(local) and placed.sha256 == manifest.sha256
+    assert (
+        placed.path == manifest.path
+        and placed.stage_to == str(local)
+        and placed.sha256 == manifest.sha256
+    )
     assert placed.copies and all(str(local) in where for where in placed.copies.values())
     copy_folder = local / manifest.name
     copy = read_manifest(copy_folder)
@@ -173,16 +214,39 @@ def test_stage_to_copies_and_verifies_node_local_shards(staged, tmp_path):
 
 
 def test_digits_are_real_images_split_by_seed(tmp_path):
-    config = DataConfig(kind="digits", image_size=16, channels=1, train_samples=1437, val_samples=360)
+    config = DataConfig(
+        kind="digits", image_size=16, channels=1, train_samples=1437, val_samples=360
+    )
     manifest = stage(config, 7, tmp_path)
-    assert (manifest.kind, manifest.classes, manifest.train_samples, manifest.val_samples) == ("digits", 10, 1437, 360)
+    assert (manifest.kind, manifest.classes, manifest.train_samples, manifest.val_samples) == (
+        "digits",
+        10,
+        1437,
+        360,
+    )
     assert manifest.preprocess == "resize" and manifest.image_shape == (16, 16, 1)
-    assert sum(manifest.images_per_class.values()) == 1437 and min(manifest.images_per_class.values()) > 100
+    assert (
+        sum(manifest.images_per_class.values()) == 1437
+        and min(manifest.images_per_class.values()) > 100
+    )
     again = stage(config, 7, tmp_path)
     assert again.sha256 == manifest.sha256
     assert stage(config, 8, tmp_path).sha256 != manifest.sha256
-    x, y = next(iter(make_dataset(manifest.path, "validation", batch_size=360, image_size=16, channels=1,
-                                  training=False)))
+    x, y = next(
+        iter(
+            make_dataset(
+                manifest.path,
+                "validation",
+                batch_size=360,
+                image_size=16,
+                channels=1,
+                training=False,
+            )
+        )
+    )
     assert x.shape == (360, 16, 16, 1) and set(y.numpy().tolist()) == set(range(10))
     assert float(x.numpy().max()) == pytest.approx(1.0, abs=0.05)
-    assert json.loads((Path(manifest.path) / MANIFEST_FILE).read_text())["source"] == "sklearn.datasets.load_digits"
+    assert (
+        json.loads((Path(manifest.path) / MANIFEST_FILE).read_text())["source"]
+        == "sklearn.datasets.load_digits"
+    )

@@ -17,17 +17,39 @@ from aiperf.train.trial import run_trial
 
 @pytest.fixture(scope="module")
 def folder_data(make_image_folder, tmp_path_factory):
-    images = make_image_folder(tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4)
+    images = make_image_folder(
+        tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4
+    )
     config = DataConfig(kind="folder", source=str(images), image_size=16, shard_images=8)
     return stage(config, 0, tmp_path_factory.mktemp("staged"))
 
 
-def _request(manifest, deadline: float, *, epochs: int = 2, batch: int = 8, filters: int = 4,
-             stages: int = 1, lr: float = 0.05) -> TrialRequest:
-    arch = architecture({"stages": stages, "blocks_per_stage": 1, "base_filters": filters, "kernel_size": 3},
-                        manifest.image_shape, manifest.classes)
-    return TrialRequest(run_id=1, trial_key="t0", architecture=arch.to_dict(), learning_rate=lr,
-                        batch_size=batch, epochs=epochs, deadline=deadline, data_path=manifest.path, seed=1)
+def _request(
+    manifest,
+    deadline: float,
+    *,
+    epochs: int = 2,
+    batch: int = 8,
+    filters: int = 4,
+    stages: int = 1,
+    lr: float = 0.05,
+) -> TrialRequest:
+    arch = architecture(
+        {"stages": stages, "blocks_per_stage": 1, "base_filters": filters, "kernel_size": 3},
+        manifest.image_shape,
+        manifest.classes,
+    )
+    return TrialRequest(
+        run_id=1,
+        trial_key="t0",
+        architecture=arch.to_dict(),
+        learning_rate=lr,
+        batch_size=batch,
+        epochs=epochs,
+        deadline=deadline,
+        data_path=manifest.path,
+        seed=1,
+    )
 
 
 def test_exact_sample_counts_on_shards(folder_data):
@@ -53,11 +75,17 @@ def test_a_batch_larger_than_the_data_fails_the_trial_clearly(folder_data):
 
 @pytest.mark.slow
 def test_digits_learned_well_above_chance(tmp_path):
-    config = DataConfig(kind="digits", image_size=16, channels=1, train_samples=1437, val_samples=360)
+    config = DataConfig(
+        kind="digits", image_size=16, channels=1, train_samples=1437, val_samples=360
+    )
     manifest = stage(config, 0, tmp_path)
-    result = run_trial(_request(manifest, time.time() + 300, epochs=8, batch=16, filters=8, stages=2, lr=0.05),
-                       lambda _m: None)
+    result = run_trial(
+        _request(manifest, time.time() + 300, epochs=8, batch=16, filters=8, stages=2, lr=0.05),
+        lambda _m: None,
+    )
     assert result.status == "completed", result.message
-    assert all(e.samples_trained == 1437 // 16 * 16 and e.samples_evaluated == 360 for e in result.epochs)
+    assert all(
+        e.samples_trained == 1437 // 16 * 16 and e.samples_evaluated == 360 for e in result.epochs
+    )
     best = max(e.val_accuracy for e in result.epochs)
     assert best >= 0.8, f"best val accuracy {best:.3f} on digits"

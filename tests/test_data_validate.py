@@ -19,7 +19,9 @@ from aiperf.data.staging import stage
 
 @pytest.fixture(scope="module")
 def pristine(make_image_folder, tmp_path_factory) -> Path:
-    return make_image_folder(tmp_path_factory.mktemp("pristine") / "images", train_per_class=3, val_per_class=2)
+    return make_image_folder(
+        tmp_path_factory.mktemp("pristine") / "images", train_per_class=3, val_per_class=2
+    )
 
 
 @pytest.fixture
@@ -78,7 +80,9 @@ def test_train_and_val_class_mismatch(images):
 
 
 def test_file_outside_a_class_folder(images):
-    (images / "train" / "stray.jpg").write_bytes((images / "train" / "cat" / "cat_0000.jpg").read_bytes())
+    (images / "train" / "stray.jpg").write_bytes(
+        (images / "train" / "cat" / "cat_0000.jpg").read_bytes()
+    )
     [problem] = _problems(images)
     assert "train/stray.jpg is not inside a class folder" in problem
 
@@ -103,7 +107,9 @@ def test_truncated_jpeg(images, tmp_path):
 def test_non_image_file(images, tmp_path):
     (images / "train" / "fish" / "notes.txt").write_text("not a picture\n")
     [problem] = _stage_problems(images, tmp_path / "out")
-    assert problem == "train/fish/notes.txt is not a JPEG or PNG image (it is a text file); remove it"
+    assert (
+        problem == "train/fish/notes.txt is not a JPEG or PNG image (it is a text file); remove it"
+    )
 
 
 def test_every_bad_file_is_named_and_no_shard_looks_complete(images, tmp_path):
@@ -116,7 +122,10 @@ def test_every_bad_file_is_named_and_no_shard_looks_complete(images, tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:250])
     problems = _stage_problems(images, out)
     assert len(problems) == 2
-    assert {p.split(" ")[0] for p in problems} == {"train/fish/notes.txt", "train/cat/cat_0002.jpg"}
+    assert {p.split(" ")[0] for p in problems} == {
+        "train/fish/notes.txt",
+        "train/cat/cat_0002.jpg",
+    }
     folder = Path(staged.path)
     assert not (folder / MANIFEST_FILE).exists(), "a staging that failed must not look complete"
     assert not list(folder.glob("*.partial")) and not list(folder.glob(".*partial"))
@@ -126,8 +135,11 @@ def test_cli_prints_one_line_and_exits_2(images):
     for f in (images / "train" / "dog").iterdir():
         f.unlink()
     db = f"sqlite:///{images.parent / 'aiperf.db'}"
-    result = CliRunner().invoke(app, ["stage", str(images), "--to", str(images.parent / "out"), "--db", db],
-                                env={"COLUMNS": "300"})
+    result = CliRunner().invoke(
+        app,
+        ["stage", str(images), "--to", str(images.parent / "out"), "--db", db],
+        env={"COLUMNS": "300"},
+    )
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "class folder train/dog is empty" in lines[0]

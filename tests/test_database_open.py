@@ -24,7 +24,10 @@ def _refused(url: str, *fragments: str) -> str:
 
 
 def _listing(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"" for p in folder.rglob("*")}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b""
+        for p in folder.rglob("*")
+    }
 
 
 def _created(url: str) -> sa.Engine:
@@ -39,8 +42,13 @@ def _created(url: str) -> sa.Engine:
 
 def test_missing_file_creates_no_file_or_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _refused("sqlite:///typo/nothere.db", "sqlite:///typo/nothere.db", "no such file typo/nothere.db",
-             "check the path", "aiperf db upgrade")
+    _refused(
+        "sqlite:///typo/nothere.db",
+        "sqlite:///typo/nothere.db",
+        "no such file typo/nothere.db",
+        "check the path",
+        "aiperf db upgrade",
+    )
     _refused(f"sqlite:///{tmp_path / 'nothere.db'}", "no such file")
     assert _listing(tmp_path) == {}
 
@@ -64,7 +72,9 @@ def test_sqlite_database_without_aiperf_schema_is_left_alone(tmp_path):
 
 def test_malformed_url_and_unreachable_server():
     _refused("not a url", "is malformed")
-    message = _refused("postgresql+psycopg://aiperf:secret@127.0.0.1:1/aiperf", "cannot reach database")
+    message = _refused(
+        "postgresql+psycopg://aiperf:secret@127.0.0.1:1/aiperf", "cannot reach database"
+    )
     assert "secret" not in message, "passwords are never printed"
 
 
@@ -73,15 +83,23 @@ def test_malformed_url_and_unreachable_server():
 
 def test_no_aiperf_schema(db_url):
     database.open_engine(db_url).dispose()  # an empty database (on SQLite, an empty file)
-    _refused(db_url, database.safe_url(db_url), "holds no aiperf records",
-             f"aiperf db upgrade --db {database.safe_url(db_url)}")
+    _refused(
+        db_url,
+        database.safe_url(db_url),
+        "holds no aiperf records",
+        f"aiperf db upgrade --db {database.safe_url(db_url)}",
+    )
 
 
 def test_older_schema_is_reported_not_migrated(db_url):
     engine = _created(db_url)
     database.downgrade(engine, "0003")
-    _refused(db_url, "is at schema revision 0003", f"this aiperf needs {database.head_revision()}",
-             f"run `aiperf db upgrade --db {database.safe_url(db_url)}`")
+    _refused(
+        db_url,
+        "is at schema revision 0003",
+        f"this aiperf needs {database.head_revision()}",
+        f"run `aiperf db upgrade --db {database.safe_url(db_url)}`",
+    )
     assert database.current_revision(engine) == "0003"
     engine.dispose()
 
@@ -97,9 +115,11 @@ def test_newer_schema_is_reported(db_url):
 def test_current_database_opens_and_reads(db_url):
     writer = _created(db_url)
     with writer.begin() as c:
-        c.exec_driver_sql("INSERT INTO systems (fingerprint, hostname, cpu_model, cpu_cores, memory_bytes, "
-                          "gpus, platform, python_version, keras_version, keras_backend, first_seen_at) "
-                          "VALUES ('f', 'h', 'c', 1, 1, '{}', 'p', '3', '3', 'jax', '2026-11-29 12:00:00')")
+        c.exec_driver_sql(
+            "INSERT INTO systems (fingerprint, hostname, cpu_model, cpu_cores, memory_bytes, "
+            "gpus, platform, python_version, keras_version, keras_backend, first_seen_at) "
+            "VALUES ('f', 'h', 'c', 1, 1, '{}', 'p', '3', '3', 'jax', '2026-11-29 12:00:00')"
+        )
     writer.dispose()
     reader = open_existing_engine(db_url)
     try:

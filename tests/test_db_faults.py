@@ -12,19 +12,21 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
+from test_history_data import system_facts
 
-from aiperf.lifecycle import run
 from aiperf.config import load_config
+from aiperf.lifecycle import run
 from aiperf.status import RunStatus
 from aiperf.store import Store
 from aiperf.store.retry import is_transient
-from conftest import TINY
-from test_history_data import system_facts
 
 ROOT = Path(__file__).resolve().parents[1]
-DUPLICATE_EPOCHS = "SELECT trial_id, epoch, COUNT(*) FROM epochs GROUP BY trial_id, epoch HAVING COUNT(*) > 1"
+DUPLICATE_EPOCHS = (
+    "SELECT trial_id, epoch, COUNT(*) FROM epochs GROUP BY trial_id, epoch HAVING COUNT(*) > 1"
+)
 
 
 @pytest.fixture
@@ -54,12 +56,17 @@ def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
 
 def _new_run(store: Store) -> int:
     system_id = store.upsert_system(system_facts("node-a"))
-    return store.create_run(system_id=system_id, profile="quick", config={}, seed=1, budget_s=60.0, workers=1)
+    return store.create_run(
+        system_id=system_id, profile="quick", config={}, seed=1, budget_s=60.0, workers=1
+    )
 
 
 # --- the Store's retry, one transaction at a time ------------------------------------------------
 
-def test_a_write_waits_out_a_lock_held_longer_than_the_busy_timeout(sqlite_url, tmp_path, short_busy_timeout, caplog):
+
+def test_a_write_waits_out_a_lock_held_longer_than_the_busy_timeout(
+    sqlite_url, tmp_path, short_busy_timeout, caplog
+):
     with Store.open(sqlite_url) as store:
         holder = _hold_write_lock(tmp_path / "aiperf.db", 1.0)
         began = time.monotonic()
@@ -71,7 +78,9 @@ def test_a_write_waits_out_a_lock_held_longer_than_the_busy_timeout(sqlite_url, 
     assert any("retrying" in r.getMessage() for r in caplog.records if r.name == "aiperf.store")
 
 
-def test_a_lock_that_outlasts_the_retry_budget_fails_the_write(sqlite_url, tmp_path, short_busy_timeout):
+def test_a_lock_that_outlasts_the_retry_budget_fails_the_write(
+    sqlite_url, tmp_path, short_busy_timeout
+):
     with Store.open(sqlite_url) as opened, Store(opened.engine, retry_s=0.5) as store:
         holder = _hold_write_lock(tmp_path / "aiperf.db", 2.0)
         with pytest.raises(OperationalError, match="locked"):
@@ -104,8 +113,12 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
         def drop_acknowledgement(_session) -> None:
             if lost["left"]:
                 lost["left"] -= 1
-                raise OperationalError("COMMIT", {}, ConnectionError("server closed the connection"),
-                                       connection_invalidated=True)
+                raise OperationalError(
+                    "COMMIT",
+                    {},
+                    ConnectionError("server closed the connection"),
+                    connection_invalidated=True,
+                )
 
         def once(write):
             lost["left"] = 1
@@ -114,25 +127,56 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             return result
 
         run_id = once(lambda: _new_run(store))
-        trial_id = once(lambda: store.create_trial(run_id=run_id, trial_key="k0", number=0, architecture={},
-                                                   hyperparameters={}, started_at=time.time()))
-        manifest = {"name": "d", "kind": "synthetic", "sha256": "0" * 64, "train_samples": 10,
-                    "val_samples": 5, "classes": 2}
+        trial_id = once(
+            lambda: store.create_trial(
+                run_id=run_id,
+                trial_key="k0",
+                number=0,
+                architecture={},
+                hyperparameters={},
+                started_at=time.time(),
+            )
+        )
+        manifest = {
+            "name": "d",
+            "kind": "synthetic",
+            "sha256": "0" * 64,
+            "train_samples": 10,
+            "val_samples": 5,
+            "classes": 2,
+        }
         once(lambda: store.record_dataset(run_id, manifest))
-        epoch = dict(epoch=0, started_at=time.time(), ended_at=time.time() + 1, samples_trained=8,
-                     samples_evaluated=4, loss=1.0, accuracy=0.5, val_loss=1.0, val_accuracy=0.5, complete=True)
-        assert once(lambda: store.record_epoch(trial_id, **epoch)) is True, "recorded, and said so once"
+        epoch = dict(
+            epoch=0,
+            started_at=time.time(),
+            ended_at=time.time() + 1,
+            samples_trained=8,
+            samples_evaluated=4,
+            loss=1.0,
+            accuracy=0.5,
+            val_loss=1.0,
+            val_accuracy=0.5,
+            complete=True,
+        )
+        assert once(lambda: store.record_epoch(trial_id, **epoch)) is True, (
+            "recorded, and said so once"
+        )
         assert store.record_epoch(trial_id, **epoch) is False, "a repeated event is still ignored"
         with store.engine.connect() as connection:
-            counts = {table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
-                      for table in ("runs", "trials", "datasets", "epochs")}
+            counts = {
+                table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+                for table in ("runs", "trials", "datasets", "epochs")
+            }
     assert counts == {"runs": 1, "trials": 1, "datasets": 1, "epochs": 1}
 
 
 # --- faults in the middle of a real run ------------------------------------------------------------
 
+
 def _config(db: str, tmp_path: Path):
-    return load_config("quick", budget="12s", workers=2, db=db, seed=5, out=str(tmp_path / "out"), overrides=TINY)
+    return load_config(
+        "quick", budget="12s", workers=2, db=db, seed=5, out=str(tmp_path / "out"), overrides=TINY
+    )
 
 
 def _epochs(db: str) -> int:
@@ -162,7 +206,9 @@ def _run_with_a_fault(config, url: str, fault) -> tuple[run.RunOutcome, int]:
     runner.start()
     deadline = time.monotonic() + 120
     while (before := _epochs(url)) < 2:
-        assert runner.is_alive() and time.monotonic() < deadline, f"no two epochs recorded: {result}"
+        assert runner.is_alive() and time.monotonic() < deadline, (
+            f"no two epochs recorded: {result}"
+        )
         time.sleep(0.1)
     fault()
     runner.join(180)
@@ -175,18 +221,28 @@ def _assert_completed_once(db: str, outcome: run.RunOutcome, before: int) -> Non
         record = store.get_run(outcome.run_id)
         with store.engine.connect() as connection:
             duplicates = connection.execute(text(DUPLICATE_EPOCHS)).all()
-    assert record.status is RunStatus.COMPLETED and record.score is not None and outcome.score.total_ops > 0
+    assert (
+        record.status is RunStatus.COMPLETED
+        and record.score is not None
+        and outcome.score.total_ops > 0
+    )
     assert duplicates == []
-    assert sum(len(t.epochs) for t in record.trials) > before, "epochs were recorded after the fault"
+    assert sum(len(t.epochs) for t in record.trials) > before, (
+        "epochs were recorded after the fault"
+    )
 
 
 @pytest.mark.slow
 def test_a_run_waits_for_an_sqlite_write_lock_and_completes(tmp_path, short_busy_timeout, caplog):
     caplog.set_level(logging.WARNING, logger="aiperf.store")
     config = _config(f"sqlite:///{tmp_path / 'aiperf.db'}", tmp_path)
-    outcome, before = _run_with_a_fault(config, config.db, lambda: _hold_write_lock(tmp_path / "aiperf.db", 2.0).join())
+    outcome, before = _run_with_a_fault(
+        config, config.db, lambda: _hold_write_lock(tmp_path / "aiperf.db", 2.0).join()
+    )
     _assert_completed_once(config.db, outcome, before)
-    assert any("retrying" in r.getMessage() for r in caplog.records), "a write met the lock and waited"
+    assert any("retrying" in r.getMessage() for r in caplog.records), (
+        "a write met the lock and waited"
+    )
 
 
 @pytest.fixture
@@ -209,7 +265,9 @@ def private_postgres():
 
 
 @pytest.mark.slow
-def test_a_run_survives_a_postgresql_restart_and_records_every_epoch_once(private_postgres, tmp_path, caplog):
+def test_a_run_survives_a_postgresql_restart_and_records_every_epoch_once(
+    private_postgres, tmp_path, caplog
+):
     caplog.set_level(logging.WARNING, logger="aiperf.store")
     server, restart = private_postgres
     config = _config(server, tmp_path)

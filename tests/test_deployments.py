@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 from prefect_serve import wait_for
 
@@ -24,55 +23,114 @@ def served(served_prefect):
 
 def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
     from prefect.client.orchestration import SyncPrefectClient
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, \
-        FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
 
     api, process, log = served
     with SyncPrefectClient(api) as client:
+
         def deployed():
             try:
-                return {d.name: d for d in client.read_deployments()} if client.api_healthcheck() is None else None
+                return (
+                    {d.name: d for d in client.read_deployments()}
+                    if client.api_healthcheck() is None
+                    else None
+                )
             except Exception:
                 return None
 
-        deployments = wait_for("both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240, process, log)
+        deployments = wait_for(
+            "both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240, process, log
+        )
         nightly = deployments["nightly-regression"]
-        assert nightly.global_concurrency_limit is not None and nightly.global_concurrency_limit.limit == 1
-        assert [(s.schedule.cron, s.schedule.timezone) for s in nightly.schedules] == [("0 2 * * *", "UTC")]
-        assert nightly.work_pool_name == "aiperf" and deployments["benchmark"].work_pool_name == "aiperf"
+        assert (
+            nightly.global_concurrency_limit is not None
+            and nightly.global_concurrency_limit.limit == 1
+        )
+        assert [(s.schedule.cron, s.schedule.timezone) for s in nightly.schedules] == [
+            ("0 2 * * *", "UTC")
+        ]
+        assert (
+            nightly.work_pool_name == "aiperf"
+            and deployments["benchmark"].work_pool_name == "aiperf"
+        )
         assert client.read_work_pool("aiperf").type == "process"
 
         db = tmp_path / "aiperf.db"
         run = client.create_flow_run_from_deployment(
             deployments["benchmark"].id,
-            parameters={"profile": "quick", "budget": "8s", "workers": 1, "db": f"sqlite:///{db}", "seed": 5,
-                        "out": str(tmp_path / "out"), "overrides": TINY})
-        final = wait_for("the flow run to finish", lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
-                         420, process, log)
+            parameters={
+                "profile": "quick",
+                "budget": "8s",
+                "workers": 1,
+                "db": f"sqlite:///{db}",
+                "seed": 5,
+                "out": str(tmp_path / "out"),
+                "overrides": TINY,
+            },
+        )
+        final = wait_for(
+            "the flow run to finish",
+            lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
+            420,
+            process,
+            log,
+        )
         assert final.state.is_completed(), f"{final.state}\n{log.read_text()[-4000:]}"
 
-        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        )
         names = {t.name.split("-")[0] for t in tasks}
         assert {"stage_dataset", "trial", "score", "report"} <= names, names
         assert all(t.state.is_completed() for t in tasks)
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))
+        )
         assert any("search started on 1 workers" in entry.message for entry in logs)
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+        )
 
         # The nightly deployment too: the first nightly run on this system passes and sets the baseline.
         night = client.create_flow_run_from_deployment(
-            nightly.id, parameters={"budget": "8s", "workers": 1, "db": f"sqlite:///{db}", "out": str(tmp_path / "out"),
-                                    "overrides": {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}})
-        night_final = wait_for("the nightly run to finish",
-                               lambda: (r := client.read_flow_run(night.id)).state.is_final() and r, 420, process, log)
+            nightly.id,
+            parameters={
+                "budget": "8s",
+                "workers": 1,
+                "db": f"sqlite:///{db}",
+                "out": str(tmp_path / "out"),
+                "overrides": {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0},
+            },
+        )
+        night_final = wait_for(
+            "the nightly run to finish",
+            lambda: (r := client.read_flow_run(night.id)).state.is_final() and r,
+            420,
+            process,
+            log,
+        )
         assert night_final.state.is_completed(), f"{night_final.state}\n{log.read_text()[-4000:]}"
         assert "sets the baseline" in night_final.state.message
-        checks = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[night.id])))
+        checks = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[night.id]))
+        )
         assert [a.key for a in checks] == ["aiperf-regression"]
     kinds = {a.key: a.type for a in artifacts}
     # A link artifact is stored (and shown) as markdown holding the link.
-    assert kinds == {"aiperf-score": "table", "aiperf-score-summary": "markdown", "aiperf-report": "markdown",
-                     "aiperf-report-summary": "markdown", "aiperf-event-log": "markdown"}, kinds
+    assert kinds == {
+        "aiperf-score": "table",
+        "aiperf-score-summary": "markdown",
+        "aiperf-report": "markdown",
+        "aiperf-report-summary": "markdown",
+        "aiperf-event-log": "markdown",
+    }, kinds
     link = next(a for a in artifacts if a.key == "aiperf-report").data
     page = Path(re.search(r"\(file://([^)]+)\)", link).group(1))
     assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")

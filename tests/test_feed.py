@@ -35,12 +35,18 @@ def test_every_sample_once_per_pass_with_its_own_label():
 def test_unshuffled_keeps_the_order_and_shuffled_changes_it_every_pass():
     x, y = _arrays()
     plain = _passes(array_dataset(x, y, 8), 2)
-    assert all(np.concatenate([labels for _, labels in p]).tolist() == list(range(20)) for p in plain)
-    orders = [np.concatenate([labels for _, labels in p]).tolist()
-              for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)]
+    assert all(
+        np.concatenate([labels for _, labels in p]).tolist() == list(range(20)) for p in plain
+    )
+    orders = [
+        np.concatenate([labels for _, labels in p]).tolist()
+        for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)
+    ]
     assert orders[0] != list(range(20)) and len({tuple(o) for o in orders}) == 3
-    again = [np.concatenate([labels for _, labels in p]).tolist()
-             for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)]
+    again = [
+        np.concatenate([labels for _, labels in p]).tolist()
+        for p in _passes(array_dataset(x, y, 8, shuffle_seed=3), 3)
+    ]
     assert again == orders  # the seed reproduces every pass's order
 
 
@@ -52,8 +58,11 @@ def test_the_autotuner_is_off():
 
 
 def test_open_feed_gives_keras_whole_training_batches_through_the_feed(tmp_path):
-    manifest = stage_synthetic(DataConfig(kind="synthetic", image_size=16, train_samples=50, val_samples=13,
-                                          classes=3), 0, tmp_path)
+    manifest = stage_synthetic(
+        DataConfig(kind="synthetic", image_size=16, train_samples=50, val_samples=13, classes=3),
+        0,
+        tmp_path,
+    )
     feed = open_feed(manifest.path, batch_size=8, input_shape=(16, 16, 3), seed=1)
     assert (feed.train_samples, feed.val_samples) == (48, 13)
     train = [labels.numpy() for _, labels in feed.train["x"]]

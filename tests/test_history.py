@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from test_history_data import plant_run, scaled_trials, system_facts
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.errors import UserError
 from aiperf.history.query import compare, history, sparkline
 from aiperf.store import Store
-from test_history_data import plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -24,9 +24,15 @@ def seed(url: str) -> dict[str, int]:
         a, b = system_facts("node-a"), system_facts("node-b")
         ids = {}
         for night, factor in enumerate([1.0, 1.2, 0.9]):
-            ids[f"a{night}"] = plant_run(store, a, started=NIGHT + timedelta(days=night), trials=scaled_trials(factor))
-        ids["a-quick"] = plant_run(store, a, profile="quick", started=NIGHT + timedelta(days=3, hours=1))
-        ids["b0"] = plant_run(store, b, started=NIGHT + timedelta(days=3), trials=scaled_trials(2.0), valid=False)
+            ids[f"a{night}"] = plant_run(
+                store, a, started=NIGHT + timedelta(days=night), trials=scaled_trials(factor)
+            )
+        ids["a-quick"] = plant_run(
+            store, a, profile="quick", started=NIGHT + timedelta(days=3, hours=1)
+        )
+        ids["b0"] = plant_run(
+            store, b, started=NIGHT + timedelta(days=3), trials=scaled_trials(2.0), valid=False
+        )
         return ids
     finally:
         store.close()
@@ -114,11 +120,16 @@ def test_same_answers_on_sqlite_and_postgresql(tmp_path, postgres_db):
         finally:
             store.close()
         outputs[name] = {
-            "history": data, "compare": [(f.figure, f.a, f.b, f.change_pct) for f in pair.figures],
+            "history": data,
+            "compare": [(f.figure, f.a, f.b, f.change_pct) for f in pair.figures],
             "trials": trials,
             "history_cli": cli("history", "--db", url),
-            "history_cli_filtered": cli("history", "--db", url, "--system", "node-a", "--profile", "nightly"),
-            "compare_cli": cli("compare", str(ids_sqlite["a0"]), str(ids_sqlite["b0"]), "--db", url),
+            "history_cli_filtered": cli(
+                "history", "--db", url, "--system", "node-a", "--profile", "nightly"
+            ),
+            "compare_cli": cli(
+                "compare", str(ids_sqlite["a0"]), str(ids_sqlite["b0"]), "--db", url
+            ),
         }
     for key in outputs["sqlite"]:
         assert outputs["sqlite"][key] == outputs["postgresql"][key], key

@@ -17,10 +17,19 @@ from aiperf.store import Store
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
-    return {"fingerprint": fingerprint or hashlib.sha256(name.encode()).hexdigest(), "hostname": name,
-            "cpu_model": "test cpu", "cpu_cores": 2, "memory_bytes": 2**34,
-            "gpus": {"count": 0, "models": []}, "platform": "linux", "python_version": "3.11",
-            "tensorflow_version": "2.21", "keras_version": "3.15", "keras_backend": "tensorflow"}
+    return {
+        "fingerprint": fingerprint or hashlib.sha256(name.encode()).hexdigest(),
+        "hostname": name,
+        "cpu_model": "test cpu",
+        "cpu_cores": 2,
+        "memory_bytes": 2**34,
+        "gpus": {"count": 0, "models": []},
+        "platform": "linux",
+        "python_version": "3.11",
+        "tensorflow_version": "2.21",
+        "keras_version": "3.15",
+        "keras_backend": "tensorflow",
+    }
 
 
 @dataclass(frozen=True)
@@ -36,47 +45,119 @@ class PlantedTrial:
     epoch_s: float = 10.0
 
 
-def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: datetime | None = None,
-              elapsed_s: float = 60.0, trials: list[PlantedTrial] | None = None, valid: bool = True,
-              seed: int = 0, division: str | None = None, config_hash: str | None = None) -> int:
+def plant_run(
+    store: Store,
+    facts: dict,
+    *,
+    profile: str = "nightly",
+    started: datetime | None = None,
+    elapsed_s: float = 60.0,
+    trials: list[PlantedTrial] | None = None,
+    valid: bool = True,
+    seed: int = 0,
+    division: str | None = None,
+    config_hash: str | None = None,
+) -> int:
     """A completed, scored run; its score is computed from the planted epochs as a real run's is."""
     started = started or datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-    trials = trials if trials is not None else [
-        PlantedTrial("w0", 3_000_000, 1_000_000), PlantedTrial("w1", 5_000_000, 1_500_000, start_s=5.0)]
+    trials = (
+        trials
+        if trials is not None
+        else [
+            PlantedTrial("w0", 3_000_000, 1_000_000),
+            PlantedTrial("w1", 5_000_000, 1_500_000, start_s=5.0),
+        ]
+    )
     system_id = store.upsert_system(facts)
-    run_id = store.create_run(system_id=system_id, profile=profile, config={"profile": profile}, seed=seed,
-                              budget_s=elapsed_s, workers=len({t.worker for t in trials}), division=division,
-                              config_hash=config_hash)
+    run_id = store.create_run(
+        system_id=system_id,
+        profile=profile,
+        config={"profile": profile},
+        seed=seed,
+        budget_s=elapsed_s,
+        workers=len({t.worker for t in trials}),
+        division=division,
+        config_hash=config_hash,
+    )
     backdate = text("UPDATE runs SET created_at = :created WHERE id = :run_id").bindparams(
-        bindparam("created", type_=DateTime(timezone=True)))
-    with store.engine.begin() as connection:  # as if the run had been started a minute before its search
+        bindparam("created", type_=DateTime(timezone=True))
+    )
+    with (
+        store.engine.begin() as connection
+    ):  # as if the run had been started a minute before its search
         connection.execute(backdate, {"created": started - timedelta(minutes=1), "run_id": run_id})
     t0 = started.timestamp()
     store.start_search(run_id, t0, t0 + elapsed_s)
-    store.record_dataset(run_id, {"name": "synthetic", "kind": "synthetic", "sha256": "0" * 64,
-                                  "train_samples": 384, "val_samples": 128, "classes": 10})
+    store.record_dataset(
+        run_id,
+        {
+            "name": "synthetic",
+            "kind": "synthetic",
+            "sha256": "0" * 64,
+            "train_samples": 384,
+            "val_samples": 128,
+            "classes": 10,
+        },
+    )
     work = []
     for number, t in enumerate(trials):
-        trial_id = store.create_trial(run_id=run_id, trial_key=f"t{number:02d}", number=number,
-                                      architecture={"stages": [{"blocks": 1}], "stem_filters": 4, "kernel_size": 3},
-                                      hyperparameters={"learning_rate": 0.01, "batch_size": 32},
-                                      started_at=t0 + t.start_s)
-        store.record_trial_built(trial_id, worker=t.worker, parameters=1000, train_ops=t.train_ops,
-                                 eval_ops=t.eval_ops, tensor_train_ops=t.train_ops // 2, tensor_eval_ops=t.eval_ops // 2)
+        trial_id = store.create_trial(
+            run_id=run_id,
+            trial_key=f"t{number:02d}",
+            number=number,
+            architecture={"stages": [{"blocks": 1}], "stem_filters": 4, "kernel_size": 3},
+            hyperparameters={"learning_rate": 0.01, "batch_size": 32},
+            started_at=t0 + t.start_s,
+        )
+        store.record_trial_built(
+            trial_id,
+            worker=t.worker,
+            parameters=1000,
+            train_ops=t.train_ops,
+            eval_ops=t.eval_ops,
+            tensor_train_ops=t.train_ops // 2,
+            tensor_eval_ops=t.eval_ops // 2,
+        )
         for epoch in range(t.epochs):
             begin = t0 + t.start_s + epoch * t.epoch_s
-            store.record_epoch(trial_id, epoch=epoch, started_at=begin, ended_at=begin + t.epoch_s,
-                               samples_trained=t.samples_trained, samples_evaluated=t.samples_evaluated,
-                               loss=1.0, accuracy=0.5, val_loss=1.0,
-                               val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs, complete=True)
-            work.append(EpochWork(t.samples_trained, t.samples_evaluated, t.train_ops, t.eval_ops,
-                                  t.train_ops // 2, t.eval_ops // 2))
-        store.finish_trial(trial_id, status=TrialStatus.COMPLETED, ended_at=t0 + t.start_s + t.epochs * t.epoch_s)
+            store.record_epoch(
+                trial_id,
+                epoch=epoch,
+                started_at=begin,
+                ended_at=begin + t.epoch_s,
+                samples_trained=t.samples_trained,
+                samples_evaluated=t.samples_evaluated,
+                loss=1.0,
+                accuracy=0.5,
+                val_loss=1.0,
+                val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs,
+                complete=True,
+            )
+            work.append(
+                EpochWork(
+                    t.samples_trained,
+                    t.samples_evaluated,
+                    t.train_ops,
+                    t.eval_ops,
+                    t.train_ops // 2,
+                    t.eval_ops // 2,
+                )
+            )
+        store.finish_trial(
+            trial_id, status=TrialStatus.COMPLETED, ended_at=t0 + t.start_s + t.epochs * t.epoch_s
+        )
     store.finish_search(run_id, t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
     rules = ValidityConfig(min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0)
-    score = compute_score(work, elapsed_s=elapsed_s, best_val_accuracy=best, val_samples=128,
-                          trials_completed=len(trials), budget_s=elapsed_s, rules=rules)
+    score = compute_score(
+        work,
+        elapsed_s=elapsed_s,
+        best_val_accuracy=best,
+        val_samples=128,
+        trials_completed=len(trials),
+        budget_s=elapsed_s,
+        rules=rules,
+    )
     store.save_score(run_id, score)
     store.finish_run(run_id, status=RunStatus.COMPLETED)
     return run_id
@@ -84,8 +165,10 @@ def plant_run(store: Store, facts: dict, *, profile: str = "nightly", started: d
 
 def scaled_trials(factor: float) -> list[PlantedTrial]:
     """The default planted trials with operation counts scaled: a run `factor` times as fast."""
-    return [PlantedTrial("w0", int(3_000_000 * factor), int(1_000_000 * factor)),
-            PlantedTrial("w1", int(5_000_000 * factor), int(1_500_000 * factor), start_s=5.0)]
+    return [
+        PlantedTrial("w0", int(3_000_000 * factor), int(1_000_000 * factor)),
+        PlantedTrial("w1", int(5_000_000 * factor), int(1_500_000 * factor), start_s=5.0),
+    ]
 
 
 def test_views_agree_with_the_tables(db_url):
@@ -98,7 +181,9 @@ def test_views_agree_with_the_tables(db_url):
         store.close()
     assert [r.run_id for r in rows] == [run_id]
     # 2 epochs x (384 x train + 128 x eval) per trial, over 60 s.
-    expected_total = 2 * (384 * 3_000_000 + 128 * 1_000_000) + 2 * (384 * 5_000_000 + 128 * 1_500_000)
+    expected_total = 2 * (384 * 3_000_000 + 128 * 1_000_000) + 2 * (
+        384 * 5_000_000 + 128 * 1_500_000
+    )
     assert rows[0].total_ops == pytest.approx(expected_total)
     assert rows[0].ops == pytest.approx(expected_total / 60.0)
     assert rows[0].valid is True and rows[0].previous_ops is None

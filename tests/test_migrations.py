@@ -24,7 +24,15 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 def test_upgrade_from_empty_creates_every_table(db_url):
     store = Store.open(db_url)
     tables = set(inspect(store.engine).get_table_names())
-    assert {"systems", "runs", "datasets", "trials", "epochs", "scores", "alembic_version"} <= tables
+    assert {
+        "systems",
+        "runs",
+        "datasets",
+        "trials",
+        "epochs",
+        "scores",
+        "alembic_version",
+    } <= tables
     assert database.current_revision(store.engine) == database.head_revision()
 
 
@@ -58,33 +66,100 @@ def _record_a_run(engine: Engine) -> int:
     """A system, a run, its dataset, two trials of three epochs each and a score: every table of
     revision 0001, with the foreign keys a table rebuild could lose."""
     with engine.begin() as c:
-        system = _insert(c, "systems", fingerprint="f" * 64, hostname="h", cpu_model="c", cpu_cores=2,
-                         memory_bytes=1 << 30, gpus={"count": 0, "models": []}, platform="linux",
-                         python_version="3.11", tensorflow_version=None, keras_version="3",
-                         keras_backend="tensorflow", first_seen_at=T0)
-        run = _insert(c, "runs", system_id=system, profile="quick", config={}, seed=0, budget_s=60.0,
-                      workers=2, status="completed", created_at=T0)
-        _insert(c, "datasets", run_id=run, name="synthetic", kind="synthetic", sha256="0" * 64,
-                train_samples=384, val_samples=128, classes=10, manifest={"name": "synthetic"})
+        system = _insert(
+            c,
+            "systems",
+            fingerprint="f" * 64,
+            hostname="h",
+            cpu_model="c",
+            cpu_cores=2,
+            memory_bytes=1 << 30,
+            gpus={"count": 0, "models": []},
+            platform="linux",
+            python_version="3.11",
+            tensorflow_version=None,
+            keras_version="3",
+            keras_backend="tensorflow",
+            first_seen_at=T0,
+        )
+        run = _insert(
+            c,
+            "runs",
+            system_id=system,
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=60.0,
+            workers=2,
+            status="completed",
+            created_at=T0,
+        )
+        _insert(
+            c,
+            "datasets",
+            run_id=run,
+            name="synthetic",
+            kind="synthetic",
+            sha256="0" * 64,
+            train_samples=384,
+            val_samples=128,
+            classes=10,
+            manifest={"name": "synthetic"},
+        )
         parent = None
         for number in range(2):
-            parent = _insert(c, "trials", run_id=run, trial_key=f"t{number:02d}", number=number,
-                             parent_trial_id=parent, architecture={}, hyperparameters={},
-                             status="completed", started_at=T0, ended_at=T0 + timedelta(seconds=30))
+            parent = _insert(
+                c,
+                "trials",
+                run_id=run,
+                trial_key=f"t{number:02d}",
+                number=number,
+                parent_trial_id=parent,
+                architecture={},
+                hyperparameters={},
+                status="completed",
+                started_at=T0,
+                ended_at=T0 + timedelta(seconds=30),
+            )
             for epoch in range(3):
-                _insert(c, "epochs", trial_id=parent, epoch=epoch, started_at=T0 + timedelta(seconds=epoch),
-                        ended_at=T0 + timedelta(seconds=epoch + 1), samples_trained=384,
-                        samples_evaluated=128, complete=True)
-        _insert(c, "scores", run_id=run, elapsed_s=60.0, total_ops=1e12, ops=1e10, tensor_ops=1e10,
-                best_val_accuracy=0.5, val_samples=128, regulated_score=1e10, trials_completed=2,
-                samples_trained=2304, samples_evaluated=768, valid=True, reasons=[], computed_at=T0)
+                _insert(
+                    c,
+                    "epochs",
+                    trial_id=parent,
+                    epoch=epoch,
+                    started_at=T0 + timedelta(seconds=epoch),
+                    ended_at=T0 + timedelta(seconds=epoch + 1),
+                    samples_trained=384,
+                    samples_evaluated=128,
+                    complete=True,
+                )
+        _insert(
+            c,
+            "scores",
+            run_id=run,
+            elapsed_s=60.0,
+            total_ops=1e12,
+            ops=1e10,
+            tensor_ops=1e10,
+            best_val_accuracy=0.5,
+            val_samples=128,
+            regulated_score=1e10,
+            trials_completed=2,
+            samples_trained=2304,
+            samples_evaluated=768,
+            valid=True,
+            reasons=[],
+            computed_at=T0,
+        )
     return run
 
 
 def _counts(engine: Engine) -> dict[str, int]:
     with engine.connect() as c:
-        return {table: c.execute(sa.select(sa.func.count()).select_from(sa.table(table))).scalar_one()
-                for table in COUNTED}
+        return {
+            table: c.execute(sa.select(sa.func.count()).select_from(sa.table(table))).scalar_one()
+            for table in COUNTED
+        }
 
 
 def _foreign_keys_enforced(engine: Engine) -> bool:
@@ -103,7 +178,9 @@ def _through_alembic_command_line(_engine: Engine, url: str):
     """What `alembic -c alembic.ini downgrade/upgrade` runs: env.py opens the URL itself."""
     config = AlembicConfig(str(ALEMBIC_INI))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return lambda revision: command.downgrade(config, revision), lambda: command.upgrade(config, "head")
+    return lambda revision: command.downgrade(config, revision), lambda: command.upgrade(
+        config, "head"
+    )
 
 
 @pytest.mark.parametrize("through", [_through_aiperf, _through_alembic_command_line])
@@ -113,7 +190,14 @@ def test_down_to_the_first_revision_and_up_keeps_the_records(db_url, through):
         database.upgrade(engine)
         run = _record_a_run(engine)
         with engine.begin() as c:
-            _insert(c, "search_states", run_id=run, oracle="morphism", state={"trials": 2}, updated_at=T0)
+            _insert(
+                c,
+                "search_states",
+                run_id=run,
+                oracle="morphism",
+                state={"trials": 2},
+                updated_at=T0,
+            )
         before = _counts(engine)
         assert before == {"systems": 1, "runs": 1, "trials": 2, "epochs": 6}
         down, up = through(engine, db_url)
@@ -137,7 +221,9 @@ def _rebuild_runs(connection: Connection) -> None:
     (At revision 0001: from 0002 on, views over runs make SQLite refuse the rename.)"""
     operations = Operations(MigrationContext.configure(connection))
     with operations.batch_alter_table("runs", recreate="always") as batch:
-        batch.add_column(sa.Column(f"note_{len(inspect(connection).get_columns('runs'))}", sa.Text()))
+        batch.add_column(
+            sa.Column(f"note_{len(inspect(connection).get_columns('runs'))}", sa.Text())
+        )
 
 
 def _at_first_revision_with_a_run(url: str) -> Engine:
@@ -169,7 +255,9 @@ def test_sqlite_broken_foreign_keys_roll_the_migration_back(sqlite_url):
     engine = _at_first_revision_with_a_run(sqlite_url)
     try:
         before = _counts(engine)
-        with pytest.raises(UserError, match=r"rolled back.*\(first: \w+ row \d+ -> runs\)") as caught:
+        with pytest.raises(
+            UserError, match=r"rolled back.*\(first: \w+ row \d+ -> runs\)"
+        ) as caught:
             with database.migration_transaction(engine) as connection:
                 connection.exec_driver_sql("DELETE FROM runs")  # no cascade with foreign keys off
         assert "\n" not in str(caught.value)

@@ -9,15 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
-from aiperf.results import mllog
-
-from aiperf.lifecycle import run
 from aiperf.config import load_config
+from aiperf.lifecycle import run
+from aiperf.results import mllog
 from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, Store, WindowRecord
-from conftest import TINY
 
 T0 = 1_796_000_000.123456  # a Unix time with microseconds
 ARCH = {"name": "tiny", "layers": []}
@@ -26,30 +25,110 @@ ARCH = {"name": "tiny", "layers": []}
 def write_run(path: Path, *, stop: str | None = "completed") -> mllog.EventLog:
     """A small run as the hooks write it: two trials (the second a child of the first), three epochs."""
     log = mllog.EventLog(path)
-    log.run_started(run_id=7, config={"profile": "quick", "budget_s": 60.0, "workers": 2, "seed": 5},
-                    system_id=3, system={"fingerprint": "f" * 64, "hostname": "h", "cpu_model": "cpu", "cpu_cores": 2,
-                                         "memory_bytes": 2**30, "gpus": {"count": 0, "models": []}, "platform": "p",
-                                         "python_version": "3.11", "tensorflow_version": None, "keras_version": "3",
-                                         "keras_backend": "tensorflow"},
-                    division="open", ruleset="aiperf-rules-1.0", deviations=["seed: 0 -> 5"], config_hash="c" * 64)
-    log.dataset({"name": "synthetic", "kind": "synthetic", "sha256": "s" * 64, "train_samples": 384,
-                 "val_samples": 128, "classes": 10, "path": "/data"})
+    log.run_started(
+        run_id=7,
+        config={"profile": "quick", "budget_s": 60.0, "workers": 2, "seed": 5},
+        system_id=3,
+        system={
+            "fingerprint": "f" * 64,
+            "hostname": "h",
+            "cpu_model": "cpu",
+            "cpu_cores": 2,
+            "memory_bytes": 2**30,
+            "gpus": {"count": 0, "models": []},
+            "platform": "p",
+            "python_version": "3.11",
+            "tensorflow_version": None,
+            "keras_version": "3",
+            "keras_backend": "tensorflow",
+        },
+        division="open",
+        ruleset="aiperf-rules-1.0",
+        deviations=["seed: 0 -> 5"],
+        config_hash="c" * 64,
+    )
+    log.dataset(
+        {
+            "name": "synthetic",
+            "kind": "synthetic",
+            "sha256": "s" * 64,
+            "train_samples": 384,
+            "val_samples": 128,
+            "classes": 10,
+            "path": "/data",
+        }
+    )
     log.search_started(T0, T0 + 60)
-    log.trial_started(trial_id=11, trial_key="00", number=0, started_at=T0 + 0.5, parent_trial_id=None,
-                      operator="seed", architecture=ARCH, hyperparameters={"batch_size": 32}, epochs=2, seed=1)
-    log.trial_built(trial_key="00", worker="tcp://w0", parameters=1000, train_ops=30, eval_ops=10,
-                    tensor_train_ops=28, tensor_eval_ops=9)
+    log.trial_started(
+        trial_id=11,
+        trial_key="00",
+        number=0,
+        started_at=T0 + 0.5,
+        parent_trial_id=None,
+        operator="seed",
+        architecture=ARCH,
+        hyperparameters={"batch_size": 32},
+        epochs=2,
+        seed=1,
+    )
+    log.trial_built(
+        trial_key="00",
+        worker="tcp://w0",
+        parameters=1000,
+        train_ops=30,
+        eval_ops=10,
+        tensor_train_ops=28,
+        tensor_eval_ops=9,
+    )
     for n in range(2):
-        log.epoch("00", epoch=n, started_at=T0 + 1 + 10 * n, ended_at=T0 + 10 + 10 * n, samples_trained=384,
-                  samples_evaluated=128, loss=1.0, accuracy=0.4, val_loss=1.1, val_accuracy=0.3 + 0.1 * n,
-                  complete=True)
+        log.epoch(
+            "00",
+            epoch=n,
+            started_at=T0 + 1 + 10 * n,
+            ended_at=T0 + 10 + 10 * n,
+            samples_trained=384,
+            samples_evaluated=128,
+            loss=1.0,
+            accuracy=0.4,
+            val_loss=1.1,
+            val_accuracy=0.3 + 0.1 * n,
+            complete=True,
+        )
     log.trial_stopped("00", TrialStatus.COMPLETED, T0 + 21, None)
-    log.trial_started(trial_id=12, trial_key="01", number=1, started_at=T0 + 21.5, parent_trial_id=11,
-                      operator="widen stage 1", architecture=ARCH, hyperparameters={"batch_size": 32}, epochs=2, seed=2)
-    log.trial_built(trial_key="01", worker="tcp://w1", parameters=2000, train_ops=60, eval_ops=20,
-                    tensor_train_ops=56, tensor_eval_ops=18)
-    log.epoch("01", epoch=0, started_at=T0 + 22, ended_at=T0 + 60, samples_trained=96, samples_evaluated=0,
-              loss=2.0, accuracy=0.1, val_loss=None, val_accuracy=None, complete=False)
+    log.trial_started(
+        trial_id=12,
+        trial_key="01",
+        number=1,
+        started_at=T0 + 21.5,
+        parent_trial_id=11,
+        operator="widen stage 1",
+        architecture=ARCH,
+        hyperparameters={"batch_size": 32},
+        epochs=2,
+        seed=2,
+    )
+    log.trial_built(
+        trial_key="01",
+        worker="tcp://w1",
+        parameters=2000,
+        train_ops=60,
+        eval_ops=20,
+        tensor_train_ops=56,
+        tensor_eval_ops=18,
+    )
+    log.epoch(
+        "01",
+        epoch=0,
+        started_at=T0 + 22,
+        ended_at=T0 + 60,
+        samples_trained=96,
+        samples_evaluated=0,
+        loss=2.0,
+        accuracy=0.1,
+        val_loss=None,
+        val_accuracy=None,
+        complete=False,
+    )
     log.search_stopped(T0 + 60.25)
     if stop is not None:
         log.run_stopped(stop)
@@ -69,12 +148,17 @@ def test_every_line_is_an_mllog_event_in_mlperf_format(tmp_path):
     keys = [json.loads(line.removeprefix(":::MLLOG "))["key"] for line in lines]
     assert keys[0] == mllog.RUN_START and keys[-1] == mllog.RUN_STOP
     epoch_start = next(json.loads(line[9:]) for line in lines if '"epoch_start"' in line)
-    assert epoch_start["time_ms"] == round((T0 + 1) * 1000) and epoch_start["metadata"]["time_s"] == T0 + 1
+    assert (
+        epoch_start["time_ms"] == round((T0 + 1) * 1000)
+        and epoch_start["metadata"]["time_s"] == T0 + 1
+    )
 
 
 def test_the_vocabulary_is_one_set_of_distinct_keys():
     assert len(set(mllog.KEYS)) == len(mllog.KEYS)
-    constants = {v for k, v in vars(mllog).items() if k.isupper() and isinstance(v, str) and v in mllog.KEYS}
+    constants = {
+        v for k, v in vars(mllog).items() if k.isupper() and isinstance(v, str) and v in mllog.KEYS
+    }
     assert constants == set(mllog.KEYS)
 
 
@@ -89,28 +173,66 @@ def test_a_second_writer_appends(tmp_path):
 def test_the_log_rebuilds_the_records(tmp_path):
     path = tmp_path / "events.log"
     write_run(path)
-    score = ScoreResult(elapsed_s=60.25, total_ops=1, ops=1.0, tensor_ops=1.0, best_val_accuracy=0.4, val_samples=128,
-                        regulated_score=1.0, trials_completed=1, samples_trained=864, samples_evaluated=256,
-                        valid=False, reasons=["too short"])
+    score = ScoreResult(
+        elapsed_s=60.25,
+        total_ops=1,
+        ops=1.0,
+        tensor_ops=1.0,
+        best_val_accuracy=0.4,
+        val_samples=128,
+        regulated_score=1.0,
+        trials_completed=1,
+        samples_trained=864,
+        samples_evaluated=256,
+        valid=False,
+        reasons=["too short"],
+    )
     log = mllog.EventLog(path)
     log.score(score, "aiperf-rules-1.0")
     log.verification([CheckRecord("elapsed_time", True, "ok")])
     logged = mllog.read_run(path)
     record = logged.run
-    assert (record.id, record.profile, record.seed, record.workers, record.budget_s) == (7, "quick", 5, 2, 60.0)
-    assert (record.division, record.ruleset, record.deviations) == ("open", "aiperf-rules-1.0", ("seed: 0 -> 5",))
-    assert record.stored_status is RunStatus.COMPLETED and record.system.hostname == "h" and record.system.id == 3
+    assert (record.id, record.profile, record.seed, record.workers, record.budget_s) == (
+        7,
+        "quick",
+        5,
+        2,
+        60.0,
+    )
+    assert (record.division, record.ruleset, record.deviations) == (
+        "open",
+        "aiperf-rules-1.0",
+        ("seed: 0 -> 5",),
+    )
+    assert (
+        record.stored_status is RunStatus.COMPLETED
+        and record.system.hostname == "h"
+        and record.system.id == 3
+    )
     assert logged.dataset.val_samples == 128 and logged.dataset.train_samples == 384
-    assert record.score == score and record.verification == (CheckRecord("elapsed_time", True, "ok"),)
+    assert record.score == score and record.verification == (
+        CheckRecord("elapsed_time", True, "ok"),
+    )
     (window,) = record.windows
     assert (window.ended_at - window.started_at).total_seconds() == pytest.approx(60.25)
     first, second = record.trials
-    assert (first.trial_key, first.id, first.worker, first.status) == ("00", 11, "tcp://w0", TrialStatus.COMPLETED)
-    assert (first.train_ops_per_sample, first.eval_ops_per_sample, first.tensor_train_ops_per_sample,
-            first.tensor_eval_ops_per_sample) == (30, 10, 28, 9)
+    assert (first.trial_key, first.id, first.worker, first.status) == (
+        "00",
+        11,
+        "tcp://w0",
+        TrialStatus.COMPLETED,
+    )
+    assert (
+        first.train_ops_per_sample,
+        first.eval_ops_per_sample,
+        first.tensor_train_ops_per_sample,
+        first.tensor_eval_ops_per_sample,
+    ) == (30, 10, 28, 9)
     assert [e.val_accuracy for e in first.epochs] == [0.3, 0.4] and first.best_val_accuracy == 0.4
     assert (second.parent_trial_id, second.operator) == (11, "widen stage 1")
-    assert second.status is TrialStatus.STOPPED, "a trial still running when its run completed was stopped"
+    assert second.status is TrialStatus.STOPPED, (
+        "a trial still running when its run completed was stopped"
+    )
     assert second.epochs[0].complete is False and second.best_val_accuracy is None
 
 
@@ -122,13 +244,21 @@ def test_a_trial_cut_off_by_a_resume_was_interrupted(tmp_path):
     assert mllog.read_run(path).run.trials[1].status is TrialStatus.INTERRUPTED
 
 
-@pytest.mark.parametrize("line, fragment", [
-    ("not an event", "line 3 is not an MLLOG event"),
-    (':::MLLOG {"time_ms": 1', "line 3 is not valid JSON"),
-    (':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed"}', "has no value"),
-    (':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "LATER", "key": "seed", "value": 1, "metadata": {}}',
-     "unknown event_type"),
-])
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("not an event", "line 3 is not an MLLOG event"),
+        (':::MLLOG {"time_ms": 1', "line 3 is not valid JSON"),
+        (
+            ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed"}',
+            "has no value",
+        ),
+        (
+            ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "LATER", "key": "seed", "value": 1, "metadata": {}}',
+            "unknown event_type",
+        ),
+    ],
+)
 def test_a_line_that_is_not_an_event_is_named(tmp_path, line, fragment):
     path = tmp_path / "events.log"
     log = mllog.EventLog(path)
@@ -143,9 +273,13 @@ def test_a_line_that_is_not_an_event_is_named(tmp_path, line, fragment):
 def test_an_event_that_does_not_fit_is_named(tmp_path):
     path = tmp_path / "events.log"
     write_run(path)
-    text = path.read_text().replace('"train_samples", "value": 384', '"train_samples", "value": "lots"', 1)
+    text = path.read_text().replace(
+        '"train_samples", "value": 384', '"train_samples", "value": "lots"', 1
+    )
     path.write_text(text)
-    with pytest.raises(mllog.EventLogError, match=r"line \d+: a train_samples event that does not fit"):
+    with pytest.raises(
+        mllog.EventLogError, match=r"line \d+: a train_samples event that does not fit"
+    ):
         mllog.read_run(path)
     path.write_text("")
     with pytest.raises(mllog.EventLogError, match="has no run_start event"):
@@ -154,7 +288,12 @@ def test_an_event_that_does_not_fit_is_named(tmp_path):
 
 # --- a real run, interrupted and resumed: one log, appended --------------------------------------------
 
-SIMULATED = {**TINY, "train.trainer": "simulated", "data.train_samples": 3000, "data.val_samples": 1000}
+SIMULATED = {
+    **TINY,
+    "train.trainer": "simulated",
+    "data.train_samples": 3000,
+    "data.val_samples": 1000,
+}
 
 
 class _StopAfterSomeEpochs(run.Stages):
@@ -169,10 +308,14 @@ class _StopAfterSomeEpochs(run.Stages):
         @contextlib.contextmanager
         def runner():
             with run.dask_trials(config, scheduler_address, security) as trials:
+
                 def launch(request):
                     with Store.open_existing(self.db) as store:
-                        done = sum(store.trial_counts(request.run_id).get(s, 0) for s in TrialStatus
-                                   if s != TrialStatus.RUNNING)
+                        done = sum(
+                            store.trial_counts(request.run_id).get(s, 0)
+                            for s in TrialStatus
+                            if s != TrialStatus.RUNNING
+                        )
                     if done >= 2:
                         raise KeyboardInterrupt("stopped by the test")
                     return trials.launch(request)
@@ -184,8 +327,12 @@ class _StopAfterSomeEpochs(run.Stages):
 
 def _without_unlogged_ends(trials):
     """A trial its run ended (not the orchestrator) has no trial_stop, so no end time, in the log."""
-    return [dataclasses.replace(t, ended_at=None) if t.status in (TrialStatus.INTERRUPTED, TrialStatus.STOPPED)
-            else t for t in trials]
+    return [
+        dataclasses.replace(t, ended_at=None)
+        if t.status in (TrialStatus.INTERRUPTED, TrialStatus.STOPPED)
+        else t
+        for t in trials
+    ]
 
 
 @pytest.mark.slow
@@ -193,8 +340,15 @@ def test_a_resumed_run_appends_to_its_log_and_the_log_tells_the_whole_run(tmp_pa
     from aiperf.lifecycle.recovery import resume_config
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    config = load_config("quick", budget="12s", workers=2, db=db, seed=3, out=str(tmp_path / "out"),
-                         overrides=SIMULATED)
+    config = load_config(
+        "quick",
+        budget="12s",
+        workers=2,
+        db=db,
+        seed=3,
+        out=str(tmp_path / "out"),
+        overrides=SIMULATED,
+    )
     with pytest.raises(KeyboardInterrupt):
         run.run_benchmark(config, _StopAfterSomeEpochs(db))
     path = run.event_log(config, 1).path

@@ -5,7 +5,17 @@ import random
 import pytest
 
 from aiperf.arch import build_model, count_params, infer_shapes, seed_spec
-from aiperf.arch.morph import Limits, Morphism, apply, deepen, random_morphism, skip, skip_pairs, widen, widenable
+from aiperf.arch.morph import (
+    Limits,
+    Morphism,
+    apply,
+    deepen,
+    random_morphism,
+    skip,
+    skip_pairs,
+    widen,
+    widenable,
+)
 from aiperf.ops import count_model
 
 
@@ -39,9 +49,12 @@ def test_widen_doubles_one_convolution_and_its_consumers_follow(seed):
     (h, w, f), cin = shapes[conv], shapes["stage1_block1_out"][-1]
     h2, w2, f2 = shapes["stage2_block1_2_conv"]  # the next conv, whose input doubles
     before, after = ops(seed), ops(child)
-    expected = (2 * h * w * 9 * cin * f            # the widened conv's own extra filters
-                + 7 * h * w * f + h * w * f        # its BN and ReLU on twice the channels
-                + 2 * h2 * w2 * 9 * f * f2)        # the next conv reads twice the channels
+    expected = (
+        2 * h * w * 9 * cin * f  # the widened conv's own extra filters
+        + 7 * h * w * f
+        + h * w * f  # its BN and ReLU on twice the channels
+        + 2 * h2 * w2 * 9 * f * f2
+    )  # the next conv reads twice the channels
     assert after.forward - before.forward == expected
     assert build_model(child).count_params() > build_model(seed).count_params()
 
@@ -61,7 +74,9 @@ def test_skip_with_projection_when_sizes_differ(seed):
     (_hs, _ws, cs), (ht, wt, ct) = infer_shapes(seed)[source], infer_shapes(seed)[target]
     before, after = ops(seed), ops(child)
     stride_area = ht * wt
-    forward = 2 * stride_area * cs * ct + 7 * stride_area * ct + stride_area * ct  # 1x1 conv, BN, add
+    forward = (
+        2 * stride_area * cs * ct + 7 * stride_area * ct + stride_area * ct
+    )  # 1x1 conv, BN, add
     assert after.forward - before.forward == forward
     assert after.backward - before.backward == cs * ct * (4 * stride_area + 2) + 36
     assert child.skip_count == seed.skip_count + 1

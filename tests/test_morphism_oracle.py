@@ -36,8 +36,18 @@ def test_first_round_is_the_seed_on_every_worker(tmp_path):
     oracle = new_oracle(tmp_path, workers=2)
     trials = [oracle.create_trial(f"w{i}") for i in range(2)]
     assert [t.hyperparameters.values[space.OPERATOR] for t in trials] == ["seed"] * 2
-    assert len({(t.hyperparameters.values[space.LEARNING_RATE], t.hyperparameters.values[space.BATCH_SIZE])
-                for t in trials}) > 1, "seeds train with different hyperparameters"
+    assert (
+        len(
+            {
+                (
+                    t.hyperparameters.values[space.LEARNING_RATE],
+                    t.hyperparameters.values[space.BATCH_SIZE],
+                )
+                for t in trials
+            }
+        )
+        > 1
+    ), "seeds train with different hyperparameters"
     assert oracle.create_trial("w2").status == "IDLE", "nothing to grow until a seed has a score"
 
 
@@ -45,10 +55,14 @@ def test_children_differ_from_their_parent_by_exactly_one_morphism(tmp_path):
     oracle = new_oracle(tmp_path)
     rng = random.Random(1)
     trials = [step(oracle, f"s{i}", rng.random()) for i in range(12)]
-    networks = {t.trial_id: Network.from_json(t.hyperparameters.values[space.ARCHITECTURE]) for t in trials}
+    networks = {
+        t.trial_id: Network.from_json(t.hyperparameters.values[space.ARCHITECTURE]) for t in trials
+    }
     children = [t for t in trials if t.hyperparameters.values[space.OPERATOR] != "seed"]
     assert len(children) == 10
-    assert len({n.topology_key() for n in networks.values()}) >= 10, "no architecture is proposed twice"
+    assert len({n.topology_key() for n in networks.values()}) >= 10, (
+        "no architecture is proposed twice"
+    )
     for child in children:
         values = child.hyperparameters.values
         parent = networks[values[space.PARENT]]
@@ -67,30 +81,76 @@ def test_gp_prefers_the_neighbourhood_of_good_architectures():
 
 @pytest.mark.parametrize("stored", ["as stored now", "whole, as earlier versions stored it"])
 def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
-    state_of = stored_state if stored == "as stored now" else (lambda oracle: oracle.get_state() | {
-        "morphism": {**oracle.get_state()["morphism"], "tried": sorted(oracle._tried.keys())}})
+    state_of = (
+        stored_state
+        if stored == "as stored now"
+        else (
+            lambda oracle: (
+                oracle.get_state()
+                | {
+                    "morphism": {
+                        **oracle.get_state()["morphism"],
+                        "tried": sorted(oracle._tried.keys()),
+                    }
+                }
+            )
+        )
+    )
     original = new_oracle(tmp_path, seed=5)
     store = Store.open(sqlite_url)
-    system = store.upsert_system({"fingerprint": "1" * 64, "hostname": "h", "cpu_model": "c", "cpu_cores": 1,
-                                  "memory_bytes": 1, "gpus": {"count": 0, "models": []}, "platform": "p",
-                                  "python_version": "3", "tensorflow_version": None, "keras_version": "3",
-                                  "keras_backend": "tensorflow"})
-    run = store.create_run(system_id=system, profile="quick", config={}, seed=5, budget_s=1, workers=2)
+    system = store.upsert_system(
+        {
+            "fingerprint": "1" * 64,
+            "hostname": "h",
+            "cpu_model": "c",
+            "cpu_cores": 1,
+            "memory_bytes": 1,
+            "gpus": {"count": 0, "models": []},
+            "platform": "p",
+            "python_version": "3",
+            "tensorflow_version": None,
+            "keras_version": "3",
+            "keras_backend": "tensorflow",
+        }
+    )
+    run = store.create_run(
+        system_id=system, profile="quick", config={}, seed=5, budget_s=1, workers=2
+    )
     rng = random.Random(2)
     for i in range(7):
         trial = step(original, f"s{i}", rng.random())
         values = trial.hyperparameters.values
-        trial_id = store.create_trial(run_id=run, trial_key=trial.trial_id, number=i,
-                                      architecture=Network.from_json(values[space.ARCHITECTURE]).to_dict(),
-                                      hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
-                                      started_at=0.0, operator=values[space.OPERATOR])
-        store.record_epoch(trial_id, epoch=0, started_at=0.0, ended_at=1.0, samples_trained=1, samples_evaluated=1,
-                           loss=1.0, accuracy=0.5, val_loss=1.0, val_accuracy=trial.score, complete=True)
+        trial_id = store.create_trial(
+            run_id=run,
+            trial_key=trial.trial_id,
+            number=i,
+            architecture=Network.from_json(values[space.ARCHITECTURE]).to_dict(),
+            hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
+            started_at=0.0,
+            operator=values[space.OPERATOR],
+        )
+        store.record_epoch(
+            trial_id,
+            epoch=0,
+            started_at=0.0,
+            ended_at=1.0,
+            samples_trained=1,
+            samples_evaluated=1,
+            loss=1.0,
+            accuracy=0.5,
+            val_loss=1.0,
+            val_accuracy=trial.score,
+            complete=True,
+        )
         store.finish_trial(trial_id, status="completed", ended_at=1.0)
         store.save_search_state(run, "morphism", state_of(original))
 
-    resumed = restore(new_oracle(tmp_path, seed=5), store.search_state(run), store.get_run(run).trials,
-                      "val_accuracy")
+    resumed = restore(
+        new_oracle(tmp_path, seed=5),
+        store.search_state(run),
+        store.get_run(run).trials,
+        "val_accuracy",
+    )
     expected, got = original.create_trial("next"), resumed.create_trial("next")
     assert got.hyperparameters.values == expected.hyperparameters.values
     assert got.trial_id == expected.trial_id
@@ -121,13 +181,17 @@ def test_distance_matrix_equals_the_pairwise_distance():
     rng = random_module.Random(3)
     networks = [seed_spec("resnet-mini", (16, 16, 3), 10)]
     while len(networks) < 12:
-        child = random_morphism(rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8))
+        child = random_morphism(
+            rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8)
+        )
         if child is not None:
             networks.append(child)
     described = [describe(n) for n in networks]
     pairwise = np.array([[distance(a, b) for b in described] for a in described])
     assert np.allclose(distance_matrix(described, described), pairwise, rtol=0, atol=1e-9)
-    assert np.allclose(distance_matrix(described[:3], described[5:]), pairwise[:3, 5:], rtol=0, atol=1e-9)
+    assert np.allclose(
+        distance_matrix(described[:3], described[5:]), pairwise[:3, 5:], rtol=0, atol=1e-9
+    )
 
 
 def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
@@ -138,7 +202,9 @@ def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
     from aiperf.search.distance import distance_matrix
 
     def trial(i: int, score: float):
-        t = kt.engine.trial.Trial(hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status="COMPLETED")
+        t = kt.engine.trial.Trial(
+            hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status="COMPLETED"
+        )
         t.score = score
         return t
 
@@ -146,9 +212,15 @@ def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
     chosen = memory.training_set(scored)
     assert len(chosen) == memory.TRAINING_SIZE
     best = sorted(scored, key=lambda t: t.score, reverse=True)[: memory.BEST]
-    assert {t.trial_id for t in best} <= {t.trial_id for t in chosen}, "the best trials are always in"
-    assert {t.trial_id for t in scored[-memory.RECENT:]} <= {t.trial_id for t in chosen}, "so are the newest"
-    assert memory.training_set(scored[:10]) == scored[:10], "small runs train on every scored trial"
+    assert {t.trial_id for t in best} <= {t.trial_id for t in chosen}, (
+        "the best trials are always in"
+    )
+    assert {t.trial_id for t in scored[-memory.RECENT :]} <= {t.trial_id for t in chosen}, (
+        "so are the newest"
+    )
+    assert memory.training_set(scored[:10]) == scored[:10], (
+        "small runs train on every scored trial"
+    )
 
     # Incremental distances equal a full recomputation, as trials join and leave the set.
     from aiperf.arch.morph import Limits, random_morphism
@@ -156,7 +228,9 @@ def test_the_gp_trains_on_a_bounded_set_and_keeps_its_distances():
     rng = random.Random(4)
     networks = [seed_spec("resnet-mini", (16, 16, 3), 10)]
     while len(networks) < 6:
-        child = random_morphism(rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8))
+        child = random_morphism(
+            rng.choice(networks), rng, 3, Limits(max_layers=200, max_params=10**8)
+        )
         if child is not None:
             networks.append(child)
     with_networks = []

@@ -13,8 +13,8 @@ import typer  # noqa: E402
 from keras import layers  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from aiperf.ops import count_model  # noqa: E402
 from aiperf.ops import cli as ops_cli  # noqa: E402
+from aiperf.ops import count_model  # noqa: E402
 
 app = typer.Typer()
 app.command("flops")(ops_cli.flops)
@@ -73,8 +73,13 @@ def test_resnet50_json_gives_the_published_figures() -> None:
     assert data["eval_per_sample"] == data["forward"] == 7_806_583_495
     assert data["train_per_sample"] == data["forward"] + data["backward"] == 23_053_458_315
     assert len(data["layers"]) == 177
-    assert data["layers"][2] == {"name": "conv1_conv", "type": "Conv2D", "output_shape": [112, 112, 64],
-                                 "forward": 236_027_904, "backward": 236_046_720}
+    assert data["layers"][2] == {
+        "name": "conv1_conv",
+        "type": "Conv2D",
+        "output_shape": [112, 112, 64],
+        "forward": 236_027_904,
+        "backward": 236_046_720,
+    }
 
 
 def test_resnet50_tensor_convention_by_default_shape() -> None:
@@ -89,15 +94,25 @@ def test_saved_keras_file_counts_like_the_model(saved_model) -> None:
     data = flops_json(str(saved_model))
     assert (data["forward"], data["backward"]) == (expected.forward, expected.backward)
     assert [row["name"] for row in data["layers"]] == ["pixels", "conv", "bn", "relu", "gap", "fc"]
-    assert flops_json(str(saved_model), "--input-shape", "12,10,3", "--classes", "5")["forward"] == expected.forward
+    assert (
+        flops_json(str(saved_model), "--input-shape", "12,10,3", "--classes", "5")["forward"]
+        == expected.forward
+    )
 
 
 def test_table_output(saved_model) -> None:
     result = flops(str(saved_model), "--convention", "tensor")
     assert result.exit_code == 0, result.output
     expected = count_model(small_model(), "tensor")
-    for text in ("conv", "Conv2D", "(12, 10, 4)", "total", f"{expected.forward:,}",
-                 f"{expected.train_per_sample:,}", "tensor"):
+    for text in (
+        "conv",
+        "Conv2D",
+        "(12, 10, 4)",
+        "total",
+        f"{expected.forward:,}",
+        f"{expected.train_per_sample:,}",
+        "tensor",
+    ):
         assert text in result.stdout
 
 
@@ -114,10 +129,16 @@ def test_seed_model_and_architecture_file(tmp_path) -> None:
     arch = pytest.importorskip("aiperf.arch", reason="seed models need aiperf.arch")
     name = arch.seed_names()[0]
     expected = count_model(arch.build_seed(name, (32, 40, 3), 7))
-    assert flops_json(name, "--input-shape", "32,40,3", "--classes", "7")["forward"] == expected.forward
+    assert (
+        flops_json(name, "--input-shape", "32,40,3", "--classes", "7")["forward"]
+        == expected.forward
+    )
     spec_file = tmp_path / "arch.json"
     spec_file.write_text(arch.seed_spec(name).to_json())
-    assert flops_json(str(spec_file), "--input-shape", "32,40,3", "--classes", "7")["forward"] == expected.forward
+    assert (
+        flops_json(str(spec_file), "--input-shape", "32,40,3", "--classes", "7")["forward"]
+        == expected.forward
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,23 +164,31 @@ def test_unreadable_files(tmp_path) -> None:
     assert_one_line_error(flops(str(tmp_path)), "not a model file")
 
 
-@pytest.mark.parametrize("shape", ["224x224x3", "224,224", "224,224,3,1", "a,b,c", "0,224,3", "-1,2,3", ""])
+@pytest.mark.parametrize(
+    "shape", ["224x224x3", "224,224", "224,224,3,1", "a,b,c", "0,224,3", "-1,2,3", ""]
+)
 def test_malformed_input_shape(shape: str) -> None:
     assert_one_line_error(flops("resnet50", "--input-shape", shape), "--input-shape", "224,224,3")
 
 
 def test_input_shape_a_builtin_cannot_take() -> None:
-    assert_one_line_error(flops("resnet50", "--input-shape", "8,8,3"), "cannot build resnet50", "32")
+    assert_one_line_error(
+        flops("resnet50", "--input-shape", "8,8,3"), "cannot build resnet50", "32"
+    )
 
 
 def test_input_shape_or_classes_not_matching_a_saved_model(saved_model) -> None:
-    assert_one_line_error(flops(str(saved_model), "--input-shape", "32,32,3"), "12,10,3", "drop --input-shape")
+    assert_one_line_error(
+        flops(str(saved_model), "--input-shape", "32,32,3"), "12,10,3", "drop --input-shape"
+    )
     assert_one_line_error(flops(str(saved_model), "--classes", "10"), "drop --classes")
     assert_one_line_error(flops("resnet50", "--classes", "0"), "--classes")
 
 
 def test_unknown_convention() -> None:
-    assert_one_line_error(flops("resnet50", "--convention", "mlperf"), "'mlperf'", "--convention aiperf")
+    assert_one_line_error(
+        flops("resnet50", "--convention", "mlperf"), "'mlperf'", "--convention aiperf"
+    )
 
 
 class Mystery(layers.Layer):

@@ -30,8 +30,10 @@ from tensorflow.python.framework.function_def_to_graph import function_def_to_gr
 
 from aiperf.ops import count_model  # noqa: E402
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the reference is TensorFlow's profiler; it needs the TensorFlow backend")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="the reference is TensorFlow's profiler; it needs the TensorFlow backend",
+)
 
 PROFILED_OP_TYPES = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul"})
 CALL_OP_TYPES = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
@@ -104,28 +106,55 @@ def random_convnet(seed: int) -> keras.Model:
     x = inputs
     for _ in range(rng.randint(3, 7)):
         h, w, channels = x.shape[1:]
-        kind = rng.choice(["conv", "conv", "grouped", "dilated", "depthwise", "separable", "dense",
-                           "residual", "pool"])
-        kernel = (rng.choice([1, 3, 5]), rng.choice([1, 3, 5])) if rng.random() < 0.3 else rng.choice([1, 3, 5])
+        kind = rng.choice(
+            [
+                "conv",
+                "conv",
+                "grouped",
+                "dilated",
+                "depthwise",
+                "separable",
+                "dense",
+                "residual",
+                "pool",
+            ]
+        )
+        kernel = (
+            (rng.choice([1, 3, 5]), rng.choice([1, 3, 5]))
+            if rng.random() < 0.3
+            else rng.choice([1, 3, 5])
+        )
         padding = rng.choice(["same", "valid"])
         stride = rng.choice([1, 2]) if min(h, w) >= 8 else 1
         if padding == "valid" and min(h, w) < 6:
             padding = "same"
         if kind == "conv":
-            x = layers.Conv2D(rng.choice([4, 8, 12, 16]), kernel, strides=stride, padding=padding,
-                              activation=rng.choice([None, "relu"]))(x)
+            x = layers.Conv2D(
+                rng.choice([4, 8, 12, 16]),
+                kernel,
+                strides=stride,
+                padding=padding,
+                activation=rng.choice([None, "relu"]),
+            )(x)
         elif kind == "grouped":
             groups = rng.choice([g for g in (2, 3, 4) if channels % g == 0] or [1])
-            x = layers.Conv2D(groups * rng.choice([2, 4]), kernel, strides=stride, padding=padding,
-                              groups=groups)(x)
+            x = layers.Conv2D(
+                groups * rng.choice([2, 4]), kernel, strides=stride, padding=padding, groups=groups
+            )(x)
         elif kind == "dilated" and h % 2 == 0 and w % 2 == 0 and min(h, w) >= 6:
             x = layers.Conv2D(rng.choice([4, 8]), 3, dilation_rate=2, padding=padding)(x)
         elif kind == "depthwise":
-            x = layers.DepthwiseConv2D(kernel, strides=stride, padding=padding,
-                                       depth_multiplier=rng.choice([1, 2]))(x)
+            x = layers.DepthwiseConv2D(
+                kernel, strides=stride, padding=padding, depth_multiplier=rng.choice([1, 2])
+            )(x)
         elif kind == "separable":
-            x = layers.SeparableConv2D(rng.choice([4, 8, 16]), kernel, strides=stride, padding=padding,
-                                       depth_multiplier=rng.choice([1, 2]))(x)
+            x = layers.SeparableConv2D(
+                rng.choice([4, 8, 16]),
+                kernel,
+                strides=stride,
+                padding=padding,
+                depth_multiplier=rng.choice([1, 2]),
+            )(x)
         elif kind == "dense":
             x = layers.Dense(rng.choice([4, 8]), activation="relu")(x)
         elif kind == "residual":
@@ -151,7 +180,9 @@ def test_tensor_convention_matches_profiler_on_random_convnets(seed: int) -> Non
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_tensor_convention_matches_profiler_on_search_space(seed: int) -> None:
-    space = pytest.importorskip("aiperf.search.space", reason="the search space (aiperf/search/space.py) is needed")
+    space = pytest.importorskip(
+        "aiperf.search.space", reason="the search space (aiperf/search/space.py) is needed"
+    )
     from aiperf.arch import build_model
 
     spec = space.random_architecture(seed, input_shape=(32, 32, 3), num_classes=10)
@@ -159,7 +190,9 @@ def test_tensor_convention_matches_profiler_on_search_space(seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("application", ["MobileNetV2", "DenseNet121", "EfficientNetB0", "ResNet50"])
+@pytest.mark.parametrize(
+    "application", ["MobileNetV2", "DenseNet121", "EfficientNetB0", "ResNet50"]
+)
 def test_tensor_convention_matches_profiler_on_keras_applications(application: str) -> None:
     build = getattr(keras.applications, application)
     assert_tensor_matches_profiler(build(weights=None, input_shape=(48, 64, 3), classes=10))

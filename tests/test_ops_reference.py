@@ -44,4 +44,6 @@ def test_resnet50_first_conv_and_classifier(resnet50_ops) -> None:
     assert rows["predictions"].forward == 2 * 2048 * 1000 + 13 * 1000 - 1
     assert rows["predictions"].backward == 4 * 2048 * 1000 + 2 * 2049 * 1000
     assert rows["avg_pool"].forward == (7 * 7 - 1) * 2048 + 4 * 2048
-    assert len(resnet50_ops["aiperf"].layers) == len(keras.applications.ResNet50(weights=None).layers)
+    assert len(resnet50_ops["aiperf"].layers) == len(
+        keras.applications.ResNet50(weights=None).layers
+    )

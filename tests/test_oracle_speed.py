@@ -44,12 +44,18 @@ def test_topology_keys_are_the_ones_stored_by_earlier_runs():
     assert seed_spec("resnet50", (224, 224, 3), 1000).topology_key() == "66300f4ec012e928"
 
 
-@pytest.mark.parametrize("seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"])
+@pytest.mark.parametrize(
+    "seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"]
+)
 def test_children_made_without_validation_are_valid_with_the_full_shapes_and_weights(seed):
     for child in lineage(seed, 60, random.Random(5))[1:]:
         validate(child)
-        assert child.__dict__.get("_shapes") is None or child.__dict__["_shapes"] == _infer_shapes(child)
-        assert child.__dict__.get("_params") is None or child.__dict__["_params"] == _count_params(child)
+        assert child.__dict__.get("_shapes") is None or child.__dict__["_shapes"] == _infer_shapes(
+            child
+        )
+        assert child.__dict__.get("_params") is None or child.__dict__["_params"] == _count_params(
+            child
+        )
         reparsed = type(child).from_json(child.to_json())  # validated at construction
         assert reparsed == child and reparsed.topology_key() == child.topology_key()
 
@@ -77,26 +83,37 @@ def test_children_distances_from_parent_tables_equal_the_dynamic_programme():
         order = list(members)
         rng.shuffle(order)
         for parent in parents:
-            children = [c for c in (random_morphism(networks[parent], rng, 3, LARGE) for _ in range(12)) if c]
+            children = [
+                c
+                for c in (random_morphism(networks[parent], rng, 3, LARGE) for _ in range(12))
+                if c
+            ]
             edits = []
             for child in children:
                 kind, position, new = edit_from(convs[parent], describe(child)[0])
                 edits.append((kind, position, int(kinds.ids([new])[0]) if new else 0))
-            expected = conv_distance_matrix([describe(c)[0] for c in children], [convs[i] for i in order])
+            expected = conv_distance_matrix(
+                [describe(c)[0] for c in children], [convs[i] for i in order]
+            )
             assert np.allclose(tables.distances(parent, edits, order), expected, rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize("held", ["networks", "json"])
-@pytest.mark.parametrize("seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"])
+@pytest.mark.parametrize(
+    "seed", [MINI, seed_spec("resnet50", (64, 64, 3), 10)], ids=["resnet-mini", "resnet50"]
+)
 def test_the_tried_set_answers_as_topology_keys_do(seed, held):
     rng = random.Random(3)
     networks = lineage(seed, 120, rng)
+
     def hold(nets):
         return nets if held == "networks" else [(n, n.to_json()) for n in nets]
 
     tried = TriedArchitectures(hold(networks[::2]))
     keys = {n.topology_key() for n in networks[::2]}
-    questions = networks + [c for c in (random_morphism(rng.choice(networks), rng, 3, LARGE) for _ in range(300)) if c]
+    questions = networks + [
+        c for c in (random_morphism(rng.choice(networks), rng, 3, LARGE) for _ in range(300)) if c
+    ]
     # Renamed copies (equal computation, other node names and history) are the same architecture.
     questions += [type(n).from_json(n.to_json().replace('"m1_', '"x1_')) for n in networks[:20]]
     answers = [n in tried for n in questions]
@@ -104,7 +121,9 @@ def test_the_tried_set_answers_as_topology_keys_do(seed, held):
     assert any(answers) and not all(answers)
     # Children whose fingerprints agree (a residual from either of two ReLUs to one target, through a
     # projection; a 3x3 deepen after either of two ReLUs of one block) are told apart by their keys.
-    children = [deepen(seed, n.id, 3) for n in seed.nodes if n.kind == "relu"] + [skip(seed, *p) for p in skip_pairs(seed)]
+    children = [deepen(seed, n.id, 3) for n in seed.nodes if n.kind == "relu"] + [
+        skip(seed, *p) for p in skip_pairs(seed)
+    ]
     by_fingerprint = {}
     for child in children:
         by_fingerprint.setdefault(fingerprint(child), []).append(child)
@@ -133,7 +152,9 @@ def test_the_best_few_are_the_first_of_the_full_ranking():
 def scored_trials(count: int) -> list:
     trials = []
     for i in range(count):
-        trial = kt.engine.trial.Trial(hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status="COMPLETED")
+        trial = kt.engine.trial.Trial(
+            hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status="COMPLETED"
+        )
         trial.score = (i * 37) % 101 / 101
         trials.append(trial)
     return trials
@@ -150,8 +171,12 @@ def test_the_training_set_changes_by_about_one_trial_per_proposal():
         assert chosen == sorted(chosen, key=lambda t: t.trial_id), "in the order given"
         changes.append(len(ids - previous))
         previous = ids
-    assert np.mean(changes) < 1.5, "the recent window moves by one; the sample and the best rarely change"
-    assert memory.training_set(scored) == memory.training_set(list(scored)), "the same trials, the same set"
+    assert np.mean(changes) < 1.5, (
+        "the recent window moves by one; the sample and the best rarely change"
+    )
+    assert memory.training_set(scored) == memory.training_set(list(scored)), (
+        "the same trials, the same set"
+    )
 
 
 def plant(oracle, networks, rng: random.Random) -> None:
@@ -159,8 +184,15 @@ def plant(oracle, networks, rng: random.Random) -> None:
     for network in networks:
         hp = oracle.hyperparameters.copy()
         operator = space.SEED_OPERATOR if not oracle.trials else "planted"
-        hp.values = {space.ARCHITECTURE: network.to_json(), space.OPERATOR: operator, space.PARENT: None,
-                     space.LEARNING_RATE: 0.01, space.BATCH_SIZE: 32, space.KERNEL_SIZE: 3, space.DROPOUT: 0.0}
+        hp.values = {
+            space.ARCHITECTURE: network.to_json(),
+            space.OPERATOR: operator,
+            space.PARENT: None,
+            space.LEARNING_RATE: 0.01,
+            space.BATCH_SIZE: 32,
+            space.KERNEL_SIZE: 3,
+            space.DROPOUT: 0.0,
+        }
         trial_id = f"{len(oracle.trials):06d}"
         trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status="COMPLETED")
         trial.score = rng.random()
@@ -168,7 +200,9 @@ def plant(oracle, networks, rng: random.Random) -> None:
         oracle._tried.add(network)
 
 
-@pytest.mark.parametrize("kept", [memory.NETWORKS_KEPT, 8], ids=["networks kept", "networks parsed again"])
+@pytest.mark.parametrize(
+    "kept", [memory.NETWORKS_KEPT, 8], ids=["networks kept", "networks parsed again"]
+)
 def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path, monkeypatch, kept):
     # The memory (networks, distances, tables) is derived from the trials: an oracle that has kept it
     # over many proposals and one that rebuilds it (a resumed run) must agree, past the bounded set,
@@ -183,19 +217,31 @@ def test_a_warm_oracle_proposes_what_a_cold_one_does(tmp_path, monkeypatch, kept
         plant(warm, [type(warm.seed_network).from_json(values[space.ARCHITECTURE])], rng)
     cold = make_oracle(config, (16, 16, 3), 10)
     cold.trials = dict(warm.trials)
-    cold.set_state({**cold.get_state(), "morphism": json.loads(json.dumps(warm.get_state()["morphism"]))})
+    cold.set_state(
+        {**cold.get_state(), "morphism": json.loads(json.dumps(warm.get_state()["morphism"]))}
+    )
     assert cold.populate_space("next") == warm.populate_space("next")
 
 
 def test_the_scored_trials_are_kept_up_to_date_without_going_through_all_of_them():
     def trial(i: int, status: str, score=None):
-        t = kt.engine.trial.Trial(hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status=status)
+        t = kt.engine.trial.Trial(
+            hyperparameters=kt.HyperParameters(), trial_id=f"{i:06d}", status=status
+        )
         t.score = score
         return t
 
     remembered = memory.SearchMemory()
-    trials = {t.trial_id: t for t in (trial(0, "COMPLETED", 0.5), trial(1, "RUNNING"), trial(2, "FAILED"),
-                                      trial(3, "COMPLETED", float("nan")), trial(4, "COMPLETED", 0.7))}
+    trials = {
+        t.trial_id: t
+        for t in (
+            trial(0, "COMPLETED", 0.5),
+            trial(1, "RUNNING"),
+            trial(2, "FAILED"),
+            trial(3, "COMPLETED", float("nan")),
+            trial(4, "COMPLETED", 0.7),
+        )
+    }
     scored, scores, _ = remembered.scored(trials)
     assert [t.trial_id for t in scored] == ["000000", "000004"] and list(scores) == [0.5, 0.7]
     trials["000001"].status, trials["000001"].score = "COMPLETED", None  # ended, not scored yet

@@ -4,7 +4,6 @@ covered end to end by test_benchmark_flow.py.)"""
 import sqlite3
 
 import pytest
-
 from conftest import TINY
 
 pytestmark = pytest.mark.slow
@@ -15,13 +14,22 @@ def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
     from flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
-    result = benchmark(profile="quick", budget="10s", workers=2, db=f"sqlite:///{db}", seed=1,
-                       out=str(tmp_path / "out"), overrides={**TINY, "search.oracle": oracle})
+    result = benchmark(
+        profile="quick",
+        budget="10s",
+        workers=2,
+        db=f"sqlite:///{db}",
+        seed=1,
+        out=str(tmp_path / "out"),
+        overrides={**TINY, "search.oracle": oracle},
+    )
     with sqlite3.connect(db) as sql:
         trials = sql.execute("SELECT hyperparameters, status FROM trials").fetchall()
         epochs = sql.execute("SELECT COUNT(*) FROM epochs").fetchone()[0]
         config = sql.execute("SELECT config FROM runs").fetchone()[0]
     assert f'"oracle": "{oracle}"' in config
     assert len(trials) >= 2 and epochs >= 1
-    assert all('"stages"' in hp for hp, _status in trials), "keras-tuner searched the ResNet family"
+    assert all('"stages"' in hp for hp, _status in trials), (
+        "keras-tuner searched the ResNet family"
+    )
     assert result["total_ops"] > 0

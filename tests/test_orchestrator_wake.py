@@ -8,14 +8,15 @@ import queue
 import threading
 import time
 
+from conftest import TINY
+from test_history_data import system_facts
+
 from aiperf.config import load_config
 from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.search.oracles import make_oracle
 from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import SimulatedModel, plan_trial
-from conftest import TINY
-from test_history_data import system_facts
 
 FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.05, train_samples=384, val_samples=128)
 TRIAL_S = 0.15
@@ -47,8 +48,14 @@ class _Timed:
 
 
 def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
-    config = load_config("quick", budget="3s", workers=1, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
-                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=1,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
+    )
     events: queue.Queue = queue.Queue()
 
     def launch(request):
@@ -57,13 +64,29 @@ def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
         return _Timed(TrialResult(request.trial_key, plan.status, plan.built, []))
 
     with Store.open(config.db) as store:
-        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
-                                  seed=0, budget_s=3, workers=1)
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=3,
+            workers=1,
+        )
         shape = (16, 16, 3)
-        orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, shape, 10), data_path="simulated",
-                                    image_shape=shape, num_classes=10, launch=launch, events=events,
-                                    poll_s=30.0, grace_s=60.0, dataset_samples=(384, 128))
+        orchestrator = Orchestrator(
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=make_oracle(config, shape, 10),
+            data_path="simulated",
+            image_shape=shape,
+            num_classes=10,
+            launch=launch,
+            events=events,
+            poll_s=30.0,
+            grace_s=60.0,
+            dataset_samples=(384, 128),
+        )
         started = time.time()
         summary = orchestrator.run(started, started + 1.5)
         took = time.time() - started

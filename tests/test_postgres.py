@@ -4,11 +4,11 @@ flow records into a real PostgreSQL server, and the CLI reads it back (show, his
 from __future__ import annotations
 
 import pytest
+from conftest import TINY
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
-from conftest import TINY
 
 
 def cli(*args: str) -> str:
@@ -24,30 +24,42 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
     # As on a deployment's worker: the URL, password included, comes from the environment, never from a
     # flow parameter (Prefect stores those).
     monkeypatch.setenv("AIPERF_DB_URL", postgres_db)
-    first = benchmark(profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
-    second = benchmark(profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY)
+    first = benchmark(
+        profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY
+    )
+    second = benchmark(
+        profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY
+    )
     engine = create_engine(postgres_db)
     try:
         with engine.connect() as sql:
             status = sql.execute(text("SELECT status FROM runs ORDER BY id")).scalars().all()
-            recomputed = sql.execute(text("""
+            recomputed = sql.execute(
+                text("""
                 SELECT SUM(e.samples_trained * t.train_ops_per_sample + e.samples_evaluated * t.eval_ops_per_sample)
                        / EXTRACT(EPOCH FROM (r.search_ended_at - r.search_started_at))
                 FROM runs r JOIN trials t ON t.run_id = r.id JOIN epochs e ON e.trial_id = t.id
                 WHERE r.id = :run GROUP BY r.id, r.search_ended_at, r.search_started_at"""),
-                {"run": first["run_id"]}).scalar_one()
-            view = sql.execute(text("SELECT run_id, ops, previous_ops FROM run_scores ORDER BY run_id")).all()
+                {"run": first["run_id"]},
+            ).scalar_one()
+            view = sql.execute(
+                text("SELECT run_id, ops, previous_ops FROM run_scores ORDER BY run_id")
+            ).all()
     finally:
         engine.dispose()
     assert status == ["completed", "completed"]
     assert float(recomputed) == pytest.approx(first["ops"], rel=1e-6)
-    assert [(r[0], r[1]) for r in view] == [(first["run_id"], pytest.approx(first["ops"])),
-                                           (second["run_id"], pytest.approx(second["ops"]))]
+    assert [(r[0], r[1]) for r in view] == [
+        (first["run_id"], pytest.approx(first["ops"])),
+        (second["run_id"], pytest.approx(second["ops"])),
+    ]
     assert view[1][2] == pytest.approx(first["ops"])
 
     assert "regulated score" in cli("show", str(first["run_id"]), "--db", postgres_db)
     assert "trend of OPS" in cli("history", "--db", postgres_db, "--profile", "quick")
-    assert "difference" in cli("compare", str(first["run_id"]), str(second["run_id"]), "--db", postgres_db)
+    assert "difference" in cli(
+        "compare", str(first["run_id"]), str(second["run_id"]), "--db", postgres_db
+    )
     page = tmp_path / "report.html"
     cli("report", str(second["run_id"]), "--db", postgres_db, "--output", str(page))
     assert 'id="plot-history"' in page.read_text()

@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-
 from chromium import Chromium
 from conftest import TINY
 from prefect_serve import Served
@@ -32,8 +31,12 @@ pytestmark = pytest.mark.slow
 RUN_NAME = "ui-tiny-run"
 BUDGET = "5s"
 TASKS = {"stage_dataset", "trial", "score", "verify", "report"}
-ARTIFACTS = {"aiperf-score": "TABLE", "aiperf-score-summary": "MARKDOWN", "aiperf-report-summary": "MARKDOWN",
-             "aiperf-report": "MARKDOWN"}
+ARTIFACTS = {
+    "aiperf-score": "TABLE",
+    "aiperf-score-summary": "MARKDOWN",
+    "aiperf-report-summary": "MARKDOWN",
+    "aiperf-report": "MARKDOWN",
+}
 # The V2 UI's analytics library fetches its remote settings when the page loads, whatever the
 # server's analytics setting; with analytics off (DO_NOT_TRACK, serve.sh) it sends no event. The
 # browser resolves no name but 127.0.0.1, so nothing leaves the machine either way.
@@ -90,19 +93,33 @@ def tiny_profile(folder: Path) -> Path:
 class UI:
     """The browser on the served UI: clicks, waits, screenshots, and a check for errors on each page."""
 
-    def __init__(self, browser: Chromium, server: Served, shots: Path, started: float, timings: list[str]) -> None:
+    def __init__(
+        self, browser: Chromium, server: Served, shots: Path, started: float, timings: list[str]
+    ) -> None:
         self.browser, self.server, self.shots = browser, server, shots
         self.seen_events = 0
         self.count = 0
-        self.started, self.timings = started, timings  # when each page was seen (shots/timings.txt)
+        self.started, self.timings = (
+            started,
+            timings,
+        )  # when each page was seen (shots/timings.txt)
 
-    def wait(self, expression: str, what: str, timeout: float = 60, interval: float = 0.5,
-             reload: str | None = None, reload_every: float = 10):
+    def wait(
+        self,
+        expression: str,
+        what: str,
+        timeout: float = 60,
+        interval: float = 0.5,
+        reload: str | None = None,
+        reload_every: float = 10,
+    ):
         """Poll until the expression is truthy; `reload`: a URL to open again now and then, for lists
         the page does not refresh by itself (as a user presses F5)."""
         deadline = time.time() + timeout
         reloaded = time.time()
-        expression = f"(v => v instanceof Node ? true : v)({expression})"  # an element: found, not returned
+        expression = (
+            f"(v => v instanceof Node ? true : v)({expression})"  # an element: found, not returned
+        )
         while True:
             value = self.browser.evaluate(expression)
             if value:
@@ -112,10 +129,14 @@ class UI:
                 reloaded = time.time()
             self.check(what)
             if self.server.process.poll() is not None:
-                pytest.fail(f"serve.sh exited before {what}:\n{self.server.log.read_text()[-4000:]}")
+                pytest.fail(
+                    f"serve.sh exited before {what}:\n{self.server.log.read_text()[-4000:]}"
+                )
             if time.time() > deadline:
                 self.shot("timed-out")
-                pytest.fail(f"timed out waiting for {what} on {self.location()}:\n{self.text()[:6000]}")
+                pytest.fail(
+                    f"timed out waiting for {what} on {self.location()}:\n{self.text()[:6000]}"
+                )
             time.sleep(interval)
 
     def click(self, element: str, what: str) -> None:
@@ -140,22 +161,33 @@ class UI:
         """Fail when the page shows an error, threw one, or one of its calls to the API failed."""
         shown = self.browser.evaluate(ERRORS)
         problems = [f"the page shows {line!r}" for line in shown]
-        events, self.seen_events = self.browser.events[self.seen_events:], len(self.browser.events)
+        events, self.seen_events = (
+            self.browser.events[self.seen_events :],
+            len(self.browser.events),
+        )
         for event in events:
             params = event.get("params", {})
             if event.get("method") == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                problems.append(f"the page threw {details.get('exception', {}).get('description', details['text'])}")
+                problems.append(
+                    f"the page threw {details.get('exception', {}).get('description', details['text'])}"
+                )
             elif event.get("method") == "Network.responseReceived":
                 response = params["response"]
                 # 503: the API asks to be asked again (SQLite busy); the UI does, and shows an error if that fails too
-                if response["status"] >= 400 and response["status"] != 503 and response["url"].startswith(self.server.api):
+                if (
+                    response["status"] >= 400
+                    and response["status"] != 503
+                    and response["url"].startswith(self.server.api)
+                ):
                     problems.append(f"{response['url']} answered {response['status']}")
         if problems:
             self.shot("error")
             pytest.fail(f"{where} ({self.location()}): " + "; ".join(problems))
 
-    def page(self, name: str, ready: str, what: str, timeout: float = 60, reload: str | None = None) -> None:
+    def page(
+        self, name: str, ready: str, what: str, timeout: float = 60, reload: str | None = None
+    ) -> None:
         """Wait until the page shows what it should, check it for errors and save its screenshot."""
         self.wait(ready, what, timeout, reload=reload)
         time.sleep(0.5)  # what loads beside it (counts, badges) settles
@@ -173,10 +205,15 @@ class UI:
             self.click(by_text("button", "Submit"), "Submit")
             outcome = self.browser.wait_until(
                 f"(v => v instanceof Node ? 'created' : v)(({submitted}) || ({errors}).join('; '))",
-                60, "the run to be created")
-            answers = [e["params"]["response"]["status"] for e in self.browser.events[self.seen_events:]
-                       if e.get("method") == "Network.responseReceived"
-                       and e["params"]["response"]["url"].endswith("/create_flow_run")]
+                60,
+                "the run to be created",
+            )
+            answers = [
+                e["params"]["response"]["status"]
+                for e in self.browser.events[self.seen_events :]
+                if e.get("method") == "Network.responseReceived"
+                and e["params"]["response"]["url"].endswith("/create_flow_run")
+            ]
             if outcome == "created" or attempt == attempts or set(answers) != {503}:
                 return  # the caller checks the page
             self.shot(f"submit-retried-{attempt}")
@@ -189,7 +226,11 @@ class UI:
             tab = by_text("[role=tab]", kind, root=f"({block})")
             if not self.browser.evaluate(f"({tab})?.getAttribute('aria-selected') === 'true'"):
                 self.click(tab, f"{label}: {kind}")
-                self.wait(f"({tab})?.getAttribute('aria-selected') === 'true'", f"{label} set to {kind}", 10)
+                self.wait(
+                    f"({tab})?.getAttribute('aria-selected') === 'true'",
+                    f"{label} set to {kind}",
+                    10,
+                )
         field = f"({block})?.querySelector('textarea, input:not([type=hidden])')"
         self.wait(field, f"the field of {label}", 10)
         self.browser.type_into(field, text, label)
@@ -218,18 +259,28 @@ def test_a_benchmark_run_launched_and_followed_in_the_prefect_ui(served_prefect,
     served_deployments(server)
     # serve.sh has deployed prefect.yaml: from here on, only the UI
     timings = [f"{time.time() - started:7.1f} s  serve.sh: server, work pool and deployments up"]
-    with Chromium(tmp_path / "chromium-profile", window=(1400, 1600),
-                  args=("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",)) as browser:
+    with Chromium(
+        tmp_path / "chromium-profile",
+        window=(1400, 1600),
+        args=("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",),
+    ) as browser:
         for domain in ("Page", "Runtime", "Network"):
             browser.call(f"{domain}.enable")
-        browser.call("Emulation.setTimezoneOverride", timezoneId="UTC")  # times shown as the schedule's
+        browser.call(
+            "Emulation.setTimezoneOverride", timezoneId="UTC"
+        )  # times shown as the schedule's
         ui = UI(browser, server, shots, started, timings)
         report = walk_through(ui, server, profile, db, out)
-        external = {re.sub(r"^\w+://([^/:]+).*", r"\1", e["params"]["request"]["url"]) for e in browser.events
-                    if e.get("method") == "Network.requestWillBeSent"
-                    and re.match(r"https?://", e["params"]["request"]["url"])
-                    and not e["params"]["request"]["url"].startswith(server.ui)}
-    assert external <= {ANALYTICS_SETTINGS_HOST}, f"the UI sent requests off this machine: {external}"
+        external = {
+            re.sub(r"^\w+://([^/:]+).*", r"\1", e["params"]["request"]["url"])
+            for e in browser.events
+            if e.get("method") == "Network.requestWillBeSent"
+            and re.match(r"https?://", e["params"]["request"]["url"])
+            and not e["params"]["request"]["url"].startswith(server.ui)
+        }
+    assert external <= {ANALYTICS_SETTINGS_HOST}, (
+        f"the UI sent requests off this machine: {external}"
+    )
     assert db.is_file() and report.is_file()
     assert len(list(shots.glob("*.png"))) >= 12
 
@@ -238,9 +289,14 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     browser = ui.browser
 
     # The server's address opens the UI's dashboard.
-    browser.navigate(server.ui + "/", timeout=120)  # the first load: the server sends the whole bundle
-    ui.page("dashboard", f"location.pathname.startsWith('/v2/dashboard') && {by_text('a', 'Deployments')}",
-            "the dashboard")
+    browser.navigate(
+        server.ui + "/", timeout=120
+    )  # the first load: the server sends the whole bundle
+    ui.page(
+        "dashboard",
+        f"location.pathname.startsWith('/v2/dashboard') && {by_text('a', 'Deployments')}",
+        "the dashboard",
+    )
 
     # Deployments: both, the nightly one with its schedule at 02:00, active.
     ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
@@ -248,21 +304,37 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     benchmark_row = row.format(link=by_text("main a", "benchmark"))
     nightly_row = row.format(link=by_text("main a", "nightly-regression"))
     # (each row's flow name comes with the flows' own query, after the row itself)
-    ui.page("deployments", f"({benchmark_row})?.includes('aiperf-benchmark') && "
-            f"({nightly_row})?.includes('aiperf-nightly-regression')", "the deployments list")
+    ui.page(
+        "deployments",
+        f"({benchmark_row})?.includes('aiperf-benchmark') && "
+        f"({nightly_row})?.includes('aiperf-nightly-regression')",
+        "the deployments list",
+    )
     assert "aiperf-benchmark" in browser.evaluate(benchmark_row)
     nightly = browser.evaluate(nightly_row)
-    assert "aiperf-nightly-regression" in nightly and "At 02:00 AM" in nightly and "Active" in nightly, nightly
+    assert (
+        "aiperf-nightly-regression" in nightly and "At 02:00 AM" in nightly and "Active" in nightly
+    ), nightly
 
     # The nightly deployment's page: the schedule (cron 0 2 * * * in UTC, as its edit form shows),
     # one run at a time, and its next run tonight at 02:00 UTC.
     ui.click(by_text("main a", "nightly-regression"), "the nightly-regression deployment")
     schedule = "[...document.querySelectorAll('[data-slot=card]')].find(c => c.innerText.trim().startsWith('At 02:00 AM'))"
-    ui.page("nightly-regression", f"({schedule}) && /Next Run[\\s\\S]*Scheduled/.test(document.querySelector('main').innerText)",
-            "the nightly schedule")
-    assert browser.evaluate(f"({schedule}).querySelector('[role=switch]').getAttribute('aria-checked')") == "true"
+    ui.page(
+        "nightly-regression",
+        f"({schedule}) && /Next Run[\\s\\S]*Scheduled/.test(document.querySelector('main').innerText)",
+        "the nightly schedule",
+    )
+    assert (
+        browser.evaluate(
+            f"({schedule}).querySelector('[role=switch]').getAttribute('aria-checked')"
+        )
+        == "true"
+    )
     details = ui.text("document.querySelector('main')")
-    assert "flows/nightly.py:nightly" in details and re.search(r"Concurrency Limit\s+1\n", details), details
+    assert "flows/nightly.py:nightly" in details and re.search(
+        r"Concurrency Limit\s+1\n", details
+    ), details
     assert re.search(r"Next Run[\s\S]*Scheduled\s+\d{4}/\d\d/\d\d 02:00:00 AM", details), details
     ui.click(f"({schedule}).querySelector('button[aria-haspopup=menu]')", "the schedule's menu")
     ui.click(by_text("[role=menuitem]", "Edit"), "Edit schedule")
@@ -270,18 +342,27 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     ui.page("nightly-schedule", cron, "the schedule's form")
     assert browser.evaluate(cron) == "0 2 * * *"
     assert "Timezone\nUTC" in ui.text("document.querySelector('[role=dialog]')")
-    ui.click("[...document.querySelectorAll('[role=dialog] button')].filter(b => b.textContent.trim() === 'Close').at(-1)",
-             "Close (the schedule is left as it is)")
+    ui.click(
+        "[...document.querySelectorAll('[role=dialog] button')].filter(b => b.textContent.trim() === 'Close').at(-1)",
+        "Close (the schedule is left as it is)",
+    )
     ui.wait("!document.querySelector('[role=dialog]')", "the schedule's form to close", 10)
 
     # The benchmark deployment: Run -> Custom run.
     ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
     ui.click(by_text("main a", "benchmark"), "the benchmark deployment")
-    ui.page("benchmark", f"({by_text('button', 'Run')}) && document.querySelector('main').innerText.includes('flows/benchmark.py:benchmark')",
-            "the benchmark deployment's page")
+    ui.page(
+        "benchmark",
+        f"({by_text('button', 'Run')}) && document.querySelector('main').innerText.includes('flows/benchmark.py:benchmark')",
+        "the benchmark deployment's page",
+    )
     ui.click(by_text("button", "Run"), "Run")
     ui.click(by_text("[role=menuitem]", "Custom run"), "Custom run")
-    ui.page("custom-run", f"location.pathname.endsWith('/run') && {parameter('profile (Optional)')}", "the run form")
+    ui.page(
+        "custom-run",
+        f"location.pathname.endsWith('/run') && {parameter('profile (Optional)')}",
+        "the run form",
+    )
 
     run_name = f"document.getElementById({by_text('label', 'Run Name')}?.htmlFor)"
     ui.wait(run_name, "the run name field")
@@ -298,8 +379,12 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     ui.submit_run(view_run)
 
     # Back on the deployment, a toast links the new flow run.
-    ui.page("run-submitted", f"({view_run}) && [...document.querySelectorAll('[data-sonner-toast]')]"
-            f".some(t => t.innerText.includes({js(RUN_NAME + ' scheduled to start now')}))", "the run's toast")
+    ui.page(
+        "run-submitted",
+        f"({view_run}) && [...document.querySelectorAll('[data-sonner-toast]')]"
+        f".some(t => t.innerText.includes({js(RUN_NAME + ' scheduled to start now')}))",
+        "the run's toast",
+    )
     flow_run = browser.evaluate(f"({view_run}).getAttribute('href')")
     assert re.fullmatch(r"/v2/runs/flow-run/[0-9a-f-]{36}", flow_run), flow_run
     ui.click(view_run, "View run")
@@ -307,10 +392,16 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # The flow run's page, followed (it updates itself) until the run is over.
     ui.wait(f"location.pathname === {js(flow_run)} && {STATE_BADGE}", "the flow run's page")
     assert RUN_NAME in ui.text("document.querySelector('main nav')")
-    final = ui.wait(f"(s => ['Completed', 'Failed', 'Crashed', 'Cancelled'].includes(s) && s)({STATE_BADGE})",
-                    "the flow run to end", timeout=420, interval=1)
+    final = ui.wait(
+        f"(s => ['Completed', 'Failed', 'Crashed', 'Cancelled'].includes(s) && s)({STATE_BADGE})",
+        "the flow run to end",
+        timeout=420,
+        interval=1,
+    )
     ui.shot(f"flow-run-{final.lower()}")
-    assert final == "Completed", f"the flow run ended {final}:\n{ui.text()[-3000:]}\n{server.log.read_text()[-3000:]}"
+    assert final == "Completed", (
+        f"the flow run ended {final}:\n{ui.text()[-3000:]}\n{server.log.read_text()[-3000:]}"
+    )
 
     # Opened afresh, the page draws the run's graph of task runs (what it loaded while the run went
     # on is not all redrawn).
@@ -319,23 +410,41 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
 
     # Its parameters are the form's.
     ui.click(by_text("[role=tab]", "Parameters"), "the Parameters tab")
-    ui.page("parameters", f"{ACTIVE_PANEL}?.innerText.includes('\"budget\"')", "the run's parameters")
+    ui.page(
+        "parameters", f"{ACTIVE_PANEL}?.innerText.includes('\"budget\"')", "the run's parameters"
+    )
     parameters = json.loads(re.search(r"\{[\s\S]*\}", ui.text(ACTIVE_PANEL)).group(0))
     assert {k: parameters[k] for k in ("profile", "budget", "workers", "db", "seed", "out")} == {
-        "profile": str(profile), "budget": BUDGET, "workers": 1, "db": f"sqlite:///{db}", "seed": 5, "out": str(out)}
+        "profile": str(profile),
+        "budget": BUDGET,
+        "workers": 1,
+        "db": f"sqlite:///{db}",
+        "seed": 5,
+        "out": str(out),
+    }
 
     # Its logs: the search ran for the form's budget.
     ui.click(by_text("[role=tab]", "Logs"), "the Logs tab")
-    ui.page("logs", f"{ACTIVE_PANEL}?.innerText.includes('search started on 1 workers, budget 5 s')",
-            "the search's log line")
+    ui.page(
+        "logs",
+        f"{ACTIVE_PANEL}?.innerText.includes('search started on 1 workers, budget 5 s')",
+        "the search's log line",
+    )
 
     # Its task runs, every one completed: stage_dataset, one per trial, score, verify, report.
     ui.click(by_text("[role=tab]", "Task Runs"), "the Task Runs tab")
-    names = (f"(t => t.split('\\n').map(l => l.trim()).filter(l => /^(stage_dataset|trial|score|verify|report)-\\w+$/.test(l)))"
-             f"({ACTIVE_PANEL}?.innerText ?? '')")
+    names = (
+        f"(t => t.split('\\n').map(l => l.trim()).filter(l => /^(stage_dataset|trial|score|verify|report)-\\w+$/.test(l)))"
+        f"({ACTIVE_PANEL}?.innerText ?? '')"
+    )
     # (A trial's task run, reported from its Dask worker, may be recorded after the flow run ends.)
-    ui.page("task-runs", f"(n => ['stage_dataset', 'trial', 'score', 'verify', 'report'].every(k => n.some(t => t.startsWith(k + '-'))))({names})",
-            "the task runs", timeout=120, reload=server.ui + flow_run + "?tab=TaskRuns")
+    ui.page(
+        "task-runs",
+        f"(n => ['stage_dataset', 'trial', 'score', 'verify', 'report'].every(k => n.some(t => t.startsWith(k + '-'))))({names})",
+        "the task runs",
+        timeout=120,
+        reload=server.ui + flow_run + "?tab=TaskRuns",
+    )
     tasks = browser.evaluate(names)
     assert {t.split("-")[0] for t in tasks} == TASKS, tasks
     panel = ui.text(ACTIVE_PANEL)
@@ -344,27 +453,45 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # Its artifacts: the score table, its summary, the score over time and the report's link (the
     # link is shown as text: the UI's markdown drops file:// addresses, so the report is opened by its path).
     ui.click(by_text("[role=tab]", "Artifacts"), "the Artifacts tab")
-    cards = ("Object.fromEntries([...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')]"
-             ".map(a => a.innerText.split('\\n').map(l => l.trim()).filter(l => l)).map(l => [l[1], l[0]]))")
-    ui.page("artifacts", f"(c => {js(sorted(ARTIFACTS))}.every(k => k in c))({cards})", "the artifacts",
-            reload=server.ui + flow_run + "?tab=Artifacts")
+    cards = (
+        "Object.fromEntries([...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')]"
+        ".map(a => a.innerText.split('\\n').map(l => l.trim()).filter(l => l)).map(l => [l[1], l[0]]))"
+    )
+    ui.page(
+        "artifacts",
+        f"(c => {js(sorted(ARTIFACTS))}.every(k => k in c))({cards})",
+        "the artifacts",
+        reload=server.ui + flow_run + "?tab=Artifacts",
+    )
     shown = browser.evaluate(cards)
     assert {key: shown[key] for key in ARTIFACTS} == ARTIFACTS, shown
 
     card = "[...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')].find(a => a.innerText.includes({key}))"
     ui.click(card.format(key=js("aiperf-score\n")), "the score table")
-    ui.page("score-table", "document.querySelector('main table')?.innerText.includes('OPS (aiperf convention)')",
-            "the score table")
-    table = ui.text("document.querySelector('main table')")  # the run's own budget and profile (a file's)
-    assert re.search(r"budget\s+5 s", table) and re.search(r"profile\s+custom-[0-9a-f]{12}", table), table
+    ui.page(
+        "score-table",
+        "document.querySelector('main table')?.innerText.includes('OPS (aiperf convention)')",
+        "the score table",
+    )
+    table = ui.text(
+        "document.querySelector('main table')"
+    )  # the run's own budget and profile (a file's)
+    assert re.search(r"budget\s+5 s", table) and re.search(
+        r"profile\s+custom-[0-9a-f]{12}", table
+    ), table
 
     # Back to the list, then the card's own link: a click raced the list's re-render (it landed on a
     # card the page was replacing, and nothing opened), which following the href cannot.
     browser.navigate(server.ui + flow_run + "?tab=Artifacts")
-    link = ui.wait(f"({card.format(key=js('aiperf-report-summary'))})?.href", "the score over time's card")
+    link = ui.wait(
+        f"({card.format(key=js('aiperf-report-summary'))})?.href", "the score over time's card"
+    )
     browser.navigate(link)
-    ui.page("score-over-time", "document.querySelector('main table')?.innerText.includes('regulated score')",
-            "the score over time")
+    ui.page(
+        "score-over-time",
+        "document.querySelector('main table')?.innerText.includes('regulated score')",
+        "the score over time",
+    )
     summary = ui.text("document.querySelector('main')")
     assert "Score over time" in summary and "time (h)" in summary, summary
     page = Path(re.search(r"(/\S+/reports/aiperf-report-\S+\.html)", summary).group(1))

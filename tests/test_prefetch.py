@@ -10,7 +10,9 @@ import threading
 import time
 
 import pytest
+from conftest import TINY, FinishedTrial
 from sqlalchemy import event
+from test_history_data import system_facts
 
 from aiperf.config import load_config
 from aiperf.lifecycle.orchestrator import OracleThread, Orchestrator, proposals_ahead
@@ -19,8 +21,6 @@ from aiperf.search.resume import restore, trial_values
 from aiperf.store import RecordNotFound, Store, WriteBatch
 from aiperf.train.messages import TrialResult
 from aiperf.train.simulated import SimulatedModel, plan_trial
-from conftest import TINY, FinishedTrial
-from test_history_data import system_facts
 
 FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.02, train_samples=384, val_samples=128)
 SHAPE = (16, 16, 3)
@@ -39,7 +39,9 @@ class _SlowOracle:
         time.sleep(self.delay_s)
         self.calls.append(("propose", tuner_id))
         self.start_order.append(str(len(self.calls)))
-        return kt.engine.trial.Trial(kt.HyperParameters(), trial_id=self.start_order[-1], status="RUNNING")
+        return kt.engine.trial.Trial(
+            kt.HyperParameters(), trial_id=self.start_order[-1], status="RUNNING"
+        )
 
     def get_state(self) -> dict:
         return {"proposed": len(self.calls)}
@@ -55,12 +57,16 @@ def test_the_oracle_proposes_ahead_on_one_thread_of_its_own():
         began = time.perf_counter()
         (second,) = proposals.take()
         assert time.perf_counter() - began < 0.05, "a proposal made ahead is taken at once"
-        assert second.state == {"proposed": 2, "newest_trial": "2"}, "each proposal carries the state right after it"
+        assert second.state == {"proposed": 2, "newest_trial": "2"}, (
+            "each proposal carries the state right after it"
+        )
         proposals.tell(lambda o: o.calls.append(("told", None)))
         time.sleep(0.2)  # the fourth is made; a fifth is not asked for yet
         began = time.perf_counter()
         taken = proposals.take(3)
-        assert time.perf_counter() - began < 0.05, "the ready ones, without waiting for the one not made yet"
+        assert time.perf_counter() - began < 0.05, (
+            "the ready ones, without waiting for the one not made yet"
+        )
         assert [p.state["proposed"] for p in taken] == [3, 4]
     finally:
         proposals.close()
@@ -81,13 +87,28 @@ def test_a_failure_of_a_told_call_reaches_the_loop():
 
 
 def test_proposals_ahead_grow_with_the_workers_and_none_for_a_few():
-    assert [proposals_ahead(w) for w in (1, 2, 3, 4, 64, 256, 257, 1024)] == [0, 0, 0, 1, 1, 1, 2, 4]
+    assert [proposals_ahead(w) for w in (1, 2, 3, 4, 64, 256, 257, 1024)] == [
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        2,
+        4,
+    ]
 
 
 def _run(tmp_path, ahead: int, budget_s: float = 1.0):
     """The real orchestrator, random oracle and store with 4 workers; trials end as they start."""
-    config = load_config("quick", budget="3s", workers=4, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
-                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=4,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
+    )
     oracle = make_oracle(config, SHAPE, 10)
     planned: dict[str, list[int]] = {}
 
@@ -97,11 +118,29 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
     store = Store.open(config.db)
-    run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
-                              seed=0, budget_s=3, workers=4)
-    orchestrator = Orchestrator(config=config, store=store, run_id=run_id, oracle=oracle, data_path="simulated",
-                                image_shape=SHAPE, num_classes=10, launch=launch, events=queue.Queue(),
-                                poll_s=0.01, grace_s=5.0, dataset_samples=(384, 128), ahead=ahead)
+    run_id = store.create_run(
+        system_id=store.upsert_system(system_facts()),
+        profile="quick",
+        config={},
+        seed=0,
+        budget_s=3,
+        workers=4,
+    )
+    orchestrator = Orchestrator(
+        config=config,
+        store=store,
+        run_id=run_id,
+        oracle=oracle,
+        data_path="simulated",
+        image_shape=SHAPE,
+        num_classes=10,
+        launch=launch,
+        events=queue.Queue(),
+        poll_s=0.01,
+        grace_s=5.0,
+        dataset_samples=(384, 128),
+        ahead=ahead,
+    )
     started = time.time()
     orchestrator.run(started, started + budget_s)
     return config, store, run_id, oracle, planned
@@ -115,14 +154,21 @@ def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_i
     recorded = {t.trial_key for t in record.trials}
     unlaunched = [oracle.trials[key] for key in oracle.start_order if key not in recorded]
     assert len(record.trials) >= 4 and unlaunched, "proposals were made ahead, and some never ran"
-    assert state["newest_trial"] == max(recorded), "the stored state ends at the last trial recorded"
-    assert "start_order" not in state and "tried_so_far" not in state, "the records hold the per-trial lists"
-    assert {t.trial_key: [e.epoch for e in t.epochs] for t in record.trials} == planned, "every epoch, once"
+    assert state["newest_trial"] == max(recorded), (
+        "the stored state ends at the last trial recorded"
+    )
+    assert "start_order" not in state and "tried_so_far" not in state, (
+        "the records hold the per-trial lists"
+    )
+    assert {t.trial_key: [e.epoch for e in t.epochs] for t in record.trials} == planned, (
+        "every epoch, once"
+    )
 
     # A fresh oracle from the stored state and the records (as `aiperf run --resume` builds it)
     # proposes first what the run had proposed ahead and never ran.
-    resumed = restore(make_oracle(config, SHAPE, 10), state, record.trials,
-                      config.search.objective)
+    resumed = restore(
+        make_oracle(config, SHAPE, 10), state, record.trials, config.search.objective
+    )
     again = resumed.create_trial("resumed")
     assert again.status == "RUNNING"
     assert again.hyperparameters.values == unlaunched[0].hyperparameters.values
@@ -131,15 +177,37 @@ def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_i
 
 def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_path):
     with Store.open(f"sqlite:///{tmp_path / 'a.db'}") as store:
-        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
-                                  seed=0, budget_s=3, workers=1)
-        trial_id = store.create_trial(run_id=run_id, trial_key="0", number=0, architecture={}, hyperparameters={},
-                                      started_at=time.time())
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=3,
+            workers=1,
+        )
+        trial_id = store.create_trial(
+            run_id=run_id,
+            trial_key="0",
+            number=0,
+            architecture={},
+            hyperparameters={},
+            started_at=time.time(),
+        )
         batch = WriteBatch()
         for epoch in range(5):
-            batch.record_epoch(trial_id, epoch=epoch, started_at=time.time(), ended_at=time.time(),
-                               samples_trained=32, samples_evaluated=8, loss=1.0, accuracy=0.5, val_loss=1.0,
-                               val_accuracy=0.4 + epoch / 100, complete=True)
+            batch.record_epoch(
+                trial_id,
+                epoch=epoch,
+                started_at=time.time(),
+                ended_at=time.time(),
+                samples_trained=32,
+                samples_evaluated=8,
+                loss=1.0,
+                accuracy=0.5,
+                val_loss=1.0,
+                val_accuracy=0.4 + epoch / 100,
+                complete=True,
+            )
         batch.finish_trial(trial_id, status="completed", ended_at=time.time())
         commits = []
         event.listen(store.engine, "commit", lambda _conn: commits.append(1))
@@ -147,12 +215,24 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
         assert len(commits) == 1, "one commit for the turn"
         assert store.write(batch)[:5] == [False] * 5, "a repeat is ignored"
         (trial,) = store.get_run(run_id).trials
-        assert [e.epoch for e in trial.epochs] == list(range(5)) and trial.best_val_accuracy == pytest.approx(0.44)
+        assert [e.epoch for e in trial.epochs] == list(
+            range(5)
+        ) and trial.best_val_accuracy == pytest.approx(0.44)
 
         broken = WriteBatch()
-        broken.record_epoch(trial_id, epoch=5, started_at=time.time(), ended_at=time.time(), samples_trained=32,
-                            samples_evaluated=8, loss=1.0, accuracy=0.5, val_loss=None, val_accuracy=None,
-                            complete=False)
+        broken.record_epoch(
+            trial_id,
+            epoch=5,
+            started_at=time.time(),
+            ended_at=time.time(),
+            samples_trained=32,
+            samples_evaluated=8,
+            loss=1.0,
+            accuracy=0.5,
+            val_loss=None,
+            val_accuracy=None,
+            complete=False,
+        )
         broken.finish_trial(trial_id + 1, status="completed", ended_at=time.time())
         with pytest.raises(RecordNotFound):
             store.write(broken)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from conftest import TINY
+from test_history_data import plant_run, scaled_trials
 
 from aiperf.config import load_config
 from aiperf.results.division import classify
 from aiperf.store import Store
 from aiperf.system.fingerprint import fingerprint
-from conftest import TINY
-from test_history_data import plant_run, scaled_trials
 
 pytestmark = pytest.mark.slow
 
@@ -24,17 +24,32 @@ SHORT = {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}
 def run_nightly(db: str, out, **parameters):
     from flows.nightly import nightly
 
-    return nightly(budget="10s", workers=1, db=db, out=str(out), overrides=SHORT, return_state=True, **parameters)
+    return nightly(
+        budget="10s",
+        workers=1,
+        db=db,
+        out=str(out),
+        overrides=SHORT,
+        return_state=True,
+        **parameters,
+    )
 
 
 def regression_artifact(state) -> str:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["aiperf-regression"]),
-            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["aiperf-regression"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
+        )
     assert len(artifacts) == 1 and artifacts[0].type == "markdown"
     return artifacts[0].data
 
@@ -48,7 +63,10 @@ def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefec
     # Same seed, same trials: the second night lands well within 50% of the first.
     second = run_nightly(db, tmp_path / "out", ops_threshold=0.5, regulated_threshold=0.5)
     assert second.is_completed(), second.message
-    assert "within its thresholds of the baseline" in second.message and "OPS 50%, regulated 50%" in second.message
+    assert (
+        "within its thresholds of the baseline" in second.message
+        and "OPS 50%, regulated 50%" in second.message
+    )
     summary = second.result()
     assert summary["baseline_ops"] == pytest.approx(first.result()["ops"])
     assert "PASSED" in regression_artifact(second)
@@ -65,13 +83,25 @@ def test_a_threshold_that_is_not_a_share_fails_before_any_run(prefect_api, tmp_p
 def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     # Five earlier nights of this very workload on this very machine, each far faster than a tiny run can be.
-    workload = classify(load_config("nightly", budget="10s", workers=1, db=db, out=str(tmp_path / "out"),
-                                    overrides=SHORT))
+    workload = classify(
+        load_config(
+            "nightly", budget="10s", workers=1, db=db, out=str(tmp_path / "out"), overrides=SHORT
+        )
+    )
     store = Store.open(db)
     try:
-        planted = [plant_run(store, fingerprint(), profile="nightly", started=datetime(2026, 11, d, 2, 0, tzinfo=UTC),
-                             trials=scaled_trials(1e4), division=workload.name, config_hash=workload.config_hash)
-                   for d in range(1, 6)]
+        planted = [
+            plant_run(
+                store,
+                fingerprint(),
+                profile="nightly",
+                started=datetime(2026, 11, d, 2, 0, tzinfo=UTC),
+                trials=scaled_trials(1e4),
+                division=workload.name,
+                config_hash=workload.config_hash,
+            )
+            for d in range(1, 6)
+        ]
         planted_ops = store.run_scores(run_ids=planted[:1])[0].ops
     finally:
         store.close()
@@ -81,6 +111,7 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     assert message.startswith("regression in run 6: OPS fell"), message
     assert "regulated score fell" in message and f"runs {', '.join(map(str, planted))}" in message
     from aiperf.results.score import format_ops
+
     assert f"OPS {format_ops(planted_ops)}OPS" in message  # the baseline's figure ...
     store = Store.open(db)
     try:

@@ -10,6 +10,8 @@ import queue
 import time
 
 import pytest
+from conftest import TINY, FinishedTrial
+from test_history_data import system_facts
 
 from aiperf.config import load_config
 from aiperf.lifecycle.orchestrator import Orchestrator
@@ -18,8 +20,6 @@ from aiperf.status import TrialStatus
 from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import SimulatedModel, plan_trial
-from conftest import TINY, FinishedTrial
-from test_history_data import system_facts
 
 FAST = SimulatedModel(ops_per_s=3000 * 1e7 / 0.05, train_samples=384, val_samples=128)
 WORKER, OTHER = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002"
@@ -41,45 +41,84 @@ class _Forger:
 
 
 def _search(tmp_path, forge) -> tuple[list, str]:
-    config = load_config("quick", budget="3s", workers=1, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
-                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"})
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=1,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
+    )
     events: queue.Queue = queue.Queue()
     with Store.open(config.db) as store:
-        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
-                                  seed=0, budget_s=3, workers=1)
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=3,
+            workers=1,
+        )
         shape = (16, 16, 3)
-        orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, shape, 10), data_path="simulated",
-                                    image_shape=shape, num_classes=10, launch=_Forger(events, forge), events=events,
-                                    poll_s=0.02, grace_s=5.0, dataset_samples=(384, 128))
+        orchestrator = Orchestrator(
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=make_oracle(config, shape, 10),
+            data_path="simulated",
+            image_shape=shape,
+            num_classes=10,
+            launch=_Forger(events, forge),
+            events=events,
+            poll_s=0.02,
+            grace_s=5.0,
+            dataset_samples=(384, 128),
+        )
         started = time.time()
         orchestrator.run(started, started + 1.0)
         trials = store.get_run(run_id).trials
     return list(trials), trials[0].message or ""
 
 
-@pytest.mark.parametrize("forge, reason", [
-    (lambda e: {**e, "sent_from": OTHER, "samples_trained": 10 ** 6},
-     f"it came from {OTHER}, but the trial runs on {WORKER}"),
-    (lambda e: {**e, "samples_trained": 10 ** 6},  # whole batches, but more than the dataset holds
-     "reports 1000000 trained and 128 evaluated samples; the dataset has 384 and 128"),
-    (lambda e: {**e, "samples_trained": 33},
-     "not whole batches of"),
-    (lambda e: {k: v for k, v in e.items() if k != "sent_from"},
-     "the event was not sent by a worker"),
-])
+@pytest.mark.parametrize(
+    "forge, reason",
+    [
+        (
+            lambda e: {**e, "sent_from": OTHER, "samples_trained": 10**6},
+            f"it came from {OTHER}, but the trial runs on {WORKER}",
+        ),
+        (
+            lambda e: {
+                **e,
+                "samples_trained": 10**6,
+            },  # whole batches, but more than the dataset holds
+            "reports 1000000 trained and 128 evaluated samples; the dataset has 384 and 128",
+        ),
+        (lambda e: {**e, "samples_trained": 33}, "not whole batches of"),
+        (
+            lambda e: {k: v for k, v in e.items() if k != "sent_from"},
+            "the event was not sent by a worker",
+        ),
+    ],
+)
 def test_a_forged_report_is_refused_and_fails_its_trial(tmp_path, caplog, forge, reason):
     with caplog.at_level(logging.WARNING, logger="aiperf.lifecycle.orchestrator"):
         trials, message = _search(tmp_path, forge)
     first, later = trials[0], trials[1:]
     assert first.status == TrialStatus.FAILED and reason in message, message
     assert message.startswith("refused a worker's report")
-    assert any("refused a report for trial" in r.message and reason in r.message for r in caplog.records)
-    assert all(e.samples_trained <= 384 for t in trials for e in t.epochs), "nothing forged was recorded"
+    assert any(
+        "refused a report for trial" in r.message and reason in r.message for r in caplog.records
+    )
+    assert all(e.samples_trained <= 384 for t in trials for e in t.epochs), (
+        "nothing forged was recorded"
+    )
     assert later and all(t.status != TrialStatus.FAILED for t in later), "the run went on"
 
 
 def test_honest_reports_are_all_accepted(tmp_path):
-    trials, _ = _search(tmp_path, lambda e: e)  # the "forgery" repeats a genuine event: a harmless repeat
+    trials, _ = _search(
+        tmp_path, lambda e: e
+    )  # the "forgery" repeats a genuine event: a harmless repeat
     assert trials and all(t.status in (TrialStatus.COMPLETED, TrialStatus.STOPPED) for t in trials)
     assert all([e.epoch for e in t.epochs] == list(range(len(t.epochs))) for t in trials)

@@ -8,26 +8,46 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from chromium import Chromium
+from test_history_data import PlantedTrial, plant_run, scaled_trials, system_facts
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.report.html import build_report, write_report
 from aiperf.report.timeline import aiperf_checkpoints, score_over_time
 from aiperf.store import Store
-from chromium import Chromium
-from test_history_data import PlantedTrial, plant_run, scaled_trials, system_facts
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-PLOTS = ["plot-score-over-time", "plot-accuracy-vs-ops", "plot-search-tree", "plot-worker-timeline", "plot-history"]
+PLOTS = [
+    "plot-score-over-time",
+    "plot-accuracy-vs-ops",
+    "plot-search-tree",
+    "plot-worker-timeline",
+    "plot-history",
+]
 
 
 def long_run(store: Store) -> int:
     """A 15-minute run (0.25 h): AIPerf's table has rows at 0.1 h, 0.2 h and the end."""
-    trials = [PlantedTrial(f"w{i % 2}", 1_000_000 * (i + 1), 300_000 * (i + 1), epochs=3, epoch_s=100.0,
-                           start_s=300.0 * (i // 2), val_accuracy=0.3 + 0.05 * i) for i in range(6)]
+    trials = [
+        PlantedTrial(
+            f"w{i % 2}",
+            1_000_000 * (i + 1),
+            300_000 * (i + 1),
+            epochs=3,
+            epoch_s=100.0,
+            start_s=300.0 * (i // 2),
+            val_accuracy=0.3 + 0.05 * i,
+        )
+        for i in range(6)
+    ]
     for night in range(2):
-        plant_run(store, system_facts(), started=NIGHT + timedelta(days=night), trials=scaled_trials(1.0))
-    return plant_run(store, system_facts(), started=NIGHT + timedelta(days=2), elapsed_s=900.0, trials=trials)
+        plant_run(
+            store, system_facts(), started=NIGHT + timedelta(days=night), trials=scaled_trials(1.0)
+        )
+    return plant_run(
+        store, system_facts(), started=NIGHT + timedelta(days=2), elapsed_s=900.0, trials=trials
+    )
 
 
 def test_score_over_time_every_tenth_of_an_hour(db_url):
@@ -73,12 +93,18 @@ def test_cli_writes_the_report(tmp_path, sqlite_url):
     finally:
         store.close()
     target = tmp_path / "r.html"
-    result = CliRunner().invoke(app, ["report", str(run_id), "--db", sqlite_url, "--output", str(target)])
+    result = CliRunner().invoke(
+        app, ["report", str(run_id), "--db", sqlite_url, "--output", str(target)]
+    )
     assert result.exit_code == 0, result.output
     assert target.read_text().startswith("<!DOCTYPE html>")
-    missing = CliRunner().invoke(app, ["report", "999", "--db", sqlite_url, "--output", str(target)])
+    missing = CliRunner().invoke(
+        app, ["report", "999", "--db", sqlite_url, "--output", str(target)]
+    )
     assert missing.exit_code == 2 and "run 999 is not in the database" in missing.output
-    nowhere = CliRunner().invoke(app, ["report", str(run_id), "--db", sqlite_url, "--output", "/no/such/dir/r.html"])
+    nowhere = CliRunner().invoke(
+        app, ["report", str(run_id), "--db", sqlite_url, "--output", "/no/such/dir/r.html"]
+    )
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.output
 
 
@@ -122,17 +148,31 @@ def test_report_renders_in_headless_chromium(tmp_path, sqlite_url):
     finally:
         browser.close()
     assert seen["title"] == f"aiperf run {run_id}"
-    assert seen["h2"] == ["Score", "Score over time", "Validation accuracy against operations per sample",
-                          "Search tree", "Trials on each worker", "System description", "This system's history"]
+    assert seen["h2"] == [
+        "Score",
+        "Score over time",
+        "Validation accuracy against operations per sample",
+        "Search tree",
+        "Trials on each worker",
+        "System description",
+        "This system's history",
+    ]
     plots = seen["plots"]
     assert sorted(plots) == sorted(PLOTS)
     assert all(p["width"] > 600 and p["height"] > 100 for p in plots.values()), plots
-    assert plots["plot-score-over-time"]["marks"] == 120 and plots["plot-score-over-time"]["lines"] == 2
+    assert (
+        plots["plot-score-over-time"]["marks"] == 120
+        and plots["plot-score-over-time"]["lines"] == 2
+    )
     assert plots["plot-accuracy-vs-ops"]["marks"] == 6
     assert plots["plot-worker-timeline"]["marks"] == 6
     assert plots["plot-search-tree"]["marks"] == 6, "a node per trial"
     assert plots["plot-history"]["marks"] == 6 and plots["plot-history"]["lines"] == 2
-    requested = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    requested = [
+        e["params"]["request"]["url"]
+        for e in browser.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
     assert requested == [page.as_uri()], "the page fetched something besides itself"
     import base64
 

@@ -16,27 +16,53 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
-from conftest import TINY
 
 AIPERF = str(Path(sys.executable).with_name("aiperf"))
 # Simulated trials (seconds each) on a dataset as large as the simulated trainer reports.
-SIMULATED = {**TINY, "train.trainer": "simulated", "data.train_samples": 3000, "data.val_samples": 1000}
+SIMULATED = {
+    **TINY,
+    "train.trainer": "simulated",
+    "data.train_samples": 3000,
+    "data.val_samples": 1000,
+}
 
 
 def _sets(settings: dict) -> list[str]:
-    return [arg for key, value in settings.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    return [
+        arg for key, value in settings.items() for arg in ("--set", f"{key}={json.dumps(value)}")
+    ]
 
 
 def _start(tmp_path: Path, db: Path, budget: str, settings: dict) -> subprocess.Popen:
     """`aiperf run` in its own session, so that killing its group kills its Dask workers too."""
     # --allow-concurrent: other tests may run at once on the test machine.
-    return subprocess.Popen([AIPERF, "run", "--allow-concurrent", "--budget", budget, "--workers", "2", "--seed", "3",
-                             "--db", f"sqlite:///{db}", "--out", str(tmp_path / "out"), *_sets(settings)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=tmp_path)
+    return subprocess.Popen(
+        [
+            AIPERF,
+            "run",
+            "--allow-concurrent",
+            "--budget",
+            budget,
+            "--workers",
+            "2",
+            "--seed",
+            "3",
+            "--db",
+            f"sqlite:///{db}",
+            "--out",
+            str(tmp_path / "out"),
+            *_sets(settings),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
 
 
 def _count(db: Path, sql: str) -> int:
@@ -51,8 +77,10 @@ def _wait_for(db: Path, process: subprocess.Popen, timeout_s: float = 180) -> No
     """Until two epochs are recorded and one trial completed (so the oracle has a score to grow)."""
     end = time.time() + timeout_s
     while time.time() < end:
-        if (_count(db, "SELECT COUNT(*) FROM epochs") >= 2
-                and _count(db, "SELECT COUNT(*) FROM trials WHERE status = 'completed'") >= 1):
+        if (
+            _count(db, "SELECT COUNT(*) FROM epochs") >= 2
+            and _count(db, "SELECT COUNT(*) FROM trials WHERE status = 'completed'") >= 1
+        ):
             return
         assert process.poll() is None, process.communicate()
         time.sleep(0.2)
@@ -67,8 +95,13 @@ def _copy(db: Path, to: Path) -> Path:
 
 
 def _aiperf(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([AIPERF, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "250", **env})
+    return subprocess.run(
+        [AIPERF, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "250", **env},
+    )
 
 
 def _epochs(url: str, run_id: int) -> list[tuple[str, int]]:
@@ -124,7 +157,9 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
 
     time.sleep(2.5)
     listed = _aiperf("runs", "--db", url, AIPERF_HEARTBEAT_TIMEOUT="2")
-    assert listed.returncode == 0 and "lost" in listed.stdout and "running" not in listed.stdout, listed.stdout
+    assert listed.returncode == 0 and "lost" in listed.stdout and "running" not in listed.stdout, (
+        listed.stdout
+    )
     shown = _aiperf("show", "1", "--db", url, AIPERF_HEARTBEAT_TIMEOUT="2")
     assert "is lost" in shown.stdout, shown.stdout
 
@@ -132,7 +167,9 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
     assert recovered.returncode == 0, recovered.stderr
     with Store.open_existing(url) as store:
         record = store.get_run(1)
-    assert record.status is RunStatus.INTERRUPTED and record.message.startswith("recovered after a crash")
+    assert record.status is RunStatus.INTERRUPTED and record.message.startswith(
+        "recovered after a crash"
+    )
     assert record.score is not None and not record.score.valid
     assert any(r.startswith("recovered after a crash") for r in record.score.reasons)
     _window_checks_pass(record)
@@ -145,23 +182,41 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
     with Store.open_existing(copy_url) as store:
         crashed = store.get_run(1)
     was_running = [t for t in crashed.trials if t.status is TrialStatus.RUNNING]
-    resumed = _aiperf("run", "--allow-concurrent", "--resume", "1", "--db", copy_url, AIPERF_HEARTBEAT_TIMEOUT="2")
+    resumed = _aiperf(
+        "run",
+        "--allow-concurrent",
+        "--resume",
+        "1",
+        "--db",
+        copy_url,
+        AIPERF_HEARTBEAT_TIMEOUT="2",
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     with Store.open_existing(copy_url) as store:
         record = store.get_run(1)
     assert record.status is RunStatus.COMPLETED and len(record.windows) == 2
     new = [t for t in record.trials if t.number >= len(crashed.trials)]
-    retrained, proposed = new[:len(was_running)], new[len(was_running):]
-    assert [_values(t) for t in retrained] == [_values(t) for t in was_running], "interrupted trials train again"
+    retrained, proposed = new[: len(was_running)], new[len(was_running) :]
+    assert [_values(t) for t in retrained] == [_values(t) for t in was_running], (
+        "interrupted trials train again"
+    )
     assert {t.trial_key: t.status for t in record.trials if t.number < len(crashed.trials)} == {
-        t.trial_key: TrialStatus.INTERRUPTED if t.status is TrialStatus.RUNNING else t.status for t in crashed.trials}
+        t.trial_key: TrialStatus.INTERRUPTED if t.status is TrialStatus.RUNNING else t.status
+        for t in crashed.trials
+    }
     expected["architecture"] = json.loads(expected["architecture"])
-    assert proposed and _values(proposed[0]) == expected, "the oracle proposes what the crashed one would have"
+    assert proposed and _values(proposed[0]) == expected, (
+        "the oracle proposes what the crashed one would have"
+    )
     after = _epochs(copy_url, 1)
-    assert all(after.count(epoch) == 1 for epoch in before), "every epoch reported before the kill, once"
+    assert all(after.count(epoch) == 1 for epoch in before), (
+        "every epoch reported before the kill, once"
+    )
     elapsed = sum(w.length_s for w in record.windows)
     assert record.score.elapsed_s == pytest.approx(elapsed)
-    assert (record.windows[1].started_at - record.windows[0].ended_at).total_seconds() > 0, "the gap is not counted"
+    assert (record.windows[1].started_at - record.windows[0].ended_at).total_seconds() > 0, (
+        "the gap is not counted"
+    )
     _window_checks_pass(record)
 
 
@@ -187,14 +242,26 @@ def test_sigterm_ends_a_run_interrupted_with_its_epochs_recorded(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_where_every_trial_fails_stops_at_once_with_the_first_error(tmp_path, make_image_folder):
+def test_a_run_where_every_trial_fails_stops_at_once_with_the_first_error(
+    tmp_path, make_image_folder
+):
     db = tmp_path / "aiperf.db"
     # A folder of 30 training images and batches of 64: the config cannot know how many images the
     # folder holds, so every trial discovers it when it opens its data, and fails.
     folder = make_image_folder(tmp_path / "images", train_per_class=10, val_per_class=4)
     started = time.time()
-    process = _start(tmp_path, db, "30m", {"data.kind": "folder", "data.source": str(folder), "data.image_size": 16,
-                                           "search.space.batch_size": [64], "train.epochs": 1})
+    process = _start(
+        tmp_path,
+        db,
+        "30m",
+        {
+            "data.kind": "folder",
+            "data.source": str(folder),
+            "data.image_size": 16,
+            "search.space.batch_size": [64],
+            "train.epochs": 1,
+        },
+    )
     _out, err = process.communicate(timeout=240)
     took = time.time() - started
     lines = [line for line in err.splitlines() if line.startswith("error:")]

@@ -6,17 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
-from aiperf.lifecycle import run
 from aiperf.config import load_config
+from aiperf.lifecycle import run
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
-from conftest import TINY
 
 
 def _config(tmp_path: Path, **overrides):
-    return load_config("quick", budget="8s", workers=4, db=f"sqlite:///{tmp_path / 'aiperf.db'}", seed=3,
-                       out=str(tmp_path / "out"), overrides={**TINY, "train.trainer": "simulated", **overrides})
+    return load_config(
+        "quick",
+        budget="8s",
+        workers=4,
+        db=f"sqlite:///{tmp_path / 'aiperf.db'}",
+        seed=3,
+        out=str(tmp_path / "out"),
+        overrides={**TINY, "train.trainer": "simulated", **overrides},
+    )
 
 
 def test_a_run_without_prefect_records_scores_and_reports(tmp_path):

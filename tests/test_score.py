@@ -8,8 +8,15 @@ from aiperf.results.score import EpochWork, capped_accuracy, compute_score, regu
 
 def test_ops_is_every_counted_sample_over_elapsed():
     work = [EpochWork(100, 50, 30, 10, 20, 7), EpochWork(40, 0, 30, 10, 20, 7)]
-    score = compute_score(work, elapsed_s=10.0, best_val_accuracy=0.5, val_samples=50, trials_completed=1,
-                          budget_s=100, rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.1))
+    score = compute_score(
+        work,
+        elapsed_s=10.0,
+        best_val_accuracy=0.5,
+        val_samples=50,
+        trials_completed=1,
+        budget_s=100,
+        rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.1),
+    )
     assert score.total_ops == 100 * 30 + 50 * 10 + 40 * 30
     assert score.ops == pytest.approx(score.total_ops / 10.0)
     assert score.tensor_ops == pytest.approx((100 * 20 + 50 * 7 + 40 * 20) / 10.0)
@@ -24,8 +31,15 @@ def test_accuracy_is_capped_by_the_validation_set_size():
 
 
 def test_verdict_names_every_broken_rule():
-    score = compute_score([], elapsed_s=5, best_val_accuracy=0.05, val_samples=10, trials_completed=0,
-                          budget_s=5, rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.2))
+    score = compute_score(
+        [],
+        elapsed_s=5,
+        best_val_accuracy=0.05,
+        val_samples=10,
+        trials_completed=0,
+        budget_s=5,
+        rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.2),
+    )
     assert not score.valid
     assert any("too short" in r for r in score.reasons)
     assert any("no trial completed" in r for r in score.reasons)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
 from aiperf.arch import build_model, seed_spec
 from aiperf.arch.morph import deepen
@@ -21,16 +22,23 @@ from aiperf.search import space
 from aiperf.train.messages import TrialRequest
 from aiperf.train.trial import CORES_ENV
 
-from conftest import TINY
-
 
 @pytest.fixture(scope="module")
 def request_base(tmp_path_factory):
     config = load_config("quick", workers=1, overrides=TINY)
     manifest = stage_synthetic(config.data, 0, Path(tmp_path_factory.mktemp("data")))
     net = seed_spec("resnet-mini", manifest.image_shape, manifest.classes)
-    return TrialRequest(run_id=1, trial_key="t", architecture=net.to_dict(), learning_rate=0.02, batch_size=32,
-                        epochs=1, deadline=time.time() + 3600, data_path=manifest.path, seed=7)
+    return TrialRequest(
+        run_id=1,
+        trial_key="t",
+        architecture=net.to_dict(),
+        learning_rate=0.02,
+        batch_size=32,
+        epochs=1,
+        deadline=time.time() + 3600,
+        data_path=manifest.path,
+        seed=7,
+    )
 
 
 CHANGES = [{"learning_rate": 0.08}, {"batch_size": 64}, {"dropout": 0.4}]
@@ -54,9 +62,19 @@ print(json.dumps(losses))
 
 @pytest.fixture(scope="module")
 def trained(request_base) -> dict:
-    done = subprocess.run([sys.executable, "-c", TRAIN, json.dumps(dataclasses.asdict(request_base)),
-                           json.dumps(CHANGES)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, CORES_ENV: "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TRAIN,
+            json.dumps(dataclasses.asdict(request_base)),
+            json.dumps(CHANGES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, CORES_ENV: "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first, again, *changed = json.loads(done.stdout.splitlines()[-1])
     return {"baseline": first, "again": again, "changed": changed}
@@ -88,14 +106,34 @@ def test_kernel_size_sets_the_kernel_of_added_convolutions():
 
 def test_oracle_values_reach_the_trial():
     net = seed_spec("resnet-mini", (16, 16, 3), 10)
-    values = {space.ARCHITECTURE: net.to_json(), space.LEARNING_RATE: 0.03, space.BATCH_SIZE: 64,
-              space.KERNEL_SIZE: 5, space.DROPOUT: 0.2, space.PARENT: "000001", space.OPERATOR: "seed"}
+    values = {
+        space.ARCHITECTURE: net.to_json(),
+        space.LEARNING_RATE: 0.03,
+        space.BATCH_SIZE: 64,
+        space.KERNEL_SIZE: 5,
+        space.DROPOUT: 0.2,
+        space.PARENT: "000001",
+        space.OPERATOR: "seed",
+    }
     proposal = space.decode(values, (16, 16, 3), 10)
     assert (proposal.learning_rate, proposal.batch_size, proposal.dropout) == (0.03, 64, 0.2)
     assert proposal.network == net and proposal.parent_key == "000001"
-    family = space.decode({space.STAGES: 2, space.BLOCKS_PER_STAGE: 1, space.BASE_FILTERS: 8,
-                           space.KERNEL_SIZE: 5, space.LEARNING_RATE: 0.01, space.BATCH_SIZE: 32,
-                           space.DROPOUT: 0.0}, (16, 16, 3), 10)
-    kernels = {n.params["kernel"] for n in family.network.nodes if n.kind == "conv" and "block" in n.id
-               and "proj" not in n.id}
+    family = space.decode(
+        {
+            space.STAGES: 2,
+            space.BLOCKS_PER_STAGE: 1,
+            space.BASE_FILTERS: 8,
+            space.KERNEL_SIZE: 5,
+            space.LEARNING_RATE: 0.01,
+            space.BATCH_SIZE: 32,
+            space.DROPOUT: 0.0,
+        },
+        (16, 16, 3),
+        10,
+    )
+    kernels = {
+        n.params["kernel"]
+        for n in family.network.nodes
+        if n.kind == "conv" and "block" in n.id and "proj" not in n.id
+    }
     assert kernels == {5}

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 import typer
+from conftest import TINY
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
@@ -25,7 +26,6 @@ from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
 from aiperf.lifecycle.parameters import check_parameters
 from aiperf.store.database import safe_url, split_password, withhold_password
-from conftest import TINY
 
 UNREACHABLE = "postgresql+psycopg://u:secret@127.0.0.1:1/x"
 
@@ -36,9 +36,12 @@ def _cli(*args: str, env: dict[str, str] | None = None):
 
 # --- the password, taken out of URLs ------------------------------------------------------------
 
+
 def test_split_password_gives_the_url_without_it():
-    assert split_password("postgresql+psycopg://u:s%40cr%2Fet@h:5432/db?sslmode=require") == \
-        ("postgresql+psycopg://u@h:5432/db?sslmode=require", "s@cr/et")
+    assert split_password("postgresql+psycopg://u:s%40cr%2Fet@h:5432/db?sslmode=require") == (
+        "postgresql+psycopg://u@h:5432/db?sslmode=require",
+        "s@cr/et",
+    )
     assert split_password("postgresql+psycopg://u@h/db") == ("postgresql+psycopg://u@h/db", None)
     assert split_password("sqlite:///aiperf.db") == ("sqlite:///aiperf.db", None)
 
@@ -66,11 +69,15 @@ def test_aiperf_db_url_wins_over_the_profile_and_loses_to_db_and_overrides(monke
     assert load_config(str(profile), workers=1).db == "sqlite:///from-profile.db"
     monkeypatch.setenv("AIPERF_DB_URL", "postgresql+psycopg://u:pw@h/from-env")
     assert load_config(str(profile), workers=1).db == "postgresql+psycopg://u@h/from-env"
-    assert load_config(str(profile), workers=1, overrides={"db": "sqlite:///set.db"}).db == "sqlite:///set.db"
+    assert (
+        load_config(str(profile), workers=1, overrides={"db": "sqlite:///set.db"}).db
+        == "sqlite:///set.db"
+    )
     assert load_config(str(profile), workers=1, db="sqlite:///flag.db").db == "sqlite:///flag.db"
 
 
 # --- printing -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["history"], ["db", "upgrade"]])
 def test_commands_never_print_the_password(command, capfd):
@@ -95,10 +102,13 @@ def test_help_names_aiperf_db_url_but_never_shows_its_value():
 
 def test_tracebacks_never_show_local_variables():
     apps = [app] + [group.typer_instance for group in app.registered_groups]
-    assert all(isinstance(a, typer.Typer) and a.pretty_exceptions_show_locals is False for a in apps)
+    assert all(
+        isinstance(a, typer.Typer) and a.pretty_exceptions_show_locals is False for a in apps
+    )
 
 
 # --- flow-run parameters ------------------------------------------------------------------------
+
 
 def test_a_password_in_a_flow_parameter_is_refused_naming_the_fix():
     for args in ({"db": UNREACHABLE}, {"overrides": {"db": UNREACHABLE}}):
@@ -113,14 +123,21 @@ def test_the_flow_refuses_a_password_parameter_before_recording_anything(prefect
     from flows.benchmark import benchmark
 
     with pytest.raises(UserError, match="holds a database password"):
-        benchmark(workers=1, db="postgresql+psycopg://u:not-the-server-password@127.0.0.1:1/x",
-                  out=str(tmp_path / "out"))
+        benchmark(
+            workers=1,
+            db="postgresql+psycopg://u:not-the-server-password@127.0.0.1:1/x",
+            out=str(tmp_path / "out"),
+        )
     with pytest.raises(UserError, match="holds a database password"):
-        benchmark(workers=1, overrides={"db": "postgresql+psycopg://u:not-the-server-password@127.0.0.1:1/x"})
+        benchmark(
+            workers=1,
+            overrides={"db": "postgresql+psycopg://u:not-the-server-password@127.0.0.1:1/x"},
+        )
     assert not (tmp_path / "out").exists()
 
 
 # --- a whole run on PostgreSQL with a password ------------------------------------------------
+
 
 def _rows_as_text(url: str) -> list[str]:
     """Every row of every table and view, each as PostgreSQL's text of the whole row."""
@@ -128,7 +145,11 @@ def _rows_as_text(url: str) -> list[str]:
     try:
         names = inspect(engine).get_table_names() + inspect(engine).get_view_names()
         with engine.connect() as sql:
-            return [row[0] for name in names for row in sql.execute(text(f'SELECT CAST(t AS text) FROM "{name}" t'))]
+            return [
+                row[0]
+                for name in names
+                for row in sql.execute(text(f'SELECT CAST(t AS text) FROM "{name}" t'))
+            ]
     finally:
         engine.dispose()
 
@@ -143,20 +164,35 @@ def _flow_run_texts(flow_run_id: str) -> tuple[str, list[str], list[str]]:
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(uuid.UUID(flow_run_id))
         every = [json.dumps(r.parameters, default=str) for r in client.read_flow_runs()]
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))
+        )
     return json.dumps(run.parameters, default=str), every, [log.message for log in logs]
 
 
 @pytest.mark.slow
 def test_a_run_on_postgresql_keeps_its_password_out_of_records_parameters_and_logs(
-        prefect_api, postgres_db, tmp_path, caplog, capfd):
+    prefect_api, postgres_db, tmp_path, caplog, capfd
+):
     password = make_url(postgres_db).password
     bare = split_password(postgres_db)[0]
     assert password and len(password) >= 16 and password not in bare
     caplog.set_level(logging.DEBUG)
     settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    result = _cli("run", "--db", postgres_db, "--budget", "15s", "--workers", "1", "--seed", "1",
-                  "--out", str(tmp_path / "out"), *settings)
+    result = _cli(
+        "run",
+        "--db",
+        postgres_db,
+        "--budget",
+        "15s",
+        "--workers",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        *settings,
+    )
     printed = result.output + "".join(capfd.readouterr())
     assert result.exit_code == 0, printed
     assert "regulated score" in printed

@@ -16,11 +16,10 @@ import sqlite3
 import subprocess
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 
 pytestmark = pytest.mark.slow
@@ -31,16 +30,21 @@ JOB = re.compile(r"@slurm-job-(\d+)$")
 def _slurm_available() -> bool:
     if shutil.which("sinfo") is None:
         return False
-    result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    return result.returncode == 0 and any(s.strip("*~#") in ("idle", "mixed", "allocated")
-                                          for s in result.stdout.split())
+    result = subprocess.run(
+        ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20
+    )
+    return result.returncode == 0 and any(
+        s.strip("*~#") in ("idle", "mixed", "allocated") for s in result.stdout.split()
+    )
 
 
 @pytest.fixture(scope="module")
 def slurm():
     if not _slurm_available():
-        message = ("no running SLURM (sinfo missing or no idle node): start one with "
-                   "`eval \"$(infra/slurm/ctl.sh start)\"` or run `make test`")
+        message = (
+            "no running SLURM (sinfo missing or no idle node): start one with "
+            '`eval "$(infra/slurm/ctl.sh start)"` or run `make test`'
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -56,7 +60,9 @@ class QueueWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True
+            ).stdout
             for line in out.splitlines():
                 job, name, state = line.split()
                 if name == "aiperf-worker" and state == "RUNNING":
@@ -90,8 +96,15 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
     watch = QueueWatch()
     watch.start()
     try:
-        result = benchmark(profile="quick", budget="12s", workers=2, db=f"sqlite:///{folder / 'aiperf.db'}",
-                           seed=5, out=str(folder / "out"), overrides={**TINY, "cluster.kind": "slurm"})
+        result = benchmark(
+            profile="quick",
+            budget="12s",
+            workers=2,
+            db=f"sqlite:///{folder / 'aiperf.db'}",
+            seed=5,
+            out=str(folder / "out"),
+            overrides={**TINY, "cluster.kind": "slurm"},
+        )
     finally:
         seen = watch.stop()
     return result, folder / "aiperf.db", seen
@@ -100,24 +113,38 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
 def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):
     result, path, seen_running = slurm_run
     with sqlite3.connect(path) as sql:
-        status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        status = sql.execute(
+            "SELECT status FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()[0]
         workers = [w for (w,) in sql.execute("SELECT worker FROM trials")]
         epochs = sql.execute("SELECT COUNT(*) FROM epochs").fetchone()[0]
-        description = json.loads(sql.execute("SELECT system_description FROM runs WHERE id = ?",
-                                             (result["run_id"],)).fetchone()[0])
+        description = json.loads(
+            sql.execute(
+                "SELECT system_description FROM runs WHERE id = ?", (result["run_id"],)
+            ).fetchone()[0]
+        )
     assert status == "completed"
     assert epochs >= 1 and result["total_ops"] > 0
     jobs = {int(JOB.search(w).group(1)) for w in workers if w and JOB.search(w)}
     assert len(jobs) == 2 and len(jobs) == len({w for w in workers if w}), workers
-    assert jobs <= seen_running, f"trial jobs {jobs} were not all seen RUNNING in squeue ({seen_running})"
+    assert jobs <= seen_running, (
+        f"trial jobs {jobs} were not all seen RUNNING in squeue ({seen_running})"
+    )
     finished = _jobcomp()
     assert all(finished.get(j) in ("CANCELLED", "COMPLETED") for j in jobs), finished
     assert not any(JOB.search(w) is None for w in workers)
     # The system description is the nodes the jobs ran on, as the workers described them, not the
     # submitting host: each job it names ran there, on the node SLURM placed it on.
-    described = {int(job["job_id"]): job["node"] for node in description["nodes"] for job in node["jobs"]
-                 if job["scheduler"] == "slurm"}
-    assert described and set(described) <= seen_running and jobs <= set(described), (described, jobs)
+    described = {
+        int(job["job_id"]): job["node"]
+        for node in description["nodes"]
+        for job in node["jobs"]
+        if job["scheduler"] == "slurm"
+    }
+    assert described and set(described) <= seen_running and jobs <= set(described), (
+        described,
+        jobs,
+    )
     placed = _jobcomp("NodeList")
     assert all(described[j] == placed[j] for j in described), (described, placed)
     assert description["number_of_nodes"] == len({n for n in described.values()})
@@ -146,7 +173,8 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
                     with sqlite3.connect(db, timeout=1) as sql:
                         row = sql.execute(
                             "SELECT t.trial_key, t.worker, COUNT(e.id) FROM trials t JOIN epochs e ON e.trial_id = t.id "
-                            "WHERE t.status = 'running' AND e.complete GROUP BY t.id LIMIT 1").fetchone()
+                            "WHERE t.status = 'running' AND e.complete GROUP BY t.id LIMIT 1"
+                        ).fetchone()
                 except sqlite3.Error as exc:  # not migrated yet, or busy: look again
                     problems[:] = [repr(exc)]
                     row = None
@@ -159,23 +187,44 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
 
     killer = threading.Thread(target=cancel_when_an_epoch_is_done, daemon=True)
     killer.start()
-    overrides = {**TINY, "train.epochs": 6, "search.space.base_filters": [8], "search.space.stages": [2],
-                 "cluster.kind": "slurm"}
+    overrides = {
+        **TINY,
+        "train.epochs": 6,
+        "search.space.base_filters": [8],
+        "search.space.stages": [2],
+        "cluster.kind": "slurm",
+    }
     # The cancel comes with the first epoch (10-20 s into the window even on a loaded machine), the
     # lost worker is recorded and the next trial starts seconds later: 35 s leaves room for all of it.
-    result = benchmark(profile="quick", budget="35s", workers=2, db=f"sqlite:///{db}", seed=11,
-                       out=str(tmp_path / "out"), overrides=overrides)
+    result = benchmark(
+        profile="quick",
+        budget="35s",
+        workers=2,
+        db=f"sqlite:///{db}",
+        seed=11,
+        out=str(tmp_path / "out"),
+        overrides=overrides,
+    )
     killer.join(timeout=5)
     assert cancelled, f"no trial finished an epoch in time to cancel its job {problems}"
 
     with sqlite3.connect(db) as sql:
-        run_status = sql.execute("SELECT status FROM runs WHERE id = ?", (result["run_id"],)).fetchone()[0]
+        run_status = sql.execute(
+            "SELECT status FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()[0]
         status, message, kept = sql.execute(
             "SELECT t.status, t.message, COUNT(e.id) FROM trials t LEFT JOIN epochs e ON e.trial_id = t.id "
-            "WHERE t.trial_key = ? GROUP BY t.id", (cancelled["trial"],)).fetchone()
-        later = sql.execute("SELECT worker FROM trials WHERE started_at > (SELECT ended_at FROM trials "
-                            "WHERE trial_key = ?)", (cancelled["trial"],)).fetchall()
-        scored = sql.execute("SELECT COUNT(*) FROM scores WHERE run_id = ?", (result["run_id"],)).fetchone()[0]
+            "WHERE t.trial_key = ? GROUP BY t.id",
+            (cancelled["trial"],),
+        ).fetchone()
+        later = sql.execute(
+            "SELECT worker FROM trials WHERE started_at > (SELECT ended_at FROM trials "
+            "WHERE trial_key = ?)",
+            (cancelled["trial"],),
+        ).fetchall()
+        scored = sql.execute(
+            "SELECT COUNT(*) FROM scores WHERE run_id = ?", (result["run_id"],)
+        ).fetchone()[0]
     assert run_status == "completed" and scored == 1
     assert status == "failed" and "worker lost" in (message or ""), (status, message)
     assert kept >= cancelled["epochs"] >= 1, "the epochs it finished before the cancel are kept"
@@ -194,20 +243,37 @@ def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
     from flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
-    result = benchmark(profile="quick", budget="45s", workers=2, db=f"sqlite:///{db}", seed=13,
-                       out=str(tmp_path / "out"),
-                       overrides={**TINY, "train.epochs": 3, "cluster.kind": "slurm", "cluster.walltime": "00:00:40"})
+    result = benchmark(
+        profile="quick",
+        budget="45s",
+        workers=2,
+        db=f"sqlite:///{db}",
+        seed=13,
+        out=str(tmp_path / "out"),
+        overrides={
+            **TINY,
+            "train.epochs": 3,
+            "cluster.kind": "slurm",
+            "cluster.walltime": "00:00:40",
+        },
+    )
     with sqlite3.connect(db) as sql:
-        run_status, deadline = sql.execute("SELECT status, deadline FROM runs WHERE id = ?",
-                                           (result["run_id"],)).fetchone()
+        run_status, deadline = sql.execute(
+            "SELECT status, deadline FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
         trials = sql.execute("SELECT status, worker FROM trials").fetchall()
     jobs = {int(JOB.search(w).group(1)) for _s, w in trials if w and JOB.search(w)}
     finished, ended = _jobcomp(), _jobcomp("EndTime")
     assert run_status == "completed"
     assert len(jobs) >= 3, f"retired jobs were replaced: trials ran on {sorted(jobs)}"
     # slurmctld writes local time, the database UTC.
-    run_deadline = datetime.fromisoformat(deadline).replace(tzinfo=timezone.utc)
-    retired = [j for j in jobs if ended.get(j) and datetime.fromisoformat(ended[j]).astimezone(timezone.utc) < run_deadline]
+    run_deadline = datetime.fromisoformat(deadline).replace(tzinfo=UTC)
+    retired = [
+        j
+        for j in jobs
+        if ended.get(j)
+        and datetime.fromisoformat(ended[j]).astimezone(UTC) < run_deadline
+    ]
     assert retired, f"some job ended before the run's deadline {deadline}: {ended}"
     assert not any(finished.get(j) == "TIMEOUT" for j in jobs), "no job reached SLURM's time limit"
     assert not any(s == "failed" for s, _w in trials), trials

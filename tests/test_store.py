@@ -8,12 +8,12 @@ import dataclasses
 from datetime import UTC, datetime
 
 import pytest
+from test_history_data import plant_run, system_facts
 
 from aiperf.config import ValidityConfig
 from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RecordNotFound, RunRecord, Store, SystemRecord, TrialRecord
-from test_history_data import plant_run, system_facts
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC).timestamp()
 
@@ -26,29 +26,66 @@ def store(db_url):
 
 def new_run(store: Store, *, profile: str = "quick", host: str = "node-a") -> int:
     system_id = store.upsert_system(system_facts(host))
-    return store.create_run(system_id=system_id, profile=profile, config={"profile": profile, "seed": 4}, seed=4,
-                            budget_s=60.0, workers=2, flow_run_id="flow-1")
+    return store.create_run(
+        system_id=system_id,
+        profile=profile,
+        config={"profile": profile, "seed": 4},
+        seed=4,
+        budget_s=60.0,
+        workers=2,
+        flow_run_id="flow-1",
+    )
 
 
 def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
-    return store.create_trial(run_id=run_id, trial_key=f"k{number}", number=number,
-                              architecture={"nodes": [number]}, hyperparameters={"batch_size": 32},
-                              started_at=T0 + number, **fields)
+    return store.create_trial(
+        run_id=run_id,
+        trial_key=f"k{number}",
+        number=number,
+        architecture={"nodes": [number]},
+        hyperparameters={"batch_size": 32},
+        started_at=T0 + number,
+        **fields,
+    )
 
 
 def built(store: Store, trial_id: int, worker: str = "w0") -> None:
-    store.record_trial_built(trial_id, worker=worker, parameters=1234, train_ops=300, eval_ops=100,
-                             tensor_train_ops=30, tensor_eval_ops=10)
+    store.record_trial_built(
+        trial_id,
+        worker=worker,
+        parameters=1234,
+        train_ops=300,
+        eval_ops=100,
+        tensor_train_ops=30,
+        tensor_eval_ops=10,
+    )
 
 
-def epoch(store: Store, trial_id: int, number: int, *, val_accuracy: float | None = 0.5,
-          complete: bool = True) -> bool:
-    return store.record_epoch(trial_id, epoch=number, started_at=T0 + 10 * number, ended_at=T0 + 10 * number + 9,
-                              samples_trained=64, samples_evaluated=32, loss=1.5, accuracy=0.4, val_loss=1.6,
-                              val_accuracy=val_accuracy, complete=complete)
+def epoch(
+    store: Store,
+    trial_id: int,
+    number: int,
+    *,
+    val_accuracy: float | None = 0.5,
+    complete: bool = True,
+) -> bool:
+    return store.record_epoch(
+        trial_id,
+        epoch=number,
+        started_at=T0 + 10 * number,
+        ended_at=T0 + 10 * number + 9,
+        samples_trained=64,
+        samples_evaluated=32,
+        loss=1.5,
+        accuracy=0.4,
+        val_loss=1.6,
+        val_accuracy=val_accuracy,
+        complete=complete,
+    )
 
 
 # --- opening and closing ---------------------------------------------------------------------------
+
 
 def test_store_is_a_context_manager_that_closes_its_engine(db_url):
     with Store.open(db_url) as store:
@@ -59,6 +96,7 @@ def test_store_is_a_context_manager_that_closes_its_engine(db_url):
 
 
 # --- systems ----------------------------------------------------------------------------------------
+
 
 def test_upsert_system_returns_one_id_per_fingerprint(store):
     first = store.upsert_system(system_facts("node-a"))
@@ -78,6 +116,7 @@ def test_find_systems_by_id_hostname_and_fingerprint_prefix(store):
 
 
 # --- runs -------------------------------------------------------------------------------------------
+
 
 def test_create_run_and_get_it_back_as_a_frozen_record(store):
     run_id = new_run(store)
@@ -118,7 +157,9 @@ def test_search_window_is_recorded_in_utc(store):
     record = store.get_run(run_id)
     assert record.search_started_at == datetime.fromtimestamp(T0, UTC)
     assert record.deadline == datetime.fromtimestamp(T0 + 60, UTC)
-    assert (record.search_ended_at - record.search_started_at).total_seconds() == pytest.approx(61.5)
+    assert (record.search_ended_at - record.search_started_at).total_seconds() == pytest.approx(
+        61.5
+    )
 
 
 def test_finish_run_ends_the_trials_still_running(store):
@@ -129,13 +170,16 @@ def test_finish_run_ends_the_trials_still_running(store):
     record = store.get_run(run_id)
     assert record.status is RunStatus.INTERRUPTED and record.message == "KeyboardInterrupt: "
     statuses = {t.id: t.status for t in record.trials}
-    assert statuses == {running: TrialStatus.INTERRUPTED, done: TrialStatus.COMPLETED}, \
+    assert statuses == {running: TrialStatus.INTERRUPTED, done: TrialStatus.COMPLETED}, (
         "an interrupted run's running trials are retrained when it is resumed"
+    )
     assert all(t.ended_at is not None for t in record.trials)
     failed_run = new_run(store)
     stopped = new_trial(store, failed_run, 0)
     store.finish_run(failed_run, status=RunStatus.FAILED, message="RuntimeError: x")
-    assert {t.id: t.status for t in store.get_run(failed_run).trials} == {stopped: TrialStatus.STOPPED}
+    assert {t.id: t.status for t in store.get_run(failed_run).trials} == {
+        stopped: TrialStatus.STOPPED
+    }
 
 
 def test_a_running_run_without_a_heartbeat_for_the_timeout_is_lost(store, monkeypatch):
@@ -147,7 +191,10 @@ def test_a_running_run_without_a_heartbeat_for_the_timeout_is_lost(store, monkey
     time.sleep(0.2)
     (listed,) = store.list_runs()
     record = store.get_run(run_id)
-    assert record.status is listed.status is RunStatus.LOST and record.stored_status is RunStatus.RUNNING
+    assert (
+        record.status is listed.status is RunStatus.LOST
+        and record.stored_status is RunStatus.RUNNING
+    )
     store.heartbeat(run_id)
     monkeypatch.setenv("AIPERF_HEARTBEAT_TIMEOUT", "60")
     assert store.get_run(run_id).status is RunStatus.RUNNING, "a heartbeat shows it alive again"
@@ -164,16 +211,28 @@ def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_tri
     built(store, running)
     built(store, done)
     for trial_id, ended in ((running, T0 + 7), (done, T0 + 9)):
-        store.record_epoch(trial_id, epoch=0, started_at=T0 + 1, ended_at=ended, samples_trained=64,
-                           samples_evaluated=32, loss=1.5, accuracy=0.4, val_loss=1.6, val_accuracy=0.5,
-                           complete=True)
+        store.record_epoch(
+            trial_id,
+            epoch=0,
+            started_at=T0 + 1,
+            ended_at=ended,
+            samples_trained=64,
+            samples_evaluated=32,
+            loss=1.5,
+            accuracy=0.4,
+            val_loss=1.6,
+            val_accuracy=0.5,
+            complete=True,
+        )
     store.finish_trial(done, status=TrialStatus.COMPLETED, ended_at=T0 + 9)
     assert store.interrupt_trials(run_id) == 1
     store.close_window_at_last_epoch(run_id)
     record = store.get_run(run_id)
     trials = {t.id: t for t in record.trials}
     assert trials[running].status is TrialStatus.INTERRUPTED
-    assert trials[running].ended_at == datetime.fromtimestamp(T0 + 7, UTC), "ended at its last epoch"
+    assert trials[running].ended_at == datetime.fromtimestamp(T0 + 7, UTC), (
+        "ended at its last epoch"
+    )
     (window,) = record.windows
     assert window.ended_at == datetime.fromtimestamp(T0 + 9, UTC) == record.search_ended_at
     assert store.run_work(run_id).elapsed_s == pytest.approx(9.0)
@@ -200,17 +259,28 @@ def test_a_resumed_run_scores_the_sum_of_its_segments_not_the_gap(store):
 
 # --- datasets ---------------------------------------------------------------------------------------
 
+
 def test_record_dataset_with_and_without_a_run(store):
     run_id = new_run(store)
-    manifest = {"name": "synthetic", "kind": "synthetic", "sha256": "a" * 64, "train_samples": 384,
-                "val_samples": 128, "classes": 10, "shards": []}
+    manifest = {
+        "name": "synthetic",
+        "kind": "synthetic",
+        "sha256": "a" * 64,
+        "train_samples": 384,
+        "val_samples": 128,
+        "classes": 10,
+        "shards": [],
+    }
     assert store.record_dataset(run_id, manifest) != store.record_dataset(None, manifest)
     store.start_search(run_id, T0, T0 + 60)
     store.finish_search(run_id, T0 + 60)
-    assert store.run_work(run_id).val_samples == 128, "the run's own dataset sizes its accuracy cap"
+    assert store.run_work(run_id).val_samples == 128, (
+        "the run's own dataset sizes its accuracy cap"
+    )
 
 
 # --- trials and epochs ------------------------------------------------------------------------------
+
 
 def test_create_trial_links_parent_and_operator(store):
     run_id = new_run(store)
@@ -237,7 +307,9 @@ def test_record_epoch_once_and_keep_the_best_complete_accuracy(store):
     assert epoch(store, trial_id, 0, val_accuracy=0.6)
     assert not epoch(store, trial_id, 0, val_accuracy=0.9), "a repeated epoch is ignored"
     assert epoch(store, trial_id, 1, val_accuracy=0.7)
-    assert epoch(store, trial_id, 2, val_accuracy=0.95, complete=False)  # partial: its accuracy does not count
+    assert epoch(
+        store, trial_id, 2, val_accuracy=0.95, complete=False
+    )  # partial: its accuracy does not count
     (trial,) = store.get_run(1).trials
     assert [e.epoch for e in trial.epochs] == [0, 1, 2]
     assert trial.epochs[0].val_accuracy == 0.6 and trial.epochs[2].complete is False
@@ -247,14 +319,28 @@ def test_record_epoch_once_and_keep_the_best_complete_accuracy(store):
 
 def test_finish_trial_and_count_trials_by_status(store):
     run_id = new_run(store)
-    for number, status in enumerate([TrialStatus.COMPLETED, TrialStatus.COMPLETED, TrialStatus.FAILED]):
-        store.finish_trial(new_trial(store, run_id, number), status=status, ended_at=T0 + 9, message=status.value)
+    for number, status in enumerate(
+        [TrialStatus.COMPLETED, TrialStatus.COMPLETED, TrialStatus.FAILED]
+    ):
+        store.finish_trial(
+            new_trial(store, run_id, number), status=status, ended_at=T0 + 9, message=status.value
+        )
     new_trial(store, run_id, 3)
-    assert store.trial_counts(run_id) == {TrialStatus.COMPLETED: 2, TrialStatus.FAILED: 1, TrialStatus.RUNNING: 1}
-    assert [t.message for t in store.get_run(run_id).trials] == ["completed", "completed", "failed", None]
+    assert store.trial_counts(run_id) == {
+        TrialStatus.COMPLETED: 2,
+        TrialStatus.FAILED: 1,
+        TrialStatus.RUNNING: 1,
+    }
+    assert [t.message for t in store.get_run(run_id).trials] == [
+        "completed",
+        "completed",
+        "failed",
+        None,
+    ]
 
 
 # --- search state -----------------------------------------------------------------------------------
+
 
 def test_search_state_is_replaced_by_the_latest(store):
     run_id = new_run(store)
@@ -266,10 +352,20 @@ def test_search_state_is_replaced_by_the_latest(store):
 
 # --- the score --------------------------------------------------------------------------------------
 
+
 def test_run_work_is_what_the_score_is_computed_from(store):
     run_id = new_run(store)
-    store.record_dataset(run_id, {"name": "d", "kind": "synthetic", "sha256": "0" * 64, "train_samples": 64,
-                                  "val_samples": 32, "classes": 10})
+    store.record_dataset(
+        run_id,
+        {
+            "name": "d",
+            "kind": "synthetic",
+            "sha256": "0" * 64,
+            "train_samples": 64,
+            "val_samples": 32,
+            "classes": 10,
+        },
+    )
     store.start_search(run_id, T0, T0 + 60)
     trial_id = new_trial(store, run_id)
     built(store, trial_id)
@@ -279,8 +375,13 @@ def test_run_work_is_what_the_score_is_computed_from(store):
     store.finish_search(run_id, T0 + 60)
     work = store.run_work(run_id)
     assert work.epochs == [EpochWork(64, 32, 300, 100, 30, 10)] * 2
-    assert (work.elapsed_s, work.best_val_accuracy, work.val_samples, work.trials_completed, work.budget_s) == \
-        (60.0, 0.8, 32, 1, 60.0)
+    assert (
+        work.elapsed_s,
+        work.best_val_accuracy,
+        work.val_samples,
+        work.trials_completed,
+        work.budget_s,
+    ) == (60.0, 0.8, 32, 1, 60.0)
 
 
 def test_run_work_needs_a_finished_window(store):
@@ -291,10 +392,24 @@ def test_run_work_needs_a_finished_window(store):
 def test_save_score_stores_every_figure_and_replaces_an_older_one(store):
     run_id = new_run(store)
     rules = ValidityConfig(min_budget_s=0.0, accuracy_floor=0.0)
-    older = compute_score([EpochWork(1, 1, 1, 1, 1, 1)], elapsed_s=1.0, best_val_accuracy=0.1, val_samples=10,
-                          trials_completed=1, budget_s=1.0, rules=rules)
-    score = compute_score([EpochWork(64, 32, 300, 100, 30, 10)] * 3, elapsed_s=60.0, best_val_accuracy=0.8,
-                          val_samples=32, trials_completed=2, budget_s=60.0, rules=ValidityConfig())
+    older = compute_score(
+        [EpochWork(1, 1, 1, 1, 1, 1)],
+        elapsed_s=1.0,
+        best_val_accuracy=0.1,
+        val_samples=10,
+        trials_completed=1,
+        budget_s=1.0,
+        rules=rules,
+    )
+    score = compute_score(
+        [EpochWork(64, 32, 300, 100, 30, 10)] * 3,
+        elapsed_s=60.0,
+        best_val_accuracy=0.8,
+        val_samples=32,
+        trials_completed=2,
+        budget_s=60.0,
+        rules=ValidityConfig(),
+    )
     store.save_score(run_id, older)
     store.save_score(run_id, score)
     stored = store.get_run(run_id).score
@@ -304,18 +419,25 @@ def test_save_score_stores_every_figure_and_replaces_an_older_one(store):
 
 # --- the views --------------------------------------------------------------------------------------
 
+
 def test_run_scores_rows_filter_by_system_profile_and_ids(store):
     node_a, node_b = system_facts("node-a"), system_facts("node-b")
     first = plant_run(store, node_a, profile="nightly")
-    second = plant_run(store, node_a, profile="nightly", started=datetime(2026, 11, 2, 2, 0, tzinfo=UTC))
-    other = plant_run(store, node_b, profile="quick", started=datetime(2026, 11, 3, 2, 0, tzinfo=UTC))
+    second = plant_run(
+        store, node_a, profile="nightly", started=datetime(2026, 11, 2, 2, 0, tzinfo=UTC)
+    )
+    other = plant_run(
+        store, node_b, profile="quick", started=datetime(2026, 11, 3, 2, 0, tzinfo=UTC)
+    )
     rows = store.run_scores()
     assert [r.run_id for r in rows] == [first, second, other]
     system_a = store.find_systems("node-a")[0].id
     assert [r.run_id for r in store.run_scores(system_id=system_a)] == [first, second]
     assert [r.run_id for r in store.run_scores(profile="quick")] == [other]
     assert [r.run_id for r in store.run_scores(run_ids=[other, first])] == [first, other]
-    assert rows[1].previous_ops == pytest.approx(rows[0].ops) and rows[1].ops_change_pct == pytest.approx(0.0)
+    assert rows[1].previous_ops == pytest.approx(rows[0].ops) and rows[
+        1
+    ].ops_change_pct == pytest.approx(0.0)
     assert rows[0].status is RunStatus.COMPLETED and rows[0].valid is True
     assert isinstance(rows[0].ops, float) and rows[0].created_at.tzinfo is not None
 
@@ -323,6 +445,8 @@ def test_run_scores_rows_filter_by_system_profile_and_ids(store):
 def test_trial_summary_rows_total_each_trial(store):
     run_id = plant_run(store, system_facts())
     rows = store.trial_summary(run_id)
-    assert [(r.trial_key, r.status, r.epochs, r.samples_trained) for r in rows] == \
-        [("t00", TrialStatus.COMPLETED, 2, 768), ("t01", TrialStatus.COMPLETED, 2, 768)]
+    assert [(r.trial_key, r.status, r.epochs, r.samples_trained) for r in rows] == [
+        ("t00", TrialStatus.COMPLETED, 2, 768),
+        ("t01", TrialStatus.COMPLETED, 2, 768),
+    ]
     assert rows[0].total_ops == pytest.approx(2 * (384 * 3_000_000 + 128 * 1_000_000))

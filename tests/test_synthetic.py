@@ -19,8 +19,12 @@ def test_clutter_adds_class_unrelated_structure():
     plain = generate(SMALL, 1)
     cluttered = generate(SMALL.model_copy(update={"clutter": 1.0}), 1)
     assert np.array_equal(plain.y_train, cluttered.y_train), "labels do not change"
+
     # The class signal is the per-class mean image; clutter lowers its share of each image's variance.
     def class_share(x, y):
         means = np.stack([x[y == k].mean(axis=0) for k in np.unique(y)])
         return means.var() / x.var()
-    assert class_share(cluttered.x_train, cluttered.y_train) < class_share(plain.x_train, plain.y_train)
+
+    assert class_share(cluttered.x_train, cluttered.y_train) < class_share(
+        plain.x_train, plain.y_train
+    )

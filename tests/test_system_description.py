@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 
-from aiperf.system import description as system_description
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_svg
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
+from aiperf.system import description as system_description
 from aiperf.system.fingerprint import cpu_model
 
 
@@ -36,58 +36,128 @@ def _node(host: str, job: str | None = None, **changes) -> dict:
 
 
 def test_workers_are_grouped_by_host_into_nodes():
-    one = system_description.describe_system({"tcp://a:1": _node("a"), "tcp://a:2": _node("a")}, division="open")
+    one = system_description.describe_system(
+        {"tcp://a:1": _node("a"), "tcp://a:2": _node("a")}, division="open"
+    )
     assert one["number_of_nodes"] == 1 and one["workers"] == 2
     assert one["nodes"][0]["workers"] == ["tcp://a:1", "tcp://a:2"]
-    assert one["division"] == "open" and one["precision"] == "float32" and one["system_name"] == "a"
-    two = system_description.describe_system({"tcp://a:1": _node("a", "11"), "tcp://b:1": _node("b", "12")})
+    assert (
+        one["division"] == "open" and one["precision"] == "float32" and one["system_name"] == "a"
+    )
+    two = system_description.describe_system(
+        {"tcp://a:1": _node("a", "11"), "tcp://b:1": _node("b", "12")}
+    )
     assert two["number_of_nodes"] == 2 and two["system_name"] == "a, b"
-    assert [n["jobs"] for n in two["nodes"]] == [[{"scheduler": "slurm", "job_id": "11", "node": "a"}],
-                                                 [{"scheduler": "slurm", "job_id": "12", "node": "b"}]]
-    mixed = system_description.describe_system({"w1": _node("a", host_processor_model_name="cpu x"),
-                                                "w2": _node("b", host_processor_model_name="cpu y")})
-    assert mixed["host_processor_model_name"] == "cpu x; cpu y", "nodes that differ show every value"
+    assert [n["jobs"] for n in two["nodes"]] == [
+        [{"scheduler": "slurm", "job_id": "11", "node": "a"}],
+        [{"scheduler": "slurm", "job_id": "12", "node": "b"}],
+    ]
+    mixed = system_description.describe_system(
+        {
+            "w1": _node("a", host_processor_model_name="cpu x"),
+            "w2": _node("b", host_processor_model_name="cpu y"),
+        }
+    )
+    assert mixed["host_processor_model_name"] == "cpu x; cpu y", (
+        "nodes that differ show every value"
+    )
 
 
 def test_a_job_names_its_node(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURMD_NODENAME", "node-7")
-    assert system_description.describe_node()["job"] == {"scheduler": "slurm", "job_id": "42", "node": "node-7"}
+    assert system_description.describe_node()["job"] == {
+        "scheduler": "slurm",
+        "job_id": "42",
+        "node": "node-7",
+    }
 
 
 # --- the report's sections ---------------------------------------------------------------------------
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-SYSTEM = SystemRecord(id=1, fingerprint="f" * 64, hostname="h", cpu_model="c", cpu_cores=2, memory_bytes=2**30,
-                      gpus={"count": 0, "models": []}, platform="p", python_version="3.11", tensorflow_version=None,
-                      keras_version="3", keras_backend="tensorflow", first_seen_at=T0)
+SYSTEM = SystemRecord(
+    id=1,
+    fingerprint="f" * 64,
+    hostname="h",
+    cpu_model="c",
+    cpu_cores=2,
+    memory_bytes=2**30,
+    gpus={"count": 0, "models": []},
+    platform="p",
+    python_version="3.11",
+    tensorflow_version=None,
+    keras_version="3",
+    keras_backend="tensorflow",
+    first_seen_at=T0,
+)
 
 
 def _trial(number: int, parent: int | None, operator: str, status: TrialStatus) -> TrialRecord:
-    return TrialRecord(id=100 + number, run_id=1, trial_key=f"{number:02d}", number=number,
-                       parent_trial_id=None if parent is None else 100 + parent, operator=operator, architecture={},
-                       hyperparameters={}, status=status, worker="w", started_at=T0 + timedelta(seconds=number),
-                       ended_at=None, parameters=10, train_ops_per_sample=1000, eval_ops_per_sample=300,
-                       tensor_train_ops_per_sample=1000, tensor_eval_ops_per_sample=300, best_val_accuracy=0.5,
-                       message=None)
+    return TrialRecord(
+        id=100 + number,
+        run_id=1,
+        trial_key=f"{number:02d}",
+        number=number,
+        parent_trial_id=None if parent is None else 100 + parent,
+        operator=operator,
+        architecture={},
+        hyperparameters={},
+        status=status,
+        worker="w",
+        started_at=T0 + timedelta(seconds=number),
+        ended_at=None,
+        parameters=10,
+        train_ops_per_sample=1000,
+        eval_ops_per_sample=300,
+        tensor_train_ops_per_sample=1000,
+        tensor_eval_ops_per_sample=300,
+        best_val_accuracy=0.5,
+        message=None,
+    )
 
 
 def _run(trials=(), description=None) -> RunRecord:
-    return RunRecord(id=1, system=SYSTEM, profile="quick", config={}, seed=0, budget_s=60, workers=1,
-                     status=RunStatus.COMPLETED, created_at=T0, search_started_at=T0, deadline=None,
-                     search_ended_at=None, flow_run_id=None, message=None, ruleset=None, division=None, deviations=(),
-                     config_hash=None, score=None, verification=None, trials=tuple(trials),
-                     system_description=description)
+    return RunRecord(
+        id=1,
+        system=SYSTEM,
+        profile="quick",
+        config={},
+        seed=0,
+        budget_s=60,
+        workers=1,
+        status=RunStatus.COMPLETED,
+        created_at=T0,
+        search_started_at=T0,
+        deadline=None,
+        search_ended_at=None,
+        flow_run_id=None,
+        message=None,
+        ruleset=None,
+        division=None,
+        deviations=(),
+        config_hash=None,
+        score=None,
+        verification=None,
+        trials=tuple(trials),
+        system_description=description,
+    )
 
 
 def test_the_search_tree_is_a_graph_by_generation():
-    trials = [_trial(0, None, "seed", TrialStatus.COMPLETED), _trial(1, 0, "widen stage 1 <x>", TrialStatus.COMPLETED),
-              _trial(2, 0, "deepen", TrialStatus.FAILED), _trial(3, 1, "add skip", TrialStatus.STOPPED)]
+    trials = [
+        _trial(0, None, "seed", TrialStatus.COMPLETED),
+        _trial(1, 0, "widen stage 1 <x>", TrialStatus.COMPLETED),
+        _trial(2, 0, "deepen", TrialStatus.FAILED),
+        _trial(3, 1, "add skip", TrialStatus.STOPPED),
+    ]
     run = _run(trials)
     assert generations(run) == {100: 0, 101: 1, 102: 1, 103: 2}
     svg = search_tree_svg(run)
     assert svg.count('class="node trial"') == 4 and svg.count('class="edge"') == 3
-    assert 'data-parent="00" data-child="01" data-operator="widen stage 1 &lt;x&gt;"' in svg, "escaped operators"
+    assert 'data-parent="00" data-child="01" data-operator="widen stage 1 &lt;x&gt;"' in svg, (
+        "escaped operators"
+    )
     assert 'data-parent="01" data-child="03" data-operator="add skip"' in svg
     assert 'data-trial="02" data-status="failed"><rect' in svg and "#d62728" in svg
     assert search_tree_svg(_run()) == "<p class=note>No trials.</p>"
@@ -99,7 +169,9 @@ def test_a_parent_cycle_does_not_hang_the_tree():
 
 
 def test_the_system_section_shows_the_nodes():
-    description = system_description.describe_system({"tcp://a:1": _node("node-a", "11")}, division="open")
+    description = system_description.describe_system(
+        {"tcp://a:1": _node("node-a", "11")}, division="open"
+    )
     html = system_section(_run(description=description))
     assert "node-a" in html and cpu_model() in html and "slurm job 11 on node-a" in html
     assert "memory per node" in html
@@ -107,24 +179,46 @@ def test_the_system_section_shows_the_nodes():
 
 
 def test_accelerators_as_nvidia_smi_lists_them():
-    gpus = system_description.parse_gpus("NVIDIA H200, 143771\nNVIDIA H200, 143771\nSome Board, [N/A]\n\n")
+    gpus = system_description.parse_gpus(
+        "NVIDIA H200, 143771\nNVIDIA H200, 143771\nSome Board, [N/A]\n\n"
+    )
     assert gpus == [{"model": "NVIDIA H200", "memory_bytes": 143771 * 2**20}] * 2 + [
-        {"model": "Some Board", "memory_bytes": None}]
-    node = _node("g", accelerators=gpus[:2], accelerators_per_node=2, accelerator_model_name="NVIDIA H200",
-                 accelerator_memory_capacity="140 GB")
+        {"model": "Some Board", "memory_bytes": None}
+    ]
+    node = _node(
+        "g",
+        accelerators=gpus[:2],
+        accelerators_per_node=2,
+        accelerator_model_name="NVIDIA H200",
+        accelerator_memory_capacity="140 GB",
+    )
     described = system_description.describe_system({"w": node})
-    assert (described["accelerators_per_node"], described["accelerator_model_name"]) == (2, "NVIDIA H200")
+    assert (described["accelerators_per_node"], described["accelerator_model_name"]) == (
+        2,
+        "NVIDIA H200",
+    )
 
 
 def test_the_description_is_stored_with_the_run(db_url):
-    from aiperf.store import Store
     from test_history_data import system_facts
 
-    description = system_description.describe_system({"tcp://a:1": _node("node-a", "11")}, division="open")
+    from aiperf.store import Store
+
+    description = system_description.describe_system(
+        {"tcp://a:1": _node("node-a", "11")}, division="open"
+    )
     with Store.open(db_url) as store:
-        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={}, seed=0,
-                                  budget_s=1, workers=1)
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=1,
+            workers=1,
+        )
         assert store.get_run(run_id).system_description is None
         store.save_system_description(run_id, description)
-        store.save_system_description(run_id, description)  # a retry, or a resumed run: the latest stands
+        store.save_system_description(
+            run_id, description
+        )  # a retry, or a resumed run: the latest stands
         assert store.get_run(run_id).system_description == description

@@ -11,47 +11,68 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY, FinishedTrial
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.config import PRECISIONS, available_profiles, load_config
 from aiperf.errors import UserError
-from aiperf.rules import DEFAULT_RULESET, load_ruleset
 from aiperf.results.division import CLOSED, OPEN, classify, flatten
 from aiperf.results.score import ScoreResult
+from aiperf.rules import DEFAULT_RULESET, load_ruleset
 from aiperf.store import Store
 from aiperf.train.messages import TrialRequest, TrialResult
-
-from conftest import TINY, FinishedTrial
 
 NEW_SETTINGS = ("train.precision", "train.jit_compile", "train.backend")
 
 
 # --- validation --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value, allowed", [
-    ("train.precision", "bfloat16", "'float32', 'mixed_bfloat16' or 'mixed_float16'"),
-    ("train.backend", "numpy", "'tensorflow', 'jax' or 'torch'"),
-    ("train.jit_compile", "sometimes", "valid boolean"),
-])
+
+@pytest.mark.parametrize(
+    "key, value, allowed",
+    [
+        ("train.precision", "bfloat16", "'float32', 'mixed_bfloat16' or 'mixed_float16'"),
+        ("train.backend", "numpy", "'tensorflow', 'jax' or 'torch'"),
+        ("train.jit_compile", "sometimes", "valid boolean"),
+    ],
+)
 def test_a_bad_value_names_the_setting_and_what_it_may_be(key, value, allowed):
     with pytest.raises(UserError) as error:
         load_config("quick", workers=1, overrides={key: value})
     message = str(error.value)
-    assert "\n" not in message and message.startswith(f"invalid setting {key}:") and allowed in message, message
+    assert (
+        "\n" not in message
+        and message.startswith(f"invalid setting {key}:")
+        and allowed in message
+    ), message
 
 
 def test_defaults_and_every_packaged_profile_say_them():
     config = load_config("quick", workers=1)
-    assert (config.train.precision, config.train.jit_compile, config.train.backend) == ("float32", False, "tensorflow")
+    assert (config.train.precision, config.train.jit_compile, config.train.backend) == (
+        "float32",
+        False,
+        "tensorflow",
+    )
     ruleset = load_ruleset(DEFAULT_RULESET)
     for profile in available_profiles():
-        text = (Path(__file__).resolve().parent.parent / "aiperf" / "profiles" / f"{profile}.yaml").read_text()
-        assert all(f"  {key.split('.')[1]}:" in text for key in NEW_SETTINGS), f"{profile}.yaml shows each setting"
-        config = load_config(profile, workers=1, overrides={"data.source": "/data"} if profile == "imagenet" else None)
+        text = (
+            Path(__file__).resolve().parent.parent / "aiperf" / "profiles" / f"{profile}.yaml"
+        ).read_text()
+        assert all(f"  {key.split('.')[1]}:" in text for key in NEW_SETTINGS), (
+            f"{profile}.yaml shows each setting"
+        )
+        config = load_config(
+            profile,
+            workers=1,
+            overrides={"data.source": "/data"} if profile == "imagenet" else None,
+        )
         assert classify(config).name == CLOSED or profile == "imagenet"
-        assert all(ruleset.closed_choice(key, flatten(config.model_dump(mode="json"))[key]) is None
-                   for key in NEW_SETTINGS), f"{profile}'s own choices are closed ones"
+        assert all(
+            ruleset.closed_choice(key, flatten(config.model_dump(mode="json"))[key]) is None
+            for key in NEW_SETTINGS
+        ), f"{profile}'s own choices are closed ones"
 
 
 def test_the_cli_takes_them_with_set():
@@ -62,10 +83,17 @@ def test_the_cli_takes_them_with_set():
 
 # --- the rules ---------------------------------------------------------------------------------------
 
+
 def _division(**train):
     """The division of quick with these train settings (judged anywhere: torch need not be installed)."""
-    return classify(load_config("quick", workers=1, overrides={f"train.{k}": v for k, v in train.items()},
-                                check_backend=False))
+    return classify(
+        load_config(
+            "quick",
+            workers=1,
+            overrides={f"train.{k}": v for k, v in train.items()},
+            check_backend=False,
+        )
+    )
 
 
 def test_closed_precisions_and_backends_are_the_rulesets():
@@ -73,29 +101,47 @@ def test_closed_precisions_and_backends_are_the_rulesets():
     assert ruleset.precisions == ("float32", "mixed_bfloat16")
     assert set(ruleset.choices["train.backend"]) == {"tensorflow", "jax", "torch"}
     assert set(ruleset.precisions) <= set(PRECISIONS)
-    for train in ({"precision": "mixed_bfloat16"}, {"backend": "jax", "jit_compile": True},
-                  {"backend": "torch", "precision": "mixed_bfloat16", "jit_compile": False}):
+    for train in (
+        {"precision": "mixed_bfloat16"},
+        {"backend": "jax", "jit_compile": True},
+        {"backend": "torch", "precision": "mixed_bfloat16", "jit_compile": False},
+    ):
         assert _division(**train).name == CLOSED and _division(**train).deviations == (), train
 
 
 def test_mixed_float16_is_open_for_a_named_reason():
     division = _division(precision="mixed_float16")
     assert division.name == OPEN
-    assert division.deviations == ("train.precision: mixed_float16 is not allowed in the closed division by "
-                                   "aiperf-rules-1.0 (allowed: float32, mixed_bfloat16)",)
+    assert division.deviations == (
+        "train.precision: mixed_float16 is not allowed in the closed division by "
+        "aiperf-rules-1.0 (allowed: float32, mixed_bfloat16)",
+    )
 
 
 def test_a_choice_outside_the_rules_is_open_beside_other_deviations():
-    division = classify(load_config("quick", workers=1, seed=3, overrides={"train.precision": "mixed_float16"}))
-    assert division.name == OPEN and "seed: 0 -> 3" in division.deviations and len(division.deviations) == 2
+    division = classify(
+        load_config("quick", workers=1, seed=3, overrides={"train.precision": "mixed_float16"})
+    )
+    assert (
+        division.name == OPEN
+        and "seed: 0 -> 3" in division.deviations
+        and len(division.deviations) == 2
+    )
 
 
 def test_precision_is_the_workload_backend_and_jit_are_not():
     base = _division().config_hash
-    assert _division(backend="jax", jit_compile=True).config_hash == base, "same workload on another backend"
+    assert _division(backend="jax", jit_compile=True).config_hash == base, (
+        "same workload on another backend"
+    )
     assert _division(backend="torch").config_hash == base
-    assert _division(precision="mixed_bfloat16").config_hash != base, "bf16 arithmetic is another workload"
-    assert _division(precision="mixed_float16").config_hash not in (base, _division(precision="mixed_bfloat16").config_hash)
+    assert _division(precision="mixed_bfloat16").config_hash != base, (
+        "bf16 arithmetic is another workload"
+    )
+    assert _division(precision="mixed_float16").config_hash not in (
+        base,
+        _division(precision="mixed_bfloat16").config_hash,
+    )
 
 
 def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
@@ -103,8 +149,11 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     sha256 of every non-settable setting. Verify recomputes the same hash and division from it."""
     config = load_config("quick", workers=1)
     ruleset = load_ruleset(DEFAULT_RULESET)
-    old = {k: v for k, v in flatten(config.model_dump(mode="json")).items()
-           if not ruleset.is_settable(k) and k not in NEW_SETTINGS}
+    old = {
+        k: v
+        for k, v in flatten(config.model_dump(mode="json")).items()
+        if not ruleset.is_settable(k) and k not in NEW_SETTINGS
+    }
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
     stored = config.model_dump(mode="json")
     for key in NEW_SETTINGS:
@@ -118,29 +167,63 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
 
 # --- trials: the request carries them, the trial applies them -----------------------------------------
 
+
 def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
+    from test_history_data import system_facts
+
     from aiperf.lifecycle.orchestrator import Orchestrator
     from aiperf.search.oracles import make_oracle
     from aiperf.train.simulated import SimulatedModel, plan_trial
-    from test_history_data import system_facts
 
-    config = load_config("quick", budget="3s", workers=1, db=f"sqlite:///{tmp_path / 'a.db'}", out=str(tmp_path),
-                         overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random",
-                                    "train.precision": "mixed_bfloat16", "train.jit_compile": True})
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=1,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={
+            **TINY,
+            "train.trainer": "simulated",
+            "search.oracle": "random",
+            "train.precision": "mixed_bfloat16",
+            "train.jit_compile": True,
+        },
+    )
     sent: list[TrialRequest] = []
 
     def launch(request: TrialRequest) -> FinishedTrial:
         sent.append(request)
-        plan = plan_trial(request, time.time(), "w", SimulatedModel(ops_per_s=1e12, train_samples=384, val_samples=128))
+        plan = plan_trial(
+            request,
+            time.time(),
+            "w",
+            SimulatedModel(ops_per_s=1e12, train_samples=384, val_samples=128),
+        )
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
     with Store.open(config.db) as store:
-        run_id = store.create_run(system_id=store.upsert_system(system_facts()), profile="quick", config={},
-                                  seed=0, budget_s=3, workers=1)
-        orchestrator = Orchestrator(config=config, store=store, run_id=run_id,
-                                    oracle=make_oracle(config, (16, 16, 3), 10),
-                                    data_path="simulated", image_shape=(16, 16, 3), num_classes=10, launch=launch,
-                                    events=queue.Queue(), poll_s=0.02, grace_s=5.0, dataset_samples=(384, 128))
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=3,
+            workers=1,
+        )
+        orchestrator = Orchestrator(
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=make_oracle(config, (16, 16, 3), 10),
+            data_path="simulated",
+            image_shape=(16, 16, 3),
+            num_classes=10,
+            launch=launch,
+            events=queue.Queue(),
+            poll_s=0.02,
+            grace_s=5.0,
+            dataset_samples=(384, 128),
+        )
         started = time.time()
         orchestrator.run(started, started + 0.5)
     assert sent and all(r.precision == "mixed_bfloat16" and r.jit_compile is True for r in sent)
@@ -155,8 +238,9 @@ def staged(tmp_path_factory):
 
 
 @pytest.mark.parametrize("precision, jit", [("mixed_bfloat16", True), ("float32", False)])
-def test_a_trial_builds_in_its_precision_with_a_float32_head_and_compiles_as_asked(staged, monkeypatch,
-                                                                                  precision, jit):
+def test_a_trial_builds_in_its_precision_with_a_float32_head_and_compiles_as_asked(
+    staged, monkeypatch, precision, jit
+):
     import keras
 
     import aiperf.arch
@@ -165,47 +249,95 @@ def test_a_trial_builds_in_its_precision_with_a_float32_head_and_compiles_as_ask
 
     built = []
     build = aiperf.arch.build_model
-    monkeypatch.setattr(aiperf.arch, "build_model", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
-    arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
-                        staged.image_shape, staged.classes)
-    request = TrialRequest(run_id=1, trial_key="t0", architecture=arch.to_dict(), learning_rate=0.05, batch_size=32,
-                           epochs=1, deadline=time.time() + 300, data_path=staged.path, seed=1,
-                           precision=precision, jit_compile=jit)
+    monkeypatch.setattr(
+        aiperf.arch, "build_model", lambda *a, **k: built.append(build(*a, **k)) or built[-1]
+    )
+    arch = architecture(
+        {"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
+        staged.image_shape,
+        staged.classes,
+    )
+    request = TrialRequest(
+        run_id=1,
+        trial_key="t0",
+        architecture=arch.to_dict(),
+        learning_rate=0.05,
+        batch_size=32,
+        epochs=1,
+        deadline=time.time() + 300,
+        data_path=staged.path,
+        seed=1,
+        precision=precision,
+        jit_compile=jit,
+    )
     try:
         result = run_trial(request, lambda _m: None)
     finally:
-        keras.mixed_precision.set_global_policy("float32")  # the policy is the process's: leave it as found
+        keras.mixed_precision.set_global_policy(
+            "float32"
+        )  # the policy is the process's: leave it as found
     assert result.status == "completed", result.message
     model = built[0]
     convolutions = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     assert convolutions and all(layer.dtype_policy.name == precision for layer in convolutions)
     head = model.layers[-1]
-    assert head.dtype_policy.name == "float32" and keras.backend.standardize_dtype(model.output.dtype) == "float32"
+    assert (
+        head.dtype_policy.name == "float32"
+        and keras.backend.standardize_dtype(model.output.dtype) == "float32"
+    )
     assert model.jit_compile is jit
     assert result.epochs[0].loss is not None, "it trained to a finite loss"
 
 
 # --- recorded and shown --------------------------------------------------------------------------------
 
+
 def test_the_run_and_its_system_record_them_and_show_says_them(db_url, tmp_path):
     from aiperf.lifecycle.run import record_run
 
     db = db_url
-    config = load_config("quick", workers=1, db=db, out=str(tmp_path),
-                         overrides={"train.precision": "mixed_bfloat16", "train.backend": "jax",
-                                    "train.jit_compile": True})
+    config = load_config(
+        "quick",
+        workers=1,
+        db=db,
+        out=str(tmp_path),
+        overrides={
+            "train.precision": "mixed_bfloat16",
+            "train.backend": "jax",
+            "train.jit_compile": True,
+        },
+    )
     with Store.open(db) as store:
         run_id = record_run(store, config)
         record = store.get_run(run_id)
-        assert (record.precision, record.backend, record.jit_compile) == ("mixed_bfloat16", "jax", True)
+        assert (record.precision, record.backend, record.jit_compile) == (
+            "mixed_bfloat16",
+            "jax",
+            True,
+        )
         assert record.system.keras_backend == "jax", "the system is the one the workers run"
         assert record.division == CLOSED
-        store.save_score(run_id, ScoreResult(elapsed_s=60.0, total_ops=10 ** 9, ops=1.6e7, tensor_ops=1e7,
-                                             best_val_accuracy=0.5, val_samples=1000, regulated_score=1e7,
-                                             trials_completed=1, samples_trained=100, samples_evaluated=10,
-                                             valid=True), ruleset=record.ruleset)
+        store.save_score(
+            run_id,
+            ScoreResult(
+                elapsed_s=60.0,
+                total_ops=10**9,
+                ops=1.6e7,
+                tensor_ops=1e7,
+                best_val_accuracy=0.5,
+                val_samples=1000,
+                regulated_score=1e7,
+                trials_completed=1,
+                samples_trained=100,
+                samples_evaluated=10,
+                valid=True,
+            ),
+            ruleset=record.ruleset,
+        )
         tf_run = record_run(store, load_config("quick", workers=1, db=db, out=str(tmp_path)))
-        assert store.get_run(tf_run).system.id != record.system.id, "another backend, another system"
+        assert store.get_run(tf_run).system.id != record.system.id, (
+            "another backend, another system"
+        )
     shown = CliRunner().invoke(app, ["show", str(run_id), "--db", db], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "mixed_bfloat16 on jax, jit_compile on" in shown.output

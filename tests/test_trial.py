@@ -4,14 +4,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
 from aiperf.config import load_config
 from aiperf.data.staging import stage_synthetic
 from aiperf.search.space import architecture
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest
 from aiperf.train.trial import run_trial
-
-from conftest import TINY
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +21,22 @@ def staged(tmp_path_factory):
 
 def _request(staged, deadline: float, epochs: int = 2) -> TrialRequest:
     config, manifest = staged
-    arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
-                        manifest.image_shape, manifest.classes)
-    return TrialRequest(run_id=1, trial_key="t0", architecture=arch.to_dict(), learning_rate=0.05, batch_size=32,
-                        epochs=epochs, deadline=deadline, data_path=manifest.path, seed=1)
+    arch = architecture(
+        {"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
+        manifest.image_shape,
+        manifest.classes,
+    )
+    return TrialRequest(
+        run_id=1,
+        trial_key="t0",
+        architecture=arch.to_dict(),
+        learning_rate=0.05,
+        batch_size=32,
+        epochs=epochs,
+        deadline=deadline,
+        data_path=manifest.path,
+        seed=1,
+    )
 
 
 def test_reports_placement_then_each_epoch(staged):
@@ -35,7 +46,9 @@ def test_reports_placement_then_each_epoch(staged):
     assert isinstance(reports[0], TrialBuilt) and reports[0].train_ops > reports[0].eval_ops > 0
     epochs = [r for r in reports if isinstance(r, EpochReport)]
     assert [e.epoch for e in epochs] == [0, 1]
-    assert all(e.complete and e.samples_trained == 384 and e.samples_evaluated == 128 for e in epochs)
+    assert all(
+        e.complete and e.samples_trained == 384 and e.samples_evaluated == 128 for e in epochs
+    )
     assert all(e.val_accuracy is not None and e.ended_at >= e.started_at for e in epochs)
     assert result.epochs == epochs
 
@@ -81,8 +94,11 @@ def test_step_state_is_built_before_fit_so_the_train_step_is_traced_once(staged)
 
     request = _request(staged, time.time() + 300)
     model = build_model(network_from_dict(request.architecture))
-    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     build_step_state(model)
     traces = []
     step = model.train_step

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,8 +80,12 @@ def _why_no_namespaces() -> str | None:
     if made.returncode != 0:
         return f"`ip netns add` failed: {made.stderr.strip()}"
     try:
-        inside = subprocess.run(["ip", "netns", "exec", probe, "unshare", "--uts", "--mount", "--", "true"],
-                                capture_output=True, text=True, timeout=30)
+        inside = subprocess.run(
+            ["ip", "netns", "exec", probe, "unshare", "--uts", "--mount", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if inside.returncode != 0:
             return f"`unshare --uts --mount` inside a network namespace failed: {inside.stderr.strip()}"
     finally:
@@ -92,12 +95,18 @@ def _why_no_namespaces() -> str | None:
 
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.213.0.0/16 that no address or route of this machine touches."""
-    used = [ipaddress.ip_interface(word).network for line in _ip("-4", "-o", "addr").stdout.splitlines()
-            for word in line.split() if "/" in word and word[0].isdigit()]
+    used = [
+        ipaddress.ip_interface(word).network
+        for line in _ip("-4", "-o", "addr").stdout.splitlines()
+        for word in line.split()
+        if "/" in word and word[0].isdigit()
+    ]
     for line in _ip("-4", "route").stdout.splitlines():
         first = line.split()[0]
         if first[0].isdigit():
-            used.append(ipaddress.ip_network(first if "/" in first else f"{first}/32", strict=False))
+            used.append(
+                ipaddress.ip_network(first if "/" in first else f"{first}/32", strict=False)
+            )
     start = os.getpid() % 200
     for i in range(200):
         net = ipaddress.ip_network(f"10.213.{20 + (start + i) % 200}.0/24")
@@ -162,7 +171,16 @@ def two_nodes(tmp: Path) -> Iterator[Nodes]:
             _ip("-n", namespace, "link", "set", "lo", "up")
             disk = tmp / f"disk-{name}"
             disk.mkdir()
-            nodes.append(Node(name, namespace, f"aiperf-node-{name}-{tag}", address, cpus[i % len(cpus)], disk))
+            nodes.append(
+                Node(
+                    name,
+                    namespace,
+                    f"aiperf-node-{name}-{tag}",
+                    address,
+                    cpus[i % len(cpus)],
+                    disk,
+                )
+            )
         yield Nodes(str(hosts[0]), tuple(nodes), stage_to)
     finally:
         for undo in reversed(made):
@@ -259,8 +277,15 @@ class Processes:
     def start(self, name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = self.logs / f"{name}.log"
         with log.open("w") as out:
-            process = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.started[name] = (process, log)
         return process
 
@@ -282,9 +307,18 @@ class Processes:
 
 
 def _base_env(tmp: Path, name: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AIPERF_DB_URL", "DASK_"))}
-    env.update(DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false", TF_CPP_MIN_LOG_LEVEL="2",
-               PREFECT_HOME=str(tmp / f"prefect-{name}"), PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PREFECT_", "AIPERF_DB_URL", "DASK_"))
+    }
+    env.update(
+        DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PREFECT_HOME=str(tmp / f"prefect-{name}"),
+        PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+    )
     return env
 
 
@@ -301,18 +335,37 @@ class TwoNodeRun:
 
 # --- quick: the settings and checks of --cluster scheduler, on an in-process TLS cluster -------------
 
+
 def _scheduler_overrides(address: str, tls: dict[str, Path], **more) -> dict:
-    return {"cluster.kind": "scheduler", "cluster.address": address, "cluster.tls_ca_file": str(tls["ca"]),
-            "cluster.tls_cert": str(tls["cert"]), "cluster.tls_key": str(tls["key"]), **more}
+    return {
+        "cluster.kind": "scheduler",
+        "cluster.address": address,
+        "cluster.tls_ca_file": str(tls["ca"]),
+        "cluster.tls_cert": str(tls["cert"]),
+        "cluster.tls_key": str(tls["key"]),
+        **more,
+    }
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ({"cluster.kind": "scheduler"}, "needs cluster.address"),
-    ({"cluster.kind": "scheduler", "cluster.address": "tcp://head:8786"}, "must be tls://HOST:PORT"),
-    ({"cluster.kind": "scheduler", "cluster.address": "tls://head"}, "must be tls://HOST:PORT"),
-    ({"cluster.kind": "scheduler", "cluster.address": "tls://head:8786"}, "needs cluster.tls_ca_file"),
-    ({"cluster.address": "tls://head:8786"}, "is for cluster.kind scheduler"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"cluster.kind": "scheduler"}, "needs cluster.address"),
+        (
+            {"cluster.kind": "scheduler", "cluster.address": "tcp://head:8786"},
+            "must be tls://HOST:PORT",
+        ),
+        (
+            {"cluster.kind": "scheduler", "cluster.address": "tls://head"},
+            "must be tls://HOST:PORT",
+        ),
+        (
+            {"cluster.kind": "scheduler", "cluster.address": "tls://head:8786"},
+            "needs cluster.tls_ca_file",
+        ),
+        ({"cluster.address": "tls://head:8786"}, "is for cluster.kind scheduler"),
+    ],
+)
 def test_scheduler_settings_are_checked(overrides, words):
     from aiperf.config import load_config
     from aiperf.errors import UserError
@@ -330,16 +383,32 @@ def tls_cluster(tmp_path):
     tls = _tls_files(tmp_path / "tls")
 
     def start(**worker_kwargs):
-        security = Security(tls_ca_file=str(tls["ca"]), require_encryption=True,
-                            **{f"tls_{role}_{part}": str(tls[part]) for role in ("client", "scheduler", "worker")
-                               for part in ("cert", "key")})
-        return LocalCluster(n_workers=1, processes=False, threads_per_worker=1, host="127.0.0.1",
-                            protocol="tls", security=security, dashboard_address=":0", **worker_kwargs)
+        security = Security(
+            tls_ca_file=str(tls["ca"]),
+            require_encryption=True,
+            **{
+                f"tls_{role}_{part}": str(tls[part])
+                for role in ("client", "scheduler", "worker")
+                for part in ("cert", "key")
+            },
+        )
+        return LocalCluster(
+            n_workers=1,
+            processes=False,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            protocol="tls",
+            security=security,
+            dashboard_address=":0",
+            **worker_kwargs,
+        )
 
     return start, tls
 
 
-def test_a_running_scheduler_is_used_once_its_workers_offer_a_trial_slot(tls_cluster, tmp_path, monkeypatch):
+def test_a_running_scheduler_is_used_once_its_workers_offer_a_trial_slot(
+    tls_cluster, tmp_path, monkeypatch
+):
     from distributed import Client
 
     from aiperf.cluster import preflight, start_cluster
@@ -352,29 +421,48 @@ def test_a_running_scheduler_is_used_once_its_workers_offer_a_trial_slot(tls_clu
     api = socket.create_server(("127.0.0.1", 0))  # where the run's Prefect API would answer
     api_url = f"http://127.0.0.1:{api.getsockname()[1]}/api"
     with api, start() as bare, start(resources={"trial": 1}) as ready:
-        config = load_config("quick", workers=1, overrides=_scheduler_overrides(bare.scheduler_address, tls))
+        config = load_config(
+            "quick", workers=1, overrides=_scheduler_overrides(bare.scheduler_address, tls)
+        )
         preflight(config)  # it answers
-        with pytest.raises(UserError, match=r"0 of 1 workers with resources trial=1 joined within 1.5 s"):
+        with pytest.raises(
+            UserError, match=r"0 of 1 workers with resources trial=1 joined within 1.5 s"
+        ):
             with start_cluster(config):
                 pass
-        config = load_config("quick", workers=1, overrides=_scheduler_overrides(ready.scheduler_address, tls))
+        config = load_config(
+            "quick", workers=1, overrides=_scheduler_overrides(ready.scheduler_address, tls)
+        )
         nowhere = f"http://127.0.0.1:{_free_port('127.0.0.1')}/api"
         with pytest.raises(UserError, match=f"cannot reach this run's Prefect API {nowhere}"):
             with start_cluster(config, prefect_api_url=nowhere):
                 pass
-        jax = load_config("quick", workers=1, check_backend=False,
-                          overrides=_scheduler_overrides(ready.scheduler_address, tls, **{"train.backend": "jax"}))
+        jax = load_config(
+            "quick",
+            workers=1,
+            check_backend=False,
+            overrides=_scheduler_overrides(
+                ready.scheduler_address, tls, **{"train.backend": "jax"}
+            ),
+        )
         with pytest.raises(UserError, match="start it with KERAS_BACKEND=jax"):
             with start_cluster(jax, prefect_api_url=api_url):
                 pass
         with start_cluster(config, prefect_api_url=api_url) as started:
-            assert started.kind == "scheduler" and started.scheduler_address == ready.scheduler_address
-            with Client(started.scheduler_address, security=started.security, set_as_default=False) as client:
+            assert (
+                started.kind == "scheduler"
+                and started.scheduler_address == ready.scheduler_address
+            )
+            with Client(
+                started.scheduler_address, security=started.security, set_as_default=False
+            ) as client:
                 assert client.submit(sum, [1, 2], resources={"trial": 1}, pure=False).result() == 3
         assert ready.scheduler.workers, "the run leaves the scheduler and its workers running"
 
 
-def test_a_scheduler_that_refuses_the_runs_certificate_is_one_line(tls_cluster, tmp_path, monkeypatch):
+def test_a_scheduler_that_refuses_the_runs_certificate_is_one_line(
+    tls_cluster, tmp_path, monkeypatch
+):
     from aiperf.cluster import preflight
     from aiperf.config import load_config
     from aiperf.errors import UserError
@@ -383,13 +471,22 @@ def test_a_scheduler_that_refuses_the_runs_certificate_is_one_line(tls_cluster, 
     other = _tls_files(tmp_path / "other")  # another CA and certificate
     monkeypatch.setattr("aiperf.cluster.external.CONNECT_TIMEOUT_S", 1.0)
     with start() as cluster:
-        config = load_config("quick", workers=1, overrides=_scheduler_overrides(cluster.scheduler_address, other))
+        config = load_config(
+            "quick", workers=1, overrides=_scheduler_overrides(cluster.scheduler_address, other)
+        )
         with pytest.raises(UserError) as refused:
             preflight(config)
     message = str(refused.value)
-    assert message.startswith(f"cluster.address {cluster.scheduler_address}:") and "\n" not in message
-    missing = load_config("quick", workers=1, overrides=_scheduler_overrides(
-        "tls://127.0.0.1:1", {**other, "key": tmp_path / "no-such-key.pem"}))
+    assert (
+        message.startswith(f"cluster.address {cluster.scheduler_address}:") and "\n" not in message
+    )
+    missing = load_config(
+        "quick",
+        workers=1,
+        overrides=_scheduler_overrides(
+            "tls://127.0.0.1:1", {**other, "key": tmp_path / "no-such-key.pem"}
+        ),
+    )
     with pytest.raises(UserError, match=r"cluster.tls_key .*no-such-key.pem: No such file"):
         preflight(missing)
 
@@ -404,19 +501,39 @@ def test_a_bad_scheduler_address_is_one_line(tmp_path, monkeypatch):
     tls = _tls_files(tmp_path / "tls")
     nowhere = f"tls://127.0.0.1:{_free_port('127.0.0.1')}"
     monkeypatch.setattr("aiperf.cluster.external.CONNECT_TIMEOUT_S", 2.0)
-    args = ["run", "--budget", "5s", "--workers", "1", "--db", f"sqlite:///{tmp_path / 'aiperf.db'}",
-            "--out", str(tmp_path / "out"), "--cluster", "scheduler", "--cluster-opt", f"address={nowhere}",
-            "--cluster-opt", f"tls_ca_file={tls['ca']}", "--cluster-opt", f"tls_cert={tls['cert']}",
-            "--cluster-opt", f"tls_key={tls['key']}"]
+    args = [
+        "run",
+        "--budget",
+        "5s",
+        "--workers",
+        "1",
+        "--db",
+        f"sqlite:///{tmp_path / 'aiperf.db'}",
+        "--out",
+        str(tmp_path / "out"),
+        "--cluster",
+        "scheduler",
+        "--cluster-opt",
+        f"address={nowhere}",
+        "--cluster-opt",
+        f"tls_ca_file={tls['ca']}",
+        "--cluster-opt",
+        f"tls_cert={tls['cert']}",
+        "--cluster-opt",
+        f"tls_key={tls['key']}",
+    ]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: cluster.address {nowhere}: no Dask scheduler"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cluster.address {nowhere}: no Dask scheduler"
+    ), lines
     assert not (tmp_path / "aiperf.db").exists() and not (tmp_path / "out").exists()
 
 
 # --- slow: two namespace nodes -------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
@@ -441,14 +558,33 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
         processes = Processes(logs)
         stack.callback(processes.stop)  # before the namespaces go
         tls = _tls_files(tmp / "tls")
-        tls_args = ["--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"])]
+        tls_args = [
+            "--tls-ca-file",
+            str(tls["ca"]),
+            "--tls-cert",
+            str(tls["cert"]),
+            "--tls-key",
+            str(tls["key"]),
+        ]
 
         # The head node: a Dask scheduler and the Prefect API, on the bridge address only.
         scheduler = f"tls://{nodes.head}:{_free_port(nodes.head)}"
         env = _base_env(tmp, "scheduler")
         env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
-        processes.start("scheduler", [str(BIN / "dask"), "scheduler", "--host", nodes.head, "--port",
-                                      scheduler.rsplit(":", 1)[1], "--no-dashboard", *tls_args], env)
+        processes.start(
+            "scheduler",
+            [
+                str(BIN / "dask"),
+                "scheduler",
+                "--host",
+                nodes.head,
+                "--port",
+                scheduler.rsplit(":", 1)[1],
+                "--no-dashboard",
+                *tls_args,
+            ],
+            env,
+        )
         local_api = urllib.parse.urlsplit(PREFECT_API_URL.value())
         relay = Relay(nodes.head, (local_api.hostname, local_api.port))
         stack.callback(relay.close)
@@ -459,9 +595,14 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
             meminfo = tmp / f"meminfo-{node.name}"
             meminfo.write_text(_meminfo(NODE_MEMORY_GIB[node.name]))
             env = _base_env(tmp, f"node-{node.name}")
-            env.update(KERAS_BACKEND="tensorflow", AIPERF_WORKER_CORES="1",
-                       OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-                       DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="False")
+            env.update(
+                KERAS_BACKEND="tensorflow",
+                AIPERF_WORKER_CORES="1",
+                OMP_NUM_THREADS="1",
+                TF_NUM_INTRAOP_THREADS="1",
+                TF_NUM_INTEROP_THREADS="1",
+                DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="False",
+            )
             if node.name == "b":
                 tools = tmp / "node-b-bin"
                 tools.mkdir()
@@ -470,32 +611,88 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
                 smi.chmod(0o755)
                 env["PATH"] = f"{tools}:{env['PATH']}"
             setup = 'hostname "$1" && mount --bind "$2" /proc/meminfo && mount --bind "$3" "$4" && shift 4 && exec "$@"'
-            processes.start(f"worker-{node.name}", [
-                "ip", "netns", "exec", node.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
-                "--", "sh", "-c", setup, "node", node.hostname, str(meminfo), str(node.disk), str(nodes.stage_to),
-                "taskset", "-c", str(node.cpu), str(BIN / "dask"), "worker", scheduler, *tls_args,
-                "--nthreads", "1", "--resources", "trial=1", "--preload", "aiperf.cluster.preload",
-                "--no-dashboard", "--local-directory", str(tmp / f"scratch-{node.name}")], env)
+            processes.start(
+                f"worker-{node.name}",
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    node.namespace,
+                    "unshare",
+                    "--uts",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    setup,
+                    "node",
+                    node.hostname,
+                    str(meminfo),
+                    str(node.disk),
+                    str(nodes.stage_to),
+                    "taskset",
+                    "-c",
+                    str(node.cpu),
+                    str(BIN / "dask"),
+                    "worker",
+                    scheduler,
+                    *tls_args,
+                    "--nthreads",
+                    "1",
+                    "--resources",
+                    "trial=1",
+                    "--preload",
+                    "aiperf.cluster.preload",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(tmp / f"scratch-{node.name}"),
+                ],
+                env,
+            )
         phases = {"nodes and processes started": time.monotonic() - began}
         # Each worker's first trial imports Prefect's task engine and the flow's module, seconds of the
         # window on a busy machine before the trial builds anything; done here, before the run, so
         # that a budget of seconds trains on both nodes however busy the machine.
-        security = Security(tls_ca_file=str(tls["ca"]), tls_client_cert=str(tls["cert"]),
-                            tls_client_key=str(tls["key"]), require_encryption=True)
-        with Client(scheduler, security=security, timeout=STEP_TIMEOUT_S, set_as_default=False) as client:
+        security = Security(
+            tls_ca_file=str(tls["ca"]),
+            tls_client_cert=str(tls["cert"]),
+            tls_client_key=str(tls["key"]),
+            require_encryption=True,
+        )
+        with Client(
+            scheduler, security=security, timeout=STEP_TIMEOUT_S, set_as_default=False
+        ) as client:
             client.wait_for_workers(2, timeout=STEP_TIMEOUT_S)
             client.run(importlib.import_module, "flows.benchmark")
         phases["workers up"] = time.monotonic() - began
 
         # The run, from the head node (this process, as `aiperf run` would): it waits for the workers.
         db = tmp / "aiperf.db"
-        config = load_config("quick", budget=BUDGET, workers=2, db=f"sqlite:///{db}", seed=3, out=str(tmp / "out"),
-                             overrides={**TINY, "train.epochs": [1, 2], "data.stage_to": str(nodes.stage_to),
-                                        "cluster.kind": "scheduler", "cluster.address": scheduler,
-                                        "cluster.tls_ca_file": str(tls["ca"]), "cluster.tls_cert": str(tls["cert"]),
-                                        "cluster.tls_key": str(tls["key"])})
+        config = load_config(
+            "quick",
+            budget=BUDGET,
+            workers=2,
+            db=f"sqlite:///{db}",
+            seed=3,
+            out=str(tmp / "out"),
+            overrides={
+                **TINY,
+                "train.epochs": [1, 2],
+                "data.stage_to": str(nodes.stage_to),
+                "cluster.kind": "scheduler",
+                "cluster.address": scheduler,
+                "cluster.tls_ca_file": str(tls["ca"]),
+                "cluster.tls_cert": str(tls["cert"]),
+                "cluster.tls_key": str(tls["key"]),
+            },
+        )
         # The run's Prefect API is the nodes' (Prefect sends it with every task): the head node's address.
-        with pytest.MonkeyPatch.context() as patch, temporary_settings(updates={PREFECT_API_URL: api}):
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            temporary_settings(updates={PREFECT_API_URL: api}),
+        ):
             patch.setattr("aiperf.cluster.start.WORKERS_TIMEOUT_S", float(STEP_TIMEOUT_S))
             try:
                 result = benchmark(config=config)
@@ -524,25 +721,38 @@ def _ip_of(worker: str) -> str:
 @pytest.mark.slow
 def test_a_run_on_two_nodes_uses_both_and_records_where_each_trial_ran(two_node_run):
     run = two_node_run
-    (status,), = _sql(run, "SELECT status FROM runs")
+    ((status,),) = _sql(run, "SELECT status FROM runs")
     assert status == "completed"
     description = json.loads(_sql(run, "SELECT system_description FROM runs")[0][0])
-    node_of = {worker: node["hostname"] for node in description["nodes"] for worker in node["workers"]}
+    node_of = {
+        worker: node["hostname"] for node in description["nodes"] for worker in node["workers"]
+    }
     trials = _sql(run, "SELECT trial_key, status, worker FROM trials")
     assert trials and all(status in ("completed", "stopped") for _k, status, _w in trials), trials
     # Each trial's worker is one node's worker, named by its address on that node.
     addresses = {n.address: n.hostname for n in run.nodes.nodes}
     for key, _status, worker in trials:
-        assert worker is not None, f"trial {key} has no worker: it had not built its model by the deadline"
+        assert worker is not None, (
+            f"trial {key} has no worker: it had not built its model by the deadline"
+        )
         assert worker in node_of, (worker, node_of)
         assert addresses[_ip_of(worker)] == node_of[worker], (worker, node_of)
-    assert {node_of[w] for _k, _s, w in trials} == set(addresses.values()), "trials ran on both nodes"
+    assert {node_of[w] for _k, _s, w in trials} == set(addresses.values()), (
+        "trials ran on both nodes"
+    )
     # Both nodes trained, on their own copy of the data (built from it, or the trial would have failed).
-    trained = _sql(run, "SELECT t.worker, SUM(e.samples_trained), SUM(e.complete) FROM epochs e "
-                        "JOIN trials t ON t.id = e.trial_id GROUP BY t.worker")
-    print(f"two-node run: {len(trials)} trials, {sum(c for _w, _s, c in trained)} complete epochs; "
-          + ", ".join(f"{what} at {t:.1f} s" for what, t in run.phases.items()))
-    assert {node_of[w] for w, samples, _c in trained if samples > 0} == set(addresses.values()), trained
+    trained = _sql(
+        run,
+        "SELECT t.worker, SUM(e.samples_trained), SUM(e.complete) FROM epochs e "
+        "JOIN trials t ON t.id = e.trial_id GROUP BY t.worker",
+    )
+    print(
+        f"two-node run: {len(trials)} trials, {sum(c for _w, _s, c in trained)} complete epochs; "
+        + ", ".join(f"{what} at {t:.1f} s" for what, t in run.phases.items())
+    )
+    assert {node_of[w] for w, samples, _c in trained if samples > 0} == set(addresses.values()), (
+        trained
+    )
 
 
 @pytest.mark.slow
@@ -551,14 +761,18 @@ def test_node_local_staging_made_one_copy_on_each_node(two_node_run):
     manifest = json.loads(_sql(run, "SELECT manifest FROM datasets")[0][0])
     copies = manifest["copies"]
     hosts = {n.hostname for n in run.nodes.nodes}
-    assert len(copies) == 2 and {where.split(":", 1)[0] for where in copies.values()} == hosts, copies
+    assert len(copies) == 2 and {where.split(":", 1)[0] for where in copies.values()} == hosts, (
+        copies
+    )
     assert {_ip_of(worker) for worker in copies} == {n.address for n in run.nodes.nodes}
     for node in run.nodes.nodes:
         files = [p for p in node.disk.rglob("*") if p.is_file()]
         assert len(files) == 1, (node.name, files)
         assert hashlib.sha256(files[0].read_bytes()).hexdigest() == manifest["sha256"]
         assert Path(manifest["path"]) == run.nodes.stage_to / files[0].relative_to(node.disk)
-    assert not any(run.nodes.stage_to.iterdir()), "no copy on the head node: trials read their node's own"
+    assert not any(run.nodes.stage_to.iterdir()), (
+        "no copy on the head node: trials read their node's own"
+    )
 
 
 @pytest.mark.slow
@@ -566,8 +780,9 @@ def test_the_system_description_is_the_two_nodes_not_the_submitting_host(two_nod
     run = two_node_run
     description = json.loads(_sql(run, "SELECT system_description FROM runs")[0][0])
     # The fingerprint is the submitting host's (where the flow ran); the description is the nodes'.
-    (submitting_host, host_memory), = _sql(run, "SELECT s.hostname, s.memory_bytes FROM systems s "
-                                                "JOIN runs r ON r.system_id = s.id")
+    ((submitting_host, host_memory),) = _sql(
+        run, "SELECT s.hostname, s.memory_bytes FROM systems s JOIN runs r ON r.system_id = s.id"
+    )
     assert submitting_host == socket.gethostname()
     assert description["number_of_nodes"] == 2
     by_name = {node["hostname"]: node for node in description["nodes"]}
@@ -591,13 +806,19 @@ def test_the_workers_task_runs_reached_the_prefect_server(two_node_run):
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     run = two_node_run
-    (flow_run_id,), = _sql(run, "SELECT flow_run_id FROM runs")
+    ((flow_run_id,),) = _sql(run, "SELECT flow_run_id FROM runs")
     keys = {f"trial-{key}" for (key,) in _sql(run, "SELECT trial_key FROM trials")}
     with SyncPrefectClient(run.api) as client:
         deadline = time.monotonic() + 30
         while True:  # task run states arrive as events, recorded by the server a moment later
-            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-            reported = {t.name for t in tasks if t.name.startswith("trial-") and t.state and t.state.is_completed()}
+            tasks = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            )
+            reported = {
+                t.name
+                for t in tasks
+                if t.name.startswith("trial-") and t.state and t.state.is_completed()
+            }
             if keys <= reported or time.monotonic() > deadline:
                 break
             time.sleep(1)

@@ -12,13 +12,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from aiperf.lifecycle import run
-
-from aiperf.results import verify
-from aiperf.config import load_config
-from aiperf.store import Store
 from conftest import TINY
+
+from aiperf.config import load_config
+from aiperf.lifecycle import run
+from aiperf.results import verify
+from aiperf.store import Store
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -27,8 +26,15 @@ SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 def real_run(tmp_path_factory) -> Path:
     """A short real run (Keras trials on 2 workers, no Prefect) whose database the tests tamper with."""
     folder = tmp_path_factory.mktemp("verify")
-    config = load_config("quick", budget="12s", workers=2, db=f"sqlite:///{folder / 'real.db'}", out=str(folder),
-                         seed=3, overrides={**TINY, "train.epochs": 3})
+    config = load_config(
+        "quick",
+        budget="12s",
+        workers=2,
+        db=f"sqlite:///{folder / 'real.db'}",
+        out=str(folder),
+        seed=3,
+        overrides={**TINY, "train.epochs": 3},
+    )
     outcome = run.run_benchmark(config)
     assert outcome.run_id == 1 and outcome.verified, "the run's own verification passed"
     return folder / "real.db"
@@ -48,17 +54,26 @@ def tampered(real_run: Path, tmp_path: Path, change: Callable[[sqlite3.Connectio
 
 
 def _shift_epoch(sql: sqlite3.Connection, epoch_id: int, start: timedelta, end: timedelta) -> None:
-    began, ended = sql.execute("SELECT started_at, ended_at FROM epochs WHERE id = ?", (epoch_id,)).fetchone()
-    sql.execute("UPDATE epochs SET started_at = ?, ended_at = ? WHERE id = ?",
-                ((datetime.fromisoformat(began) + start).strftime(SQLITE_TIME),
-                 (datetime.fromisoformat(ended) + end).strftime(SQLITE_TIME), epoch_id))
+    began, ended = sql.execute(
+        "SELECT started_at, ended_at FROM epochs WHERE id = ?", (epoch_id,)
+    ).fetchone()
+    sql.execute(
+        "UPDATE epochs SET started_at = ?, ended_at = ? WHERE id = ?",
+        (
+            (datetime.fromisoformat(began) + start).strftime(SQLITE_TIME),
+            (datetime.fromisoformat(ended) + end).strftime(SQLITE_TIME),
+            epoch_id,
+        ),
+    )
 
 
 def _second_epoch_of_a_worker(sql: sqlite3.Connection) -> int:
     """An epoch that follows another on the same worker."""
-    rows = sql.execute("SELECT e.id, t.worker FROM epochs e JOIN trials t ON t.id = e.trial_id "
-                       "ORDER BY t.worker, e.started_at").fetchall()
-    return next(b[0] for a, b in zip(rows, rows[1:]) if a[1] == b[1])
+    rows = sql.execute(
+        "SELECT e.id, t.worker FROM epochs e JOIN trials t ON t.id = e.trial_id "
+        "ORDER BY t.worker, e.started_at"
+    ).fetchall()
+    return next(b[0] for a, b in zip(rows, rows[1:], strict=False) if a[1] == b[1])
 
 
 FIRST_EPOCH = "(SELECT MIN(id) FROM epochs)"
@@ -68,24 +83,38 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
     # The four the issue names: one epoch's samples, one trial's operations per sample, the elapsed time,
     # the best accuracy.
     verify.TOTAL_OPERATIONS: lambda sql: sql.execute(
-        f"UPDATE epochs SET samples_trained = samples_trained - 32 WHERE id = {FIRST_EPOCH}"),
+        f"UPDATE epochs SET samples_trained = samples_trained - 32 WHERE id = {FIRST_EPOCH}"
+    ),
     verify.OPERATIONS_PER_SAMPLE: lambda sql: sql.execute(
-        f"UPDATE trials SET train_ops_per_sample = train_ops_per_sample * 2 WHERE id = {FIRST_BUILT}"),
+        f"UPDATE trials SET train_ops_per_sample = train_ops_per_sample * 2 WHERE id = {FIRST_BUILT}"
+    ),
     verify.ELAPSED_TIME: lambda sql: sql.execute("UPDATE scores SET elapsed_s = elapsed_s * 0.9"),
     verify.BEST_ACCURACY: lambda sql: sql.execute("UPDATE scores SET best_val_accuracy = 0.999"),
     # And one for every other check.
     verify.SAMPLES_WITHIN_DATASET: lambda sql: sql.execute(
-        f"UPDATE epochs SET samples_trained = 1000000 WHERE id = {FIRST_EPOCH}"),
+        f"UPDATE epochs SET samples_trained = 1000000 WHERE id = {FIRST_EPOCH}"
+    ),
     verify.EPOCHS_INSIDE_WINDOW: lambda sql: _shift_epoch(
-        sql, sql.execute(f"SELECT {FIRST_EPOCH}").fetchone()[0], timedelta(hours=-1), timedelta(hours=-1)),
+        sql,
+        sql.execute(f"SELECT {FIRST_EPOCH}").fetchone()[0],
+        timedelta(hours=-1),
+        timedelta(hours=-1),
+    ),
     verify.NO_OVERLAP_ON_A_WORKER: lambda sql: _shift_epoch(
-        sql, _second_epoch_of_a_worker(sql), timedelta(seconds=-30), timedelta(0)),
-    verify.OPERATIONS_PER_SECOND: lambda sql: sql.execute("UPDATE scores SET ops = ops * 1.000001"),
-    verify.REGULATED_SCORE: lambda sql: sql.execute("UPDATE scores SET regulated_score = regulated_score * 1.5"),
+        sql, _second_epoch_of_a_worker(sql), timedelta(seconds=-30), timedelta(0)
+    ),
+    verify.OPERATIONS_PER_SECOND: lambda sql: sql.execute(
+        "UPDATE scores SET ops = ops * 1.000001"
+    ),
+    verify.REGULATED_SCORE: lambda sql: sql.execute(
+        "UPDATE scores SET regulated_score = regulated_score * 1.5"
+    ),
     verify.DIVISION: lambda sql: sql.execute("UPDATE runs SET division = 'closed'"),
     verify.VALIDITY_RULES: lambda sql: sql.execute("UPDATE scores SET valid = 1 - valid"),
     verify.MODEL_FLOPS_UTILISATION: lambda sql: sql.execute("UPDATE scores SET mfu = mfu * 1.01"),
-    verify.WINDOW_UTILISATION: lambda sql: sql.execute("UPDATE scores SET utilisation = utilisation * 1.01"),
+    verify.WINDOW_UTILISATION: lambda sql: sql.execute(
+        "UPDATE scores SET utilisation = utilisation * 1.01"
+    ),
 }
 
 
@@ -107,27 +136,48 @@ def test_each_tamper_is_caught_by_name(real_run, tmp_path, check):
     assert check in failed, f"{check} did not catch its tamper (failed: {failed})"
 
 
-@pytest.mark.parametrize("check, failed", [
-    # Fewer samples: fewer operations, so the rates recomputed from them differ too, MFU among them.
-    (verify.TOTAL_OPERATIONS, {verify.TOTAL_OPERATIONS, verify.OPERATIONS_PER_SECOND, verify.REGULATED_SCORE,
-                               verify.MODEL_FLOPS_UTILISATION}),
-    # The score was computed from the recount, so only the trial's own record disagrees.
-    (verify.OPERATIONS_PER_SAMPLE, {verify.OPERATIONS_PER_SAMPLE}),
-    (verify.ELAPSED_TIME, {verify.ELAPSED_TIME}),
-    (verify.BEST_ACCURACY, {verify.BEST_ACCURACY}),
-    (verify.MODEL_FLOPS_UTILISATION, {verify.MODEL_FLOPS_UTILISATION}),
-    (verify.WINDOW_UTILISATION, {verify.WINDOW_UTILISATION}),
-])
-def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(real_run, tmp_path, check, failed):
+@pytest.mark.parametrize(
+    "check, failed",
+    [
+        # Fewer samples: fewer operations, so the rates recomputed from them differ too, MFU among them.
+        (
+            verify.TOTAL_OPERATIONS,
+            {
+                verify.TOTAL_OPERATIONS,
+                verify.OPERATIONS_PER_SECOND,
+                verify.REGULATED_SCORE,
+                verify.MODEL_FLOPS_UTILISATION,
+            },
+        ),
+        # The score was computed from the recount, so only the trial's own record disagrees.
+        (verify.OPERATIONS_PER_SAMPLE, {verify.OPERATIONS_PER_SAMPLE}),
+        (verify.ELAPSED_TIME, {verify.ELAPSED_TIME}),
+        (verify.BEST_ACCURACY, {verify.BEST_ACCURACY}),
+        (verify.MODEL_FLOPS_UTILISATION, {verify.MODEL_FLOPS_UTILISATION}),
+        (verify.WINDOW_UTILISATION, {verify.WINDOW_UTILISATION}),
+    ],
+)
+def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(
+    real_run, tmp_path, check, failed
+):
     assert failed_checks(tampered(real_run, tmp_path, TAMPERS[check])) == failed
 
 
 def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
     def cli(path: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"],
-                              capture_output=True, text=True, timeout=300, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+        return subprocess.run(
+            [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
+        )
 
     clean = cli(real_run)
-    assert clean.returncode == 0 and f"all {len(verify.CHECKS)} checks pass" in clean.stdout, clean.stdout + clean.stderr
+    assert clean.returncode == 0 and f"all {len(verify.CHECKS)} checks pass" in clean.stdout, (
+        clean.stdout + clean.stderr
+    )
     broken = cli(tampered(real_run, tmp_path, TAMPERS[verify.ELAPSED_TIME]))
-    assert broken.returncode == 1 and "FAILED elapsed_time" in broken.stdout, broken.stdout + broken.stderr
+    assert broken.returncode == 1 and "FAILED elapsed_time" in broken.stdout, (
+        broken.stdout + broken.stderr
+    )

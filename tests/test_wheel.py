@@ -20,13 +20,25 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-JUNK = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                              "aiperf-out", "*.db")
+JUNK = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    "aiperf-out",
+    "*.db",
+)
 
 
-def _run(*args: str | Path, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=timeout)
+def _run(
+    *args: str | Path, cwd: Path, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, f"{args}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -38,16 +50,35 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     shutil.copytree(REPO, source, ignore=JUNK)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"PREFECT_HOME": str(root / "prefect"), "COLUMNS": "200"}
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root / "dist", source, cwd=root, env=env)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-q",
+        "-w",
+        root / "dist",
+        source,
+        cwd=root,
+        env=env,
+    )
     (wheel,) = (root / "dist").glob("aiperf-*.whl")
 
     fresh = root / "fresh"
     _run(sys.executable, "-m", "venv", fresh, cwd=root, env=env)
     python = fresh / "bin" / "python"
-    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=root,
-                   env=env).stdout.strip()
+    purelib = _run(
+        python,
+        "-c",
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        cwd=root,
+        env=env,
+    ).stdout.strip()
     borrowed = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-    Path(purelib, "borrowed-dependencies.pth").write_text("\n".join(dict.fromkeys(borrowed)) + "\n")
+    Path(purelib, "borrowed-dependencies.pth").write_text(
+        "\n".join(dict.fromkeys(borrowed)) + "\n"
+    )
     _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel, cwd=root, env=env)
     env["PATH"] = f"{fresh / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     return fresh, env
@@ -56,8 +87,13 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.mark.slow
 def test_the_wheel_imports_aiperf_and_flows_from_itself(wheel_venv, tmp_path):
     fresh, env = wheel_venv
-    where = _run(fresh / "bin" / "python", "-c", "import aiperf, flows; print(aiperf.__file__); print(flows.__file__)",
-                 cwd=tmp_path, env=env).stdout.split()
+    where = _run(
+        fresh / "bin" / "python",
+        "-c",
+        "import aiperf, flows; print(aiperf.__file__); print(flows.__file__)",
+        cwd=tmp_path,
+        env=env,
+    ).stdout.split()
     assert all(Path(p).is_relative_to(fresh) for p in where), where
 
 
@@ -67,11 +103,31 @@ def test_db_upgrade_and_a_short_run_from_another_folder(wheel_venv, tmp_path):
     aiperf = fresh / "bin" / "aiperf"
     upgraded = _run(aiperf, "db", "upgrade", "--db", "sqlite:///results.db", cwd=tmp_path, env=env)
     assert "upgraded from empty to revision" in upgraded.stdout
-    tiny = ["data.image_size=16", "data.train_samples=256", "data.val_samples=64", "data.clutter=0",
-            "train.epochs=1", "search.space.batch_size=[32]"]
-    ran = _run(aiperf, "run", "--budget", "8s", "--workers", "1", "--db", "sqlite:///results.db",
-               *[arg for setting in tiny for arg in ("--set", setting)], cwd=tmp_path, env=env)
+    tiny = [
+        "data.image_size=16",
+        "data.train_samples=256",
+        "data.val_samples=64",
+        "data.clutter=0",
+        "train.epochs=1",
+        "search.space.batch_size=[32]",
+    ]
+    ran = _run(
+        aiperf,
+        "run",
+        "--budget",
+        "8s",
+        "--workers",
+        "1",
+        "--db",
+        "sqlite:///results.db",
+        *[arg for setting in tiny for arg in ("--set", setting)],
+        cwd=tmp_path,
+        env=env,
+    )
     assert "regulated score" in ran.stdout and "OPS (aiperf convention)" in ran.stdout
     listed = _run(aiperf, "runs", "--db", "sqlite:///results.db", cwd=tmp_path, env=env)
     assert "completed" in listed.stdout
-    assert len(list((tmp_path / "aiperf-out" / "reports").glob("aiperf-report-results-*-1.html"))) == 1
+    assert (
+        len(list((tmp_path / "aiperf-out" / "reports").glob("aiperf-report-results-*-1.html")))
+        == 1
+    )

@@ -6,5 +6,17 @@ from aiperf.arch.graph import Network, Node, count_params, infer_shapes
 from aiperf.arch.seeds import build_seed, seed_names, seed_spec
 from aiperf.arch.spec import ArchSpec, StageSpec, load_spec, network_from_dict
 
-__all__ = ["ArchSpec", "Network", "Node", "StageSpec", "build_model", "build_seed", "count_params",
-           "infer_shapes", "load_spec", "network_from_dict", "seed_names", "seed_spec"]
+__all__ = [
+    "ArchSpec",
+    "Network",
+    "Node",
+    "StageSpec",
+    "build_model",
+    "build_seed",
+    "count_params",
+    "infer_shapes",
+    "load_spec",
+    "network_from_dict",
+    "seed_names",
+    "seed_spec",
+]

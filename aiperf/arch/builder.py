@@ -21,27 +21,43 @@ def _layer(node: Node, num_classes: int, head: bool = False):
     if node.kind == "zeropad":
         return layers.ZeroPadding2D(padding=p["pad"], name=node.id)
     if node.kind == "conv":
-        return layers.Conv2D(p["filters"], p["kernel"], strides=p["stride"], padding=p["padding"],
-                             use_bias=bool(p.get("bias", False)), name=node.id)
+        return layers.Conv2D(
+            p["filters"],
+            p["kernel"],
+            strides=p["stride"],
+            padding=p["padding"],
+            use_bias=bool(p.get("bias", False)),
+            name=node.id,
+        )
     if node.kind == "bn":
-        return layers.BatchNormalization(epsilon=p.get("epsilon", 1e-3), momentum=p.get("momentum", 0.99),
-                                         name=node.id)
+        return layers.BatchNormalization(
+            epsilon=p.get("epsilon", 1e-3), momentum=p.get("momentum", 0.99), name=node.id
+        )
     if node.kind == "relu":
         return layers.Activation("relu", name=node.id)
     if node.kind == "maxpool":
-        return layers.MaxPooling2D(p["pool"], strides=p["stride"], padding=p["padding"], name=node.id)
+        return layers.MaxPooling2D(
+            p["pool"], strides=p["stride"], padding=p["padding"], name=node.id
+        )
     if node.kind == "add":
         return layers.Add(name=node.id)
     if node.kind == "gap":
         return layers.GlobalAveragePooling2D(name=node.id)
     if node.kind == "dense":
         units = num_classes if p["units"] == "classes" else int(p["units"])
-        return layers.Dense(units, activation=p.get("activation"), name=node.id, dtype="float32" if head else None)
+        return layers.Dense(
+            units, activation=p.get("activation"), name=node.id, dtype="float32" if head else None
+        )
     raise ValueError(f"node {node.id}: no Keras layer for kind {node.kind!r}")
 
 
-def build_model(spec: Network | ArchSpec, input_shape: tuple[int, int, int] | None = None,
-                num_classes: int | None = None, *, dropout: float = 0.0) -> keras.Model:
+def build_model(
+    spec: Network | ArchSpec,
+    input_shape: tuple[int, int, int] | None = None,
+    num_classes: int | None = None,
+    *,
+    dropout: float = 0.0,
+) -> keras.Model:
     """A fresh model for `spec`; `dropout` > 0 puts a Dropout layer of that rate before the head."""
     net = spec.to_network() if isinstance(spec, ArchSpec) else spec
     if input_shape is not None or num_classes is not None:

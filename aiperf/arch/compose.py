@@ -16,12 +16,37 @@ class Composer:
         self.nodes.append(Node(node_id, kind, tuple(inputs), params))
         return node_id
 
-    def conv_bn(self, x: str, name: str, filters: int, kernel: int, stride: int = 1, *, relu: bool = True,
-                padding: str = "same", bias: bool = False, epsilon: float = 1e-3, momentum: float = 0.99) -> str:
-        x = self.add(f"{name}_conv", "conv", x, filters=filters, kernel=kernel, stride=stride, padding=padding,
-                     bias=bias)
+    def conv_bn(
+        self,
+        x: str,
+        name: str,
+        filters: int,
+        kernel: int,
+        stride: int = 1,
+        *,
+        relu: bool = True,
+        padding: str = "same",
+        bias: bool = False,
+        epsilon: float = 1e-3,
+        momentum: float = 0.99,
+    ) -> str:
+        x = self.add(
+            f"{name}_conv",
+            "conv",
+            x,
+            filters=filters,
+            kernel=kernel,
+            stride=stride,
+            padding=padding,
+            bias=bias,
+        )
         x = self.add(f"{name}_bn", "bn", x, epsilon=epsilon, momentum=momentum)
         return self.add(f"{name}_relu", "relu", x) if relu else x
 
     def network(self, name: str, input_shape: tuple[int, int, int], num_classes: int) -> Network:
-        return Network(name=name, input_shape=tuple(input_shape), num_classes=num_classes, nodes=tuple(self.nodes))
+        return Network(
+            name=name,
+            input_shape=tuple(input_shape),
+            num_classes=num_classes,
+            nodes=tuple(self.nodes),
+        )

@@ -40,12 +40,21 @@ class Node:
     params: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "inputs": list(self.inputs), "params": dict(self.params)}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "inputs": list(self.inputs),
+            "params": dict(self.params),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Node:
-        return cls(id=data["id"], kind=data["kind"], inputs=tuple(data.get("inputs", ())),
-                   params=dict(data.get("params", {})))
+        return cls(
+            id=data["id"],
+            kind=data["kind"],
+            inputs=tuple(data.get("inputs", ())),
+            params=dict(data.get("params", {})),
+        )
 
 
 @dataclass(frozen=True)
@@ -86,21 +95,34 @@ class Network:
 
     # --- io -------------------------------------------------------------------------------------
 
-    def with_io(self, input_shape: tuple[int, int, int] | None = None,
-                num_classes: int | None = None) -> Network:
-        return replace(self, input_shape=tuple(input_shape or self.input_shape),
-                       num_classes=num_classes or self.num_classes)
+    def with_io(
+        self, input_shape: tuple[int, int, int] | None = None, num_classes: int | None = None
+    ) -> Network:
+        return replace(
+            self,
+            input_shape=tuple(input_shape or self.input_shape),
+            num_classes=num_classes or self.num_classes,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "aiperf-network/1", "name": self.name, "input_shape": list(self.input_shape),
-                "num_classes": self.num_classes, "history": list(self.history),
-                "nodes": [n.to_dict() for n in self.nodes]}
+        return {
+            "format": "aiperf-network/1",
+            "name": self.name,
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "history": list(self.history),
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Network:
-        return cls(name=data.get("name", "network"), input_shape=tuple(data["input_shape"]),
-                   num_classes=int(data["num_classes"]), history=tuple(data.get("history", ())),
-                   nodes=tuple(Node.from_dict(n) for n in data["nodes"]))
+        return cls(
+            name=data.get("name", "network"),
+            input_shape=tuple(data["input_shape"]),
+            num_classes=int(data["num_classes"]),
+            history=tuple(data.get("history", ())),
+            nodes=tuple(Node.from_dict(n) for n in data["nodes"]),
+        )
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -122,23 +144,36 @@ class Network:
             entries = []
             for n in self.nodes:
                 head, tail = _node_json(n)
-                inputs = index[n.inputs[0]] if len(n.inputs) == 1 else ", ".join(
-                    map(str, sorted(int(index[i]) for i in n.inputs)))
+                inputs = (
+                    index[n.inputs[0]]
+                    if len(n.inputs) == 1
+                    else ", ".join(map(str, sorted(int(index[i]) for i in n.inputs)))
+                )
                 entries.append(f"{head}{inputs}{tail}{_json(shapes[n.id])}]")
             cached = hashlib.sha256(f"[{', '.join(entries)}]".encode()).hexdigest()[:16]
             object.__setattr__(self, "_topology_key", cached)
         return cached
 
-    def edited(self, nodes: tuple[Node, ...], history: tuple[str, ...],
-               shapes: dict[str, Shape] | None = None, params: int | None = None) -> Network:
+    def edited(
+        self,
+        nodes: tuple[Node, ...],
+        history: tuple[str, ...],
+        shapes: dict[str, Shape] | None = None,
+        params: int | None = None,
+    ) -> Network:
         """This network with other nodes and history, NOT validated: only for edits that keep a graph
         valid by construction (the morphisms, whose preconditions morph.py checks and whose results
         the tests validate). A search makes thousands of children to score a few; validating each
         would repeat the shape inference the edit already did (`shapes` and the parameter count
         `params`, when it knows them)."""
         child = object.__new__(Network)
-        for name, value in (("name", self.name), ("input_shape", self.input_shape),
-                            ("num_classes", self.num_classes), ("nodes", nodes), ("history", history)):
+        for name, value in (
+            ("name", self.name),
+            ("input_shape", self.input_shape),
+            ("num_classes", self.num_classes),
+            ("nodes", nodes),
+            ("history", history),
+        ):
             object.__setattr__(child, name, value)
         for name, value in (("_shapes", shapes), ("_params", params)):
             if value is not None:
@@ -192,7 +227,10 @@ def _node_json(node: Node) -> tuple[str, str]:
     '], sorted params, ' as JSON, cached on the (frozen, shared) node."""
     cached = node.__dict__.get("_json")
     if cached is None:
-        cached = (f"[{json.dumps(node.kind)}, [", f"], {json.dumps(sorted(node.params.items()), default=str)}, ")
+        cached = (
+            f"[{json.dumps(node.kind)}, [",
+            f"], {json.dumps(sorted(node.params.items()), default=str)}, ",
+        )
         object.__setattr__(node, "_json", cached)
     return cached
 
@@ -215,7 +253,10 @@ def _node_shape(net: Network, n: Node, ins: list[Shape]) -> Shape:
     if n.kind in ("conv", "maxpool"):
         h, w, c = ins[0]
         k = p["kernel"] if n.kind == "conv" else p["pool"]
-        oh, ow = (_spatial(h, k, p["stride"], p["padding"]), _spatial(w, k, p["stride"], p["padding"]))
+        oh, ow = (
+            _spatial(h, k, p["stride"], p["padding"]),
+            _spatial(w, k, p["stride"], p["padding"]),
+        )
         if oh < 1 or ow < 1:
             raise ValueError(f"node {n.id}: a {k}x{k} window does not fit a {h}x{w} input")
         return (oh, ow, p["filters"] if n.kind == "conv" else c)
@@ -229,16 +270,20 @@ def _node_shape(net: Network, n: Node, ins: list[Shape]) -> Shape:
         return (ins[0][-1],)
     if n.kind == "dense":
         return (net.num_classes if p["units"] == "classes" else int(p["units"]),)
-    raise ValueError(f"node {n.id}: unknown kind {n.kind!r}")  # validate() rejects unknown kinds first
+    raise ValueError(
+        f"node {n.id}: unknown kind {n.kind!r}"
+    )  # validate() rejects unknown kinds first
 
 
-def reinfer(parent: Network, nodes: tuple[Node, ...], changed: set[str]) -> tuple[dict[str, Shape], int]:
+def reinfer(
+    parent: Network, nodes: tuple[Node, ...], changed: set[str]
+) -> tuple[dict[str, Shape], int]:
     """Shapes and parameter count of `parent` with the params of the nodes `changed` changed (`nodes`:
     the same ids in the same order). Only those nodes, and the ones downstream whose inputs change
     shape, are inferred again: a widened convolution changes a few shapes of a network of hundreds."""
     before, params = _shapes(parent), count_params(parent)
     shapes, moved = dict(before), set()
-    for node, old in zip(nodes, parent.nodes):
+    for node, old in zip(nodes, parent.nodes, strict=False):
         if node.id not in changed and moved.isdisjoint(node.inputs):
             continue
         shapes[node.id] = _node_shape(parent, node, [shapes[i] for i in node.inputs])
@@ -291,7 +336,9 @@ def validate(net: Network) -> None:
             raise ValueError(f"node {n.id}: inputs {missing} are not defined before it")
         expected = 0 if n.kind == "input" else (None if n.kind == "add" else 1)
         if expected is not None and len(n.inputs) != expected:
-            raise ValueError(f"node {n.id}: a {n.kind} takes {expected} input(s), got {len(n.inputs)}")
+            raise ValueError(
+                f"node {n.id}: a {n.kind} takes {expected} input(s), got {len(n.inputs)}"
+            )
         if n.kind == "add" and len(n.inputs) < 2:
             raise ValueError(f"node {n.id}: an add needs at least two inputs")
         seen.add(n.id)

@@ -59,8 +59,12 @@ def _rewire(net: Network, old: str, new: str) -> list[Node]:
     """`net`'s nodes, its consumers of `old` reading `new` instead. The other nodes are shared with
     the parent, not copied: nodes are frozen, and their cached pieces of the topology key carry over."""
     consumers = {n.id for n in net.consumers(old)}
-    return [replace(n, inputs=tuple(new if i == old else i for i in n.inputs)) if n.id in consumers else n
-            for n in net.nodes]
+    return [
+        replace(n, inputs=tuple(new if i == old else i for i in n.inputs))
+        if n.id in consumers
+        else n
+        for n in net.nodes
+    ]
 
 
 def _insert_after(net: Network, at: str, new: list[Node], entry: Morphism) -> Network:
@@ -82,10 +86,16 @@ def deepen(net: Network, after: str, kernel: int) -> Network:
         raise ValueError(f"deepen inserts after a relu, not after {node.kind} {after!r}")
     channels = infer_shapes(net)[after][-1]
     p = _prefix(net)
-    new = [Node(f"{p}_conv", "conv", (after,), {"filters": channels, "kernel": kernel, "stride": 1,
-                                                  "padding": "same", "bias": False}),
-           Node(f"{p}_bn", "bn", (f"{p}_conv",), _bn_params(net)),
-           Node(f"{p}_relu", "relu", (f"{p}_bn",))]
+    new = [
+        Node(
+            f"{p}_conv",
+            "conv",
+            (after,),
+            {"filters": channels, "kernel": kernel, "stride": 1, "padding": "same", "bias": False},
+        ),
+        Node(f"{p}_bn", "bn", (f"{p}_conv",), _bn_params(net)),
+        Node(f"{p}_relu", "relu", (f"{p}_bn",)),
+    ]
     return _insert_after(net, after, new, Morphism("deepen", {"after": after, "kernel": kernel}))
 
 
@@ -124,9 +134,13 @@ def _widenable(net: Network) -> list[str]:
 
 def widen(net: Network, conv: str) -> Network:
     if conv not in widenable(net):
-        raise ValueError(f"convolution {conv!r} cannot be widened without breaking a downstream shape")
-    nodes = [replace(n, params={**n.params, "filters": 2 * n.params["filters"]}) if n.id == conv else n
-             for n in net.nodes]
+        raise ValueError(
+            f"convolution {conv!r} cannot be widened without breaking a downstream shape"
+        )
+    nodes = [
+        replace(n, params={**n.params, "filters": 2 * n.params["filters"]}) if n.id == conv else n
+        for n in net.nodes
+    ]
     entry = Morphism("widen", {"conv": conv}).describe()
     return net.edited(tuple(nodes), net.history + (entry,), *reinfer(net, tuple(nodes), {conv}))
 
@@ -143,7 +157,7 @@ def _skip_pairs(net: Network) -> list[tuple[str, str]]:
     joined = {(a, b) for n in net.nodes if n.kind == "add" for a in n.inputs for b in n.inputs}
     pairs = []
     for i, src in enumerate(relus):
-        for dst in relus[i + 1:]:
+        for dst in relus[i + 1 :]:
             (hs, ws, _), (hd, wd, _) = shapes[src], shapes[dst]
             if hs % hd or ws % wd or hs // hd != ws // wd:
                 continue
@@ -162,9 +176,15 @@ def skip(net: Network, source: str, target: str) -> Network:
     new: list[Node] = []
     shortcut = source
     if hs != hd or cs != cd:
-        new += [Node(f"{p}_proj_conv", "conv", (source,), {"filters": cd, "kernel": 1, "stride": hs // hd,
-                                                             "padding": "same", "bias": False}),
-                Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), _bn_params(net))]
+        new += [
+            Node(
+                f"{p}_proj_conv",
+                "conv",
+                (source,),
+                {"filters": cd, "kernel": 1, "stride": hs // hd, "padding": "same", "bias": False},
+            ),
+            Node(f"{p}_proj_bn", "bn", (f"{p}_proj_conv",), _bn_params(net)),
+        ]
         shortcut = f"{p}_proj_bn"
     new.append(Node(f"{p}_add", "add", (target, shortcut)))
     return _insert_after(net, target, new, Morphism("skip", {"source": source, "target": target}))
@@ -193,8 +213,14 @@ def within(net: Network, limits: Limits) -> bool:
     return len(net.nodes) <= limits.max_layers and count_params(net) <= limits.max_params
 
 
-def random_morphism(net: Network, rng: random.Random, kernel: int, limits: Limits,
-                    operators: tuple[str, ...] = OPERATORS, attempts: int = 20) -> Network | None:
+def random_morphism(
+    net: Network,
+    rng: random.Random,
+    kernel: int,
+    limits: Limits,
+    operators: tuple[str, ...] = OPERATORS,
+    attempts: int = 20,
+) -> Network | None:
     """One random valid morphism of `net` within the limits, or None when none is found."""
     for _ in range(attempts):
         operator = rng.choice(operators)

@@ -46,7 +46,9 @@ class ArchSpec:
     def __post_init__(self) -> None:
         problems = []
         if len(self.input_shape) != 3 or min(self.input_shape) < 1:
-            problems.append(f"input_shape must be (height, width, channels), got {self.input_shape}")
+            problems.append(
+                f"input_shape must be (height, width, channels), got {self.input_shape}"
+            )
         if self.num_classes < 2:
             problems.append(f"num_classes must be at least 2, got {self.num_classes}")
         if not self.stages:
@@ -60,10 +62,14 @@ class ArchSpec:
         if problems:
             raise ValueError("invalid architecture: " + "; ".join(problems))
 
-    def with_io(self, input_shape: tuple[int, int, int] | None = None,
-                num_classes: int | None = None) -> ArchSpec:
-        return replace(self, input_shape=tuple(input_shape or self.input_shape),
-                       num_classes=num_classes or self.num_classes)
+    def with_io(
+        self, input_shape: tuple[int, int, int] | None = None, num_classes: int | None = None
+    ) -> ArchSpec:
+        return replace(
+            self,
+            input_shape=tuple(input_shape or self.input_shape),
+            num_classes=num_classes or self.num_classes,
+        )
 
     def to_network(self) -> Network:
         g = Composer()
@@ -79,14 +85,18 @@ class ArchSpec:
                 out_channels = stage.filters * (4 if self.block == "bottleneck" else 1)
                 if self.block == "basic":
                     y = g.conv_bn(x, f"{name}_1", stage.filters, self.kernel_size, stride, **bn)
-                    y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size, relu=False, **bn)
+                    y = g.conv_bn(
+                        y, f"{name}_2", stage.filters, self.kernel_size, relu=False, **bn
+                    )
                 else:
                     y = g.conv_bn(x, f"{name}_1", stage.filters, 1, stride, **bn)
                     y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size, **bn)
                     y = g.conv_bn(y, f"{name}_3", out_channels, 1, relu=False, **bn)
                 shortcut = x
                 if stride != 1 or channels != out_channels:
-                    shortcut = g.conv_bn(x, f"{name}_proj", out_channels, 1, stride, relu=False, **bn)
+                    shortcut = g.conv_bn(
+                        x, f"{name}_proj", out_channels, 1, stride, relu=False, **bn
+                    )
                 y = g.add(f"{name}_add", "add", [shortcut, y])
                 x = g.add(f"{name}_out", "relu", y)
                 channels = out_channels

@@ -24,8 +24,14 @@ def db_option(help: str = "Database URL.") -> Any:
     """--db for every command: the URL given, else $AIPERF_DB_URL (where a password can live outside
     the command line, which other users see in `ps`), else DEFAULT_DB_URL. Help names the variable,
     never its value."""
-    return typer.Option(DEFAULT_DB_URL, "--db", envvar=DB_URL_ENV, show_envvar=False,
-                        help=f"{help} Default: ${DB_URL_ENV}, else {DEFAULT_DB_URL}.", show_default=False)
+    return typer.Option(
+        DEFAULT_DB_URL,
+        "--db",
+        envvar=DB_URL_ENV,
+        show_envvar=False,
+        help=f"{help} Default: ${DB_URL_ENV}, else {DEFAULT_DB_URL}.",
+        show_default=False,
+    )
 
 
 def fail(message: str) -> typer.Exit:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -30,13 +30,25 @@ def guess_kind(source: str) -> str:
     if source == "digits":
         return "digits"
     path = Path(source).expanduser()
-    if path.is_dir() and not (path / "train").is_dir() and any(p.name.startswith("train-") for p in path.iterdir()):
+    if (
+        path.is_dir()
+        and not (path / "train").is_dir()
+        and any(p.name.startswith("train-") for p in path.iterdir())
+    ):
         return "tfrecord"
     return "folder"
 
 
-def _config(source: str, kind: str | None, stage_to: str | None, classes: int | None,
-            label_offset: int | None, shard_images: int, image_size: int, channels: int):
+def _config(
+    source: str,
+    kind: str | None,
+    stage_to: str | None,
+    classes: int | None,
+    label_offset: int | None,
+    shard_images: int,
+    image_size: int,
+    channels: int,
+):
     from pydantic import ValidationError
 
     from aiperf.config import DataConfig
@@ -44,8 +56,13 @@ def _config(source: str, kind: str | None, stage_to: str | None, classes: int | 
     kind = kind or guess_kind(source)
     if kind not in KINDS:
         raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    values: dict[str, Any] = {"kind": kind, "stage_to": stage_to, "shard_images": shard_images,
-                              "image_size": image_size, "channels": channels}
+    values: dict[str, Any] = {
+        "kind": kind,
+        "stage_to": stage_to,
+        "shard_images": shard_images,
+        "image_size": image_size,
+        "channels": channels,
+    }
     if kind == "digits":
         values.update(channels=1, train_samples=1437, val_samples=360)
     else:
@@ -58,25 +75,52 @@ def _config(source: str, kind: str | None, stage_to: str | None, classes: int | 
         return DataConfig.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UserError(f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}") from None
+        raise UserError(
+            f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}"
+        ) from None
 
 
 def stage(
-    source: str = typer.Argument(..., help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
-                                 "of ImageNet-format TFRecord shards, or 'digits' (scikit-learn's digits)."),
-    to: str = typer.Option("aiperf-out/data", "--to", help="Folder the staged shards and manifest go to "
-                           "(a run with --out X stages into X/data)."),
-    kind: Optional[str] = typer.Option(None, "--kind", help="folder, tfrecord or digits; guessed from SOURCE."),
-    stage_to: Optional[str] = typer.Option(None, "--stage-to", help="Node-local folder every worker copies the "
-                                           "shards to, checksums verified there."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
-                                          help="Dask workers that convert shards (default: one per core)."),
-    classes: Optional[int] = typer.Option(None, "--classes", help="tfrecord: number of classes (labels must be "
-                                          "in range)."),
-    label_offset: Optional[int] = typer.Option(None, "--label-offset", help="tfrecord: label of the first class "
-                                               "(1 in ImageNet shards, the default)."),
-    shard_images: int = typer.Option(1024, "--shard-images", min=1, help="folder: images per shard."),
-    image_size: int = typer.Option(224, "--image-size", min=8, help="Size the input pipeline crops to."),
+    source: str = typer.Argument(
+        ...,
+        help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
+        "of ImageNet-format TFRecord shards, or 'digits' (scikit-learn's digits).",
+    ),
+    to: str = typer.Option(
+        "aiperf-out/data",
+        "--to",
+        help="Folder the staged shards and manifest go to "
+        "(a run with --out X stages into X/data).",
+    ),
+    kind: str | None = typer.Option(
+        None, "--kind", help="folder, tfrecord or digits; guessed from SOURCE."
+    ),
+    stage_to: str | None = typer.Option(
+        None,
+        "--stage-to",
+        help="Node-local folder every worker copies the shards to, checksums verified there.",
+    ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        "-w",
+        min=1,
+        help="Dask workers that convert shards (default: one per core).",
+    ),
+    classes: int | None = typer.Option(
+        None, "--classes", help="tfrecord: number of classes (labels must be in range)."
+    ),
+    label_offset: int | None = typer.Option(
+        None,
+        "--label-offset",
+        help="tfrecord: label of the first class (1 in ImageNet shards, the default).",
+    ),
+    shard_images: int = typer.Option(
+        1024, "--shard-images", min=1, help="folder: images per shard."
+    ),
+    image_size: int = typer.Option(
+        224, "--image-size", min=8, help="Size the input pipeline crops to."
+    ),
     channels: int = typer.Option(3, "--channels", min=1, max=4),
     seed: int = typer.Option(0, "--seed", help="digits: seed of the train/val split."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
@@ -88,7 +132,9 @@ def stage(
 
     with open_store(db) as store:  # a bad database URL fails before any work
         try:
-            config = _config(source, kind, stage_to, classes, label_offset, shard_images, image_size, channels)
+            config = _config(
+                source, kind, stage_to, classes, label_offset, shard_images, image_size, channels
+            )
             manifest = _stage_with_progress(config, seed, Path(to), workers, err)
             store.record_dataset(None, manifest.to_dict())
         except UserError as exc:
@@ -99,19 +145,26 @@ def stage(
     _print_manifest(manifest)
     if manifest.kind in ("folder", "tfrecord"):
         out = f" --out {Path(to).parent}" if Path(to).name == "data" else ""
-        Console().print(f"run on it with a profile whose data section says kind: {manifest.kind}, source: "
-                        f"{manifest.source}; `aiperf run{out}` then reuses these shards", highlight=False)
+        Console().print(
+            f"run on it with a profile whose data section says kind: {manifest.kind}, source: "
+            f"{manifest.source}; `aiperf run{out}` then reuses these shards",
+            highlight=False,
+        )
 
 
 def _stage_with_progress(config, seed: int, to: Path, workers: int | None, err: Console):
     from aiperf.config import machine_cores
-    from aiperf.data.staging import stage as stage_data
-
     from aiperf.data.staging import preflight
+    from aiperf.data.staging import stage as stage_data
 
     preflight(config)  # structural problems first, before any worker starts
     needs_workers = config.kind != "digits" or config.stage_to
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
@@ -149,11 +202,16 @@ def _print_manifest(manifest) -> None:
     table = Table(title=f"staged {manifest.name}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    rows = [("kind", manifest.kind), ("path", manifest.path), ("source", manifest.source or "-"),
-            ("classes", str(manifest.classes)), ("train images", str(manifest.train_samples)),
-            ("val images", str(manifest.val_samples)),
-            ("shards", f"{len(manifest.shards)} ({_size(manifest.size_bytes)})"),
-            ("sha256", manifest.sha256)]
+    rows = [
+        ("kind", manifest.kind),
+        ("path", manifest.path),
+        ("source", manifest.source or "-"),
+        ("classes", str(manifest.classes)),
+        ("train images", str(manifest.train_samples)),
+        ("val images", str(manifest.val_samples)),
+        ("shards", f"{len(manifest.shards)} ({_size(manifest.size_bytes)})"),
+        ("sha256", manifest.sha256),
+    ]
     counts = manifest.images_per_class
     if counts:
         low, high = min(counts.values()), max(counts.values())

@@ -33,24 +33,42 @@ class _BadInput(Exception):
 
 
 def flops(
-    model: str = typer.Argument(..., help="A built-in model (resnet50, mobilenetv2, densenet121, efficientnetb0, "
-                                "or a seed model of the search), a saved .keras file, or an architecture "
-                                ".json file."),
-    input_shape: str | None = typer.Option(None, "--input-shape",
-                                           help="H,W,C of one input sample. Default: 224,224,3 for "
-                                           "keras.applications models, the model's own otherwise."),
-    classes: int | None = typer.Option(None, "--classes", help="Number of output classes. Default: 1000 for "
-                                    "keras.applications models, the model's own otherwise."),
-    convention: str = typer.Option("aiperf", "--convention", help="aiperf (AIPerf's rules) or tensor "
-                                   "(2 x conv/matmul multiply-adds; train = 3 x forward)."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    model: str = typer.Argument(
+        ...,
+        help="A built-in model (resnet50, mobilenetv2, densenet121, efficientnetb0, "
+        "or a seed model of the search), a saved .keras file, or an architecture "
+        ".json file.",
+    ),
+    input_shape: str | None = typer.Option(
+        None,
+        "--input-shape",
+        help="H,W,C of one input sample. Default: 224,224,3 for "
+        "keras.applications models, the model's own otherwise.",
+    ),
+    classes: int | None = typer.Option(
+        None,
+        "--classes",
+        help="Number of output classes. Default: 1000 for "
+        "keras.applications models, the model's own otherwise.",
+    ),
+    convention: str = typer.Option(
+        "aiperf",
+        "--convention",
+        help="aiperf (AIPerf's rules) or tensor "
+        "(2 x conv/matmul multiply-adds; train = 3 x forward).",
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print one JSON object instead of a table."
+    ),
 ) -> None:
     """Count a model's operations per sample (forward, backward, eval, train) layer by layer."""
     try:
         _check_convention(convention)
         shape = _parse_input_shape(input_shape)
         if classes is not None and classes < 1:
-            raise _BadInput(f"--classes {classes} is not a positive number of classes; pass e.g. --classes 1000")
+            raise _BadInput(
+                f"--classes {classes} is not a positive number of classes; pass e.g. --classes 1000"
+            )
         keras_model = _resolve_model(model, shape, classes)
         ops = _count(keras_model, convention, model, shape)
     except _BadInput as error:
@@ -58,7 +76,11 @@ def flops(
         raise typer.Exit(2) from None
 
     if json_output:
-        result = {"model": model, "input_shape": list(_input_shape_of(keras_model, shape)), **ops.to_dict()}
+        result = {
+            "model": model,
+            "input_shape": list(_input_shape_of(keras_model, shape)),
+            **ops.to_dict(),
+        }
         typer.echo(json.dumps(result))
     else:
         _print_table(model, keras_model, ops)
@@ -71,8 +93,10 @@ def _check_convention(convention: str) -> None:
     try:
         check_convention(convention)
     except ValueError:
-        raise _BadInput(f"unknown convention {convention!r}; pass --convention "
-                        f"{' or --convention '.join(CONVENTIONS)}") from None
+        raise _BadInput(
+            f"unknown convention {convention!r}; pass --convention "
+            f"{' or --convention '.join(CONVENTIONS)}"
+        ) from None
 
 
 def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
@@ -80,8 +104,10 @@ def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise _BadInput(f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
-                        "pass e.g. --input-shape 224,224,3")
+        raise _BadInput(
+            f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
+            "pass e.g. --input-shape 224,224,3"
+        )
     return tuple(int(p) for p in parts)
 
 
@@ -97,12 +123,16 @@ def _resolve_model(name: str, shape: tuple[int, ...] | None, classes: int | None
         if not path.exists():
             raise _BadInput(f"model file {name} does not exist; check the path")
         if not path.is_file():
-            raise _BadInput(f"{name} is not a model file; pass a saved .keras model or an architecture .json")
+            raise _BadInput(
+                f"{name} is not a model file; pass a saved .keras model or an architecture .json"
+            )
         if path.suffix == ".keras":
             return _load_keras(path, classes)
         if path.suffix == ".json":
             return _load_spec(path, shape, classes)
-        raise _BadInput(f"cannot count {name}: a model file must be a saved .keras model or an architecture .json")
+        raise _BadInput(
+            f"cannot count {name}: a model file must be a saved .keras model or an architecture .json"
+        )
     return _seed(name, shape, classes)
 
 
@@ -122,7 +152,9 @@ def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) 
     import keras
 
     build = getattr(keras.applications, APPLICATIONS[name])
-    return build(weights=None, input_shape=shape or DEFAULT_INPUT_SHAPE, classes=classes or DEFAULT_CLASSES)
+    return build(
+        weights=None, input_shape=shape or DEFAULT_INPUT_SHAPE, classes=classes or DEFAULT_CLASSES
+    )
 
 
 def _load_keras(path: Path, classes: int | None) -> Any:
@@ -131,11 +163,15 @@ def _load_keras(path: Path, classes: int | None) -> Any:
     try:
         model = keras.saving.load_model(path, compile=False)
     except Exception as error:  # a corrupt or foreign file: Keras raises many types
-        raise _BadInput(f"cannot load {path}: {_first_line(error)}; pass a model saved with model.save()") from None
+        raise _BadInput(
+            f"cannot load {path}: {_first_line(error)}; pass a model saved with model.save()"
+        ) from None
     out = model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
     if classes is not None and classes != out:
-        raise _BadInput(f"{path} has {out} outputs, not --classes {classes}; a saved model's classes are "
-                        "fixed, drop --classes")
+        raise _BadInput(
+            f"{path} has {out} outputs, not --classes {classes}; a saved model's classes are "
+            "fixed, drop --classes"
+        )
     return model
 
 
@@ -143,9 +179,13 @@ def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -
     try:
         from aiperf.arch import build_model, load_spec
     except ImportError:
-        raise _BadInput(f"cannot read {path}: architecture files need aiperf.arch, which is not installed") from None
-    return _build(f"the architecture in {path}", lambda: build_model(load_spec(path), input_shape=shape,
-                                                                    num_classes=classes))
+        raise _BadInput(
+            f"cannot read {path}: architecture files need aiperf.arch, which is not installed"
+        ) from None
+    return _build(
+        f"the architecture in {path}",
+        lambda: build_model(load_spec(path), input_shape=shape, num_classes=classes),
+    )
 
 
 def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
@@ -157,7 +197,9 @@ def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
         seeds = list(seed_names())
     if name not in seeds:
         known = ", ".join([*APPLICATIONS, *seeds])
-        raise _BadInput(f"unknown model {name!r}; pass one of {known}, a .keras file or an architecture .json file")
+        raise _BadInput(
+            f"unknown model {name!r}; pass one of {known}, a .keras file or an architecture .json file"
+        )
     # None leaves a seed's own input shape and classes (those of the benchmark's data).
     return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
 
@@ -168,8 +210,10 @@ def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] 
     built = tuple(keras_model.inputs[0].shape[1:]) if getattr(keras_model, "inputs", None) else ()
     extra = {"input_shape": shape} if shape is not None and None in built else {}
     if shape is not None and None not in built and built != shape:
-        raise _BadInput(f"{name} is built for inputs of shape {','.join(map(str, built))}, not --input-shape "
-                        f"{','.join(map(str, shape))}; drop --input-shape or pass the built shape")
+        raise _BadInput(
+            f"{name} is built for inputs of shape {','.join(map(str, built))}, not --input-shape "
+            f"{','.join(map(str, shape))}; drop --input-shape or pass the built shape"
+        )
     try:
         return count_model(keras_model, convention, **extra)
     except UnknownLayerError as error:
@@ -199,15 +243,23 @@ def _print_table(name: str, keras_model: Any, ops: Any) -> None:
     table.add_column("forward", justify="right")
     table.add_column("backward", justify="right")
     for index, layer in enumerate(ops.layers):
-        table.add_row(str(index), layer.name, layer.type, _shape_text(layer.output_shape),
-                      f"{layer.forward:,}", f"{layer.backward:,}")
+        table.add_row(
+            str(index),
+            layer.name,
+            layer.type,
+            _shape_text(layer.output_shape),
+            f"{layer.forward:,}",
+            f"{layer.backward:,}",
+        )
     table.add_section()
     table.add_row("", "total", "", "", f"{ops.forward:,}", f"{ops.backward:,}", style="bold")
     console = Console()
     console.print(table)
     shape = ",".join(map(str, _input_shape_of(keras_model, None)))
-    console.print(f"input shape {shape}; eval per sample [bold]{ops.eval_per_sample:,}[/bold]  "
-                  f"train per sample [bold]{ops.train_per_sample:,}[/bold]  ({ops.convention} convention)")
+    console.print(
+        f"input shape {shape}; eval per sample [bold]{ops.eval_per_sample:,}[/bold]  "
+        f"train per sample [bold]{ops.train_per_sample:,}[/bold]  ({ops.convention} convention)"
+    )
 
 
 def _shape_text(shape: tuple) -> str:

@@ -4,7 +4,6 @@ aiperf.report.html. Registered in aiperf/cli.py; every figure comes from the SQL
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -13,13 +12,18 @@ from aiperf.cli.common import console, db_option, fail, open_existing
 from aiperf.errors import UserError
 from aiperf.store.database import safe_url
 
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
 def history(
-    system: Optional[str] = typer.Option(None, "--system", "-s", help="System id, hostname or fingerprint prefix."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
+    system: str | None = typer.Option(
+        None, "--system", "-s", help="System id, hostname or fingerprint prefix."
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", "-p", help="Only runs of this profile."
+    ),
     db: str = db_option(),
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""
@@ -33,17 +37,46 @@ def history(
             rows = read_history(store, system=system, profile=profile)
         except UserError as exc:
             raise fail(str(exc)) from None
-    scope = " ".join(filter(None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]))
+    scope = " ".join(
+        filter(
+            None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]
+        )
+    )
     table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
-    for column in ("run", "created (UTC)", "system", "profile", "division", "config", "workers", "budget", "OPS",
-                   "change", "regulated", "MFU", "best val acc", "valid"):
+    for column in (
+        "run",
+        "created (UTC)",
+        "system",
+        "profile",
+        "division",
+        "config",
+        "workers",
+        "budget",
+        "OPS",
+        "change",
+        "regulated",
+        "MFU",
+        "best val acc",
+        "valid",
+    ):
         table.add_column(column)
     for r in rows:
-        table.add_row(str(r.run_id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), f"{r.system_id} {r.hostname}",
-                      r.profile, r.division or "-", (r.config_hash or "-")[:8], str(r.workers), f"{r.budget_s:g} s",
-                      f"{format_ops(r.ops)}OPS", _pct(r.ops_change_pct), f"{format_ops(r.regulated_score)}OPS",
-                      percent(r.mfu), "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
-                      "yes" if r.valid else "no")
+        table.add_row(
+            str(r.run_id),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{r.system_id} {r.hostname}",
+            r.profile,
+            r.division or "-",
+            (r.config_hash or "-")[:8],
+            str(r.workers),
+            f"{r.budget_s:g} s",
+            f"{format_ops(r.ops)}OPS",
+            _pct(r.ops_change_pct),
+            f"{format_ops(r.regulated_score)}OPS",
+            percent(r.mfu),
+            "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
+            "yes" if r.valid else "no",
+        )
     console.print(table)
     if not rows:
         console.print("no scored runs yet; run `aiperf run` first")
@@ -51,9 +84,11 @@ def history(
     # One trend per workload: runs of another division or config are never put on one line.
     for (profile, division, config), group in workloads(rows).items():
         ops = [r.ops for r in group]
-        console.print(f"trend of OPS, {profile} {division or '-'} {(config or '-')[:8]}, oldest to newest: "
-                      f"{sparkline(ops)}  (first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
-                      f"best {format_ops(max(ops))}OPS)")
+        console.print(
+            f"trend of OPS, {profile} {division or '-'} {(config or '-')[:8]}, oldest to newest: "
+            f"{sparkline(ops)}  (first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
+            f"best {format_ops(max(ops))}OPS)"
+        )
 
 
 def compare(
@@ -85,9 +120,15 @@ def compare(
     table.add_column(f"run {run_a}")
     table.add_column(f"run {run_b}")
     table.add_column("difference")
-    for row in (("system", f"{pair.a.system_id} {pair.a.hostname}", f"{pair.b.system_id} {pair.b.hostname}"),
-                ("profile", pair.a.profile, pair.b.profile),
-                ("valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no")):
+    for row in (
+        (
+            "system",
+            f"{pair.a.system_id} {pair.a.hostname}",
+            f"{pair.b.system_id} {pair.b.hostname}",
+        ),
+        ("profile", pair.a.profile, pair.b.profile),
+        ("valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no"),
+    ):
         table.add_row(*row, "")
     for f in pair.figures:
         table.add_row(f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct))
@@ -97,11 +138,12 @@ def compare(
 def report(
     run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
     db: str = db_option(),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."
+    ),
 ) -> None:
     """Write one self-contained HTML page about a run: score over time, trials, workers, history."""
     from aiperf.report.html import write_report
-
     from aiperf.store import RecordNotFound
 
     with open_existing(db) as store:

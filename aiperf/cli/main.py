@@ -15,32 +15,41 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
 from aiperf.cli.common import console, db_option, err, fail, open_existing
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig
-from aiperf.errors import UserError
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
+from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig
+from aiperf.errors import UserError
 from aiperf.store.database import safe_url
 
 if TYPE_CHECKING:
     from aiperf.store import RunRecord
 
 # Offline and quiet by default; a user's own settings win.
-for _key, _value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                     "TF_CPP_MIN_LOG_LEVEL": "2"}.items():
+for _key, _value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}.items():
     os.environ.setdefault(_key, _value)
 
 # A traceback never shows local variables: they can hold a database URL with its password.
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                  help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.")
-db_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.",
+)
+db_app = typer.Typer(
+    no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database."
+)
 app.add_typer(db_app, name="db")
 
 # The benchmark flow, named as prefect.yaml's deployment names it (a module path, so it loads from an
@@ -56,9 +65,12 @@ def _live_view():
     def render(p: LiveFigures) -> Table:
         table = Table.grid(padding=(0, 2))
         accuracy = "-" if p.best_val_accuracy is None else f"{p.best_val_accuracy:.3f}"
-        table.add_row(f"[bold]elapsed[/] {p.elapsed_s:6.1f} s of {p.budget_s:g} s",
-                      f"[bold]trials[/] {p.trials_done} done, {p.trials_running} running",
-                      f"[bold]OPS[/] {format_ops(p.ops_per_s)}OPS", f"[bold]best val acc[/] {accuracy}")
+        table.add_row(
+            f"[bold]elapsed[/] {p.elapsed_s:6.1f} s of {p.budget_s:g} s",
+            f"[bold]trials[/] {p.trials_done} done, {p.trials_running} running",
+            f"[bold]OPS[/] {format_ops(p.ops_per_s)}OPS",
+            f"[bold]best val acc[/] {accuracy}",
+        )
         return table
 
     return render
@@ -66,30 +78,61 @@ def _live_view():
 
 @app.command()
 def run(
-    profile: str = typer.Option("quick", "--profile", "-p", help="Profile name or a YAML profile file."),
-    budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."),
-    workers: Optional[str] = typer.Option(None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."),
-    db: Optional[str] = typer.Option(None, "--db", help=f"Database URL (default: $AIPERF_DB_URL, else the profile's, else {DEFAULT_DB_URL})."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for data, search and weights."),
-    out: Optional[str] = typer.Option(None, "--out", help="Folder for staged data and search state."),
-    cluster: Optional[str] = typer.Option(
-        None, "--cluster", help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml), "
-                          "or scheduler (a running Dask scheduler: --cluster-opt address=tls://HOST:PORT)."),
-    cluster_opt: Optional[list[str]] = typer.Option(
-        None, "--cluster-opt", help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
-                                    "gpus, workers_per_job, prologue (one shell line each), interface; for "
-                                    "--cluster scheduler address, tls_ca_file, tls_cert, tls_key."),
-    adaptive: bool = typer.Option(False, "--adaptive", help="Scale jobs between 1 and --workers with demand "
-                                                            "(default: a fixed number of workers)."),
-    settings: Optional[list[str]] = typer.Option(
-        None, "--set", help="Override a profile setting KEY=VALUE (dotted key, YAML value), repeatable: "
-                            "e.g. --set data.source=/data/imagenet --set train.epochs=[2,4]."),
+    profile: str = typer.Option(
+        "quick", "--profile", "-p", help="Profile name or a YAML profile file."
+    ),
+    budget: str | None = typer.Option(
+        None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."
+    ),
+    workers: str | None = typer.Option(
+        None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."
+    ),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        help=f"Database URL (default: $AIPERF_DB_URL, else the profile's, else {DEFAULT_DB_URL}).",
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Seed for data, search and weights."),
+    out: str | None = typer.Option(
+        None, "--out", help="Folder for staged data and search state."
+    ),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml), "
+        "or scheduler (a running Dask scheduler: --cluster-opt address=tls://HOST:PORT).",
+    ),
+    cluster_opt: list[str] | None = typer.Option(
+        None,
+        "--cluster-opt",
+        help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
+        "gpus, workers_per_job, prologue (one shell line each), interface; for "
+        "--cluster scheduler address, tls_ca_file, tls_cert, tls_key.",
+    ),
+    adaptive: bool = typer.Option(
+        False,
+        "--adaptive",
+        help="Scale jobs between 1 and --workers with demand "
+        "(default: a fixed number of workers).",
+    ),
+    settings: list[str] | None = typer.Option(
+        None,
+        "--set",
+        help="Override a profile setting KEY=VALUE (dotted key, YAML value), repeatable: "
+        "e.g. --set data.source=/data/imagenet --set train.epochs=[2,4].",
+    ),
     allow_concurrent: bool = typer.Option(
-        False, "--allow-concurrent", help="Run even while another local run is running on this machine "
-                                          "(the two then measure each other's load)."),
-    resume: Optional[int] = typer.Option(
-        None, "--resume", help="Continue a lost or interrupted run (its own config, seed and remaining "
-                               "budget); give only --db with it."),
+        False,
+        "--allow-concurrent",
+        help="Run even while another local run is running on this machine "
+        "(the two then measure each other's load).",
+    ),
+    resume: int | None = typer.Option(
+        None,
+        "--resume",
+        help="Continue a lost or interrupted run (its own config, seed and remaining "
+        "budget); give only --db with it.",
+    ),
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
     from aiperf.config import load_config
@@ -97,23 +140,47 @@ def run(
     machine: int | None = None  # the local-run lock, held while this run runs
     try:
         if resume is not None:
-            _only_db_with_resume(profile != "quick", budget, workers, seed, out, cluster, cluster_opt, adaptive,
-                                 settings)
+            _only_db_with_resume(
+                profile != "quick",
+                budget,
+                workers,
+                seed,
+                out,
+                cluster,
+                cluster_opt,
+                adaptive,
+                settings,
+            )
             from aiperf.lifecycle.recovery import resume_config
 
             config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
         else:
-            overrides = {**_setting_overrides(settings or []),
-                         **_cluster_overrides(cluster, cluster_opt or [], adaptive)}
-            config = load_config(profile, budget=budget, workers=workers, db=db, seed=seed, out=out,
-                                 overrides=overrides)
+            overrides = {
+                **_setting_overrides(settings or []),
+                **_cluster_overrides(cluster, cluster_opt or [], adaptive),
+            }
+            config = load_config(
+                profile,
+                budget=budget,
+                workers=workers,
+                db=db,
+                seed=seed,
+                out=out,
+                overrides=overrides,
+            )
         from aiperf.data.staging import preflight
 
-        preflight(config.data)  # a missing or misshapen dataset fails here, before anything is recorded
+        preflight(
+            config.data
+        )  # a missing or misshapen dataset fails here, before anything is recorded
         from aiperf.cluster import preflight as cluster_preflight
 
-        cluster_preflight(config)  # so does a running scheduler (--cluster scheduler) that does not answer
-        machine = _claim_machine(config.cluster.kind, allow_concurrent)  # refused before anything is written
+        cluster_preflight(
+            config
+        )  # so does a running scheduler (--cluster scheduler) that does not answer
+        machine = _claim_machine(
+            config.cluster.kind, allow_concurrent
+        )  # refused before anything is written
         from aiperf.store import Store
 
         Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
@@ -143,9 +210,13 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
         except UserError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the run is recorded interrupted
-            err.print(f"[bold red]interrupted:[/] {exc or 'stopped'}; the run's epochs are recorded: "
-                      "`aiperf runs` lists it, `aiperf recover RUN_ID` scores it, "
-                      "`aiperf run --resume RUN_ID` continues it", highlight=False, soft_wrap=True)
+            err.print(
+                f"[bold red]interrupted:[/] {exc or 'stopped'}; the run's epochs are recorded: "
+                "`aiperf runs` lists it, `aiperf recover RUN_ID` scores it, "
+                "`aiperf run --resume RUN_ID` continues it",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(130) from None
         finally:
             live.set_display(None)
@@ -166,8 +237,10 @@ def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> int | None:
 def _only_db_with_resume(*given: object) -> None:
     """--resume continues a run with its own config: any other run option is an error, not ignored."""
     if any(bool(option) for option in given):
-        raise UserError("--resume continues a run with its own config, seed and remaining budget; give only "
-                        "--resume RUN_ID and --db URL")
+        raise UserError(
+            "--resume continues a run with its own config, seed and remaining budget; give only "
+            "--resume RUN_ID and --db URL"
+        )
 
 
 def _setting_overrides(settings: list[str]) -> dict:
@@ -178,7 +251,9 @@ def _setting_overrides(settings: list[str]) -> dict:
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--set {item!r} is not KEY=VALUE; write e.g. --set data.source=/data/imagenet")
+            raise UserError(
+                f"--set {item!r} is not KEY=VALUE; write e.g. --set data.source=/data/imagenet"
+            )
         try:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -202,7 +277,9 @@ def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> 
         key, sep, text = option.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in settable:
-            raise UserError(f"--cluster-opt {option!r}: give KEY=VALUE with KEY one of {', '.join(settable)}")
+            raise UserError(
+                f"--cluster-opt {option!r}: give KEY=VALUE with KEY one of {', '.join(settable)}"
+            )
         if key == "prologue":
             overrides.setdefault("cluster.prologue", []).append(text)
             continue
@@ -211,7 +288,9 @@ def _cluster_overrides(kind: str | None, options: list[str], adaptive: bool) -> 
         except yaml.YAMLError:
             value = text
         # Walltimes (01:00:00) and memory (8GB) stay text; counts become numbers.
-        overrides[f"cluster.{key}"] = text if key in ("walltime", "memory", "queue", "account", "interface") else value
+        overrides[f"cluster.{key}"] = (
+            text if key in ("walltime", "memory", "queue", "account", "interface") else value
+        )
     return overrides
 
 
@@ -223,7 +302,9 @@ def _load_run(run_id: int, db: str) -> RunRecord:
         try:
             return store.get_run(run_id)
         except RecordNotFound:
-            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+            raise fail(
+                f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"
+            ) from None
 
 
 def _print_score(record: RunRecord) -> None:
@@ -232,7 +313,10 @@ def _print_score(record: RunRecord) -> None:
     run_id = record.id
     score = record.score
     if score is None:
-        console.print(f"run {run_id} ({record.status}) has no score" + (f": {record.message}" if record.message else ""))
+        console.print(
+            f"run {run_id} ({record.status}) has no score"
+            + (f": {record.message}" if record.message else "")
+        )
         return
     table = Table(title=f"aiperf run {run_id}", show_header=False)
     table.add_column("figure", style="bold")
@@ -243,36 +327,59 @@ def _print_score(record: RunRecord) -> None:
 
 
 @app.command()
-def runs(db: str = db_option(),
-         limit: int = typer.Option(50, "--limit", min=1)) -> None:
+def runs(db: str = db_option(), limit: int = typer.Option(50, "--limit", min=1)) -> None:
     """List runs, newest first."""
     from aiperf.results.score import format_ops
 
     with open_existing(db) as store:
         records = store.list_runs(limit)
     table = Table(title=f"runs in {safe_url(db)}")
-    for column in ("run", "created (UTC)", "profile", "workers", "budget", "status", "OPS", "regulated",
-                   "best val acc", "valid"):
+    for column in (
+        "run",
+        "created (UTC)",
+        "profile",
+        "workers",
+        "budget",
+        "status",
+        "OPS",
+        "regulated",
+        "best val acc",
+        "valid",
+    ):
         table.add_column(column)
     for r in records:
         s = r.score
-        table.add_row(str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.profile, str(r.workers),
-                      f"{r.budget_s:g} s", r.status,
-                      f"{format_ops(s.ops)}OPS" if s else "-", f"{format_ops(s.regulated_score)}OPS" if s else "-",
-                      f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
-                      ("yes" if s.valid else "no") if s else "-")
+        table.add_row(
+            str(r.id),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.profile,
+            str(r.workers),
+            f"{r.budget_s:g} s",
+            r.status,
+            f"{format_ops(s.ops)}OPS" if s else "-",
+            f"{format_ops(s.regulated_score)}OPS" if s else "-",
+            f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
+            ("yes" if s.valid else "no") if s else "-",
+        )
     console.print(table)
 
 
 @app.command()
-def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
-         db: str = db_option(),
-         tree: bool = typer.Option(False, "--tree", help="Draw the search tree: parent to child, by morphism."),
-         phases: bool = typer.Option(False, "--phases", help="List each trial's phases (build ... report) in seconds.")
-         ) -> None:
+def show(
+    run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
+    db: str = db_option(),
+    tree: bool = typer.Option(
+        False, "--tree", help="Draw the search tree: parent to child, by morphism."
+    ),
+    phases: bool = typer.Option(
+        False, "--phases", help="List each trial's phases (build ... report) in seconds."
+    ),
+) -> None:
     """Print one run's score, where each worker's time went, and its trials (or, with --tree, how the
     search grew them; with --phases, each trial's phases)."""
-    record = _load_run(run_id, db)  # before the import below starts the framework: errors stay one line
+    record = _load_run(
+        run_id, db
+    )  # before the import below starts the framework: errors stay one line
     from aiperf.report.trials import phase_table, search_tree, time_table, trial_table
 
     _print_score(record)
@@ -280,7 +387,9 @@ def show(run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists 
     spent = time_table(record)
     if spent is not None:
         console.print(spent)
-    console.print(search_tree(record) if tree else phase_table(record) if phases else trial_table(record))
+    console.print(
+        search_tree(record) if tree else phase_table(record) if phases else trial_table(record)
+    )
 
 
 def _print_state(record: RunRecord) -> None:
@@ -289,20 +398,34 @@ def _print_state(record: RunRecord) -> None:
     from aiperf.store import window_gaps
 
     if record.status == "lost":
-        last = record.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S") if record.heartbeat_at else "never"
-        console.print(f"run {record.id} is [bold red]lost[/]: its process stopped (last heartbeat {last} UTC); "
-                      f"`aiperf recover {record.id}` scores it, `aiperf run --resume {record.id}` continues it")
+        last = (
+            record.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S") if record.heartbeat_at else "never"
+        )
+        console.print(
+            f"run {record.id} is [bold red]lost[/]: its process stopped (last heartbeat {last} UTC); "
+            f"`aiperf recover {record.id}` scores it, `aiperf run --resume {record.id}` continues it"
+        )
     if len(record.windows) > 1:
         gaps = window_gaps(record.windows)
         for window in record.windows:
             length = "open" if window.length_s is None else f"{window.length_s:.1f} s"
-            gap = f", then a gap of {gaps[window.segment]:.1f} s (not counted)" if window.segment < len(gaps) else ""
-            console.print(f"window segment {window.segment}: {window.started_at:%H:%M:%S} UTC, {length}{gap}")
+            gap = (
+                f", then a gap of {gaps[window.segment]:.1f} s (not counted)"
+                if window.segment < len(gaps)
+                else ""
+            )
+            console.print(
+                f"window segment {window.segment}: {window.started_at:%H:%M:%S} UTC, {length}{gap}"
+            )
 
 
 @app.command()
-def recover(run_id: int = typer.Argument(..., help="A lost or interrupted run, as `aiperf runs` lists them."),
-            db: str = db_option()) -> None:
+def recover(
+    run_id: int = typer.Argument(
+        ..., help="A lost or interrupted run, as `aiperf runs` lists them."
+    ),
+    db: str = db_option(),
+) -> None:
     """Close a lost or interrupted run and score it from what it recorded: its running trials become
     interrupted, its window ends at its last recorded epoch, and the score is invalid ("recovered
     after a crash"). The run can still be resumed afterwards (`aiperf run --resume`)."""
@@ -316,18 +439,25 @@ def recover(run_id: int = typer.Argument(..., help="A lost or interrupted run, a
 
 
 @app.command()
-def verify(run_id: Optional[int] = typer.Argument(None, help="Run id, as `aiperf runs` lists them."),
-           db: str = db_option(),
-           package: Optional[str] = typer.Option(
-               None, "--package", help="Verify a result package (`aiperf package`) from its event log alone, "
-                                       "without a database, instead of a run.")) -> None:
+def verify(
+    run_id: int | None = typer.Argument(None, help="Run id, as `aiperf runs` lists them."),
+    db: str = db_option(),
+    package: str | None = typer.Option(
+        None,
+        "--package",
+        help="Verify a result package (`aiperf package`) from its event log alone, "
+        "without a database, instead of a run.",
+    ),
+) -> None:
     """Recompute a run's score from its records alone (or a package's from its event log alone) and
     check every figure; exit 0 only if all pass."""
-    from aiperf.store import RecordNotFound
     from aiperf.results.verify import verify_run
+    from aiperf.store import RecordNotFound
 
     if (run_id is None) == (package is None):
-        raise fail("give a RUN_ID to verify from the database, or --package DIR to verify a result package")
+        raise fail(
+            "give a RUN_ID to verify from the database, or --package DIR to verify a result package"
+        )
     if package is not None:
         from aiperf.results.package import verify_package
 
@@ -335,17 +465,24 @@ def verify(run_id: Optional[int] = typer.Argument(None, help="Run id, as `aiperf
             logged, checks = verify_package(Path(package))
         except UserError as exc:
             raise fail(str(exc)) from None
-        _print_checks(f"verification of run {logged.run.id} (recomputed from the event log in {package})",
-                      f"package {package} (run {logged.run.id})", checks)
+        _print_checks(
+            f"verification of run {logged.run.id} (recomputed from the event log in {package})",
+            f"package {package} (run {logged.run.id})",
+            checks,
+        )
         return
     with open_existing(db) as store:
         try:
             checks = verify_run(store, run_id)
         except RecordNotFound:
-            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+            raise fail(
+                f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"
+            ) from None
         except ValueError as exc:
             raise fail(f"{exc}; only a scored run can be verified") from None
-    _print_checks(f"verification of run {run_id} (recomputed from its records)", f"run {run_id}", checks)
+    _print_checks(
+        f"verification of run {run_id} (recomputed from its records)", f"run {run_id}", checks
+    )
 
 
 def _print_checks(title: str, what: str, checks: list) -> None:
@@ -354,22 +491,35 @@ def _print_checks(title: str, what: str, checks: list) -> None:
     for column in ("check", "result", "detail"):
         table.add_column(column)
     for check in checks:
-        table.add_row(check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail)
+        table.add_row(
+            check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail
+        )
     console.print(table)
     failed = [c.check for c in checks if not c.passed]
-    console.print(f"{what}: " + (f"[bold red]FAILED[/] {', '.join(failed)}" if failed
-                                 else f"[green]verified[/]: all {len(checks)} checks pass"))
+    console.print(
+        f"{what}: "
+        + (
+            f"[bold red]FAILED[/] {', '.join(failed)}"
+            if failed
+            else f"[green]verified[/]: all {len(checks)} checks pass"
+        )
+    )
     if failed:
         raise typer.Exit(1)
 
 
 @app.command()
-def package(run_id: int = typer.Argument(..., help="A scored run, as `aiperf runs` lists them."),
-            to: str = typer.Option(..., "--to", help="A new (or empty) folder for the package."),
-            db: str = db_option(),
-            log: Optional[str] = typer.Option(
-                None, "--log", help="The run's event log, if it is not in the run's folder under its --out "
-                                    "(relative to where the run was started).")) -> None:
+def package(
+    run_id: int = typer.Argument(..., help="A scored run, as `aiperf runs` lists them."),
+    to: str = typer.Option(..., "--to", help="A new (or empty) folder for the package."),
+    db: str = db_option(),
+    log: str | None = typer.Option(
+        None,
+        "--log",
+        help="The run's event log, if it is not in the run's folder under its --out "
+        "(relative to where the run was started).",
+    ),
+) -> None:
     """Write one folder a reviewer can take away: the event log, the system description, the effective
     config and its ruleset, the verification, the HTML report and a README; `aiperf verify --package
     DIR` checks it without the database."""
@@ -380,10 +530,14 @@ def package(run_id: int = typer.Argument(..., help="A scored run, as `aiperf run
         try:
             folder = write_package(store, run_id, Path(to), Path(log) if log else None)
         except RecordNotFound:
-            raise fail(f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`") from None
+            raise fail(
+                f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"
+            ) from None
         except UserError as exc:
             raise fail(str(exc)) from None
-    console.print(f"run {run_id}: package written to {folder} (check it with `aiperf verify --package {folder}`)")
+    console.print(
+        f"run {run_id}: package written to {folder} (check it with `aiperf verify --package {folder}`)"
+    )
 
 
 @db_app.command("upgrade")

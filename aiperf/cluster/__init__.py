@@ -31,20 +31,63 @@ running scheduler: connecting, and checking its workers).
 """
 
 from aiperf.cluster.environment import (
-    JOB_GPUS_ENV, JOB_STARTED_ENV, LIFETIME_ENV, job_id, pin_gpu, worker_end, worker_environment,
+    JOB_GPUS_ENV,
+    JOB_STARTED_ENV,
+    LIFETIME_ENV,
+    job_id,
+    pin_gpu,
+    worker_end,
+    worker_environment,
 )
 from aiperf.cluster.plan import (
-    GPU_RESOURCE, TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class, jobqueue_defaults, trial_resources,
+    GPU_RESOURCE,
+    TRIAL_RESOURCE,
+    JobPlan,
+    job_plan,
+    jobqueue_cluster_class,
+    jobqueue_defaults,
+    trial_resources,
 )
 from aiperf.cluster.queues import (
-    QUEUES, QueueKind, format_walltime, parse_walltime, staggered_lifetime, worker_lifetime,
+    QUEUES,
+    QueueKind,
+    format_walltime,
+    parse_walltime,
+    staggered_lifetime,
+    worker_lifetime,
 )
-from aiperf.cluster.start import StartedCluster, jobqueue_cluster, local_cluster, preflight, start_cluster
+from aiperf.cluster.start import (
+    StartedCluster,
+    jobqueue_cluster,
+    local_cluster,
+    preflight,
+    start_cluster,
+)
 
 __all__ = [
-    "GPU_RESOURCE", "JOB_GPUS_ENV", "JOB_STARTED_ENV", "LIFETIME_ENV", "QUEUES", "TRIAL_RESOURCE",
-    "JobPlan", "QueueKind", "StartedCluster",
-    "format_walltime", "job_id", "job_plan", "jobqueue_cluster", "jobqueue_cluster_class", "jobqueue_defaults",
-    "local_cluster", "parse_walltime", "pin_gpu", "preflight", "staggered_lifetime", "start_cluster", "trial_resources",
-    "worker_end", "worker_environment", "worker_lifetime",
+    "GPU_RESOURCE",
+    "JOB_GPUS_ENV",
+    "JOB_STARTED_ENV",
+    "LIFETIME_ENV",
+    "QUEUES",
+    "TRIAL_RESOURCE",
+    "JobPlan",
+    "QueueKind",
+    "StartedCluster",
+    "format_walltime",
+    "job_id",
+    "job_plan",
+    "jobqueue_cluster",
+    "jobqueue_cluster_class",
+    "jobqueue_defaults",
+    "local_cluster",
+    "parse_walltime",
+    "pin_gpu",
+    "preflight",
+    "staggered_lifetime",
+    "start_cluster",
+    "trial_resources",
+    "worker_end",
+    "worker_environment",
+    "worker_lifetime",
 ]

@@ -15,9 +15,13 @@ from typing import Any
 from aiperf.cluster.queues import QUEUES, staggered_lifetime
 from aiperf.train.trial import CORES_ENV
 
-JOB_STARTED_ENV = "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
+JOB_STARTED_ENV = (
+    "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
+)
 JOB_GPUS_ENV = "AIPERF_JOB_GPUS"  # GPUs of the job, shared one per worker
-LIFETIME_ENV = "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
+LIFETIME_ENV = (
+    "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
+)
 BACKEND_ENV = "KERAS_BACKEND"  # Keras reads it once, on its first import in the process
 PINNED_ENV = "AIPERF_GPU_PINNED"  # set once the process's GPU is chosen
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
@@ -38,12 +42,26 @@ QUIET_DASK: dict[str, Any] = {
 
 def dask_environment(settings: dict[str, Any]) -> dict[str, str]:
     """Dask config keys as the DASK_* variables dask.config reads when a process starts."""
-    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
-FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")  # each fixes the CUDA devices it sees when it starts
+    return {
+        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+        for key, value in settings.items()
+    }
 
 
-def worker_environment(cores_per_worker: int, prefect_api_url: str | None = None,
-                       backend: str | None = None, gpus: int = 0) -> dict[str, str]:
+FRAMEWORKS = (
+    "tensorflow",
+    "keras",
+    "jax",
+    "torch",
+)  # each fixes the CUDA devices it sees when it starts
+
+
+def worker_environment(
+    cores_per_worker: int,
+    prefect_api_url: str | None = None,
+    backend: str | None = None,
+    gpus: int = 0,
+) -> dict[str, str]:
     """Environment of every worker process. Workers must report task runs to the flow's own
     Prefect API: without PREFECT_API_URL each would start a temporary server of its own. `backend`:
     the run's Keras backend (KERAS_BACKEND, read once, when Keras is first imported); `gpus`: the
@@ -94,8 +112,14 @@ def pin_gpu(worker_name: str) -> str | None:
     gpus = int(os.environ.get(JOB_GPUS_ENV) or 0)
     if gpus < 1 or os.environ.get(PINNED_ENV):
         return None
-    index = int(worker_name.rsplit("-", 1)[-1]) if gpus > 1 and worker_name.rsplit("-", 1)[-1].isdigit() else 0
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(i) for i in range(gpus)]
+    index = (
+        int(worker_name.rsplit("-", 1)[-1])
+        if gpus > 1 and worker_name.rsplit("-", 1)[-1].isdigit()
+        else 0
+    )
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [
+        str(i) for i in range(gpus)
+    ]
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
     os.environ[PINNED_ENV] = "1"
     return os.environ["CUDA_VISIBLE_DEVICES"]
@@ -113,8 +137,13 @@ def worker_settings(api_url: str | None = None) -> dict[str, Any]:
             loaded = keras.backend.backend()
         except Exception:  # pragma: no cover - a half-imported keras
             loaded = None
-    return {"host": socket.gethostname(), "backend": loaded or backend, "backend_loaded": loaded is not None,
-            "cores": os.environ.get(CORES_ENV), "api_unreachable": unreachable(api_url) if api_url else None}
+    return {
+        "host": socket.gethostname(),
+        "backend": loaded or backend,
+        "backend_loaded": loaded is not None,
+        "cores": os.environ.get(CORES_ENV),
+        "api_unreachable": unreachable(api_url) if api_url else None,
+    }
 
 
 def unreachable(url: str, timeout_s: float = 5.0) -> str | None:

@@ -34,8 +34,10 @@ from aiperf.errors import UserError
 
 # How long a run waits for the scheduler to answer (it is running already: seconds are plenty).
 CONNECT_TIMEOUT_S = float(os.environ.get("AIPERF_SCHEDULER_TIMEOUT", "10"))
-WORKER_COMMAND = ("dask worker ADDRESS --tls-ca-file CA --tls-cert CERT --tls-key KEY --nthreads 1 "
-                  "--resources trial=1 --preload aiperf.cluster.preload")
+WORKER_COMMAND = (
+    "dask worker ADDRESS --tls-ca-file CA --tls-cert CERT --tls-key KEY --nthreads 1 "
+    "--resources trial=1 --preload aiperf.cluster.preload"
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +54,17 @@ def scheduler_security(cluster: ClusterConfig) -> Any:
             with path.open("rb") as handle:
                 handle.read(1)
         except OSError as exc:
-            raise UserError(f"cluster.{setting} {path}: {exc.strerror or exc}; give the PEM file the "
-                            "scheduler's CA signed (README: Your own Dask cluster)") from None
+            raise UserError(
+                f"cluster.{setting} {path}: {exc.strerror or exc}; give the PEM file the "
+                "scheduler's CA signed (README: Your own Dask cluster)"
+            ) from None
         paths[setting] = str(path)
-    return Security(tls_ca_file=paths["tls_ca_file"], tls_client_cert=paths["tls_cert"],
-                    tls_client_key=paths["tls_key"], require_encryption=True)
+    return Security(
+        tls_ca_file=paths["tls_ca_file"],
+        tls_client_cert=paths["tls_cert"],
+        tls_client_key=paths["tls_key"],
+        require_encryption=True,
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -72,10 +80,16 @@ def connect(address: str, security: Any, timeout_s: float | None = None) -> Any:
     timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         return Client(address, security=security, timeout=timeout_s, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:  # refused, unreachable, a TLS handshake that failed
-        raise UserError(f"cluster.address {address}: no Dask scheduler accepted this run within {timeout_s:g} s "
-                        f"({_reason(exc)}); check that the scheduler runs there with TLS and that "
-                        "cluster.tls_ca_file, tls_cert and tls_key are the ones it trusts") from None
+    except (
+        OSError,
+        TimeoutError,
+        ValueError,
+    ) as exc:  # refused, unreachable, a TLS handshake that failed
+        raise UserError(
+            f"cluster.address {address}: no Dask scheduler accepted this run within {timeout_s:g} s "
+            f"({_reason(exc)}); check that the scheduler runs there with TLS and that "
+            "cluster.tls_ca_file, tls_cert and tls_key are the ones it trusts"
+        ) from None
 
 
 def check_scheduler(config: BenchmarkConfig) -> None:
@@ -89,12 +103,19 @@ def check_scheduler(config: BenchmarkConfig) -> None:
 def _slots(client: Any, resources: dict[str, int]) -> tuple[list[str], int]:
     """(workers offering a trial slot, workers the scheduler has)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    ready = [address for address, info in workers.items()
-             if all((info.get("resources") or {}).get(name, 0) >= need for name, need in resources.items())]
+    ready = [
+        address
+        for address, info in workers.items()
+        if all(
+            (info.get("resources") or {}).get(name, 0) >= need for name, need in resources.items()
+        )
+    ]
     return ready, len(workers)
 
 
-def wait_for_slots(client: Any, address: str, count: int, resources: dict[str, int], timeout_s: float) -> list[str]:
+def wait_for_slots(
+    client: Any, address: str, count: int, resources: dict[str, int], timeout_s: float
+) -> list[str]:
     """The addresses of at least `count` workers with the trial's resources, or a UserError once
     `timeout_s` has passed without them."""
     deadline = time.monotonic() + timeout_s
@@ -104,42 +125,60 @@ def wait_for_slots(client: Any, address: str, count: int, resources: dict[str, i
             return ready
         if time.monotonic() >= deadline:
             wanted = ",".join(f"{name}={need}" for name, need in resources.items())
-            raise UserError(f"cluster.address {address}: {len(ready)} of {count} workers with resources {wanted} "
-                            f"joined within {timeout_s:g} s ({seen} connected in all); start them with "
-                            f"`{WORKER_COMMAND}` or lower --workers")
+            raise UserError(
+                f"cluster.address {address}: {len(ready)} of {count} workers with resources {wanted} "
+                f"joined within {timeout_s:g} s ({seen} connected in all); start them with "
+                f"`{WORKER_COMMAND}` or lower --workers"
+            )
         time.sleep(0.5)
 
 
-def check_workers(client: Any, workers: list[str], config: BenchmarkConfig, prefect_api_url: str | None) -> None:
+def check_workers(
+    client: Any, workers: list[str], config: BenchmarkConfig, prefect_api_url: str | None
+) -> None:
     """Every worker that may run trials reaches the run's Prefect API (Prefect sends the flow's API
     address with every task: the workers report there, whatever their own environment says) and
     starts Keras with the run's backend."""
     settings = client.run(worker_settings, prefect_api_url, workers=workers)
     for worker, found in sorted(settings.items()):
         if found["api_unreachable"]:
-            raise UserError(f"worker {worker} on {found['host']} cannot reach this run's Prefect API {prefect_api_url} "
-                            f"({found['api_unreachable']}), where its trials report; start a server the nodes "
-                            "reach (prefect server start --host 0.0.0.0) and set PREFECT_API_URL to its address")
+            raise UserError(
+                f"worker {worker} on {found['host']} cannot reach this run's Prefect API {prefect_api_url} "
+                f"({found['api_unreachable']}), where its trials report; start a server the nodes "
+                "reach (prefect server start --host 0.0.0.0) and set PREFECT_API_URL to its address"
+            )
         backend = found["backend"] or "tensorflow"  # Keras' own default
         if config.train.trainer == "keras" and backend != config.train.backend:
             how = "has loaded Keras on" if found["backend_loaded"] else "would start Keras on"
-            raise UserError(f"worker {worker} on {found['host']} {how} {backend}, not the run's train.backend "
-                            f"{config.train.backend}; start it with KERAS_BACKEND={config.train.backend}")
+            raise UserError(
+                f"worker {worker} on {found['host']} {how} {backend}, not the run's train.backend "
+                f"{config.train.backend}; start it with KERAS_BACKEND={config.train.backend}"
+            )
         if not found["cores"]:
-            log.warning("worker %s on %s has no AIPERF_WORKER_CORES: its trials use every core of its node",
-                        worker, found["host"])
+            log.warning(
+                "worker %s on %s has no AIPERF_WORKER_CORES: its trials use every core of its node",
+                worker,
+                found["host"],
+            )
     try:  # a lambda travels by value: the scheduler need not have aiperf installed
-        retried = client.run_on_scheduler(lambda dask_scheduler: getattr(dask_scheduler, "allowed_failures", None))
+        retried = client.run_on_scheduler(
+            lambda dask_scheduler: getattr(dask_scheduler, "allowed_failures", None)
+        )
     except Exception:  # pragma: no cover - a scheduler that runs no client code
         retried = None
     if retried:
-        log.warning("the scheduler at %s reruns a task up to %s times after its worker is lost, so a lost "
-                    "trial starts again from scratch; start it with DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0",
-                    client.scheduler.address, retried)
+        log.warning(
+            "the scheduler at %s reruns a task up to %s times after its worker is lost, so a lost "
+            "trial starts again from scratch; start it with DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0",
+            client.scheduler.address,
+            retried,
+        )
 
 
 @contextmanager
-def external_cluster(config: BenchmarkConfig, prefect_api_url: str | None, timeout_s: float) -> Iterator[Any]:
+def external_cluster(
+    config: BenchmarkConfig, prefect_api_url: str | None, timeout_s: float
+) -> Iterator[Any]:
     """The running scheduler of `config.cluster`, once `config.workers` workers offer a trial slot:
     a StartedCluster whose address and security every client of the run uses. Nothing is started,
     and nothing is stopped at the end."""
@@ -149,8 +188,19 @@ def external_cluster(config: BenchmarkConfig, prefect_api_url: str | None, timeo
     assert cluster.address is not None
     security = scheduler_security(cluster)
     with connect(cluster.address, security) as client:  # the run's own clients connect as it goes
-        workers = wait_for_slots(client, cluster.address, config.workers, trial_resources(config), timeout_s)
+        workers = wait_for_slots(
+            client, cluster.address, config.workers, trial_resources(config), timeout_s
+        )
         check_workers(client, workers, config, prefect_api_url)
-    log.info("using the Dask scheduler at %s: %d workers with a trial slot", cluster.address, len(workers))
-    yield StartedCluster(kind="scheduler", cluster=None, workers=config.workers, security=security,
-                         address=cluster.address)
+    log.info(
+        "using the Dask scheduler at %s: %d workers with a trial slot",
+        cluster.address,
+        len(workers),
+    )
+    yield StartedCluster(
+        kind="scheduler",
+        cluster=None,
+        workers=config.workers,
+        security=security,
+        address=cluster.address,
+    )

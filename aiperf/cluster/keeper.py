@@ -19,7 +19,9 @@ from typing import Any
 from aiperf.cluster.plan import JobPlan
 from aiperf.cluster.queues import staggered_lifetime
 
-RETIRE_LEAD_S = 15.0  # the keeper stops sending trials this long before a worker's own end (start-up slack)
+RETIRE_LEAD_S = (
+    15.0  # the keeper stops sending trials this long before a worker's own end (start-up slack)
+)
 KEEPER_PERIOD_S = 2.0
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 # distributed<2026.9; tests/test_slurm.py runs them against a real SLURM): check each of them
 # before raising that pin.
 
+
 class _DaskInternals:
     """The scheduler and SpecCluster internals the keeper relies on, in one place."""
 
@@ -45,7 +48,9 @@ class _DaskInternals:
 
     def workers(self) -> list[tuple[str, str, Any]]:
         """(address, name, WorkerState) of every worker the scheduler knows now."""
-        return [(address, str(ws.name), ws) for address, ws in self.cluster.scheduler.workers.items()]
+        return [
+            (address, str(ws.name), ws) for address, ws in self.cluster.scheduler.workers.items()
+        ]
 
     def stop_sending_tasks(self, ws: Any, stimulus_id: str) -> bool:
         """Mark a running worker closing_gracefully: the scheduler sends it no new task and lets the
@@ -54,7 +59,9 @@ class _DaskInternals:
 
         if ws.status != Status.running:
             return False
-        self.cluster.scheduler.handle_worker_status_change(Status.closing_gracefully, ws, stimulus_id=stimulus_id)
+        self.cluster.scheduler.handle_worker_status_change(
+            Status.closing_gracefully, ws, stimulus_id=stimulus_id
+        )
         return True
 
     @staticmethod
@@ -63,8 +70,9 @@ class _DaskInternals:
 
     async def retire(self, address: str, stimulus_id: str) -> None:
         """Close the worker and forget it, so its job ends before the queue kills it."""
-        await self.cluster.scheduler.retire_workers(workers=[address], close_workers=True, remove=True,
-                                                    stimulus_id=stimulus_id)
+        await self.cluster.scheduler.retire_workers(
+            workers=[address], close_workers=True, remove=True, stimulus_id=stimulus_id
+        )
 
     def resubmit_ended_jobs(self) -> None:
         """SpecCluster keeps the spec of a job whose worker left: correcting its state submits a new
@@ -73,6 +81,7 @@ class _DaskInternals:
 
 
 # --- the keeper ---------------------------------------------------------------------------------
+
 
 class Keeper(threading.Thread):
     """Retires each worker of `plan` before its job's walltime and resubmits every job that ended."""

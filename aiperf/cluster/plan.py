@@ -17,7 +17,12 @@ from typing import Any
 import dask
 import yaml
 
-from aiperf.cluster.environment import BACKEND_ENV, JOB_STARTED_ENV, LIFETIME_ENV, worker_environment
+from aiperf.cluster.environment import (
+    BACKEND_ENV,
+    JOB_STARTED_ENV,
+    LIFETIME_ENV,
+    worker_environment,
+)
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES, format_walltime, parse_walltime, worker_lifetime
 from aiperf.config import BenchmarkConfig, ClusterConfig
@@ -65,15 +70,21 @@ def jobqueue_defaults(kind: str) -> dict[str, Any]:
         try:
             site = (yaml.safe_load(path.read_text()) or {}).get("jobqueue", {}).get(kind, {}) or {}
         except (yaml.YAMLError, AttributeError) as exc:
-            raise UserError(f"{path} is not a valid dask-jobqueue config: {str(exc).splitlines()[0]}; "
-                            "fix it or point AIPERF_JOBQUEUE_CONFIG at another file") from None
+            raise UserError(
+                f"{path} is not a valid dask-jobqueue config: {str(exc).splitlines()[0]}; "
+                "fix it or point AIPERF_JOBQUEUE_CONFIG at another file"
+            ) from None
         settings.update(site)
     elif os.environ.get(JOBQUEUE_CONFIG_ENV):
-        raise UserError(f"AIPERF_JOBQUEUE_CONFIG names {path}, which does not exist; give a YAML file")
+        raise UserError(
+            f"AIPERF_JOBQUEUE_CONFIG names {path}, which does not exist; give a YAML file"
+        )
     return settings
 
 
-def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory: str | None = None) -> JobPlan:
+def job_plan(
+    config: BenchmarkConfig, prefect_api_url: str | None, log_directory: str | None = None
+) -> JobPlan:
     """Jobs, workers and the dask-jobqueue arguments for a run on a batch queue."""
     c: ClusterConfig = config.cluster
     queue_kind = QUEUES[c.kind]
@@ -82,8 +93,10 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     memory = str(c.memory or settings.get("memory") or "2GB")
     per_job = c.gpus if c.gpus else (c.workers_per_job or 1)
     if per_job > cores:
-        raise UserError(f"cluster: {per_job} workers per job need at least {per_job} cores per job, "
-                        f"got cores={cores}; raise cluster.cores or lower the workers per job")
+        raise UserError(
+            f"cluster: {per_job} workers per job need at least {per_job} cores per job, "
+            f"got cores={cores}; raise cluster.cores or lower the workers per job"
+        )
     walltime_text = c.walltime or settings.get("walltime") or "01:00:00"
     try:
         walltime_s = parse_walltime(walltime_text)
@@ -96,7 +109,9 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
     env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus)
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
     # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
-    prologue = [queue_kind.workdir_line] if queue_kind.workdir_line else []  # relative data paths resolve
+    prologue = (
+        [queue_kind.workdir_line] if queue_kind.workdir_line else []
+    )  # relative data paths resolve
     prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
     prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
@@ -116,8 +131,14 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         "job_extra_directives": directives,
         # Dask's own lifetime is the backstop, halfway between the latest planned end and the walltime.
         # The preload pins each worker's GPU as the worker starts, before any framework does.
-        "worker_extra_args": ["--resources", resources, "--lifetime",
-                              f"{(lifetime + stagger + walltime_s) / 2:.0f}s", "--preload", PRELOAD],
+        "worker_extra_args": [
+            "--resources",
+            resources,
+            "--lifetime",
+            f"{(lifetime + stagger + walltime_s) / 2:.0f}s",
+            "--preload",
+            PRELOAD,
+        ],
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # any free port
     }
     for key in ("death-timeout", "local-directory"):
@@ -134,14 +155,28 @@ def job_plan(config: BenchmarkConfig, prefect_api_url: str | None, log_directory
         kwargs["interface"] = interface
         kwargs["scheduler_options"]["interface"] = interface
     if log_directory:
-        if any(c.isspace() for c in log_directory):  # a directive's words would become options of their own
-            raise UserError(f"out folder {log_directory!r}: batch job directives cannot hold a path with spaces; "
-                            "choose --out without them")
+        if any(
+            c.isspace() for c in log_directory
+        ):  # a directive's words would become options of their own
+            raise UserError(
+                f"out folder {log_directory!r}: batch job directives cannot hold a path with spaces; "
+                "choose --out without them"
+            )
         kwargs["log_directory"] = log_directory
     jobs = max(1, math.ceil(config.workers / per_job))
-    return JobPlan(kind=c.kind, jobs=jobs, workers_per_job=per_job, cores=cores, memory=memory, gpus=c.gpus,
-                   walltime=kwargs["walltime"], lifetime_s=lifetime, stagger_s=stagger, adaptive=c.adaptive,
-                   kwargs=kwargs)
+    return JobPlan(
+        kind=c.kind,
+        jobs=jobs,
+        workers_per_job=per_job,
+        cores=cores,
+        memory=memory,
+        gpus=c.gpus,
+        walltime=kwargs["walltime"],
+        lifetime_s=lifetime,
+        stagger_s=stagger,
+        adaptive=c.adaptive,
+        kwargs=kwargs,
+    )
 
 
 def jobqueue_cluster_class(kind: str) -> type:

@@ -32,6 +32,14 @@ def dask_setup(worker: Any) -> None:
     device = pin_gpu(str(worker.name))
     if device is not None:
         if started:  # pragma: no cover - a site preload or sitecustomize imported one first
-            log.warning("worker %s: %s started before its GPU was pinned; it may see every GPU of the node",
-                        worker.name, ", ".join(started))
-        log.info("worker %s pinned to GPU %s (one of %s)", worker.name, device, os.environ.get(JOB_GPUS_ENV))
+            log.warning(
+                "worker %s: %s started before its GPU was pinned; it may see every GPU of the node",
+                worker.name,
+                ", ".join(started),
+            )
+        log.info(
+            "worker %s pinned to GPU %s (one of %s)",
+            worker.name,
+            device,
+            os.environ.get(JOB_GPUS_ENV),
+        )

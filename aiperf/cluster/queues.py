@@ -20,7 +20,9 @@ class QueueKind:
 
     cluster_class: str  # in dask_jobqueue
     account_kwarg: str  # SLURM and PBS charge an "account", LSF and SGE a "project"
-    gpu_directive: str  # job directive for {gpus} GPUs (dask-jobqueue adds the #SBATCH/#PBS/... prefix)
+    gpu_directive: (
+        str  # job directive for {gpus} GPUs (dask-jobqueue adds the #SBATCH/#PBS/... prefix)
+    )
     job_id_env: str  # set inside a job: its id
     walltime_fields: int  # 3: HH:MM:SS, 2: HH:MM (LSF)
     status_command: str  # how a user sees the jobs
@@ -28,12 +30,28 @@ class QueueKind:
 
 
 QUEUES: dict[str, QueueKind] = {
-    "slurm": QueueKind("SLURMCluster", "account", "--gres=gpu:{gpus}", "SLURM_JOB_ID", 3, "squeue"),
-    "pbs": QueueKind("PBSCluster", "account", "-l ngpus={gpus}", "PBS_JOBID", 3, "qstat",
-                     'cd "${PBS_O_WORKDIR:-$PWD}"'),
+    "slurm": QueueKind(
+        "SLURMCluster", "account", "--gres=gpu:{gpus}", "SLURM_JOB_ID", 3, "squeue"
+    ),
+    "pbs": QueueKind(
+        "PBSCluster",
+        "account",
+        "-l ngpus={gpus}",
+        "PBS_JOBID",
+        3,
+        "qstat",
+        'cd "${PBS_O_WORKDIR:-$PWD}"',
+    ),
     "lsf": QueueKind("LSFCluster", "project", '-gpu "num={gpus}"', "LSB_JOBID", 2, "bjobs"),
-    "sge": QueueKind("SGECluster", "project", "-l gpu={gpus}", "JOB_ID", 3, "qstat",
-                     'cd "${SGE_O_WORKDIR:-$PWD}"'),
+    "sge": QueueKind(
+        "SGECluster",
+        "project",
+        "-l gpu={gpus}",
+        "JOB_ID",
+        3,
+        "qstat",
+        'cd "${SGE_O_WORKDIR:-$PWD}"',
+    ),
 }
 
 

@@ -46,7 +46,9 @@ class StartedCluster:
     cluster: Any
     workers: int
     plan: JobPlan | None = None
-    security: Any = None  # distributed.Security every client must present (None: the cluster has no TLS)
+    security: Any = (
+        None  # distributed.Security every client must present (None: the cluster has no TLS)
+    )
     address: str | None = None  # a running scheduler's (kind scheduler: `cluster` is None)
 
     @property
@@ -68,8 +70,14 @@ def _quiet() -> None:
 
 
 @contextmanager
-def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: bool = False,
-                  cores_per_worker: int | None = None, backend: str | None = None, gpus: int = 0) -> Iterator[Any]:
+def local_cluster(
+    workers: int,
+    prefect_api_url: str | None = None,
+    simulated: bool = False,
+    cores_per_worker: int | None = None,
+    backend: str | None = None,
+    gpus: int = 0,
+) -> Iterator[Any]:
     """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
     (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
     Simulated trials use no cores, so then many slots share a few processes as threads.
@@ -89,10 +97,18 @@ def local_cluster(workers: int, prefect_api_url: str | None = None, simulated: b
     # The scheduler and nannies read QUIET_DASK here; the workers, from their environment.
     with dask.config.set({**QUIET_DASK, "distributed.scheduler.allowed-failures": 0}):
         cluster = LocalCluster(
-            n_workers=processes, threads_per_worker=threads, processes=True, memory_limit=memory,
-            dashboard_address=None, resources={TRIAL_RESOURCE: threads}, preload=[PRELOAD],
-            env=worker_environment(cores, prefect_api_url, backend=backend, gpus=0 if simulated else gpus),
-            host="127.0.0.1", security=tls_credentials(),
+            n_workers=processes,
+            threads_per_worker=threads,
+            processes=True,
+            memory_limit=memory,
+            dashboard_address=None,
+            resources={TRIAL_RESOURCE: threads},
+            preload=[PRELOAD],
+            env=worker_environment(
+                cores, prefect_api_url, backend=backend, gpus=0 if simulated else gpus
+            ),
+            host="127.0.0.1",
+            security=tls_credentials(),
         )
     try:
         yield cluster
@@ -115,9 +131,11 @@ def _wait_for_workers(cluster: Any, count: int, kind: str, timeout_s: float) -> 
             client.wait_for_workers(count, timeout=timeout_s)
         except (TimeoutError, OSError):
             seen = len(client.scheduler_info(n_workers=-1)["workers"])
-            raise UserError(f"--cluster {kind}: {seen} of {count} workers started within {timeout_s:g} s; "
-                            f"check the jobs with `{QUEUES[kind].status_command}` and the queue, account "
-                            "and walltime settings (job logs are under the run's out folder, jobs/)") from None
+            raise UserError(
+                f"--cluster {kind}: {seen} of {count} workers started within {timeout_s:g} s; "
+                f"check the jobs with `{QUEUES[kind].status_command}` and the queue, account "
+                "and walltime settings (job logs are under the run's out folder, jobs/)"
+            ) from None
 
 
 def new_jobqueue_cluster(plan: JobPlan, shared: Path) -> Any:
@@ -125,20 +143,28 @@ def new_jobqueue_cluster(plan: JobPlan, shared: Path) -> Any:
     it. Jobs read the workers' certificate and key from files that dask-jobqueue writes (mode 0600,
     deleted with the cluster) under `shared`, a folder the jobs' nodes see: the run's, as for the logs."""
     cls = jobqueue_cluster_class(plan.kind)
-    return cls(**plan.kwargs, security=tls_credentials(), shared_temp_directory=str(_private_folder(shared / "tls")))
+    return cls(
+        **plan.kwargs,
+        security=tls_credentials(),
+        shared_temp_directory=str(_private_folder(shared / "tls")),
+    )
 
 
 @contextmanager
-def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
-                     timeout_s: float = WORKERS_TIMEOUT_S) -> Iterator[StartedCluster]:
+def jobqueue_cluster(
+    config: BenchmarkConfig, prefect_api_url: str | None, timeout_s: float = WORKERS_TIMEOUT_S
+) -> Iterator[StartedCluster]:
     """Jobs on a batch queue, each running workers that connect back to a scheduler in this process."""
     _quiet()
     logs = Path(config.out).resolve() / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
-    settings = {**QUIET_DASK, "distributed.scheduler.allowed-failures": 0,
-                # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
-                "distributed.deploy.lost-worker-timeout": "3s"}
+    settings = {
+        **QUIET_DASK,
+        "distributed.scheduler.allowed-failures": 0,
+        # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
+        "distributed.deploy.lost-worker-timeout": "3s",
+    }
     with dask.config.set(settings):
         cluster = new_jobqueue_cluster(plan, logs)
         keeper = Keeper(cluster, plan)
@@ -149,13 +175,23 @@ def jobqueue_cluster(config: BenchmarkConfig, prefect_api_url: str | None,
             else:
                 cluster.scale(jobs=plan.jobs)
                 ready = plan.workers
-            log.info("submitted %s jobs of %d worker(s), %d cores, %s, walltime %s",
-                     f"1-{plan.jobs}" if plan.adaptive else plan.jobs, plan.workers_per_job, plan.cores,
-                     plan.memory, plan.walltime)
+            log.info(
+                "submitted %s jobs of %d worker(s), %d cores, %s, walltime %s",
+                f"1-{plan.jobs}" if plan.adaptive else plan.jobs,
+                plan.workers_per_job,
+                plan.cores,
+                plan.memory,
+                plan.walltime,
+            )
             _wait_for_workers(cluster, ready, plan.kind, timeout_s)
             keeper.start()
-            yield StartedCluster(kind=plan.kind, cluster=cluster, workers=plan.workers, plan=plan,
-                                 security=cluster.security)
+            yield StartedCluster(
+                kind=plan.kind,
+                cluster=cluster,
+                workers=plan.workers,
+                plan=plan,
+                security=cluster.security,
+            )
         finally:
             if keeper.is_alive():
                 keeper.stop()
@@ -172,24 +208,37 @@ def preflight(config: BenchmarkConfig) -> None:
 
 
 @contextmanager
-def start_cluster(config: BenchmarkConfig, prefect_api_url: str | None = None) -> Iterator[StartedCluster]:
+def start_cluster(
+    config: BenchmarkConfig, prefect_api_url: str | None = None
+) -> Iterator[StartedCluster]:
     """The run's cluster, its workers up (the timed window opens after this, not before)."""
     if config.cluster.kind == "local":
         simulated = config.train.trainer == "simulated"
         wanted = (config.cluster.cores or 1) * config.workers
         if config.cluster.cores and not simulated and wanted > machine_cores():
-            raise UserError(f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
-                            f"than this machine's {machine_cores()} cores; lower one of them")
-        with local_cluster(config.workers, prefect_api_url, simulated=simulated,
-                           cores_per_worker=config.cluster.cores, backend=config.train.backend,
-                           gpus=config.cluster.gpus) as cluster:
-            yield StartedCluster(kind="local", cluster=cluster, workers=config.workers, security=cluster.security)
+            raise UserError(
+                f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
+                f"than this machine's {machine_cores()} cores; lower one of them"
+            )
+        with local_cluster(
+            config.workers,
+            prefect_api_url,
+            simulated=simulated,
+            cores_per_worker=config.cluster.cores,
+            backend=config.train.backend,
+            gpus=config.cluster.gpus,
+        ) as cluster:
+            yield StartedCluster(
+                kind="local", cluster=cluster, workers=config.workers, security=cluster.security
+            )
         return
     host = (prefect_api_url or "").split("//", 1)[-1].split(":", 1)[0].split("/", 1)[0]
     if host in ("127.0.0.1", "localhost"):
-        log.warning("workers will report to %s, which only this node can reach; for workers on other nodes "
-                    "start `prefect server start --host 0.0.0.0` and set PREFECT_API_URL to its address",
-                    prefect_api_url)
+        log.warning(
+            "workers will report to %s, which only this node can reach; for workers on other nodes "
+            "start `prefect server start --host 0.0.0.0` and set PREFECT_API_URL to its address",
+            prefect_api_url,
+        )
     if config.cluster.kind == "scheduler":
         from aiperf.cluster.external import external_cluster
 

@@ -20,17 +20,21 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise UserError("data.kind digits needs scikit-learn; install it with `pip install scikit-learn`") from None
+        raise UserError(
+            "data.kind digits needs scikit-learn; install it with `pip install scikit-learn`"
+        ) from None
     digits = load_digits()
     images = np.clip(np.rint(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
     return images, digits.target.astype(np.int64)
 
 
-def split(seed: int, train_samples: int, val_samples: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def split(
+    seed: int, train_samples: int, val_samples: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A seeded, disjoint train/validation split."""
     images, labels = load_digits_arrays()
     order = np.random.default_rng(seed).permutation(len(labels))
-    train, val = order[:train_samples], order[train_samples:train_samples + val_samples]
+    train, val = order[:train_samples], order[train_samples : train_samples + val_samples]
     return {"train": (images[train], labels[train]), "validation": (images[val], labels[val])}
 
 
@@ -46,12 +50,30 @@ def write_shards(out: Path, seed: int, train_samples: int, val_samples: int) -> 
         records = []
         for i, (image, label) in enumerate(zip(images, labels, strict=True)):
             png = tf.io.encode_png(image[:, :, None]).numpy()
-            records.append(example_bytes(png, int(label) + IMAGENET_LABEL_OFFSET, CLASS_NAMES[label],
-                                         f"digits/{name}/{i}.png", 8, 8, 1, "png"))
+            records.append(
+                example_bytes(
+                    png,
+                    int(label) + IMAGENET_LABEL_OFFSET,
+                    CLASS_NAMES[label],
+                    f"digits/{name}/{i}.png",
+                    8,
+                    8,
+                    1,
+                    "png",
+                )
+            )
         path = out / shard_name(name, 0, 1)
         write_shard(path, records)
         counts = np.bincount(labels, minlength=10)
-        entries.append({"name": path.name, "split": name, "file": path.name, "images": len(records),
-                        "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
-                        "per_class": {str(c): int(n) for c, n in enumerate(counts)}})
+        entries.append(
+            {
+                "name": path.name,
+                "split": name,
+                "file": path.name,
+                "images": len(records),
+                "size_bytes": path.stat().st_size,
+                "sha256": sha256_file(path),
+                "per_class": {str(c): int(n) for c, n in enumerate(counts)},
+            }
+        )
     return entries

@@ -29,8 +29,14 @@ class Feed:
     val_samples: int
 
 
-def open_feed(data_path: str, *, batch_size: int, input_shape: tuple[int, int, int] | list[int],
-              seed: int, threads: int | None = None) -> Feed:
+def open_feed(
+    data_path: str,
+    *,
+    batch_size: int,
+    input_shape: tuple[int, int, int] | list[int],
+    seed: int,
+    threads: int | None = None,
+) -> Feed:
     if not Path(data_path).is_dir():
         from aiperf.data.staging import load_staged
 
@@ -39,16 +45,27 @@ def open_feed(data_path: str, *, batch_size: int, input_shape: tuple[int, int, i
         # strided-convolution gradient on these CPUs (5, 29 or 31 samples, seen here).
         whole = len(data.y_train) // batch_size * batch_size
         if whole == 0:
-            raise ValueError(f"batch size {batch_size} is larger than the {len(data.y_train)} training "
-                             "images; use a smaller search.space.batch_size")
+            raise ValueError(
+                f"batch size {batch_size} is larger than the {len(data.y_train)} training "
+                "images; use a smaller search.space.batch_size"
+            )
         x_train, y_train = data.x_train[:whole], data.y_train[:whole]
         if _backend() != "tensorflow":
-            return Feed(train={"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True},
-                        val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
-                        train_samples=whole, val_samples=len(data.y_val))
-        return Feed(train={"x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed), "shuffle": False},
-                    val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
-                    train_samples=whole, val_samples=len(data.y_val))
+            return Feed(
+                train={"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True},
+                val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
+                train_samples=whole,
+                val_samples=len(data.y_val),
+            )
+        return Feed(
+            train={
+                "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed),
+                "shuffle": False,
+            },
+            val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
+            train_samples=whole,
+            val_samples=len(data.y_val),
+        )
     from aiperf.data.manifest import read_manifest
     from aiperf.data.pipeline import make_dataset
     from aiperf.data.placement import local_copy
@@ -57,14 +74,27 @@ def open_feed(data_path: str, *, batch_size: int, input_shape: tuple[int, int, i
     manifest = read_manifest(data_path)
     images = int(manifest["train_samples"])
     if images < batch_size:
-        raise ValueError(f"batch size {batch_size} is larger than the {images} training images of "
-                         f"{manifest['name']}; use a smaller search.space.batch_size")
+        raise ValueError(
+            f"batch size {batch_size} is larger than the {images} training images of "
+            f"{manifest['name']}; use a smaller search.space.batch_size"
+        )
     height, _width, channels = (int(d) for d in input_shape)
-    common = {"batch_size": batch_size, "image_size": height, "channels": channels, "threads": threads}
+    common = {
+        "batch_size": batch_size,
+        "image_size": height,
+        "channels": channels,
+        "threads": threads,
+    }
     # The dataset shuffles itself (shuffle=False only tells Keras not to warn that it cannot).
-    return Feed(train={"x": make_dataset(data_path, "train", training=True, seed=seed, **common), "shuffle": False},
-                val={"x": make_dataset(data_path, "validation", training=False, **common)},
-                train_samples=images // batch_size * batch_size, val_samples=int(manifest["val_samples"]))
+    return Feed(
+        train={
+            "x": make_dataset(data_path, "train", training=True, seed=seed, **common),
+            "shuffle": False,
+        },
+        val={"x": make_dataset(data_path, "validation", training=False, **common)},
+        train_samples=images // batch_size * batch_size,
+        val_samples=int(manifest["val_samples"]),
+    )
 
 
 def _backend() -> str:
@@ -84,9 +114,12 @@ def array_dataset(x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None =
     indices = tf.data.Dataset.range(count)
     if shuffle_seed is not None:
         indices = indices.shuffle(count, seed=shuffle_seed, reshuffle_each_iteration=True)
-    arrays = tf.data.Dataset.from_tensors((x, y)).repeat()  # the arrays once, handed to every batch
+    arrays = tf.data.Dataset.from_tensors(
+        (x, y)
+    ).repeat()  # the arrays once, handed to every batch
     batches = tf.data.Dataset.zip((indices.batch(batch_size), arrays)).map(
-        lambda picked, data: (tf.gather(data[0], picked), tf.gather(data[1], picked)))
+        lambda picked, data: (tf.gather(data[0], picked), tf.gather(data[1], picked))
+    )
     options = tf.data.Options()
     options.autotune.enabled = False
     options.experimental_optimization.apply_default_optimizations = False

@@ -22,7 +22,9 @@ VAL_FOLDERS = ("val", "validation")
 class FolderLayout:
     root: Path
     class_names: list[str]
-    files: dict[str, list[tuple[str, int]]]  # split (train | validation) -> [(path under root, label)]
+    files: dict[
+        str, list[tuple[str, int]]
+    ]  # split (train | validation) -> [(path under root, label)]
 
     def counts(self, split: str) -> dict[str, int]:
         counts = dict.fromkeys(self.class_names, 0)
@@ -48,14 +50,18 @@ def _split_classes(root: Path, split_dir: Path, problems: list[str]) -> dict[str
         for item in sorted(p for p in entry.iterdir() if _visible(p)):
             item_rel = item.relative_to(root).as_posix()
             if item.is_dir():
-                problems.append(f"{item_rel} is a folder inside a class folder (the layout is {LAYOUT})")
+                problems.append(
+                    f"{item_rel} is a folder inside a class folder (the layout is {LAYOUT})"
+                )
             else:
                 files.append(item_rel)
         if not files:
             problems.append(f"class folder {rel} is empty; add its images or remove the folder")
         classes[entry.name] = files
     if not entries:
-        problems.append(f"{split_dir.relative_to(root).as_posix()}/ has no class folders (the layout is {LAYOUT})")
+        problems.append(
+            f"{split_dir.relative_to(root).as_posix()}/ has no class folders (the layout is {LAYOUT})"
+        )
     return classes
 
 
@@ -63,7 +69,9 @@ def scan_folder(source: str | Path) -> FolderLayout:
     """The folder's classes and files, or a DataError naming every structural problem."""
     root = Path(source).expanduser()
     if not root.exists():
-        raise DataError(str(source), [f"folder {root} does not exist; give a folder laid out as {LAYOUT}"])
+        raise DataError(
+            str(source), [f"folder {root} does not exist; give a folder laid out as {LAYOUT}"]
+        )
     if not root.is_dir():
         raise DataError(str(source), [f"{root} is a file, not a folder laid out as {LAYOUT}"])
     root = root.resolve()
@@ -81,10 +89,13 @@ def scan_folder(source: str | Path) -> FolderLayout:
     val = _split_classes(root, val_dir, problems)
     only_train, only_val = sorted(set(train) - set(val)), sorted(set(val) - set(train))
     if only_train or only_val:
-        parts = ([f"only in train: {', '.join(only_train)}"] if only_train else []) + \
-                ([f"only in val: {', '.join(only_val)}"] if only_val else [])
-        problems.append(f"train and val have different classes ({'; '.join(parts)}); every class needs "
-                        "a folder with images in both")
+        parts = ([f"only in train: {', '.join(only_train)}"] if only_train else []) + (
+            [f"only in val: {', '.join(only_val)}"] if only_val else []
+        )
+        problems.append(
+            f"train and val have different classes ({'; '.join(parts)}); every class needs "
+            "a folder with images in both"
+        )
     if problems:
         raise DataError(str(source), problems)
     names = sorted(train)

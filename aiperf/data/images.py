@@ -22,8 +22,13 @@ def image_format(data: bytes) -> str | None:
 
 
 def _other_format(data: bytes) -> str:
-    for magic, name in ((b"GIF8", "a GIF"), (b"BM", "a BMP"), (b"RIFF", "a WebP/RIFF file"),
-                        (b"%PDF", "a PDF"), (b"PK\x03\x04", "a ZIP archive")):
+    for magic, name in (
+        (b"GIF8", "a GIF"),
+        (b"BM", "a BMP"),
+        (b"RIFF", "a WebP/RIFF file"),
+        (b"%PDF", "a PDF"),
+        (b"PK\x03\x04", "a ZIP archive"),
+    ):
         if data.startswith(magic):
             return name
     if not data:
@@ -35,14 +40,23 @@ def _other_format(data: bytes) -> str:
         return "an unknown binary file"
 
 
-def check_image(name: str, data: bytes, channels: int = 3) -> tuple[str | None, tuple[int, int, int]]:
+def check_image(
+    name: str, data: bytes, channels: int = 3
+) -> tuple[str | None, tuple[int, int, int]]:
     """(problem, (height, width, channels)). problem is None when the image decodes whole."""
     kind = image_format(data)
     if kind is None:
-        return f"{name} is not a JPEG or PNG image (it is {_other_format(data)}); remove it", (0, 0, 0)
+        return f"{name} is not a JPEG or PNG image (it is {_other_format(data)}); remove it", (
+            0,
+            0,
+            0,
+        )
     body = data.rstrip(b"\x00")
     if kind == "jpeg" and not body.endswith(b"\xff\xd9"):
-        return f"{name} is a truncated JPEG (it ends before the end-of-image marker); re-copy it", (0, 0, 0)
+        return (
+            f"{name} is a truncated JPEG (it ends before the end-of-image marker); re-copy it",
+            (0, 0, 0),
+        )
     if kind == "png" and not body.endswith(PNG_END):
         return f"{name} is a truncated PNG (it ends before its IEND chunk); re-copy it", (0, 0, 0)
     import tensorflow as tf
@@ -51,7 +65,10 @@ def check_image(name: str, data: bytes, channels: int = 3) -> tuple[str | None, 
         image = tf.io.decode_image(data, channels=channels, expand_animations=False)
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as exc:
         reason = str(exc).strip().splitlines()[-1].split("}}")[-1].strip() or type(exc).__name__
-        return f"{name} is a corrupt {kind.upper()} (cannot decode: {reason}); re-copy or remove it", (0, 0, 0)
+        return (
+            f"{name} is a corrupt {kind.upper()} (cannot decode: {reason}); re-copy or remove it",
+            (0, 0, 0),
+        )
     height, width, depth = (int(d) for d in image.shape)
     if height < 1 or width < 1:
         return f"{name} has no pixels; remove it", (0, 0, 0)

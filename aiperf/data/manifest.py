@@ -35,10 +35,14 @@ class Manifest:
     val_images_per_class: dict[str, int] = field(default_factory=dict)
     format: str = "npz"  # npz | tfrecord
     source: str | None = None  # the user's folder or shards, as given
-    class_names: list[str] = field(default_factory=list)  # label i (after label_offset) is class_names[i]
+    class_names: list[str] = field(
+        default_factory=list
+    )  # label i (after label_offset) is class_names[i]
     label_offset: int = 0  # stored label of the first class (1 in ImageNet-format shards)
     preprocess: str = "none"  # imagenet (random crop + flip; centre crop) | resize | none (arrays)
-    shards: list[dict[str, Any]] = field(default_factory=list)  # split, name, file, images, size_bytes, sha256
+    shards: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # split, name, file, images, size_bytes, sha256
     stage_to: str | None = None  # node-local copy on every worker, when asked for
     copies: dict[str, str] = field(default_factory=dict)  # worker -> verified copy
 

@@ -42,9 +42,14 @@ def _crop_window(shape, training: bool):
 
     if training:
         begin, size, _ = tf.image.sample_distorted_bounding_box(
-            shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
-            min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
-            max_attempts=10, use_image_if_no_bounding_boxes=True)
+            shape,
+            bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         return tf.stack([begin[0], begin[1], size[0], size[1]])
     height, width = shape[0], shape[1]
     side = tf.cast(CENTRE_FRACTION * tf.cast(tf.minimum(height, width), tf.float32), tf.int32)
@@ -68,8 +73,16 @@ def decode_cropped(encoded, channels: int, training: bool):
     return tf.cond(tf.io.is_jpeg(encoded), jpeg, png)
 
 
-def preprocess(encoded, label, *, image_size: int, channels: int, training: bool, style: str,
-               label_offset: int):
+def preprocess(
+    encoded,
+    label,
+    *,
+    image_size: int,
+    channels: int,
+    training: bool,
+    style: str,
+    label_offset: int,
+):
     """One example: encoded image bytes and stored label -> (float image, label from 0)."""
     import tensorflow as tf
 
@@ -77,7 +90,9 @@ def preprocess(encoded, label, *, image_size: int, channels: int, training: bool
         image = decode_cropped(encoded, channels, training)
     else:  # resize: the whole image
         image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear", antialias=style != "imagenet")
+    image = tf.image.resize(
+        image, [image_size, image_size], method="bilinear", antialias=style != "imagenet"
+    )
     if training and style == "imagenet":
         image = tf.image.random_flip_left_right(image)
     image = image / 127.5 - 1.0
@@ -88,9 +103,13 @@ def preprocess(encoded, label, *, image_size: int, channels: int, training: bool
 def _parse(record):
     import tensorflow as tf
 
-    parsed = tf.io.parse_single_example(record, {
-        "image/encoded": tf.io.FixedLenFeature([], tf.string),
-        "image/class/label": tf.io.FixedLenFeature([], tf.int64)})
+    parsed = tf.io.parse_single_example(
+        record,
+        {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
     return parsed["image/encoded"], parsed["image/class/label"]
 
 
@@ -98,10 +117,21 @@ def split_files(manifest: dict[str, Any], folder: str | Path, split: str) -> lis
     return [shard_path(folder, s) for s in manifest["shards"] if s["split"] == split]
 
 
-def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: int, channels: int,
-                 training: bool, seed: int | None = None, threads: int | None = None,
-                 style: str | None = None, cache: bool | None = None, repeat: bool = False,
-                 drop_remainder: bool | None = None):
+def make_dataset(
+    path: str | Path,
+    split: str,
+    *,
+    batch_size: int,
+    image_size: int,
+    channels: int,
+    training: bool,
+    seed: int | None = None,
+    threads: int | None = None,
+    style: str | None = None,
+    cache: bool | None = None,
+    repeat: bool = False,
+    drop_remainder: bool | None = None,
+):
     """Batches of (images, labels) from a staged folder's `train` or `validation` shards.
 
     `threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores, so
@@ -123,20 +153,33 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     if training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     cycle = min(len(files), 16)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=cycle, block_length=1,
-                       num_parallel_calls=min(threads, cycle) if threads else tf.data.AUTOTUNE,
-                       deterministic=not training)
+    ds = ds.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=cycle,
+        block_length=1,
+        num_parallel_calls=min(threads, cycle) if threads else tf.data.AUTOTUNE,
+        deterministic=not training,
+    )
     ds = ds.map(_parse, num_parallel_calls=parallel)
     images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
     encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
     decoded = images * image_size * image_size * channels * 4
-    prepare = lambda e, l: preprocess(e, l, image_size=image_size, channels=channels,  # noqa: E731
-                                      training=training, style=style,
-                                      label_offset=int(manifest.get("label_offset", 0)))
+    def prepare(e, l):
+        return preprocess(
+            e,
+            l,
+            image_size=image_size,
+            channels=channels,  # noqa: E731
+            training=training,
+            style=style,
+            label_offset=int(manifest.get("label_offset", 0)),
+        )
     # Without random augmentation (evaluation, digits) the prepared images are the same every
     # epoch: a small set is decoded once and kept. Otherwise only the encoded bytes are kept.
     same_every_epoch = not training or style != "imagenet"
-    keep_prepared = same_every_epoch and (cache if cache is not None else decoded <= CACHE_LIMIT_BYTES)
+    keep_prepared = same_every_epoch and (
+        cache if cache is not None else decoded <= CACHE_LIMIT_BYTES
+    )
     if keep_prepared:
         ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training).cache()
     elif cache if cache is not None else encoded <= CACHE_LIMIT_BYTES:
@@ -150,9 +193,14 @@ def make_dataset(path: str | Path, split: str, *, batch_size: int, image_size: i
     drop = training if drop_remainder is None else drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
     if not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(
-            images // batch_size if drop else -(-images // batch_size)))
-    ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)  # the next batch ready while this one trains
+        ds = ds.apply(
+            tf.data.experimental.assert_cardinality(
+                images // batch_size if drop else -(-images // batch_size)
+            )
+        )
+    ds = ds.prefetch(
+        2 if threads else tf.data.AUTOTUNE
+    )  # the next batch ready while this one trains
     options = tf.data.Options()
     if threads:
         options.threading.private_threadpool_size = max(1, threads)

@@ -15,10 +15,18 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from aiperf.data.manifest import MANIFEST_FILE, read_manifest, sha256_file, shard_path, write_json_atomic
+from aiperf.data.manifest import (
+    MANIFEST_FILE,
+    read_manifest,
+    sha256_file,
+    shard_path,
+    write_json_atomic,
+)
 
 
-def copy_verified(files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None) -> dict[str, Any]:
+def copy_verified(
+    files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None
+) -> dict[str, Any]:
     """Runs on a worker: copy each {src, file, sha256, size_bytes} into dest, verify, then write
     the copy's manifest.json (last, so a half-made copy is never read)."""
     target_dir = Path(dest)
@@ -26,8 +34,11 @@ def copy_verified(files: list[dict[str, Any]], dest: str, manifest: dict[str, An
     copied = skipped = 0
     for entry in files:
         target = target_dir / entry["file"]
-        if target.is_file() and target.stat().st_size == entry["size_bytes"] \
-                and sha256_file(target) == entry["sha256"]:
+        if (
+            target.is_file()
+            and target.stat().st_size == entry["size_bytes"]
+            and sha256_file(target) == entry["sha256"]
+        ):
             skipped += 1
             continue
         tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
@@ -35,31 +46,52 @@ def copy_verified(files: list[dict[str, Any]], dest: str, manifest: dict[str, An
             shutil.copyfile(entry["src"], tmp)
             found = sha256_file(tmp)
             if found != entry["sha256"]:
-                raise OSError(f"the copy of {entry['src']} in {target_dir} on {socket.gethostname()} has "
-                              f"checksum {found[:12]}, not {entry['sha256'][:12]}; check the disk and stage again")
+                raise OSError(
+                    f"the copy of {entry['src']} in {target_dir} on {socket.gethostname()} has "
+                    f"checksum {found[:12]}, not {entry['sha256'][:12]}; check the disk and stage again"
+                )
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
         copied += 1
     if manifest is not None:
         write_json_atomic(target_dir / MANIFEST_FILE, manifest)
-    return {"host": socket.gethostname(), "path": str(target_dir), "copied": copied, "skipped": skipped}
+    return {
+        "host": socket.gethostname(),
+        "path": str(target_dir),
+        "copied": copied,
+        "skipped": skipped,
+    }
 
 
-def place_everywhere(files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None,
-                     client: Any | None) -> dict[str, dict[str, Any]]:
+def place_everywhere(
+    files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None, client: Any | None
+) -> dict[str, dict[str, Any]]:
     """Copy on every worker of the Dask client (or here, without one): worker -> what it did."""
     if client is None:
         return {"local": copy_verified(files, dest, manifest)}
     return client.run(copy_verified, files, dest, manifest)
 
 
-def copy_plan(shared: str, manifest: dict[str, Any]) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+def copy_plan(
+    shared: str, manifest: dict[str, Any]
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """(node-local folder, files to copy, the copy's manifest) for a staged folder with stage_to."""
     dest = str(Path(manifest["stage_to"]) / manifest["name"])
-    files = [{"src": shard_path(shared, s), "file": s["name"], "sha256": s["sha256"],
-              "size_bytes": s["size_bytes"]} for s in manifest["shards"]]
-    local = {**manifest, "path": dest, "shards": [{**s, "file": s["name"]} for s in manifest["shards"]]}
+    files = [
+        {
+            "src": shard_path(shared, s),
+            "file": s["name"],
+            "sha256": s["sha256"],
+            "size_bytes": s["size_bytes"],
+        }
+        for s in manifest["shards"]
+    ]
+    local = {
+        **manifest,
+        "path": dest,
+        "shards": [{**s, "file": s["name"]} for s in manifest["shards"]],
+    }
     return dest, files, local
 
 

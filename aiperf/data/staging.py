@@ -30,8 +30,15 @@ import numpy as np
 
 from aiperf.config import DataConfig
 from aiperf.data import synthetic
-from aiperf.data.manifest import (MANIFEST_FILE, Manifest, dataset_digest, read_manifest, sha256_file,
-                                  shard_path, write_json_atomic)
+from aiperf.data.manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    dataset_digest,
+    read_manifest,
+    sha256_file,
+    shard_path,
+    write_json_atomic,
+)
 from aiperf.data.problems import DataError
 from aiperf.data.synthetic import ImageArrays
 from aiperf.lifecycle.locks import held
@@ -46,8 +53,14 @@ def _no_progress(_done: int, _total: int, _what: str) -> None:
     pass
 
 
-def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = None,
-          on_progress: OnProgress | None = None) -> Manifest:
+def stage(
+    config: DataConfig,
+    seed: int,
+    folder: Path,
+    *,
+    client: Any | None = None,
+    on_progress: OnProgress | None = None,
+) -> Manifest:
     """Validate, convert or generate the data into `folder` (once), place it, return its manifest.
 
     `client` is a dask.distributed Client: shard work is spread over its workers and node-local
@@ -61,7 +74,9 @@ def stage(config: DataConfig, seed: int, folder: Path, *, client: Any | None = N
         return _stage(config, seed, folder, client, progress)
 
 
-def _stage(config: DataConfig, seed: int, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
+def _stage(
+    config: DataConfig, seed: int, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
     """`stage`, with the folder's staging lock held."""
     if config.kind == "synthetic":
         manifest = stage_synthetic(config, seed, folder)
@@ -73,7 +88,9 @@ def _stage(config: DataConfig, seed: int, folder: Path, client: Any | None, prog
         manifest = stage_tfrecord(config, folder, client, progress)
     if config.stage_to:
         manifest = place(manifest, config.stage_to, client, progress)
-    elif manifest.format == "tfrecord" and manifest.stage_to:  # an earlier run's node-local setting
+    elif (
+        manifest.format == "tfrecord" and manifest.stage_to
+    ):  # an earlier run's node-local setting
         manifest = replace(manifest, stage_to=None, copies={})
         write_json_atomic(Path(manifest.path) / MANIFEST_FILE, manifest.to_dict())
     return manifest
@@ -97,11 +114,15 @@ def preflight(config: DataConfig) -> None:
 
 # --- synthetic ---------------------------------------------------------------------------------
 
+
 def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
     """Generate the profile's synthetic data into `folder` (once) and return its manifest."""
     folder.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(json.dumps({"data": config.model_dump(exclude={"stage_to"}), "seed": seed},
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            {"data": config.model_dump(exclude={"stage_to"}), "seed": seed}, sort_keys=True
+        ).encode()
+    ).hexdigest()[:16]
     name = f"synthetic-{config.image_size}px-{config.classes}c-{key}"
     path = folder / f"{name}.npz"
     meta_path = folder / f"{name}.json"
@@ -111,17 +132,26 @@ def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
             return Manifest.from_dict(meta)
     arrays = synthetic.generate(config, seed)
     tmp = path.with_name(path.name + ".partial.npz")
-    np.savez(tmp, x_train=arrays.x_train, y_train=arrays.y_train, x_val=arrays.x_val, y_val=arrays.y_val)
+    np.savez(
+        tmp, x_train=arrays.x_train, y_train=arrays.y_train, x_val=arrays.x_val, y_val=arrays.y_val
+    )
     os.replace(tmp, path)  # a crash never leaves a file that looks complete
     counts = np.bincount(arrays.y_train, minlength=config.classes)
     val_counts = np.bincount(arrays.y_val, minlength=config.classes)
-    manifest = Manifest(name=name, kind="synthetic", path=str(path.resolve()), sha256=sha256_file(path),
-                        size_bytes=path.stat().st_size, image_shape=arrays.image_shape,
-                        classes=config.classes, train_samples=len(arrays.y_train),
-                        val_samples=len(arrays.y_val),
-                        images_per_class={str(c): int(n) for c, n in enumerate(counts)},
-                        val_images_per_class={str(c): int(n) for c, n in enumerate(val_counts)},
-                        class_names=[str(c) for c in range(config.classes)])
+    manifest = Manifest(
+        name=name,
+        kind="synthetic",
+        path=str(path.resolve()),
+        sha256=sha256_file(path),
+        size_bytes=path.stat().st_size,
+        image_shape=arrays.image_shape,
+        classes=config.classes,
+        train_samples=len(arrays.y_train),
+        val_samples=len(arrays.y_val),
+        images_per_class={str(c): int(n) for c, n in enumerate(counts)},
+        val_images_per_class={str(c): int(n) for c, n in enumerate(val_counts)},
+        class_names=[str(c) for c in range(config.classes)],
+    )
     write_json_atomic(meta_path, manifest.to_dict())
     return manifest
 
@@ -135,13 +165,23 @@ def load_staged(path: str) -> ImageArrays:
 
 # --- sharded data: shared by digits, folder and tfrecord -----------------------------------------
 
+
 def _image_shape(config: DataConfig) -> tuple[int, int, int]:
     return (config.image_size, config.image_size, config.channels)
 
 
-def _sharded_manifest(*, config: DataConfig, name: str, kind: str, out: Path, source: str | None,
-                      class_names: list[str], shards: list[dict[str, Any]], label_offset: int,
-                      preprocess: str) -> Manifest:
+def _sharded_manifest(
+    *,
+    config: DataConfig,
+    name: str,
+    kind: str,
+    out: Path,
+    source: str | None,
+    class_names: list[str],
+    shards: list[dict[str, Any]],
+    label_offset: int,
+    preprocess: str,
+) -> Manifest:
     """Sum the shard entries into the manifest, write manifest.json last, drop stale files."""
     shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))
     per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
@@ -150,19 +190,35 @@ def _sharded_manifest(*, config: DataConfig, name: str, kind: str, out: Path, so
         for label, n in shard["per_class"].items():
             cname = class_names[int(label)]
             counts[cname] = counts.get(cname, 0) + n
-    entries = [{k: s[k] for k in ("split", "name", "file", "images", "size_bytes", "sha256")} for s in shards]
+    entries = [
+        {k: s[k] for k in ("split", "name", "file", "images", "size_bytes", "sha256")}
+        for s in shards
+    ]
     manifest = Manifest(
-        name=name, kind=kind, path=str(out.resolve()), sha256=dataset_digest(entries),
-        size_bytes=sum(s["size_bytes"] for s in entries), image_shape=_image_shape(config),
+        name=name,
+        kind=kind,
+        path=str(out.resolve()),
+        sha256=dataset_digest(entries),
+        size_bytes=sum(s["size_bytes"] for s in entries),
+        image_shape=_image_shape(config),
         classes=len(class_names),
         train_samples=sum(s["images"] for s in entries if s["split"] == "train"),
         val_samples=sum(s["images"] for s in entries if s["split"] == "validation"),
         images_per_class={c: per_split["train"].get(c, 0) for c in class_names},
         val_images_per_class={c: per_split["validation"].get(c, 0) for c in class_names},
-        format="tfrecord", source=source, class_names=class_names, label_offset=label_offset,
-        preprocess=preprocess, shards=entries)
+        format="tfrecord",
+        source=source,
+        class_names=class_names,
+        label_offset=label_offset,
+        preprocess=preprocess,
+        shards=entries,
+    )
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
-    keep = {MANIFEST_FILE, "checks"} | {s["file"] for s in entries} | {s["file"] + ".json" for s in entries}
+    keep = (
+        {MANIFEST_FILE, "checks"}
+        | {s["file"] for s in entries}
+        | {s["file"] + ".json" for s in entries}
+    )
     for stale in out.iterdir():  # shards of an earlier plan (another shard size) and leftovers
         if stale.name not in keep and stale.is_file():
             stale.unlink(missing_ok=True)
@@ -182,8 +238,13 @@ def _run(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Ite
         yield future.result()
 
 
-def _collect(results: Iterable[dict], total: int, weight: Callable[[dict], int], what: str,
-             progress: OnProgress) -> tuple[list[dict], list[str]]:
+def _collect(
+    results: Iterable[dict],
+    total: int,
+    weight: Callable[[dict], int],
+    what: str,
+    progress: OnProgress,
+) -> tuple[list[dict], list[str]]:
     done, shards, problems = 0, [], []
     progress(0, total, what)
     for result in results:
@@ -197,10 +258,13 @@ def _collect(results: Iterable[dict], total: int, weight: Callable[[dict], int],
 
 
 def _name(prefix: str, source: Path) -> str:
-    return f"{prefix}-{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
+    return (
+        f"{prefix}-{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
+    )
 
 
 # --- digits --------------------------------------------------------------------------------------
+
 
 def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
     from aiperf.data import digits
@@ -212,8 +276,17 @@ def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
         return replace(existing, image_shape=_image_shape(config))
     out.mkdir(parents=True, exist_ok=True)
     entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
-    return _sharded_manifest(config=config, name=name, kind="digits", out=out, source="sklearn.datasets.load_digits",
-                             class_names=digits.CLASS_NAMES, shards=entries, label_offset=1, preprocess="resize")
+    return _sharded_manifest(
+        config=config,
+        name=name,
+        kind="digits",
+        out=out,
+        source="sklearn.datasets.load_digits",
+        class_names=digits.CLASS_NAMES,
+        shards=entries,
+        label_offset=1,
+        preprocess="resize",
+    )
 
 
 def _intact(out: Path) -> Manifest | None:
@@ -223,14 +296,21 @@ def _intact(out: Path) -> Manifest | None:
     data = read_manifest(out)
     for shard in data["shards"]:
         path = Path(shard_path(out, shard))
-        if not path.is_file() or path.stat().st_size != shard["size_bytes"] or sha256_file(path) != shard["sha256"]:
+        if (
+            not path.is_file()
+            or path.stat().st_size != shard["size_bytes"]
+            or sha256_file(path) != shard["sha256"]
+        ):
             return None
     return Manifest.from_dict(data)
 
 
 # --- an ImageNet-layout image folder ------------------------------------------------------------
 
-def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
+
+def stage_folder(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
     from aiperf.data.folder import scan_folder
     from aiperf.data.tfrecord import ConvertTask, convert_shard
 
@@ -247,36 +327,76 @@ def stage_folder(config: DataConfig, folder: Path, client: Any | None, progress:
         total = -(-len(shuffled) // config.shard_images)
         size = -(-len(shuffled) // total)
         for index in range(total):
-            tasks.append(ConvertTask(root=str(layout.root), out=str(out), split=split, index=index, total=total,
-                                     files=shuffled[index * size:(index + 1) * size], class_names=layout.class_names))
+            tasks.append(
+                ConvertTask(
+                    root=str(layout.root),
+                    out=str(out),
+                    split=split,
+                    index=index,
+                    total=total,
+                    files=shuffled[index * size : (index + 1) * size],
+                    class_names=layout.class_names,
+                )
+            )
     sizes = {t.name: len(t.files) for t in tasks}
-    shards, problems = _collect(_run(client, convert_shard, tasks), sum(sizes.values()),
-                                lambda r: sizes[r["name"]], "checking and converting images", progress)
+    shards, problems = _collect(
+        _run(client, convert_shard, tasks),
+        sum(sizes.values()),
+        lambda r: sizes[r["name"]],
+        "checking and converting images",
+        progress,
+    )
     if problems:
-        (out / MANIFEST_FILE).unlink(missing_ok=True)  # what is staged no longer matches the source
+        (out / MANIFEST_FILE).unlink(
+            missing_ok=True
+        )  # what is staged no longer matches the source
         raise DataError(config.source, sorted(problems))
-    return _sharded_manifest(config=config, name=name, kind="folder", out=out, source=str(layout.root),
-                             class_names=layout.class_names, shards=shards,
-                             label_offset=1, preprocess="imagenet")
+    return _sharded_manifest(
+        config=config,
+        name=name,
+        kind="folder",
+        out=out,
+        source=str(layout.root),
+        class_names=layout.class_names,
+        shards=shards,
+        label_offset=1,
+        preprocess="imagenet",
+    )
 
 
 # --- TFRecord shards the user brought ---------------------------------------------------------
 
+
 def _user_shards(source: Path) -> dict[str, list[Path]]:
     if not source.is_dir():
-        raise DataError(str(source), [f"folder {source} does not exist; give the folder that holds the "
-                                      "train-*-of-* and validation-*-of-* TFRecord shards"])
+        raise DataError(
+            str(source),
+            [
+                f"folder {source} does not exist; give the folder that holds the "
+                "train-*-of-* and validation-*-of-* TFRecord shards"
+            ],
+        )
     files = [p for p in sorted(source.iterdir()) if p.is_file() and not p.name.startswith(".")]
-    found = {"train": [p for p in files if p.name.startswith("train-")],
-             "validation": [p for p in files if p.name.startswith(("validation-", "val-"))]}
+    found = {
+        "train": [p for p in files if p.name.startswith("train-")],
+        "validation": [p for p in files if p.name.startswith(("validation-", "val-"))],
+    }
     missing = [split for split, paths in found.items() if not paths]
     if missing:
-        raise DataError(str(source), [f"{source} has no {split}-* shards (ImageNet shards are named "
-                                      f"train-00000-of-01024 and validation-00000-of-00128)" for split in missing])
+        raise DataError(
+            str(source),
+            [
+                f"{source} has no {split}-* shards (ImageNet shards are named "
+                f"train-00000-of-01024 and validation-00000-of-00128)"
+                for split in missing
+            ],
+        )
     return found
 
 
-def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progress: OnProgress) -> Manifest:
+def stage_tfrecord(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
     """Check the user's shards in place (no copy, unless stage_to asks for node-local ones)."""
     from aiperf.data.tfrecord import CheckTask, check_shard
 
@@ -286,11 +406,25 @@ def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progres
     name = _name("tfrecord", source)
     out = folder / name
     (out / "checks").mkdir(parents=True, exist_ok=True)
-    tasks = [CheckTask(path=str(p), split=split, classes=config.classes, label_offset=config.label_offset,
-                       checks=str(out / "checks")) for split, paths in found.items() for p in paths]
+    tasks = [
+        CheckTask(
+            path=str(p),
+            split=split,
+            classes=config.classes,
+            label_offset=config.label_offset,
+            checks=str(out / "checks"),
+        )
+        for split, paths in found.items()
+        for p in paths
+    ]
     sizes = {t.path: Path(t.path).stat().st_size for t in tasks}
-    shards, problems = _collect(_run(client, check_shard, tasks), sum(sizes.values()),
-                                lambda r: sizes[str(source / r["name"])], "checking shards", progress)
+    shards, problems = _collect(
+        _run(client, check_shard, tasks),
+        sum(sizes.values()),
+        lambda r: sizes[str(source / r["name"])],
+        "checking shards",
+        progress,
+    )
     if problems:
         (out / MANIFEST_FILE).unlink(missing_ok=True)
         raise DataError(config.source, problems)
@@ -304,14 +438,28 @@ def stage_tfrecord(config: DataConfig, folder: Path, client: Any | None, progres
     train_labels = {label for s in shards if s["split"] == "train" for label in s["per_class"]}
     val_labels = {label for s in shards if s["split"] == "validation" for label in s["per_class"]}
     if val_labels - train_labels:
-        raise DataError(config.source, [f"validation shards hold classes that no train shard holds (labels "
-                                        f"{', '.join(sorted(val_labels - train_labels, key=int)[:10])}, from 0)"])
-    return _sharded_manifest(config=config, name=name, kind="tfrecord", out=out, source=str(source),
-                             class_names=class_names, shards=shards, label_offset=config.label_offset,
-                             preprocess="imagenet")
+        raise DataError(
+            config.source,
+            [
+                f"validation shards hold classes that no train shard holds (labels "
+                f"{', '.join(sorted(val_labels - train_labels, key=int)[:10])}, from 0)"
+            ],
+        )
+    return _sharded_manifest(
+        config=config,
+        name=name,
+        kind="tfrecord",
+        out=out,
+        source=str(source),
+        class_names=class_names,
+        shards=shards,
+        label_offset=config.label_offset,
+        preprocess="imagenet",
+    )
 
 
 # --- node-local copies --------------------------------------------------------------------------
+
 
 def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnProgress) -> Manifest:
     """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there.
@@ -324,13 +472,24 @@ def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnPro
     what = f"copying to {stage_to} on every worker"
     if manifest.format == "npz":
         dest = str(Path(stage_to) / manifest.name)
-        files = [{"src": manifest.path, "file": Path(manifest.path).name, "sha256": manifest.sha256,
-                  "size_bytes": manifest.size_bytes}]
+        files = [
+            {
+                "src": manifest.path,
+                "file": Path(manifest.path).name,
+                "sha256": manifest.sha256,
+                "size_bytes": manifest.size_bytes,
+            }
+        ]
         progress(0, len(files), what)
         done = place_everywhere(files, dest, None, client)
         progress(len(files), len(files), what)
         copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
-        return replace(manifest, path=str(Path(dest) / Path(manifest.path).name), stage_to=stage_to, copies=copies)
+        return replace(
+            manifest,
+            path=str(Path(dest) / Path(manifest.path).name),
+            stage_to=stage_to,
+            copies=copies,
+        )
     shared = replace(manifest, stage_to=stage_to)
     write_json_atomic(Path(manifest.path) / MANIFEST_FILE, shared.to_dict())
     dest, files, local = copy_plan(manifest.path, shared.to_dict())

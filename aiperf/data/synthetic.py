@@ -29,7 +29,9 @@ class ImageArrays:
         return tuple(int(d) for d in self.x_train.shape[1:])  # type: ignore[return-value]
 
 
-def _class_patterns(rng: np.random.Generator, classes: int, size: int, channels: int) -> np.ndarray:
+def _class_patterns(
+    rng: np.random.Generator, classes: int, size: int, channels: int
+) -> np.ndarray:
     """Low-frequency patterns: a coarse random grid upsampled to the image size."""
     coarse = 4
     grid = rng.standard_normal((classes, coarse, coarse, channels)).astype(np.float32)
@@ -37,14 +39,17 @@ def _class_patterns(rng: np.random.Generator, classes: int, size: int, channels:
     patterns = np.repeat(np.repeat(grid, reps, axis=1), reps, axis=2)[:, :size, :size, :]
     # A 3x3 box blur softens the block edges, so the patterns are smooth rather than tiled.
     padded = np.pad(patterns, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
-    smooth = sum(padded[:, i:i + size, j:j + size, :] for i in range(3) for j in range(3)) / 9.0
+    smooth = (
+        sum(padded[:, i : i + size, j : j + size, :] for i in range(3) for j in range(3)) / 9.0
+    )
     smooth -= smooth.mean(axis=(1, 2, 3), keepdims=True)
     smooth /= smooth.std(axis=(1, 2, 3), keepdims=True) + 1e-6
     return smooth.astype(np.float32)
 
 
-def _samples(rng: np.random.Generator, patterns: np.ndarray, n: int, noise: float,
-             label_noise: float) -> tuple[np.ndarray, np.ndarray]:
+def _samples(
+    rng: np.random.Generator, patterns: np.ndarray, n: int, noise: float, label_noise: float
+) -> tuple[np.ndarray, np.ndarray]:
     classes = patterns.shape[0]
     labels = rng.integers(0, classes, size=n)
     scale = rng.uniform(0.7, 1.3, size=(n, 1, 1, 1)).astype(np.float32)
@@ -62,7 +67,9 @@ def generate(config: DataConfig, seed: int) -> ImageArrays:
     """The same arrays for the same config and seed, on any machine."""
     rng = np.random.default_rng(seed)
     patterns = _class_patterns(rng, config.classes, config.image_size, config.channels)
-    x_train, y_train = _samples(rng, patterns, config.train_samples, config.noise, config.label_noise)
+    x_train, y_train = _samples(
+        rng, patterns, config.train_samples, config.noise, config.label_noise
+    )
     x_val, y_val = _samples(rng, patterns, config.val_samples, config.noise, config.label_noise)
     if config.clutter > 0:
         for x in (x_train, x_val):

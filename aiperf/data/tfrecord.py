@@ -35,8 +35,16 @@ def shard_name(split: str, index: int, total: int) -> str:
     return f"{split}-{index:05d}-of-{total:05d}"
 
 
-def example_bytes(encoded: bytes, label: int, synset: str, filename: str, height: int, width: int,
-                  channels: int, fmt: str) -> bytes:
+def example_bytes(
+    encoded: bytes,
+    label: int,
+    synset: str,
+    filename: str,
+    height: int,
+    width: int,
+    channels: int,
+    fmt: str,
+) -> bytes:
     import tensorflow as tf
 
     def b(value: bytes) -> tf.train.Feature:
@@ -45,10 +53,17 @@ def example_bytes(encoded: bytes, label: int, synset: str, filename: str, height
     def i(value: int) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
-    features = {ENCODED: b(encoded), LABEL: i(label), SYNSET: b(synset.encode()),
-                "image/filename": b(filename.encode()), "image/format": b(fmt.upper().encode()),
-                "image/colorspace": b(b"RGB" if channels == 3 else b"L"), "image/height": i(height),
-                "image/width": i(width), "image/channels": i(channels)}
+    features = {
+        ENCODED: b(encoded),
+        LABEL: i(label),
+        SYNSET: b(synset.encode()),
+        "image/filename": b(filename.encode()),
+        "image/format": b(fmt.upper().encode()),
+        "image/colorspace": b(b"RGB" if channels == 3 else b"L"),
+        "image/height": i(height),
+        "image/width": i(width),
+        "image/channels": i(channels),
+    }
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
 
 
@@ -128,14 +143,33 @@ def convert_shard(task: ConvertTask) -> dict[str, Any]:
         if problem:
             problems.append(problem)
             continue
-        records.append(example_bytes(data, label + IMAGENET_LABEL_OFFSET, task.class_names[label], rel,
-                                     height, width, channels, image_format(data) or "jpeg"))
+        records.append(
+            example_bytes(
+                data,
+                label + IMAGENET_LABEL_OFFSET,
+                task.class_names[label],
+                rel,
+                height,
+                width,
+                channels,
+                image_format(data) or "jpeg",
+            )
+        )
     if problems:
         return {"name": task.name, "split": task.split, "problems": problems, "skipped": False}
     write_shard(path, records)
-    info = {"name": task.name, "split": task.split, "file": task.name, "images": len(records),
-            "size_bytes": path.stat().st_size, "sha256": sha256_file(path), "input_digest": input_digest,
-            "per_class": {str(k): v for k, v in sorted(Counter(label for _r, label, _d in contents).items())}}
+    info = {
+        "name": task.name,
+        "split": task.split,
+        "file": task.name,
+        "images": len(records),
+        "size_bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+        "input_digest": input_digest,
+        "per_class": {
+            str(k): v for k, v in sorted(Counter(label for _r, label, _d in contents).items())
+        },
+    }
     write_json_atomic(_sidecar(path), info)
     return {**info, "problems": [], "skipped": False}
 
@@ -162,11 +196,17 @@ def check_shard(task: CheckTask) -> dict[str, Any]:
     record_file = Path(task.checks) / f"{path.name}.json"
     if record_file.is_file():
         info = json.loads(record_file.read_text())
-        if info.get("sha256") == checksum and info.get("classes") == task.classes \
-                and info.get("label_offset") == task.label_offset:
+        if (
+            info.get("sha256") == checksum
+            and info.get("classes") == task.classes
+            and info.get("label_offset") == task.label_offset
+        ):
             return {**info, "problems": [], "skipped": True}
-    spec = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64),
-            SYNSET: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    spec = {
+        ENCODED: tf.io.FixedLenFeature([], tf.string),
+        LABEL: tf.io.FixedLenFeature([], tf.int64),
+        SYNSET: tf.io.FixedLenFeature([], tf.string, default_value=""),
+    }
     low, high = task.label_offset, task.label_offset + task.classes - 1
     problems: list[str] = []
     per_class: Counter[int] = Counter()
@@ -178,29 +218,45 @@ def check_shard(task: CheckTask) -> dict[str, Any]:
             try:
                 parsed = tf.io.parse_single_example(record, spec)
             except tf.errors.InvalidArgumentError:
-                problems.append(f"{where} is not an ImageNet-format example (it needs {ENCODED} and {LABEL})")
+                problems.append(
+                    f"{where} is not an ImageNet-format example (it needs {ENCODED} and {LABEL})"
+                )
                 continue
             label = int(parsed[LABEL])
             if not low <= label <= high:
-                problems.append(f"{where} has label {label}, outside {low}..{high} (data.classes "
-                                f"{task.classes}, data.label_offset {task.label_offset}); fix the shard or "
-                                "those settings")
+                problems.append(
+                    f"{where} has label {label}, outside {low}..{high} (data.classes "
+                    f"{task.classes}, data.label_offset {task.label_offset}); fix the shard or "
+                    "those settings"
+                )
                 continue
             problem, _shape = check_image(where, parsed[ENCODED].numpy())
             if problem:
                 problems.append(problem)
                 continue
             per_class[label - task.label_offset] += 1
-            synsets.setdefault(label - task.label_offset, parsed[SYNSET].numpy().decode(errors="replace"))
+            synsets.setdefault(
+                label - task.label_offset, parsed[SYNSET].numpy().decode(errors="replace")
+            )
     except tf.errors.DataLossError:
-        problems.append(f"{path.name} is corrupt or truncated after record {index + 1}; re-copy it")
+        problems.append(
+            f"{path.name} is corrupt or truncated after record {index + 1}; re-copy it"
+        )
     if index < 0 and not problems:
         problems.append(f"{path.name} holds no records; remove it")
     if problems:
         return {"name": path.name, "split": task.split, "problems": problems, "skipped": False}
-    info = {"name": path.name, "split": task.split, "file": str(path), "images": sum(per_class.values()),
-            "size_bytes": path.stat().st_size, "sha256": checksum, "classes": task.classes,
-            "label_offset": task.label_offset, "per_class": {str(k): v for k, v in sorted(per_class.items())},
-            "synsets": {str(k): v for k, v in sorted(synsets.items())}}
+    info = {
+        "name": path.name,
+        "split": task.split,
+        "file": str(path),
+        "images": sum(per_class.values()),
+        "size_bytes": path.stat().st_size,
+        "sha256": checksum,
+        "classes": task.classes,
+        "label_offset": task.label_offset,
+        "per_class": {str(k): v for k, v in sorted(per_class.items())},
+        "synsets": {str(k): v for k, v in sorted(synsets.items())},
+    }
     write_json_atomic(record_file, info)
     return {**info, "problems": [], "skipped": False}

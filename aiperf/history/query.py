@@ -21,22 +21,32 @@ def resolve_system(store: Store, term: str | None) -> int | None:
         return None
     found = store.find_systems(term)
     if not found:
-        known = ", ".join(f"{s.id} ({s.hostname}, {s.fingerprint[:8]})" for s in store.find_systems())
-        raise UserError(f"--system {term!r} matches no system; use an id, hostname or fingerprint prefix"
-                        + (f" of: {known}" if known else " (the database has no runs yet)"))
+        known = ", ".join(
+            f"{s.id} ({s.hostname}, {s.fingerprint[:8]})" for s in store.find_systems()
+        )
+        raise UserError(
+            f"--system {term!r} matches no system; use an id, hostname or fingerprint prefix"
+            + (f" of: {known}" if known else " (the database has no runs yet)")
+        )
     if len(found) > 1:
         listed = ", ".join(f"{s.id} ({s.fingerprint[:8]})" for s in found)
-        raise UserError(f"--system {term!r} matches {len(found)} systems ({listed}); give the id or a "
-                        "longer fingerprint prefix")
+        raise UserError(
+            f"--system {term!r} matches {len(found)} systems ({listed}); give the id or a "
+            "longer fingerprint prefix"
+        )
     return found[0].id
 
 
-def history(store: Store, *, system: str | None = None, profile: str | None = None) -> list[RunScoreRow]:
+def history(
+    store: Store, *, system: str | None = None, profile: str | None = None
+) -> list[RunScoreRow]:
     """Scored runs, oldest first, for one system and/or profile (all when not given)."""
     return store.run_scores(system_id=resolve_system(store, system), profile=profile)
 
 
-def workloads(rows: list[RunScoreRow]) -> dict[tuple[str, str | None, str | None], list[RunScoreRow]]:
+def workloads(
+    rows: list[RunScoreRow],
+) -> dict[tuple[str, str | None, str | None], list[RunScoreRow]]:
     """Rows grouped by (profile, division, config hash), each group oldest first: like with like."""
     groups: dict[tuple[str, str | None, str | None], list[RunScoreRow]] = {}
     for row in rows:
@@ -101,15 +111,21 @@ def compare(store: Store, run_a: int, run_b: int) -> RunPair:
     rows = {r.run_id: r for r in store.run_scores(run_ids=[run_a, run_b])}
     for run_id in (run_a, run_b):
         if run_id not in rows:
-            raise UserError(f"run {run_id} has no score (it is missing, still running or failed); "
-                            "list scored runs with `aiperf history`")
+            raise UserError(
+                f"run {run_id} has no score (it is missing, still running or failed); "
+                "list scored runs with `aiperf history`"
+            )
     a, b = rows[run_a], rows[run_b]
     if (a.division, a.config_hash) != (b.division, b.config_hash):
-        raise UserError(f"runs {run_a} and {run_b} ran different workloads ({a.division} {(a.config_hash or '-')[:8]} "
-                        f"vs {b.division} {(b.config_hash or '-')[:8]}): only runs of one division and config are "
-                        "compared; `aiperf history` lists both")
-    figures = [Comparison(name, _number(getattr(a, column)), _number(getattr(b, column)), unit)
-               for name, column, unit in COMPARED]
+        raise UserError(
+            f"runs {run_a} and {run_b} ran different workloads ({a.division} {(a.config_hash or '-')[:8]} "
+            f"vs {b.division} {(b.config_hash or '-')[:8]}): only runs of one division and config are "
+            "compared; `aiperf history` lists both"
+        )
+    figures = [
+        Comparison(name, _number(getattr(a, column)), _number(getattr(b, column)), unit)
+        for name, column, unit in COMPARED
+    ]
     return RunPair(a=a, b=b, figures=figures)
 
 

@@ -39,9 +39,14 @@ class Thresholds:
     regulated_score: float = 0.11
 
     def __post_init__(self) -> None:
-        for name, value in (("ops_threshold", self.ops), ("regulated_threshold", self.regulated_score)):
+        for name, value in (
+            ("ops_threshold", self.ops),
+            ("regulated_threshold", self.regulated_score),
+        ):
             if not 0 < value < 1:
-                raise ValueError(f"{name} must be a share between 0 and 1 (0.05 = 5%), got {value}")
+                raise ValueError(
+                    f"{name} must be a share between 0 and 1 (0.05 = 5%), got {value}"
+                )
 
     def describe(self) -> str:
         return f"thresholds: OPS {self.ops:.0%}, regulated {self.regulated_score:.0%}"
@@ -80,39 +85,68 @@ class RegressionVerdict:
 
     @property
     def regulated_change(self) -> float | None:
-        return None if self.baseline is None else _change(self.baseline.regulated_score, self.regulated_score)
+        return (
+            None
+            if self.baseline is None
+            else _change(self.baseline.regulated_score, self.regulated_score)
+        )
 
     def message(self) -> str:
         """One line for the flow run's state: both figures, and what happened."""
-        figures = (f"OPS {format_ops(self.ops)}OPS, regulated {format_ops(self.regulated_score)}OPS")
+        figures = f"OPS {format_ops(self.ops)}OPS, regulated {format_ops(self.regulated_score)}OPS"
         if not self.valid:
             return f"run {self.run_id} is invalid ({'; '.join(self.reasons)}): {figures}"
         if self.baseline is None:
             return f"run {self.run_id} is the first valid {self.profile} run on this system and sets the baseline: {figures}"
-        base = (f"baseline (median of runs {', '.join(map(str, self.baseline.run_ids))}) "
-                f"OPS {format_ops(self.baseline.ops)}OPS, regulated {format_ops(self.baseline.regulated_score)}OPS")
+        base = (
+            f"baseline (median of runs {', '.join(map(str, self.baseline.run_ids))}) "
+            f"OPS {format_ops(self.baseline.ops)}OPS, regulated {format_ops(self.baseline.regulated_score)}OPS"
+        )
         changes = f"OPS {self.ops_change:+.1%}, regulated {self.regulated_change:+.1%}"
         if self.regressions:
-            return (f"regression in run {self.run_id}: {'; '.join(self.regressions)} "
-                    f"({self.thresholds.describe()}): {figures} vs {base}")
-        return (f"run {self.run_id} within its thresholds of the baseline ({changes}; {self.thresholds.describe()}): "
-                f"{figures} vs {base}")
+            return (
+                f"regression in run {self.run_id}: {'; '.join(self.regressions)} "
+                f"({self.thresholds.describe()}): {figures} vs {base}"
+            )
+        return (
+            f"run {self.run_id} within its thresholds of the baseline ({changes}; {self.thresholds.describe()}): "
+            f"{figures} vs {base}"
+        )
 
     def markdown(self) -> str:
         """The comparison as a markdown artifact."""
         head = "PASSED" if self.passed else "REGRESSION" if self.regressions else "FAILED"
         lines = [f"# aiperf nightly regression: {head}", "", self.message(), ""]
-        lines += ["| figure | this run | baseline | change | threshold |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "| figure | this run | baseline | change | threshold |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for name, value, base, change, threshold in (
-            ("OPS", self.ops, self.baseline and self.baseline.ops, self.ops_change, self.thresholds.ops),
-            ("regulated score", self.regulated_score, self.baseline and self.baseline.regulated_score,
-             self.regulated_change, self.thresholds.regulated_score),
+            (
+                "OPS",
+                self.ops,
+                self.baseline and self.baseline.ops,
+                self.ops_change,
+                self.thresholds.ops,
+            ),
+            (
+                "regulated score",
+                self.regulated_score,
+                self.baseline and self.baseline.regulated_score,
+                self.regulated_change,
+                self.thresholds.regulated_score,
+            ),
         ):
-            lines.append(f"| {name} | {format_ops(value)}OPS | "
-                         f"{'-' if base is None else format_ops(base) + 'OPS'} | "
-                         f"{'-' if change is None else f'{change:+.2%}'} | -{threshold:.0%} |")
-        lines += ["", f"run {self.run_id}, profile {self.profile}, system {self.system_id}; valid: "
-                  + ("yes" if self.valid else "no: " + "; ".join(self.reasons))]
+            lines.append(
+                f"| {name} | {format_ops(value)}OPS | "
+                f"{'-' if base is None else format_ops(base) + 'OPS'} | "
+                f"{'-' if change is None else f'{change:+.2%}'} | -{threshold:.0%} |"
+            )
+        lines += [
+            "",
+            f"run {self.run_id}, profile {self.profile}, system {self.system_id}; valid: "
+            + ("yes" if self.valid else "no: " + "; ".join(self.reasons)),
+        ]
         if self.baseline is not None:
             lines.append(f"baseline runs: {', '.join(map(str, self.baseline.run_ids))}")
         return "\n".join(lines) + "\n"
@@ -122,40 +156,70 @@ def _change(before: float, after: float) -> float | None:
     return None if before == 0 else (after - before) / before
 
 
-def baseline(history: list[RunScoreRow], run: RunScoreRow, window: int = DEFAULT_WINDOW) -> Baseline | None:
+def baseline(
+    history: list[RunScoreRow], run: RunScoreRow, window: int = DEFAULT_WINDOW
+) -> Baseline | None:
     """Median of the last `window` valid, completed and not unverified runs before `run` of the same
     division and workload (config hash); rows of run_scores, oldest first."""
-    earlier = [r for r in history if r.run_id != run.run_id and r.valid and r.status == RunStatus.COMPLETED
-               and r.verified is not False and (r.division, r.config_hash) == (run.division, run.config_hash)
-               and (r.created_at, r.run_id) < (run.created_at, run.run_id)]
+    earlier = [
+        r
+        for r in history
+        if r.run_id != run.run_id
+        and r.valid
+        and r.status == RunStatus.COMPLETED
+        and r.verified is not False
+        and (r.division, r.config_hash) == (run.division, run.config_hash)
+        and (r.created_at, r.run_id) < (run.created_at, run.run_id)
+    ]
     chosen = earlier[-window:]
     if not chosen:
         return None
-    return Baseline(run_ids=[r.run_id for r in chosen],
-                    ops=statistics.median(r.ops for r in chosen),
-                    regulated_score=statistics.median(r.regulated_score for r in chosen))
+    return Baseline(
+        run_ids=[r.run_id for r in chosen],
+        ops=statistics.median(r.ops for r in chosen),
+        regulated_score=statistics.median(r.regulated_score for r in chosen),
+    )
 
 
-def judge(run: RunScoreRow, base: Baseline | None, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-          reasons: list[str] | None = None) -> RegressionVerdict:
+def judge(
+    run: RunScoreRow,
+    base: Baseline | None,
+    *,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    reasons: list[str] | None = None,
+) -> RegressionVerdict:
     """Compare one run_scores row with a baseline: which figures fell more than their thresholds."""
     ops, regulated = run.ops, run.regulated_score
     regressions = []
     if base is not None:
-        for name, value, reference, threshold in (("OPS", ops, base.ops, thresholds.ops),
-                                                  ("regulated score", regulated, base.regulated_score,
-                                                   thresholds.regulated_score)):
+        for name, value, reference, threshold in (
+            ("OPS", ops, base.ops, thresholds.ops),
+            ("regulated score", regulated, base.regulated_score, thresholds.regulated_score),
+        ):
             change = _change(reference, value)
             if change is not None and change < -threshold:
                 regressions.append(f"{name} fell {-change:.1%}")
-    return RegressionVerdict(run_id=run.run_id, profile=run.profile, system_id=run.system_id,
-                             ops=ops, regulated_score=regulated, valid=run.valid,
-                             reasons=list(reasons or []), baseline=base, thresholds=thresholds,
-                             regressions=regressions)
+    return RegressionVerdict(
+        run_id=run.run_id,
+        profile=run.profile,
+        system_id=run.system_id,
+        ops=ops,
+        regulated_score=regulated,
+        valid=run.valid,
+        reasons=list(reasons or []),
+        baseline=base,
+        thresholds=thresholds,
+        regressions=regressions,
+    )
 
 
-def check_run(store: Store, run_id: int, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-              window: int = DEFAULT_WINDOW) -> RegressionVerdict:
+def check_run(
+    store: Store,
+    run_id: int,
+    *,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    window: int = DEFAULT_WINDOW,
+) -> RegressionVerdict:
     """The verdict for a scored run against its system's and profile's baseline."""
     rows = store.run_scores(run_ids=[run_id])
     if not rows:

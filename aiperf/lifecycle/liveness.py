@@ -34,6 +34,7 @@ class Interrupted(KeyboardInterrupt):
 
 # --- heartbeat ----------------------------------------------------------------------------------
 
+
 @contextmanager
 def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator[None]:
     """Beat for the run while the block runs (a daemon thread: it dies with the process)."""
@@ -44,7 +45,9 @@ def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator
             try:
                 store.heartbeat(run_id)
             except Exception as exc:  # a missed beat is not worth ending the run for
-                log.warning("run %d: heartbeat not written: %s: %s", run_id, type(exc).__name__, exc)
+                log.warning(
+                    "run %d: heartbeat not written: %s: %s", run_id, type(exc).__name__, exc
+                )
 
     store.heartbeat(run_id)
     thread = threading.Thread(target=beat, name=f"aiperf-heartbeat-{run_id}", daemon=True)

@@ -59,6 +59,8 @@ def claim_local_run() -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = try_hold(path)
     if fd is None:
-        raise UserError(f"another local aiperf run is running on this machine (it holds {path}); wait for it "
-                        "to finish, or pass --allow-concurrent to run both (each then measures the other's load)")
+        raise UserError(
+            f"another local aiperf run is running on this machine (it holds {path}); wait for it "
+            "to finish, or pass --allow-concurrent to run both (each then measures the other's load)"
+        )
     return fd

@@ -41,9 +41,9 @@ from typing import Any, Protocol
 
 import keras_tuner as kt
 
-from aiperf.lifecycle import liveness
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
+from aiperf.lifecycle import liveness
 from aiperf.results.mllog import EventLog
 from aiperf.search import space
 from aiperf.search.resume import stored_state
@@ -65,6 +65,7 @@ class TrialHandle(Protocol):
     def done(self) -> bool: ...
     def result(self) -> TrialResult: ...
     def cancel(self) -> None: ...
+
     # Optional: `add_done_callback(fn)`, as distributed.Future has it. A handle that offers it wakes
     # the loop the moment its trial ends, so its worker gets the next trial without waiting a poll.
 
@@ -221,7 +222,9 @@ def _retrain(oracle: kt.Oracle, record: TrialRecord, tuner_id: str) -> kt.engine
     trial_id = f"{{:0{len(str(oracle.max_trials))}d}}".format(len(oracle.trials))
     hp = oracle.hyperparameters.copy()
     hp.values = trial_values(record)
-    trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=trial_id, status=kt.engine.trial.TrialStatus.RUNNING)
+    trial = kt.engine.trial.Trial(
+        hyperparameters=hp, trial_id=trial_id, status=kt.engine.trial.TrialStatus.RUNNING
+    )
     oracle.trials[trial_id], oracle.ongoing_trials[tuner_id] = trial, trial
     oracle.start_order.append(trial_id)
     return trial
@@ -231,11 +234,15 @@ def _score(oracle: kt.Oracle, trial_id: str, objective: str, value: float, step:
     oracle.update_trial(trial_id, {objective: value}, step=step)
 
 
-def _end_trial(oracle: kt.Oracle, trial: kt.engine.trial.Trial, objective: str, message: str | None) -> None:
+def _end_trial(
+    oracle: kt.Oracle, trial: kt.engine.trial.Trial, objective: str, message: str | None
+) -> None:
     """On the oracle's thread, after every score told before it: the trial ends for the oracle,
     completed if it was ever scored."""
     measured = trial.metrics.exists(objective)
-    trial.status = kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
+    trial.status = (
+        kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
+    )
     trial.message = message
     oracle.end_trial(trial)
 
@@ -268,19 +275,35 @@ class SearchSummary:
 
 
 class Orchestrator:
-    def __init__(self, *, config: BenchmarkConfig, store: Store, run_id: int, oracle: kt.Oracle,
-                 data_path: str, image_shape: tuple[int, int, int], num_classes: int,
-                 launch: Launcher, events: queue.Queue, events_topic: str | None = None,
-                 on_figures: Callable[[LiveFigures], None] | None = None, poll_s: float = 0.2,
-                 grace_s: float | None = None, dataset_samples: tuple[int, int] | None = None,
-                 event_log: EventLog | None = None, ahead: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: BenchmarkConfig,
+        store: Store,
+        run_id: int,
+        oracle: kt.Oracle,
+        data_path: str,
+        image_shape: tuple[int, int, int],
+        num_classes: int,
+        launch: Launcher,
+        events: queue.Queue,
+        events_topic: str | None = None,
+        on_figures: Callable[[LiveFigures], None] | None = None,
+        poll_s: float = 0.2,
+        grace_s: float | None = None,
+        dataset_samples: tuple[int, int] | None = None,
+        event_log: EventLog | None = None,
+        ahead: int | None = None,
+    ) -> None:
         """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers))."""
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
-        self.event_log = event_log or EventLog(None)  # what it records, as MLLOG lines (aiperf.results.mllog)
+        self.event_log = event_log or EventLog(
+            None
+        )  # what it records, as MLLOG lines (aiperf.results.mllog)
         self.poll_s = poll_s
         self._ended = threading.Event()  # set when a trial's handle reports it is done
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
@@ -291,14 +314,20 @@ class Orchestrator:
         self.created = 0
         self.total_ops = 0
         self.best_val_accuracy: float | None = None
-        self.retrain: list[TrialRecord] = []  # a resumed run's interrupted trials, trained again first
+        self.retrain: list[
+            TrialRecord
+        ] = []  # a resumed run's interrupted trials, trained again first
         self.failures_in_a_row = 0
-        self.first_failure: str | None = None  # its first line: what `aiperf run` prints when nothing trains
+        self.first_failure: str | None = (
+            None  # its first line: what `aiperf run` prints when nothing trains
+        )
         self.max_failures = max_consecutive_failures(config.workers)
         self.ahead = proposals_ahead(config.workers) if ahead is None else ahead
         self.proposals: OracleThread | None = None  # the oracle's thread, while run() runs
         self._batch = WriteBatch()  # this turn's writes, committed by _recording
-        self._after_commit: list[Callable[[], None]] = []  # event-log lines of what the batch records
+        self._after_commit: list[
+            Callable[[], None]
+        ] = []  # event-log lines of what the batch records
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
         """Continue a resumed run: number new trials after the recorded ones, link children to
@@ -306,7 +335,9 @@ class Orchestrator:
         (its finished epochs stay recorded and counted)."""
         self.created = max((t.number for t in trials), default=-1) + 1
         self.trial_ids.update({t.trial_key: t.id for t in trials})
-        self.retrain = sorted((t for t in trials if t.status == TrialStatus.INTERRUPTED), key=lambda t: t.number)
+        self.retrain = sorted(
+            (t for t in trials if t.status == TrialStatus.INTERRUPTED), key=lambda t: t.number
+        )
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -352,7 +383,11 @@ class Orchestrator:
             liveness.raise_if_stopped()
             now = time.time()
             if now < deadline:
-                while len(self.running) < slots and time.time() < deadline and self._fill(slots, deadline):
+                while (
+                    len(self.running) < slots
+                    and time.time() < deadline
+                    and self._fill(slots, deadline)
+                ):
                     pass
             self._ended.clear()  # before looking: a trial that ends after this look wakes the wait below
             with self._recording():
@@ -377,9 +412,14 @@ class Orchestrator:
         self._drain_events()
         ended = time.time()
         self.on_figures(self._figures(started_at, ended))
-        return SearchSummary(trials=self.created, ended_at=ended, completed=self.counts[TrialStatus.COMPLETED],
-                             stopped=self.counts[TrialStatus.STOPPED], failed=self.counts[TrialStatus.FAILED],
-                             diverged=self.counts[TrialStatus.DIVERGED])
+        return SearchSummary(
+            trials=self.created,
+            ended_at=ended,
+            completed=self.counts[TrialStatus.COMPLETED],
+            stopped=self.counts[TrialStatus.STOPPED],
+            failed=self.counts[TrialStatus.FAILED],
+            diverged=self.counts[TrialStatus.DIVERGED],
+        )
 
     def _wake_when_done(self, handle: TrialHandle) -> None:
         add = getattr(handle, "add_done_callback", None)
@@ -396,8 +436,12 @@ class Orchestrator:
         while self.retrain and len(self.running) + len(launches) < slots:
             record = self.retrain.pop(0)
             trial = self.proposals.call(_retrain, record, f"retrain-{record.number}").result()
-            log.info("trial %s trains interrupted trial %s again", trial.trial_id, record.trial_key)
-            launches.append(_Launch(trial, dict(trial.hyperparameters.values), seed_number=record.number))
+            log.info(
+                "trial %s trains interrupted trial %s again", trial.trial_id, record.trial_key
+            )
+            launches.append(
+                _Launch(trial, dict(trial.hyperparameters.values), seed_number=record.number)
+            )
         free = slots - len(self.running) - len(launches)
         if free > 0 and not self.retrain:
             for proposal in self.proposals.take(free):
@@ -407,7 +451,9 @@ class Orchestrator:
             self._launch(launches, state, deadline)
         return bool(launches)
 
-    def _launch(self, launches: list[_Launch], state: dict[str, Any] | None, deadline: float) -> None:
+    def _launch(
+        self, launches: list[_Launch], state: dict[str, Any] | None, deadline: float
+    ) -> None:
         """Record the trials and hand them to workers. The oracle's state goes in the same
         transaction, first: it includes every proposal recorded with it, so a resumed run (which
         restores it) never proposes a recorded trial again; as in a run without proposals made
@@ -423,30 +469,68 @@ class Orchestrator:
             proposal = space.decode(values, self.image_shape, self.num_classes)
             number = self.created
             self.created += 1
-            epochs = proposal.epochs or epochs_for(number, self.config.workers, self.config.train.epochs)
+            epochs = proposal.epochs or epochs_for(
+                number, self.config.workers, self.config.train.epochs
+            )
             architecture = proposal.network.to_dict()
             hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
             parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
-            seed = trial_seed(self.config.seed, number if launch.seed_number is None else launch.seed_number)
+            seed = trial_seed(
+                self.config.seed, number if launch.seed_number is None else launch.seed_number
+            )
             key = launch.trial.trial_id
             batch.create_trial(
-                run_id=self.run_id, trial_key=key, number=number, architecture=architecture,
-                hyperparameters=hyperparameters, started_at=started_at, parent_trial_id=parent_trial_id,
-                operator=proposal.operator)
-            started.append(partial(
-                self.event_log.trial_started, trial_key=key, number=number, started_at=started_at,
-                parent_trial_id=parent_trial_id, operator=proposal.operator, architecture=architecture,
-                hyperparameters=hyperparameters, epochs=epochs, seed=seed))
-            requests.append((launch, TrialRequest(
-                run_id=self.run_id, trial_key=key, architecture=architecture,
-                learning_rate=proposal.learning_rate, batch_size=proposal.batch_size, epochs=epochs,
-                deadline=deadline, data_path=self.data_path, seed=seed,
-                optimizer=self.config.train.optimizer, momentum=self.config.train.momentum,
-                dropout=proposal.dropout, early_stopping_patience=self.config.train.early_stopping_patience,
-                events_topic=self.events_topic, precision=self.config.train.precision,
-                jit_compile=self.config.train.jit_compile), proposal.operator))
-        trial_ids = self.store.write(batch)[1 if state is not None else 0:]
-        for (launch, request, operator), trial_id, log_start in zip(requests, trial_ids, started, strict=True):
+                run_id=self.run_id,
+                trial_key=key,
+                number=number,
+                architecture=architecture,
+                hyperparameters=hyperparameters,
+                started_at=started_at,
+                parent_trial_id=parent_trial_id,
+                operator=proposal.operator,
+            )
+            started.append(
+                partial(
+                    self.event_log.trial_started,
+                    trial_key=key,
+                    number=number,
+                    started_at=started_at,
+                    parent_trial_id=parent_trial_id,
+                    operator=proposal.operator,
+                    architecture=architecture,
+                    hyperparameters=hyperparameters,
+                    epochs=epochs,
+                    seed=seed,
+                )
+            )
+            requests.append(
+                (
+                    launch,
+                    TrialRequest(
+                        run_id=self.run_id,
+                        trial_key=key,
+                        architecture=architecture,
+                        learning_rate=proposal.learning_rate,
+                        batch_size=proposal.batch_size,
+                        epochs=epochs,
+                        deadline=deadline,
+                        data_path=self.data_path,
+                        seed=seed,
+                        optimizer=self.config.train.optimizer,
+                        momentum=self.config.train.momentum,
+                        dropout=proposal.dropout,
+                        early_stopping_patience=self.config.train.early_stopping_patience,
+                        events_topic=self.events_topic,
+                        precision=self.config.train.precision,
+                        jit_compile=self.config.train.jit_compile,
+                    ),
+                    proposal.operator,
+                )
+            )
+        trial_ids = self.store.write(batch)[1 if state is not None else 0 :]
+        for (launch, request, operator), trial_id, log_start in zip(
+            requests, trial_ids, started, strict=True
+        ):
             key = launch.trial.trial_id
             self.trial_ids[key] = trial_id
             log_start(trial_id=trial_id)
@@ -469,7 +553,9 @@ class Orchestrator:
                 log.warning("ignored a malformed trial event: %r", event)
                 continue
             # A message object was put here by a launcher in this process: it speaks for its trial.
-            sender = (event.get("sent_from") or UNSTAMPED) if isinstance(event, dict) else FROM_RESULT
+            sender = (
+                (event.get("sent_from") or UNSTAMPED) if isinstance(event, dict) else FROM_RESULT
+            )
             self._receive(message, sender)
 
     def _receive(self, message: TrialBuilt | EpochReport, sender: str) -> None:
@@ -481,13 +567,17 @@ class Orchestrator:
             if not self._admissible(running, message, sender):
                 return
         except RefusedReport as exc:
-            log.warning("refused a report for trial %s from %s: %s", message.trial_key, sender, exc)
+            log.warning(
+                "refused a report for trial %s from %s: %s", message.trial_key, sender, exc
+            )
             running.handle.cancel()
             self._end(message.trial_key, TrialStatus.FAILED, f"refused a worker's report: {exc}")
             return
         self._apply(running, message)
 
-    def _admissible(self, running: _Running, message: TrialBuilt | EpochReport, sender: str) -> bool:
+    def _admissible(
+        self, running: _Running, message: TrialBuilt | EpochReport, sender: str
+    ) -> bool:
         """True to apply the report, False to skip it for now; RefusedReport when it breaks a rule."""
         if sender == UNSTAMPED:
             raise RefusedReport("the event was not sent by a worker")
@@ -495,7 +585,9 @@ class Orchestrator:
             if running.sender is None:
                 running.sender = sender  # the trial's first live event names its worker
             elif sender != running.sender:
-                raise RefusedReport(f"it came from {sender}, but the trial runs on {running.sender}")
+                raise RefusedReport(
+                    f"it came from {sender}, but the trial runs on {running.sender}"
+                )
         if isinstance(message, TrialBuilt):
             return True
         expected = len(running.epochs_seen)
@@ -506,41 +598,67 @@ class Orchestrator:
                 return False  # an earlier live event was lost: the trial's result brings them in order
             raise RefusedReport(f"epoch {message.epoch} arrived after epoch {expected - 1}")
         if message.samples_trained % running.batch_size:
-            raise RefusedReport(f"epoch {message.epoch} trained {message.samples_trained} samples, not whole "
-                                f"batches of {running.batch_size}")
+            raise RefusedReport(
+                f"epoch {message.epoch} trained {message.samples_trained} samples, not whole "
+                f"batches of {running.batch_size}"
+            )
         if self.dataset_samples is not None:
             train, val = self.dataset_samples
             if message.samples_trained > train or message.samples_evaluated > val:
-                raise RefusedReport(f"epoch {message.epoch} reports {message.samples_trained} trained and "
-                                    f"{message.samples_evaluated} evaluated samples; the dataset has {train} and {val}")
+                raise RefusedReport(
+                    f"epoch {message.epoch} reports {message.samples_trained} trained and "
+                    f"{message.samples_evaluated} evaluated samples; the dataset has {train} and {val}"
+                )
         return True
 
     def _apply(self, running: _Running, message: TrialBuilt | EpochReport) -> None:
         if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
-            self._batch.record_trial_built(running.trial_id, worker=message.worker, parameters=message.parameters,
-                                           train_ops=message.train_ops, eval_ops=message.eval_ops,
-                                           tensor_train_ops=message.tensor_train_ops,
-                                           tensor_eval_ops=message.tensor_eval_ops)
+            self._batch.record_trial_built(
+                running.trial_id,
+                worker=message.worker,
+                parameters=message.parameters,
+                train_ops=message.train_ops,
+                eval_ops=message.eval_ops,
+                tensor_train_ops=message.tensor_train_ops,
+                tensor_eval_ops=message.tensor_eval_ops,
+            )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
-            self._after_commit.append(partial(
-                self.event_log.trial_built, trial_key=message.trial_key, worker=message.worker,
-                parameters=message.parameters, train_ops=message.train_ops, eval_ops=message.eval_ops,
-                tensor_train_ops=message.tensor_train_ops, tensor_eval_ops=message.tensor_eval_ops))
+            self._after_commit.append(
+                partial(
+                    self.event_log.trial_built,
+                    trial_key=message.trial_key,
+                    worker=message.worker,
+                    parameters=message.parameters,
+                    train_ops=message.train_ops,
+                    eval_ops=message.eval_ops,
+                    tensor_train_ops=message.tensor_train_ops,
+                    tensor_eval_ops=message.tensor_eval_ops,
+                )
+            )
             return
         # Recorded once: _admissible let through only the next epoch, and the write skips a row
         # that a retried commit already wrote.
         self._batch.record_epoch(running.trial_id, **message.fields())
         running.epochs_seen.add(message.epoch)
-        self._after_commit.append(partial(self.event_log.epoch, message.trial_key, **message.fields()))
+        self._after_commit.append(
+            partial(self.event_log.epoch, message.trial_key, **message.fields())
+        )
         if running.train_ops is not None and running.eval_ops is not None:
-            self.total_ops += (message.samples_trained * running.train_ops
-                               + message.samples_evaluated * running.eval_ops)
+            self.total_ops += (
+                message.samples_trained * running.train_ops
+                + message.samples_evaluated * running.eval_ops
+            )
         if message.complete and message.val_accuracy is not None:
             assert self.proposals is not None
-            self.proposals.tell(_score, running.kt_trial.trial_id, self.config.search.objective,
-                                message.val_accuracy, message.epoch)
+            self.proposals.tell(
+                _score,
+                running.kt_trial.trial_id,
+                self.config.search.objective,
+                message.val_accuracy,
+                message.epoch,
+            )
             if self.best_val_accuracy is None or message.val_accuracy > self.best_val_accuracy:
                 self.best_val_accuracy = message.val_accuracy
 
@@ -549,14 +667,22 @@ class Orchestrator:
         try:
             result = running.handle.result()
         except Exception as exc:  # the worker was lost: keep what it reported, record the failure
-            result = TrialResult(key, TrialStatus.FAILED, None, [], message=f"worker lost: {type(exc).__name__}: {exc}")
+            result = TrialResult(
+                key,
+                TrialStatus.FAILED,
+                None,
+                [],
+                message=f"worker lost: {type(exc).__name__}: {exc}",
+            )
         for message in ([result.built] if result.built is not None else []) + list(result.epochs):
             self._receive(message, FROM_RESULT)
             if key not in self.running:
                 return  # the result broke a rule: the trial is already failed
         if result.phases is not None:  # where its seconds went, measured on its worker
             try:
-                self._batch.record_trial_phases(running.trial_id, TrialPhases.from_seconds(result.phases))
+                self._batch.record_trial_phases(
+                    running.trial_id, TrialPhases.from_seconds(result.phases)
+                )
             except ValueError as exc:  # recorded without them: its seconds count as idle
                 log.warning("ignored the phases of trial %s: %s", key, exc)
         self._end(key, result.status, result.message)
@@ -564,15 +690,21 @@ class Orchestrator:
     def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
         ended_at = time.time()
-        self._batch.finish_trial(running.trial_id, status=status, ended_at=ended_at, message=message)
-        self._after_commit.append(partial(self.event_log.trial_stopped, key, status, ended_at, message))
+        self._batch.finish_trial(
+            running.trial_id, status=status, ended_at=ended_at, message=message
+        )
+        self._after_commit.append(
+            partial(self.event_log.trial_stopped, key, status, ended_at, message)
+        )
         self.counts[status] += 1
         # The oracle learns of the end on its thread; the state stored with the next proposal has it
         # (a resumed run rebuilds the trials themselves from the records: aiperf.search.resume).
         assert self.proposals is not None
         self.proposals.tell(_end_trial, running.kt_trial, self.config.search.objective, message)
         if status in (TrialStatus.FAILED, TrialStatus.DIVERGED):
-            log.warning("trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else "")
+            log.warning(
+                "trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else ""
+            )
         self._count_failure(status, message)
 
     def _count_failure(self, status: TrialStatus, message: str | None) -> None:
@@ -585,16 +717,24 @@ class Orchestrator:
         if self.first_failure is None:
             self.first_failure = ((message or "").strip().splitlines() or ["no message"])[0]
         if self.failures_in_a_row >= self.max_failures and not self.counts[TrialStatus.COMPLETED]:
-            raise NothingTrains(f"{self.failures_in_a_row} trials failed in a row and none completed; the first "
-                                f"failed with: {self.first_failure}. Fix that (or set {MAX_FAILURES_ENV})")
+            raise NothingTrains(
+                f"{self.failures_in_a_row} trials failed in a row and none completed; the first "
+                f"failed with: {self.first_failure}. Fix that (or set {MAX_FAILURES_ENV})"
+            )
 
     def _abandon_stragglers(self) -> None:
         for key in list(self.running):
             self.running[key].handle.cancel()
-            self._end(key, TrialStatus.STOPPED, f"did not stop within {self.grace_s:g} s of the deadline")
+            self._end(
+                key, TrialStatus.STOPPED, f"did not stop within {self.grace_s:g} s of the deadline"
+            )
 
     def _figures(self, started_at: float, now: float) -> LiveFigures:
-        return LiveFigures(elapsed_s=max(0.0, now - started_at), budget_s=self.config.budget_s,
-                        trials_done=sum(self.counts.values()), trials_running=len(self.running),
-                        total_ops=self.total_ops, best_val_accuracy=self.best_val_accuracy)
-
+        return LiveFigures(
+            elapsed_s=max(0.0, now - started_at),
+            budget_s=self.config.budget_s,
+            trials_done=sum(self.counts.values()),
+            trials_running=len(self.running),
+            total_ops=self.total_ops,
+            best_val_accuracy=self.best_val_accuracy,
+        )

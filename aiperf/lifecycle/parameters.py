@@ -18,11 +18,18 @@ from aiperf.store.database import split_password
 
 # The cluster settings a parameter may choose: each is checked to a fixed form before any job script
 # sees it (a kind, a flag, whole numbers, and a walltime that is parsed and written anew as HH:MM:SS).
-PARAMETER_CLUSTER_SETTINGS = frozenset({"kind", "adaptive", "walltime", "cores", "gpus", "workers_per_job"})
+PARAMETER_CLUSTER_SETTINGS = frozenset(
+    {"kind", "adaptive", "walltime", "cores", "gpus", "workers_per_job"}
+)
 
 
-def check_parameters(db: str | None = None, overrides: Mapping[str, Any] | None = None, *,
-                     config: object | None = None, from_deployment: bool = False) -> None:
+def check_parameters(
+    db: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    config: object | None = None,
+    from_deployment: bool = False,
+) -> None:
     """Refuse, naming the fix, parameters that hold a database password or a job setting, and a
     whole `config` in a deployment's run (only `aiperf run` passes one, to its own flow run)."""
     overrides = overrides or {}
@@ -30,16 +37,22 @@ def check_parameters(db: str | None = None, overrides: Mapping[str, Any] | None 
         if isinstance(url, str):
             bare, password = split_password(url)
             if password is not None:
-                raise UserError(f"flow parameter {name} holds a database password, which Prefect stores with the "
-                                f"flow run; pass {bare} and set the password where the flow runs (AIPERF_DB_URL, "
-                                "PGPASSWORD or ~/.pgpass)")
+                raise UserError(
+                    f"flow parameter {name} holds a database password, which Prefect stores with the "
+                    f"flow run; pass {bare} and set the password where the flow runs (AIPERF_DB_URL, "
+                    "PGPASSWORD or ~/.pgpass)"
+                )
     for key, value in overrides.items():
         for setting in sorted(_cluster_settings(key, value) - PARAMETER_CLUSTER_SETTINGS):
-            raise UserError(f"flow parameter overrides may not set cluster.{setting}: it is written into batch job "
-                            "scripts, so it comes from the profile or `aiperf run --cluster-opt` only")
+            raise UserError(
+                f"flow parameter overrides may not set cluster.{setting}: it is written into batch job "
+                "scripts, so it comes from the profile or `aiperf run --cluster-opt` only"
+            )
     if config is not None and from_deployment:
-        raise UserError("flow parameter config is for `aiperf run` only; a deployment's run takes profile, budget, "
-                        "workers, db, seed, out, cluster and overrides")
+        raise UserError(
+            "flow parameter config is for `aiperf run` only; a deployment's run takes profile, budget, "
+            "workers, db, seed, out, cluster and overrides"
+        )
 
 
 def _cluster_settings(key: str, value: Any) -> set[str]:

@@ -28,11 +28,15 @@ def closable_run(store: Store, run_id: int, db: str, what: str) -> RunRecord:
     try:
         record = store.get_run(run_id)
     except RecordNotFound:
-        raise UserError(f"run {run_id} is not in {safe_url(db)}; list runs with "
-                        f"`aiperf runs --db {safe_url(db)}`") from None
+        raise UserError(
+            f"run {run_id} is not in {safe_url(db)}; list runs with "
+            f"`aiperf runs --db {safe_url(db)}`"
+        ) from None
     if record.status not in CLOSABLE:
-        raise UserError(f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
-                        f"(a running one is lost once its heartbeat is older than $AIPERF_HEARTBEAT_TIMEOUT s)")
+        raise UserError(
+            f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
+            f"(a running one is lost once its heartbeat is older than $AIPERF_HEARTBEAT_TIMEOUT s)"
+        )
     return record
 
 
@@ -48,7 +52,9 @@ def stored_config(record: RunRecord, db: str) -> BenchmarkConfig:
     try:
         return BenchmarkConfig.model_validate({**record.config, "db": db})
     except ValueError as exc:
-        raise UserError(f"run {record.id}'s stored config is no longer valid: {exc}".splitlines()[0]) from None
+        raise UserError(
+            f"run {record.id}'s stored config is no longer valid: {exc}".splitlines()[0]
+        ) from None
 
 
 def resume_config(db: str, run_id: int) -> BenchmarkConfig:
@@ -58,8 +64,10 @@ def resume_config(db: str, run_id: int) -> BenchmarkConfig:
         record = closable_run(store, run_id, db, "resumed")
     left = record.budget_s - used_seconds(record)
     if left <= 1.0:
-        raise UserError(f"run {run_id} used its whole budget ({record.budget_s:g} s) before it stopped; "
-                        f"score it with `aiperf recover {run_id}`")
+        raise UserError(
+            f"run {run_id} used its whole budget ({record.budget_s:g} s) before it stopped; "
+            f"score it with `aiperf recover {run_id}`"
+        )
     return stored_config(record, db)
 
 
@@ -70,13 +78,17 @@ def recover(db: str, run_id: int) -> RunRecord:
     with Store.open(db) as store:
         record = closable_run(store, run_id, db, "recovered")
         if not record.windows:
-            raise UserError(f"run {run_id} stopped before its search started: there is nothing to score")
+            raise UserError(
+                f"run {run_id} stopped before its search started: there is nothing to score"
+            )
         store.interrupt_trials(run_id)
         store.close_window_at_last_epoch(run_id)
         message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")
         store.finish_run(run_id, status=RunStatus.INTERRUPTED, message=message)
         config = stored_config(record, db)
-        events = event_log(config, run_id)  # its open segment closed at its last epoch, and the run stopped
+        events = event_log(
+            config, run_id
+        )  # its open segment closed at its last epoch, and the run stopped
         events.windows_closed(store.get_run(run_id).windows)
         events.run_stopped(RunStatus.INTERRUPTED, message)
     try:

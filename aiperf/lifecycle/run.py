@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf.lifecycle import live, liveness
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
-from aiperf.errors import UserError
-from aiperf.results.mllog import EVENT_LOG, EventLog
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
+from aiperf.errors import UserError
+from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
 from aiperf.results.division import classify
+from aiperf.results.mllog import EVENT_LOG, EventLog
 from aiperf.results.score import ScoreResult, compute_score, format_ops
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
@@ -67,21 +67,39 @@ class RunOutcome:
 
 # --- the steps, as plain functions ---------------------------------------------------------------
 
+
 def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = None) -> int:
     """The system under test and the run, with its division, before any worker starts."""
     division = classify(config)
     facts = fingerprint(backend=config.train.backend)  # the workers' backend: they start with it
     system_id = store.upsert_system(facts)
     settings = config.model_dump(mode="json")
-    run_id = store.create_run(system_id=system_id, profile=config.profile, config=settings,
-                              seed=config.seed, budget_s=config.budget_s, workers=config.workers,
-                              flow_run_id=flow_run_id, ruleset=division.ruleset, division=division.name,
-                              deviations=division.deviations, config_hash=division.config_hash,
-                              precision=config.train.precision, backend=config.train.backend,
-                              jit_compile=config.train.jit_compile)
-    event_log(config, run_id).run_started(run_id=run_id, config=settings, system_id=system_id, system=facts,
-                                          division=division.name, ruleset=division.ruleset,
-                                          deviations=division.deviations, config_hash=division.config_hash)
+    run_id = store.create_run(
+        system_id=system_id,
+        profile=config.profile,
+        config=settings,
+        seed=config.seed,
+        budget_s=config.budget_s,
+        workers=config.workers,
+        flow_run_id=flow_run_id,
+        ruleset=division.ruleset,
+        division=division.name,
+        deviations=division.deviations,
+        config_hash=division.config_hash,
+        precision=config.train.precision,
+        backend=config.train.backend,
+        jit_compile=config.train.jit_compile,
+    )
+    event_log(config, run_id).run_started(
+        run_id=run_id,
+        config=settings,
+        system_id=system_id,
+        system=facts,
+        division=division.name,
+        ruleset=division.ruleset,
+        deviations=division.deviations,
+        config_hash=division.config_hash,
+    )
     return run_id
 
 
@@ -92,14 +110,24 @@ def _client(scheduler_address: str, security: Any) -> Any:
     return Client(scheduler_address, security=security, set_as_default=False)
 
 
-def stage_dataset(config: BenchmarkConfig, run_id: int, scheduler_address: str | None, security: Any = None,
-                  on_progress: OnProgress | None = None) -> Manifest:
+def stage_dataset(
+    config: BenchmarkConfig,
+    run_id: int,
+    scheduler_address: str | None,
+    security: Any = None,
+    on_progress: OnProgress | None = None,
+) -> Manifest:
     """Generate or convert the profile's data where every worker reads it and record its manifest.
     Shard work runs on the cluster's workers; node-local copies (data.stage_to) are made on each."""
     client = _client(scheduler_address, security) if scheduler_address else None
     try:
-        manifest = stage(config.data, config.seed, Path(config.out) / "data", client=client,
-                         on_progress=on_progress)
+        manifest = stage(
+            config.data,
+            config.seed,
+            Path(config.out) / "data",
+            client=client,
+            on_progress=on_progress,
+        )
     finally:
         if client is not None:
             client.close()
@@ -115,18 +143,29 @@ def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
     if recorded is None:
         store.record_dataset(run_id, manifest.to_dict())
     elif recorded.sha256 != manifest.sha256:
-        raise UserError(f"run {run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
-                        f"staging now gives sha256 {manifest.sha256[:12]}: restore that data to resume it")
+        raise UserError(
+            f"run {run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
+            f"staging now gives sha256 {manifest.sha256[:12]}: restore that data to resume it"
+        )
 
 
 @contextmanager
-def dask_trials(config: BenchmarkConfig, scheduler_address: str, security: Any = None) -> Iterator[TrialRunner]:
+def dask_trials(
+    config: BenchmarkConfig, scheduler_address: str, security: Any = None
+) -> Iterator[TrialRunner]:
     """Trials as plain Dask tasks, each asking for its worker's trial slot (and GPU, if any)."""
     resources = trial_resources(config)
     with _client(scheduler_address, security) as client:
+
         def launch(request):  # a distributed.Future is a TrialHandle: done(), result(), cancel()
-            return client.submit(train_on_worker, request, config.train.trainer, resources=resources,
-                                 key=f"trial-{request.run_id}-{request.trial_key}", pure=False)
+            return client.submit(
+                train_on_worker,
+                request,
+                config.train.trainer,
+                resources=resources,
+                key=f"trial-{request.run_id}-{request.trial_key}",
+                pure=False,
+            )
 
         yield TrialRunner(client, launch)
 
@@ -136,11 +175,20 @@ def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> 
     run is scored after a crash or a stop (aiperf recover), so it is never valid."""
     with Store.open(config.db, migrate=False) as store:
         work = store.run_work(run_id)
-        score = compute_score(work.epochs, elapsed_s=work.elapsed_s, best_val_accuracy=work.best_val_accuracy,
-                              val_samples=work.val_samples, trials_completed=work.trials_completed,
-                              budget_s=work.budget_s, rules=config.validity,
-                              simulated=config.train.trainer == "simulated", recovered=recovered,
-                              peak_flops=work.peak_flops, stepping_s=work.stepping_s, workers=work.workers)
+        score = compute_score(
+            work.epochs,
+            elapsed_s=work.elapsed_s,
+            best_val_accuracy=work.best_val_accuracy,
+            val_samples=work.val_samples,
+            trials_completed=work.trials_completed,
+            budget_s=work.budget_s,
+            rules=config.validity,
+            simulated=config.train.trainer == "simulated",
+            recovered=recovered,
+            peak_flops=work.peak_flops,
+            stepping_s=work.stepping_s,
+            workers=work.workers,
+        )
         store.save_score(run_id, score, ruleset=classify(config).ruleset)
         log_result_inputs(event_log(config, run_id), store.get_run(run_id), score)
     return score
@@ -149,8 +197,13 @@ def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> 
 def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -> None:
     """The score in the event log, with what its MFU and utilisation are computed from: the run's
     precision, backend and measured peaks, and each trial's phases."""
-    events.resources(precision=record.precision, backend=record.backend, jit_compile=record.jit_compile,
-                     peak_flops=record.peak_flops, worker_peaks=list(record.worker_peaks))
+    events.resources(
+        precision=record.precision,
+        backend=record.backend,
+        jit_compile=record.jit_compile,
+        peak_flops=record.peak_flops,
+        worker_peaks=list(record.worker_peaks),
+    )
     for trial in record.trials:
         if trial.phases is not None:
             events.trial_phases(trial.trial_key, trial.phases)
@@ -183,7 +236,9 @@ def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
 def report_path(config: BenchmarkConfig, run_id: int) -> Path:
     """<out>/reports/aiperf-report-<database>-<run>.html: run 1 of another database in the same
     --out folder has its own file."""
-    return Path(config.out) / "reports" / f"aiperf-report-{database_label(config.db)}-{run_id}.html"
+    return (
+        Path(config.out) / "reports" / f"aiperf-report-{database_label(config.db)}-{run_id}.html"
+    )
 
 
 def run_folder(config: BenchmarkConfig, run_id: int) -> Path:
@@ -207,12 +262,14 @@ class Stages:
         """The run is recorded (or resumed) and its event log is being written at `event_log`."""
         log.info("run %d: event log %s", run_id, event_log)
 
-    def stage_dataset(self, config: BenchmarkConfig, run_id: int, scheduler_address: str,
-                      security: Any = None) -> Manifest:
+    def stage_dataset(
+        self, config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+    ) -> Manifest:
         return stage_dataset(config, run_id, scheduler_address, security)
 
-    def trials(self, config: BenchmarkConfig, scheduler_address: str,
-               security: Any = None) -> AbstractContextManager[TrialRunner]:
+    def trials(
+        self, config: BenchmarkConfig, scheduler_address: str, security: Any = None
+    ) -> AbstractContextManager[TrialRunner]:
         return dask_trials(config, scheduler_address, security)
 
     def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
@@ -228,23 +285,45 @@ class Stages:
 
 # --- the story ------------------------------------------------------------------------------------
 
-def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow_run_id: str | None = None,
-                  logger: logging.Logger | logging.LoggerAdapter = log, resume: int | None = None) -> RunOutcome:
+
+def run_benchmark(
+    config: BenchmarkConfig,
+    stages: Stages | None = None,
+    *,
+    flow_run_id: str | None = None,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+    resume: int | None = None,
+) -> RunOutcome:
     """Run the benchmark for the config's budget and return its score. `resume`: a lost or
     interrupted run to continue instead (its own config: aiperf.lifecycle.recovery.resume_config)."""
     stages = stages or Stages()
     with Store.open(config.db) as store:
-        run_id = record_run(store, config, flow_run_id) if resume is None else reopen_run(store, config, resume)
-        logger.info("run %d %s in %s", run_id, "recorded" if resume is None else "resumed", safe_url(config.db))
+        run_id = (
+            record_run(store, config, flow_run_id)
+            if resume is None
+            else reopen_run(store, config, resume)
+        )
+        logger.info(
+            "run %d %s in %s",
+            run_id,
+            "recorded" if resume is None else "resumed",
+            safe_url(config.db),
+        )
         stages.recorded(config, run_id, event_log(config, run_id).path.resolve())
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
         with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
             try:
-                search_until_deadline(config, store, run_id, stages, logger, resumed=resume is not None)
+                search_until_deadline(
+                    config, store, run_id, stages, logger, resumed=resume is not None
+                )
                 score = stages.score(config, run_id)
                 checks = stages.verify(config, run_id)
             except BaseException as exc:
-                ended = RunStatus.INTERRUPTED if isinstance(exc, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
+                ended = (
+                    RunStatus.INTERRUPTED
+                    if isinstance(exc, (KeyboardInterrupt, SystemExit))
+                    else RunStatus.FAILED
+                )
                 store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
                 event_log(config, run_id).run_stopped(ended, f"{type(exc).__name__}: {exc}")
                 raise
@@ -256,8 +335,12 @@ def run_benchmark(config: BenchmarkConfig, stages: Stages | None = None, *, flow
     try:  # the run is scored and completed: a report that fails to publish does not undo that
         stages.publish(config, run_id, score)
     except Exception as exc:
-        logger.warning("run %d is scored, but its report was not published: %s: %s", run_id,
-                       type(exc).__name__, exc)
+        logger.warning(
+            "run %d is scored, but its report was not published: %s: %s",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
     return RunOutcome(run_id, score, all(c.passed for c in checks))
 
 
@@ -273,26 +356,50 @@ def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
     return run_id
 
 
-def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, stages: Stages,
-                          logger: logging.Logger | logging.LoggerAdapter = log, resumed: bool = False) -> None:
+def search_until_deadline(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    stages: Stages,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+    resumed: bool = False,
+) -> None:
     """Start the workers, stage the data on them, then keep them busy with trials until the deadline.
     A resumed run restores its oracle, trains its interrupted trials again, and searches for what
     is left of its budget in a new segment of its window."""
-    preflight(config.data)  # a missing folder or an empty class fails here, before any worker starts
+    preflight(
+        config.data
+    )  # a missing folder or an empty class fails here, before any worker starts
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()
-    with start_cluster(config, prefect_api_url=stages.prefect_api_url()) as cluster, \
-            stages.trials(config, cluster.scheduler_address, cluster.security) as trials:
-        manifest = stages.stage_dataset(config, run_id, cluster.scheduler_address, cluster.security)
+    with (
+        start_cluster(config, prefect_api_url=stages.prefect_api_url()) as cluster,
+        stages.trials(config, cluster.scheduler_address, cluster.security) as trials,
+    ):
+        manifest = stages.stage_dataset(
+            config, run_id, cluster.scheduler_address, cluster.security
+        )
         describe_workers(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
-            config=config, store=store, run_id=run_id, oracle=oracle, data_path=manifest.path,
-            image_shape=manifest.image_shape, num_classes=manifest.classes, launch=trials.launch,
-            events=events, events_topic=topic, on_figures=live.show,
-            dataset_samples=(manifest.train_samples, manifest.val_samples), event_log=event_log(config, run_id))
-        budget_s = resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=oracle,
+            data_path=manifest.path,
+            image_shape=manifest.image_shape,
+            num_classes=manifest.classes,
+            launch=trials.launch,
+            events=events,
+            events_topic=topic,
+            on_figures=live.show,
+            dataset_samples=(manifest.train_samples, manifest.val_samples),
+            event_log=event_log(config, run_id),
+        )
+        budget_s = (
+            resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
+        )
         # The timed window opens once the workers are up and warm: the budget measures training,
         # not start-up.
         if config.train.trainer == "keras":
@@ -312,12 +419,23 @@ def search_until_deadline(config: BenchmarkConfig, store: Store, run_id: int, st
             raise
         store.finish_search(run_id, summary.ended_at)
         orchestrator.event_log.search_stopped(summary.ended_at)
-        logger.info("search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)", summary.trials,
-                    summary.completed, summary.stopped, summary.failed, summary.diverged)
+        logger.info(
+            "search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)",
+            summary.trials,
+            summary.completed,
+            summary.stopped,
+            summary.failed,
+            summary.diverged,
+        )
 
 
-def describe_workers(config: BenchmarkConfig, store: Store, run_id: int, client: Any,
-                     logger: logging.Logger | logging.LoggerAdapter = log) -> dict[str, Any] | None:
+def describe_workers(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    client: Any,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> dict[str, Any] | None:
     """The compute nodes as the workers describe them (aiperf.system.description), not the
     submitting host: stored with the run, written as system_description.json in its folder and
     logged. A description that fails costs the run its description, never the run."""
@@ -327,22 +445,40 @@ def describe_workers(config: BenchmarkConfig, store: Store, run_id: int, client:
 
     try:
         description = system_description.describe_system(
-            system_description.collect(client), division=classify(config).name,
-            precision=config.train.precision)
+            system_description.collect(client),
+            division=classify(config).name,
+            precision=config.train.precision,
+        )
     except Exception as exc:
-        logger.warning("run %d: the workers did not describe their nodes: %s: %s", run_id, type(exc).__name__, exc)
+        logger.warning(
+            "run %d: the workers did not describe their nodes: %s: %s",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
         return None
     store.save_system_description(run_id, description)
     folder = run_folder(config, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / system_description.FILE_NAME).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    (folder / system_description.FILE_NAME).write_text(
+        json.dumps(description, indent=2) + "\n", encoding="utf-8"
+    )
     event_log(config, run_id).system_description(description)
-    logger.info("system: %d node(s): %s", description["number_of_nodes"], description.get("system_name", ""))
+    logger.info(
+        "system: %d node(s): %s",
+        description["number_of_nodes"],
+        description.get("system_name", ""),
+    )
     return description
 
 
-def measure_peaks(config: BenchmarkConfig, store: Store, run_id: int, client: Any,
-                  logger: logging.Logger | logging.LoggerAdapter = log) -> float | None:
+def measure_peaks(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    client: Any,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> float | None:
     """Every worker's peak (aiperf.train.peak), measured at once before the timed window in the
     run's compute precision, and stored with the run: MFU's divisor is their sum. A probe that fails
     costs the run its MFU, never the run."""
@@ -351,19 +487,32 @@ def measure_peaks(config: BenchmarkConfig, store: Store, run_id: int, client: An
 
     dtype = compute_dtype(getattr(config.train, "precision", "float32"))
     try:
-        peaks = sorted(client.run(peak_on_worker, dtype, peak_seconds()).values(), key=lambda p: p["worker"])
+        peaks = sorted(
+            client.run(peak_on_worker, dtype, peak_seconds()).values(), key=lambda p: p["worker"]
+        )
     except Exception as exc:
-        logger.warning("run %d: the workers' peak was not measured, so it has no MFU: %s: %s", run_id,
-                       type(exc).__name__, exc)
+        logger.warning(
+            "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
         return None
     store.record_peaks(run_id, peaks)
     total = sum(p["flops"] for p in peaks)
-    logger.info("measured peak: %sFLOP/s in %s over %d workers (%s)", format_ops(total), dtype, len(peaks),
-                ", ".join(sorted({p["device"] for p in peaks})))
+    logger.info(
+        "measured peak: %sFLOP/s in %s over %d workers (%s)",
+        format_ops(total),
+        dtype,
+        len(peaks),
+        ", ".join(sorted({p["device"] for p in peaks})),
+    )
     return total
 
 
-def resume_search(config: BenchmarkConfig, store: Store, run_id: int, orchestrator: Orchestrator) -> float:
+def resume_search(
+    config: BenchmarkConfig, store: Store, run_id: int, orchestrator: Orchestrator
+) -> float:
     """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
     trials' records (it proposes what it would have proposed next), the interrupted trials queued
     to train again. Returns the seconds of budget left."""
@@ -372,7 +521,9 @@ def resume_search(config: BenchmarkConfig, store: Store, run_id: int, orchestrat
 
     record = store.get_run(run_id)
     state = store.search_state(run_id)
-    if state is not None:  # None: it stopped before its first proposal, so a fresh oracle is the same
+    if (
+        state is not None
+    ):  # None: it stopped before its first proposal, so a fresh oracle is the same
         restore(orchestrator.oracle, state, record.trials, config.search.objective)
     orchestrator.resume_from(list(record.trials))
     return max(1.0, config.budget_s - used_seconds(record))

@@ -23,8 +23,15 @@ from aiperf.ops.result import LayerOps, ModelOps, UnknownLayerError
 if TYPE_CHECKING:
     from aiperf.ops.counter import count_all, count_model
 
-__all__ = ["CONVENTIONS", "LayerOps", "ModelOps", "UnknownLayerError", "check_convention",
-           "count_all", "count_model"]
+__all__ = [
+    "CONVENTIONS",
+    "LayerOps",
+    "ModelOps",
+    "UnknownLayerError",
+    "check_convention",
+    "count_all",
+    "count_model",
+]
 
 
 def __getattr__(name: str) -> Any:

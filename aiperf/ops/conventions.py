@@ -58,5 +58,7 @@ def check_convention(convention: str) -> str:
     """Return `convention` if it is one we count, else raise a ValueError naming the valid ones."""
     if convention not in PROJECTIONS:
         valid = ", ".join(repr(c) for c in CONVENTIONS)
-        raise ValueError(f"unknown operation-counting convention {convention!r}; use one of {valid}")
+        raise ValueError(
+            f"unknown operation-counting convention {convention!r}; use one of {valid}"
+        )
     return convention

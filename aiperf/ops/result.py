@@ -17,8 +17,10 @@ class UnknownLayerError(ValueError):
     def __init__(self, layer_name: str, layer_type: str, detail: str | None = None) -> None:
         self.layer_name = layer_name
         self.layer_type = layer_type
-        message = (f"no operation rule for layer {layer_name!r} of type {layer_type}; "
-                   f"{detail or 'add one in aiperf/ops/rules.py'}")
+        message = (
+            f"no operation rule for layer {layer_name!r} of type {layer_type}; "
+            f"{detail or 'add one in aiperf/ops/rules.py'}"
+        )
         super().__init__(message)
 
 
@@ -38,8 +40,13 @@ class LayerOps:
     backward: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "output_shape": _jsonable(self.output_shape),
-                "forward": self.forward, "backward": self.backward}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "output_shape": _jsonable(self.output_shape),
+            "forward": self.forward,
+            "backward": self.backward,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +69,14 @@ class ModelOps:
         return self.forward + self.backward
 
     def to_dict(self) -> dict[str, Any]:
-        return {"convention": self.convention, "forward": self.forward, "backward": self.backward,
-                "eval_per_sample": self.eval_per_sample, "train_per_sample": self.train_per_sample,
-                "layers": [layer.to_dict() for layer in self.layers]}
+        return {
+            "convention": self.convention,
+            "forward": self.forward,
+            "backward": self.backward,
+            "eval_per_sample": self.eval_per_sample,
+            "train_per_sample": self.train_per_sample,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
 
 
 def _jsonable(shape: tuple) -> list:

@@ -134,8 +134,11 @@ def conv2d(call: LayerCall) -> Cost:
     spatial, cout = _spatial_channels(call.output_shape, layer.data_format)
     params = kh * kw * (cin // groups) * cout
     macs = _elements(spatial) * params
-    return Cost(forward=2 * macs + _activation(layer.activation, call.output_shape),
-                backward=_weighted_backward(macs, params, call.needs_input_grad), macs=macs)
+    return Cost(
+        forward=2 * macs + _activation(layer.activation, call.output_shape),
+        backward=_weighted_backward(macs, params, call.needs_input_grad),
+        macs=macs,
+    )
 
 
 @rule(layers.DepthwiseConv2D)
@@ -148,8 +151,11 @@ def depthwise_conv2d(call: LayerCall) -> Cost:
     spatial, _ = _spatial_channels(call.output_shape, layer.data_format)
     params = kh * kw * cin * layer.depth_multiplier
     macs = _elements(spatial) * params
-    return Cost(forward=2 * macs + _activation(layer.activation, call.output_shape),
-                backward=_weighted_backward(macs, params, call.needs_input_grad), macs=macs)
+    return Cost(
+        forward=2 * macs + _activation(layer.activation, call.output_shape),
+        backward=_weighted_backward(macs, params, call.needs_input_grad),
+        macs=macs,
+    )
 
 
 @rule(layers.SeparableConv2D)
@@ -167,10 +173,14 @@ def separable_conv2d(call: LayerCall) -> Cost:
     depthwise_macs = positions * depthwise_params
     pointwise_macs = positions * pointwise_params
     macs = depthwise_macs + pointwise_macs
-    backward = (_weighted_backward(depthwise_macs, depthwise_params, call.needs_input_grad)
-                + _weighted_backward(pointwise_macs, pointwise_params, True))
-    return Cost(forward=2 * macs + _activation(layer.activation, call.output_shape),
-                backward=backward, macs=macs)
+    backward = _weighted_backward(
+        depthwise_macs, depthwise_params, call.needs_input_grad
+    ) + _weighted_backward(pointwise_macs, pointwise_params, True)
+    return Cost(
+        forward=2 * macs + _activation(layer.activation, call.output_shape),
+        backward=backward,
+        macs=macs,
+    )
 
 
 @rule(layers.Dense)
@@ -186,8 +196,11 @@ def dense(call: LayerCall) -> Cost:
     positions = _elements(call.input_shape[:-1])
     macs = positions * fan_in * units
     params = (fan_in + (1 if layer.use_bias else 0)) * units
-    return Cost(forward=2 * macs + _activation(layer.activation, call.output_shape),
-                backward=_weighted_backward(macs, params, call.needs_input_grad), macs=macs)
+    return Cost(
+        forward=2 * macs + _activation(layer.activation, call.output_shape),
+        backward=_weighted_backward(macs, params, call.needs_input_grad),
+        macs=macs,
+    )
 
 
 @rule(layers.BatchNormalization, layers.LayerNormalization)
@@ -274,8 +287,18 @@ def global_max_pooling2d(call: LayerCall) -> Cost:
 # Data movement: no arithmetic
 
 
-@rule(layers.InputLayer, layers.ZeroPadding2D, layers.Cropping2D, layers.Flatten, layers.Reshape,
-      layers.Permute, layers.Concatenate, layers.Dropout, layers.SpatialDropout2D, layers.Identity)
+@rule(
+    layers.InputLayer,
+    layers.ZeroPadding2D,
+    layers.Cropping2D,
+    layers.Flatten,
+    layers.Reshape,
+    layers.Permute,
+    layers.Concatenate,
+    layers.Dropout,
+    layers.SpatialDropout2D,
+    layers.Identity,
+)
 def no_arithmetic(call: LayerCall) -> Cost:
     """FLOPS.md: ZeroPadding2D, Flatten, Input and Dropout cost 0. Reshape, Permute, Cropping2D,
     Concatenate and Identity only move data, and the benchmark counts dropout at inference

@@ -28,7 +28,11 @@ class WorkerTime:
     @property
     def utilisation(self) -> float:
         """The share of its window this worker spent in training and evaluation steps."""
-        return (self.seconds["train"] + self.seconds["evaluate"]) / self.window_s if self.window_s > 0 else 0.0
+        return (
+            (self.seconds["train"] + self.seconds["evaluate"]) / self.window_s
+            if self.window_s > 0
+            else 0.0
+        )
 
 
 def worker_times(run: RunRecord) -> list[WorkerTime]:
@@ -40,7 +44,9 @@ def worker_times(run: RunRecord) -> list[WorkerTime]:
     timed = [t for t in run.trials if t.phases is not None]
     if not timed:
         return []
-    names = {str(p.get("worker")) for p in run.worker_peaks if p.get("worker")} | {t.worker or "?" for t in timed}
+    names = {str(p.get("worker")) for p in run.worker_peaks if p.get("worker")} | {
+        t.worker or "?" for t in timed
+    }
     result = []
     for name in sorted(names):
         mine = [t.phases for t in timed if (t.worker or "?") == name]

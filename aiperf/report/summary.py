@@ -50,8 +50,14 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "training", "value": training_text(run)},
         {"figure": "budget", "value": f"{run.budget_s:g} s"},
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
-        {"figure": "OPS (aiperf convention)", "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})"},
-        {"figure": "regulated score", "value": f"{format_ops(score.regulated_score)}OPS ({score.regulated_score:.6g})"},
+        {
+            "figure": "OPS (aiperf convention)",
+            "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})",
+        },
+        {
+            "figure": "regulated score",
+            "value": f"{format_ops(score.regulated_score)}OPS ({score.regulated_score:.6g})",
+        },
         {"figure": "best val accuracy", "value": accuracy},
         {"figure": "tensor FLOP/s", "value": f"{format_ops(score.tensor_ops)}FLOP/s"},
         {"figure": "peak FLOP/s (measured)", "value": peak_text(run)},
@@ -59,7 +65,10 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "window utilisation", "value": percent(score.utilisation)},
         {"figure": "total operations", "value": f"{score.total_ops:.6g}"},
         {"figure": "trials completed", "value": str(score.trials_completed)},
-        {"figure": "samples trained / evaluated", "value": f"{score.samples_trained} / {score.samples_evaluated}"},
+        {
+            "figure": "samples trained / evaluated",
+            "value": f"{score.samples_trained} / {score.samples_evaluated}",
+        },
         {"figure": "verdict", "value": verdict},
         {"figure": "verification", "value": verification_text(run)},
     ]

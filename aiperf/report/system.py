@@ -52,34 +52,72 @@ def _links(node: dict[str, Any]) -> str:
     shown = []
     for link in node.get("host_networking") or []:
         if "rate" in link:
-            shown.append(f"{link.get('kind')} {link.get('device')}/{link.get('port')} {link.get('rate') or ''}".strip())
+            shown.append(
+                f"{link.get('kind')} {link.get('device')}/{link.get('port')} {link.get('rate') or ''}".strip()
+            )
         else:
             speed = link.get("speed_mbps")
-            shown.append(f"{link.get('kind')} {link.get('device')}" + (f" {speed} Mb/s" if speed else ""))
+            shown.append(
+                f"{link.get('kind')} {link.get('device')}" + (f" {speed} Mb/s" if speed else "")
+            )
     return ", ".join(shown) or "unknown"
 
 
 def _jobs(node: dict[str, Any]) -> str:
-    return ", ".join(f"{j.get('scheduler')} job {j.get('job_id')} on {j.get('node')}" for j in node.get("jobs") or []) \
+    return (
+        ", ".join(
+            f"{j.get('scheduler')} job {j.get('job_id')} on {j.get('node')}"
+            for j in node.get("jobs") or []
+        )
         or "-"
+    )
 
 
 def system_section(run: RunRecord) -> str:
     """The section's HTML; a note for a run recorded without a description."""
     description = run.system_description
     if not description:
-        return ("<p class=note>No system description was recorded with this run (runs before aiperf asked the "
-                "workers to describe their nodes); the submitting host is named above.</p>")
-    rows = [[label, description[key]] for key, label in FIELDS if description.get(key) not in (None, "")]
+        return (
+            "<p class=note>No system description was recorded with this run (runs before aiperf asked the "
+            "workers to describe their nodes); the submitting host is named above.</p>"
+        )
+    rows = [
+        [label, description[key]]
+        for key, label in FIELDS
+        if description.get(key) not in (None, "")
+    ]
     nodes = description.get("nodes") or []
     per_node = _table(
-        ["node", "CPU", "sockets \u00d7 cores (logical)", "memory", "accelerators", "interconnect", "OS", "workers",
-         "jobs"],
-        [[n.get("hostname"), n.get("host_processor_model_name"),
-          f"{n.get('host_processors_per_node')} \u00d7 {n.get('host_processor_core_count')} "
-          f"({n.get('host_processor_vcpu_count')})", n.get("host_memory_capacity"), _accelerators(n), _links(n),
-          n.get("operating_system"), len(n.get("workers") or []), _jobs(n)] for n in nodes])
-    return (f'<div class="system-description">{_table(["field", "value"], rows)}{per_node}</div>'
-            "<p class=note>As the compute nodes described themselves when the workers started (not the host "
-            "that submitted the run), in MLPerf's system-description fields; the run's folder and its result "
-            "package hold it as system_description.json.</p>")
+        [
+            "node",
+            "CPU",
+            "sockets \u00d7 cores (logical)",
+            "memory",
+            "accelerators",
+            "interconnect",
+            "OS",
+            "workers",
+            "jobs",
+        ],
+        [
+            [
+                n.get("hostname"),
+                n.get("host_processor_model_name"),
+                f"{n.get('host_processors_per_node')} \u00d7 {n.get('host_processor_core_count')} "
+                f"({n.get('host_processor_vcpu_count')})",
+                n.get("host_memory_capacity"),
+                _accelerators(n),
+                _links(n),
+                n.get("operating_system"),
+                len(n.get("workers") or []),
+                _jobs(n),
+            ]
+            for n in nodes
+        ],
+    )
+    return (
+        f'<div class="system-description">{_table(["field", "value"], rows)}{per_node}</div>'
+        "<p class=note>As the compute nodes described themselves when the workers started (not the host "
+        "that submitted the run), in MLPerf's system-description fields; the run's folder and its result "
+        "package hold it as system_description.json.</p>"
+    )

@@ -38,9 +38,16 @@ def _epochs(run: RunRecord, start: datetime) -> list[_Done]:
         if trial.train_ops_per_sample is None:
             continue
         for e in trial.epochs:
-            ops = e.samples_trained * trial.train_ops_per_sample + e.samples_evaluated * (trial.eval_ops_per_sample or 0)
-            done.append(_Done((e.ended_at - start).total_seconds(), float(ops),
-                              e.val_accuracy if e.complete else None))
+            ops = e.samples_trained * trial.train_ops_per_sample + e.samples_evaluated * (
+                trial.eval_ops_per_sample or 0
+            )
+            done.append(
+                _Done(
+                    (e.ended_at - start).total_seconds(),
+                    float(ops),
+                    e.val_accuracy if e.complete else None,
+                )
+            )
     return sorted(done, key=lambda d: d.ended_s)
 
 
@@ -51,7 +58,9 @@ def window(run: RunRecord) -> tuple[datetime, float] | None:
     return run.search_started_at, (run.search_ended_at - run.search_started_at).total_seconds()
 
 
-def score_over_time(run: RunRecord, checkpoints: list[float], val_samples: int) -> list[Checkpoint]:
+def score_over_time(
+    run: RunRecord, checkpoints: list[float], val_samples: int
+) -> list[Checkpoint]:
     """The score at each checkpoint (seconds into the timed window)."""
     span = window(run)
     if span is None:

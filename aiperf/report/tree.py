@@ -14,8 +14,14 @@ from aiperf.results.score import format_ops
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
 
-STATUS_COLORS = {TrialStatus.COMPLETED: "#2ca02c", TrialStatus.STOPPED: "#ff7f0e", TrialStatus.FAILED: "#d62728",
-                 TrialStatus.DIVERGED: "#9467bd", TrialStatus.INTERRUPTED: "#8c564b", TrialStatus.RUNNING: "#7f7f7f"}
+STATUS_COLORS = {
+    TrialStatus.COMPLETED: "#2ca02c",
+    TrialStatus.STOPPED: "#ff7f0e",
+    TrialStatus.FAILED: "#d62728",
+    TrialStatus.DIVERGED: "#9467bd",
+    TrialStatus.INTERRUPTED: "#8c564b",
+    TrialStatus.RUNNING: "#7f7f7f",
+}
 COLUMN, ROW = 240, 34  # pixels per generation, per trial in a generation
 NODE_W, NODE_H = 74, 22
 PAD = 16
@@ -51,14 +57,19 @@ def layout(run: RunRecord) -> dict[int, tuple[int, int]]:
     rows: dict[int, tuple[int, int]] = {}
     for g in range(max(gens.values(), default=-1) + 1):
         members = [t for t in run.trials if gens[t.id] == g]
-        members.sort(key=lambda t: (rows[t.parent_trial_id][1] if t.parent_trial_id in rows else -1, t.number))
+        members.sort(
+            key=lambda t: (
+                rows[t.parent_trial_id][1] if t.parent_trial_id in rows else -1,
+                t.number,
+            )
+        )
         for row, t in enumerate(members):
             rows[t.id] = (g, row)
     return rows
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "\u2026"
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "\u2026"
 
 
 def search_tree_svg(run: RunRecord) -> str:
@@ -74,9 +85,11 @@ def search_tree_svg(run: RunRecord) -> str:
         g, r = places[trial_id]
         return PAD + g * COLUMN, PAD + r * ROW
 
-    parts = [f'<svg class="plot tree" id="plot-search-tree" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="Search tree">'
-             "<title>Search tree: parent to child, by morphism</title>"]
+    parts = [
+        f'<svg class="plot tree" id="plot-search-tree" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="Search tree">'
+        "<title>Search tree: parent to child, by morphism</title>"
+    ]
     for t in run.trials:  # edges first, so nodes sit on top
         parent = by_id.get(t.parent_trial_id) if t.parent_trial_id is not None else None
         if parent is None:
@@ -93,20 +106,30 @@ def search_tree_svg(run: RunRecord) -> str:
             f'<text class="operator" x="{mid:.1f}" y="{(y0 + y1) / 2 - 3:.1f}" text-anchor="middle" '
             'style="font-size:9px;paint-order:stroke;stroke:#fff;stroke-width:3px">'
             f"{_esc(_short(operator))}</text><title>{_esc(parent.trial_key)} \u2192 {_esc(t.trial_key)}: "
-            f"{_esc(operator)}</title></g>")
+            f"{_esc(operator)}</title></g>"
+        )
     for t in run.trials:
         x, y = corner(t.id)
         color = STATUS_COLORS.get(t.status, "#333")
         accuracy = "-" if t.best_val_accuracy is None else f"{t.best_val_accuracy:.4f}"
-        ops = f"{format_ops(t.train_ops_per_sample)}ops per sample" if t.train_ops_per_sample else "not built"
+        ops = (
+            f"{format_ops(t.train_ops_per_sample)}ops per sample"
+            if t.train_ops_per_sample
+            else "not built"
+        )
         parts.append(
             f'<g class="node trial" data-trial="{_esc(t.trial_key)}" data-status="{_esc(t.status)}">'
             f'<rect class="node" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" fill="{color}" fill-opacity="0.85"/>'
             f'<text x="{x + NODE_W / 2}" y="{y + NODE_H / 2 + 4}" text-anchor="middle" fill="#fff" '
             f'style="fill:#fff">{_esc(t.trial_key[-8:])}</text><title>trial {_esc(t.trial_key)} ({_esc(t.status)}): '
-            f"{_esc(t.operator or 'proposed')}; best val accuracy {accuracy}; {_esc(ops)}</title></g>")
+            f"{_esc(t.operator or 'proposed')}; best val accuracy {accuracy}; {_esc(ops)}</title></g>"
+        )
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{c}"></i>{_esc(s)}</span>' for s, c in STATUS_COLORS.items())
-    return (f'<div style="overflow-x:auto">{"".join(parts)}</div><div class=legend>{legend}</div>'
-            "<p class=note>Each box is a trial, in the column of its generation (seeds first), coloured by how it "
-            "ended; each edge runs from a parent to the child a morphism made of it, labelled with the operator.</p>")
+    legend = "".join(
+        f'<span><i style="background:{c}"></i>{_esc(s)}</span>' for s, c in STATUS_COLORS.items()
+    )
+    return (
+        f'<div style="overflow-x:auto">{"".join(parts)}</div><div class=legend>{legend}</div>'
+        "<p class=note>Each box is a trial, in the column of its generation (seeds first), coloured by how it "
+        "ended; each edge runs from a parent to the child a morphism made of it, labelled with the operator.</p>"
+    )

@@ -20,18 +20,43 @@ def _ops(trial: TrialRecord) -> str:
 
 def trial_table(run: RunRecord) -> Table:
     table = Table(title=f"trials of run {run.id}")
-    for column in ("trial", "parent", "operator", "status", "worker", "convs", "skips", "params", "lr", "batch",
-                   "dropout", "epochs", "train ops/sample", "best val acc"):
+    for column in (
+        "trial",
+        "parent",
+        "operator",
+        "status",
+        "worker",
+        "convs",
+        "skips",
+        "params",
+        "lr",
+        "batch",
+        "dropout",
+        "epochs",
+        "train ops/sample",
+        "best val acc",
+    ):
         table.add_column(column)
     keys = {t.id: t.trial_key for t in run.trials}
     for t in run.trials:
         net = network_from_dict(t.architecture)
         hp = t.hyperparameters
-        table.add_row(t.trial_key, keys.get(t.parent_trial_id, "-"), t.operator or "-", t.status, t.worker or "-",
-                      str(net.conv_count), str(net.skip_count), f"{t.parameters:,}" if t.parameters else "-",
-                      f"{hp.get('learning_rate', 0):.4g}", str(hp.get("batch_size", "-")),
-                      str(hp.get("dropout", "-")), f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
-                      _ops(t), _accuracy(t))
+        table.add_row(
+            t.trial_key,
+            keys.get(t.parent_trial_id, "-"),
+            t.operator or "-",
+            t.status,
+            t.worker or "-",
+            str(net.conv_count),
+            str(net.skip_count),
+            f"{t.parameters:,}" if t.parameters else "-",
+            f"{hp.get('learning_rate', 0):.4g}",
+            str(hp.get("batch_size", "-")),
+            str(hp.get("dropout", "-")),
+            f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
+            _ops(t),
+            _accuracy(t),
+        )
     return table
 
 
@@ -47,7 +72,12 @@ def time_table(run: RunRecord) -> Table | None:
     for column in ("worker", "trials", *PARTS, "utilisation"):
         table.add_column(column, justify="left" if column == "worker" else "right")
     for w in workers:
-        table.add_row(w.worker, str(w.trials), *(f"{w.seconds[part]:.2f}" for part in PARTS), percent(w.utilisation))
+        table.add_row(
+            w.worker,
+            str(w.trials),
+            *(f"{w.seconds[part]:.2f}" for part in PARTS),
+            percent(w.utilisation),
+        )
     return table
 
 
@@ -57,13 +87,17 @@ def phase_table(run: RunRecord) -> Table:
 
     table = Table(title=f"phases of the trials of run {run.id} (seconds)")
     for column in ("trial", "worker", "status", *PARTS[:-1], "total"):
-        table.add_column(column, justify="left" if column in ("trial", "worker", "status") else "right")
+        table.add_column(
+            column, justify="left" if column in ("trial", "worker", "status") else "right"
+        )
     for t in run.trials:
         p = t.phases
         if p is None:  # recorded before phases were, or its worker was lost
             cells = ["-"] * len(PARTS)
         else:
-            cells = [f"{getattr(p, f'{part}_s'):.2f}" for part in PARTS[:-1]] + [f"{p.total_s:.2f}"]
+            cells = [f"{getattr(p, f'{part}_s'):.2f}" for part in PARTS[:-1]] + [
+                f"{p.total_s:.2f}"
+            ]
         table.add_row(t.trial_key, t.worker or "-", str(t.status), *cells)
     return table
 
@@ -77,8 +111,10 @@ def search_tree(run: RunRecord) -> Tree:
 
     def label(t: TrialRecord) -> str:
         operator = t.operator or "proposed"
-        return (f"[bold]{t.trial_key}[/] {operator}  val acc {_accuracy(t)}  {_ops(t)}/sample  "
-                f"[dim]{t.status}[/]")
+        return (
+            f"[bold]{t.trial_key}[/] {operator}  val acc {_accuracy(t)}  {_ops(t)}/sample  "
+            f"[dim]{t.status}[/]"
+        )
 
     def grow(branch: Tree, parent_id: int | None) -> None:
         for t in children.get(parent_id, []):

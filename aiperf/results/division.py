@@ -68,9 +68,13 @@ def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
     the implementation choices. train.precision enters it: bfloat16 or float16 arithmetic trains to
     other accuracies than float32 does, so a mixed-precision run is another workload (float32 is
     left out, as runs before the setting existed trained in it)."""
-    workload = {k: v for k, v in flatten(config.model_dump(mode="json")).items()
-                if not ruleset.is_settable(k) and k not in IMPLEMENTATION
-                and not (k in ADDED_LATER and v == ADDED_LATER[k])}
+    workload = {
+        k: v
+        for k, v in flatten(config.model_dump(mode="json")).items()
+        if not ruleset.is_settable(k)
+        and k not in IMPLEMENTATION
+        and not (k in ADDED_LATER and v == ADDED_LATER[k])
+    }
     return hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()
 
 
@@ -83,22 +87,31 @@ def packaged_equivalent(config: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkC
     try:
         return _packaged(config, ruleset, ruleset.settable)
     except UserError:
-        return _packaged(config, ruleset, tuple(s for s in ruleset.settable if not s.startswith("data.")))
+        return _packaged(
+            config, ruleset, tuple(s for s in ruleset.settable if not s.startswith("data."))
+        )
 
 
-def _packaged(config: BenchmarkConfig, ruleset: Ruleset, settable: tuple[str, ...]) -> BenchmarkConfig:
+def _packaged(
+    config: BenchmarkConfig, ruleset: Ruleset, settable: tuple[str, ...]
+) -> BenchmarkConfig:
     flat = flatten(config.model_dump(mode="json"))
     overrides: dict[str, Any] = {}
     for setting in settable:
         if setting in flat:
             overrides[setting] = flat[setting]
         else:  # a whole section, e.g. cluster
-            overrides[setting] = {k.removeprefix(setting + "."): v for k, v in flat.items()
-                                  if k.startswith(setting + ".")}
+            overrides[setting] = {
+                k.removeprefix(setting + "."): v
+                for k, v in flat.items()
+                if k.startswith(setting + ".")
+            }
     budget, workers = overrides.pop("budget_s", None), overrides.pop("workers", config.workers)
     # The worker count is copied in after loading, so that judging a run never depends on how many
     # cores the judging machine has.
-    packaged = load_config(config.profile, budget=budget, workers=1, overrides=overrides, check_backend=False)
+    packaged = load_config(
+        config.profile, budget=budget, workers=1, overrides=overrides, check_backend=False
+    )
     return packaged.model_copy(update={"workers": workers})
 
 
@@ -107,14 +120,22 @@ def classify(config: BenchmarkConfig) -> Division:
     ruleset = load_ruleset(config.ruleset or DEFAULT_RULESET)
     digest = config_hash(config, ruleset)
     if config.profile.startswith(CUSTOM_PREFIX) or config.ruleset is None:
-        return Division(OPEN, ruleset.name, (f"profile {config.profile} is not a packaged profile",), digest)
+        return Division(
+            OPEN, ruleset.name, (f"profile {config.profile} is not a packaged profile",), digest
+        )
     run = flatten(config.model_dump(mode="json"))
     packaged = flatten(packaged_equivalent(config, ruleset).model_dump(mode="json"))
-    deviations = tuple(f"{key}: {packaged.get(key)!r} -> {run.get(key)!r}"
-                       for key in sorted(set(run) | set(packaged))
-                       if run.get(key) != packaged.get(key) and not ruleset.is_settable(key)
-                       and key not in ruleset.choices)
+    deviations = tuple(
+        f"{key}: {packaged.get(key)!r} -> {run.get(key)!r}"
+        for key in sorted(set(run) | set(packaged))
+        if run.get(key) != packaged.get(key)
+        and not ruleset.is_settable(key)
+        and key not in ruleset.choices
+    )
     # A choice may differ from the profile's, among the values the ruleset lists.
-    deviations += tuple(reason for key in sorted(ruleset.choices) if key in run
-                        and (reason := ruleset.closed_choice(key, run[key])) is not None)
+    deviations += tuple(
+        reason
+        for key in sorted(ruleset.choices)
+        if key in run and (reason := ruleset.closed_choice(key, run[key])) is not None
+    )
     return Division(OPEN if deviations else CLOSED, ruleset.name, deviations, digest)

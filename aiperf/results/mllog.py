@@ -58,7 +58,9 @@ EVENT_TYPES = (POINT_IN_TIME, INTERVAL_START, INTERVAL_END)
 RUN_START = "run_start"  # INTERVAL_START; metadata: run_id, profile, budget_s, workers, resumed
 RUN_STOP = "run_stop"  # INTERVAL_END; value: the run's status; metadata: message
 SUBMISSION_BENCHMARK = "submission_benchmark"  # value "aiperf"; metadata: version
-SUBMISSION_DIVISION = "submission_division"  # value closed | open; metadata: deviations, config_hash
+SUBMISSION_DIVISION = (
+    "submission_division"  # value closed | open; metadata: deviations, config_hash
+)
 RULESET = "ruleset"  # value: id-version of the rules the run is judged by
 SEED = "seed"
 CONFIG = "config"  # value: the effective config (no password)
@@ -68,12 +70,20 @@ RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_
 DATASET = "dataset"  # value: name, kind, sha256, train_samples, val_samples, classes
 # the timed window
 SEARCH_START = "search_start"  # INTERVAL_START; metadata: time_s, deadline_s
-SEARCH_STOP = "search_stop"  # INTERVAL_END; metadata: time_s (segment: which one, when not the open one)
+SEARCH_STOP = (
+    "search_stop"  # INTERVAL_END; metadata: time_s (segment: which one, when not the open one)
+)
 # trials
-TRIAL_START = "trial_start"  # INTERVAL_START; metadata: trial_id, trial_key, number, parent_trial_id, ...
+TRIAL_START = (
+    "trial_start"  # INTERVAL_START; metadata: trial_id, trial_key, number, parent_trial_id, ...
+)
 TRIAL_PLACEMENT = "trial_placement"  # value: the worker; metadata: trial_key, parameters
-OPS_PER_SAMPLE = "ops_per_sample"  # value: {"aiperf": {"train", "eval"}, "tensor": {"train", "eval"}}
-TRIAL_STOP = "trial_stop"  # INTERVAL_END; value: the trial's status; metadata: trial_key, time_s, message
+OPS_PER_SAMPLE = (
+    "ops_per_sample"  # value: {"aiperf": {"train", "eval"}, "tensor": {"train", "eval"}}
+)
+TRIAL_STOP = (
+    "trial_stop"  # INTERVAL_END; value: the trial's status; metadata: trial_key, time_s, message
+)
 TRIAL_PHASES = "trial_phases"  # value: where the trial's seconds went on its worker
 # epochs (metadata: trial_key, epoch_num)
 EPOCH_START = "epoch_start"  # INTERVAL_START; metadata: time_s
@@ -85,10 +95,33 @@ EPOCH_STOP = "epoch_stop"  # INTERVAL_END; metadata: time_s, complete, loss, acc
 SCORE = "score"  # value: the ScoreResult's fields; metadata: ruleset
 VERIFICATION = "verification"  # value: verified (bool); metadata: checks [{check, passed, detail}]
 
-KEYS = (RUN_START, RUN_STOP, SUBMISSION_BENCHMARK, SUBMISSION_DIVISION, RULESET, SEED, CONFIG,
-        SYSTEM_FINGERPRINT, SYSTEM_DESCRIPTION, RUN_RESOURCES, DATASET, SEARCH_START, SEARCH_STOP,
-        TRIAL_START, TRIAL_PLACEMENT, OPS_PER_SAMPLE, TRIAL_STOP, TRIAL_PHASES, EPOCH_START, TRAIN_SAMPLES,
-        EVAL_SAMPLES, EVAL_ACCURACY, EPOCH_STOP, SCORE, VERIFICATION)
+KEYS = (
+    RUN_START,
+    RUN_STOP,
+    SUBMISSION_BENCHMARK,
+    SUBMISSION_DIVISION,
+    RULESET,
+    SEED,
+    CONFIG,
+    SYSTEM_FINGERPRINT,
+    SYSTEM_DESCRIPTION,
+    RUN_RESOURCES,
+    DATASET,
+    SEARCH_START,
+    SEARCH_STOP,
+    TRIAL_START,
+    TRIAL_PLACEMENT,
+    OPS_PER_SAMPLE,
+    TRIAL_STOP,
+    TRIAL_PHASES,
+    EPOCH_START,
+    TRAIN_SAMPLES,
+    EVAL_SAMPLES,
+    EVAL_ACCURACY,
+    EPOCH_STOP,
+    SCORE,
+    VERIFICATION,
+)
 
 
 class EventLogError(UserError):
@@ -108,8 +141,14 @@ class Event:
     lineno: int = 0  # where it was read (0: not read from a file)
 
     def to_line(self) -> str:
-        body = {"namespace": self.namespace, "time_ms": self.time_ms, "event_type": self.event_type,
-                "key": self.key, "value": self.value, "metadata": self.metadata}
+        body = {
+            "namespace": self.namespace,
+            "time_ms": self.time_ms,
+            "event_type": self.event_type,
+            "key": self.key,
+            "value": self.value,
+            "metadata": self.metadata,
+        }
         return PREFIX + json.dumps(body, separators=(", ", ": ")) + "\n"
 
 
@@ -120,9 +159,11 @@ def parse_line(line: str, lineno: int = 0, where: str = "event log") -> Event | 
         return None
     at = f"{where} line {lineno}"
     if not text.startswith(PREFIX.strip()):
-        raise EventLogError(f"{at} is not an MLLOG event (it does not start with {PREFIX.strip()})")
+        raise EventLogError(
+            f"{at} is not an MLLOG event (it does not start with {PREFIX.strip()})"
+        )
     try:
-        body = json.loads(text[len(PREFIX.strip()):])
+        body = json.loads(text[len(PREFIX.strip()) :])
     except ValueError as exc:
         raise EventLogError(f"{at} is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -132,11 +173,24 @@ def parse_line(line: str, lineno: int = 0, where: str = "event log") -> Event | 
         raise EventLogError(f"{at}: the event has no {', '.join(missing)}")
     if body["event_type"] not in EVENT_TYPES:
         raise EventLogError(f"{at}: unknown event_type {body['event_type']!r}")
-    if not isinstance(body["key"], str) or not isinstance(body["metadata"], dict) \
-            or not isinstance(body["time_ms"], int) or isinstance(body["time_ms"], bool):
-        raise EventLogError(f"{at}: key must be text, time_ms a whole number and metadata an object")
-    return Event(time_ms=body["time_ms"], event_type=body["event_type"], key=body["key"], value=body["value"],
-                 metadata=body["metadata"], namespace=str(body.get("namespace", NAMESPACE)), lineno=lineno)
+    if (
+        not isinstance(body["key"], str)
+        or not isinstance(body["metadata"], dict)
+        or not isinstance(body["time_ms"], int)
+        or isinstance(body["time_ms"], bool)
+    ):
+        raise EventLogError(
+            f"{at}: key must be text, time_ms a whole number and metadata an object"
+        )
+    return Event(
+        time_ms=body["time_ms"],
+        event_type=body["event_type"],
+        key=body["key"],
+        value=body["value"],
+        metadata=body["metadata"],
+        namespace=str(body.get("namespace", NAMESPACE)),
+        lineno=lineno,
+    )
 
 
 def read_events(path: Path | str) -> list[Event]:
@@ -154,6 +208,7 @@ def read_events(path: Path | str) -> list[Event]:
 
 # --- writing ------------------------------------------------------------------------------------------
 
+
 def _ms(time_s: float) -> int:
     return int(round(time_s * 1000))
 
@@ -165,11 +220,23 @@ class EventLog:
     def __init__(self, path: Path | str | None) -> None:
         self.path = None if path is None else Path(path)
 
-    def emit(self, key: str, value: Any = None, *, event_type: str = POINT_IN_TIME, at: float | None = None,
-             **metadata: Any) -> Event:
+    def emit(
+        self,
+        key: str,
+        value: Any = None,
+        *,
+        event_type: str = POINT_IN_TIME,
+        at: float | None = None,
+        **metadata: Any,
+    ) -> Event:
         """One event at Unix time `at` (default: now); `metadata` as given."""
-        event = Event(time_ms=_ms(time.time() if at is None else at), event_type=event_type, key=key,
-                      value=value, metadata=metadata)
+        event = Event(
+            time_ms=_ms(time.time() if at is None else at),
+            event_type=event_type,
+            key=key,
+            value=value,
+            metadata=metadata,
+        )
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -181,16 +248,40 @@ class EventLog:
 
     # --- the run ----------------------------------------------------------------------------------
 
-    def run_started(self, *, run_id: int, config: Mapping[str, Any], system_id: int, system: Mapping[str, Any],
-                    division: str, ruleset: str, deviations: Iterable[str], config_hash: str) -> None:
+    def run_started(
+        self,
+        *,
+        run_id: int,
+        config: Mapping[str, Any],
+        system_id: int,
+        system: Mapping[str, Any],
+        division: str,
+        ruleset: str,
+        deviations: Iterable[str],
+        config_hash: str,
+    ) -> None:
         """The run was recorded: what it is, where it runs and by which rules it is judged."""
         from aiperf import __version__
 
         now = time.time()
-        self.emit(RUN_START, event_type=INTERVAL_START, at=now, run_id=run_id, profile=config["profile"],
-                  budget_s=config["budget_s"], workers=config["workers"], resumed=False)
+        self.emit(
+            RUN_START,
+            event_type=INTERVAL_START,
+            at=now,
+            run_id=run_id,
+            profile=config["profile"],
+            budget_s=config["budget_s"],
+            workers=config["workers"],
+            resumed=False,
+        )
         self.emit(SUBMISSION_BENCHMARK, BENCHMARK, at=now, version=__version__)
-        self.emit(SUBMISSION_DIVISION, division, at=now, deviations=list(deviations), config_hash=config_hash)
+        self.emit(
+            SUBMISSION_DIVISION,
+            division,
+            at=now,
+            deviations=list(deviations),
+            config_hash=config_hash,
+        )
         self.emit(RULESET, ruleset, at=now)
         self.emit(SEED, config["seed"], at=now)
         self.emit(CONFIG, dict(config), at=now)
@@ -206,14 +297,21 @@ class EventLog:
         for w in windows:
             if w.ended_at is not None:
                 end = w.ended_at.timestamp()
-                self.emit(SEARCH_STOP, event_type=INTERVAL_END, at=end, time_s=end, segment=w.segment)
+                self.emit(
+                    SEARCH_STOP, event_type=INTERVAL_END, at=end, time_s=end, segment=w.segment
+                )
 
     def run_stopped(self, status: str, message: str | None = None) -> None:
         self.emit(RUN_STOP, str(status), event_type=INTERVAL_END, message=message)
 
     def dataset(self, manifest: Mapping[str, Any]) -> None:
-        self.emit(DATASET, {k: manifest[k] for k in ("name", "kind", "sha256", "train_samples", "val_samples",
-                                                     "classes")})
+        self.emit(
+            DATASET,
+            {
+                k: manifest[k]
+                for k in ("name", "kind", "sha256", "train_samples", "val_samples", "classes")
+            },
+        )
 
     def system_description(self, description: Mapping[str, Any]) -> None:
         self.emit(SYSTEM_DESCRIPTION, dict(description))
@@ -225,46 +323,126 @@ class EventLog:
     # --- the timed window ---------------------------------------------------------------------------
 
     def search_started(self, started: float, deadline: float) -> None:
-        self.emit(SEARCH_START, event_type=INTERVAL_START, at=started, time_s=started,
-                  deadline_s=deadline)
+        self.emit(
+            SEARCH_START,
+            event_type=INTERVAL_START,
+            at=started,
+            time_s=started,
+            deadline_s=deadline,
+        )
 
     def search_stopped(self, ended: float) -> None:
         self.emit(SEARCH_STOP, event_type=INTERVAL_END, at=ended, time_s=ended)
 
     # --- trials and epochs ------------------------------------------------------------------------
 
-    def trial_started(self, *, trial_id: int, trial_key: str, number: int, started_at: float,
-                      parent_trial_id: int | None, operator: str | None, architecture: Mapping[str, Any],
-                      hyperparameters: Mapping[str, Any], epochs: int, seed: int) -> None:
-        self.emit(TRIAL_START, event_type=INTERVAL_START, at=started_at, time_s=started_at, trial_id=trial_id,
-                  trial_key=trial_key, number=number, parent_trial_id=parent_trial_id, operator=operator,
-                  architecture=dict(architecture), hyperparameters=dict(hyperparameters), epochs=epochs, seed=seed)
+    def trial_started(
+        self,
+        *,
+        trial_id: int,
+        trial_key: str,
+        number: int,
+        started_at: float,
+        parent_trial_id: int | None,
+        operator: str | None,
+        architecture: Mapping[str, Any],
+        hyperparameters: Mapping[str, Any],
+        epochs: int,
+        seed: int,
+    ) -> None:
+        self.emit(
+            TRIAL_START,
+            event_type=INTERVAL_START,
+            at=started_at,
+            time_s=started_at,
+            trial_id=trial_id,
+            trial_key=trial_key,
+            number=number,
+            parent_trial_id=parent_trial_id,
+            operator=operator,
+            architecture=dict(architecture),
+            hyperparameters=dict(hyperparameters),
+            epochs=epochs,
+            seed=seed,
+        )
 
-    def trial_built(self, *, trial_key: str, worker: str, parameters: int, train_ops: int, eval_ops: int,
-                    tensor_train_ops: int, tensor_eval_ops: int) -> None:
+    def trial_built(
+        self,
+        *,
+        trial_key: str,
+        worker: str,
+        parameters: int,
+        train_ops: int,
+        eval_ops: int,
+        tensor_train_ops: int,
+        tensor_eval_ops: int,
+    ) -> None:
         now = time.time()
         self.emit(TRIAL_PLACEMENT, worker, at=now, trial_key=trial_key, parameters=parameters)
-        self.emit(OPS_PER_SAMPLE, {"aiperf": {"train": train_ops, "eval": eval_ops},
-                                   "tensor": {"train": tensor_train_ops, "eval": tensor_eval_ops}},
-                  at=now, trial_key=trial_key)
+        self.emit(
+            OPS_PER_SAMPLE,
+            {
+                "aiperf": {"train": train_ops, "eval": eval_ops},
+                "tensor": {"train": tensor_train_ops, "eval": tensor_eval_ops},
+            },
+            at=now,
+            trial_key=trial_key,
+        )
 
-    def epoch(self, trial_key: str, *, epoch: int, started_at: float, ended_at: float, samples_trained: int,
-              samples_evaluated: int, loss: float | None, accuracy: float | None, val_loss: float | None,
-              val_accuracy: float | None, complete: bool, **_later: Any) -> None:
+    def epoch(
+        self,
+        trial_key: str,
+        *,
+        epoch: int,
+        started_at: float,
+        ended_at: float,
+        samples_trained: int,
+        samples_evaluated: int,
+        loss: float | None,
+        accuracy: float | None,
+        val_loss: float | None,
+        val_accuracy: float | None,
+        complete: bool,
+        **_later: Any,
+    ) -> None:
         which = {"trial_key": trial_key, "epoch_num": epoch}
-        self.emit(EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at)
+        self.emit(
+            EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at
+        )
         self.emit(TRAIN_SAMPLES, samples_trained, at=ended_at, **which)
         self.emit(EVAL_SAMPLES, samples_evaluated, at=ended_at, **which)
         self.emit(EVAL_ACCURACY, val_accuracy, at=ended_at, **which)
-        self.emit(EPOCH_STOP, event_type=INTERVAL_END, at=ended_at, **which, time_s=ended_at,
-                  complete=bool(complete), loss=loss, accuracy=accuracy, val_loss=val_loss)
+        self.emit(
+            EPOCH_STOP,
+            event_type=INTERVAL_END,
+            at=ended_at,
+            **which,
+            time_s=ended_at,
+            complete=bool(complete),
+            loss=loss,
+            accuracy=accuracy,
+            val_loss=val_loss,
+        )
 
-    def trial_stopped(self, trial_key: str, status: str, ended_at: float, message: str | None) -> None:
-        self.emit(TRIAL_STOP, str(status), event_type=INTERVAL_END, at=ended_at, time_s=ended_at,
-                  trial_key=trial_key, message=message)
+    def trial_stopped(
+        self, trial_key: str, status: str, ended_at: float, message: str | None
+    ) -> None:
+        self.emit(
+            TRIAL_STOP,
+            str(status),
+            event_type=INTERVAL_END,
+            at=ended_at,
+            time_s=ended_at,
+            trial_key=trial_key,
+            message=message,
+        )
 
     def trial_phases(self, trial_key: str, phases: TrialPhases) -> None:
-        self.emit(TRIAL_PHASES, {f.name: getattr(phases, f.name) for f in fields(phases)}, trial_key=trial_key)
+        self.emit(
+            TRIAL_PHASES,
+            {f.name: getattr(phases, f.name) for f in fields(phases)},
+            trial_key=trial_key,
+        )
 
     # --- the result -------------------------------------------------------------------------------
 
@@ -273,11 +451,15 @@ class EventLog:
 
     def verification(self, checks: Iterable[CheckRecord]) -> None:
         checks = list(checks)
-        self.emit(VERIFICATION, all(c.passed for c in checks),
-                  checks=[{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks])
+        self.emit(
+            VERIFICATION,
+            all(c.passed for c in checks),
+            checks=[{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks],
+        )
 
 
 # --- reading back: the records the log holds ----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LoggedRun:
@@ -314,7 +496,9 @@ class _Rebuilder:
 
     def __init__(self) -> None:
         self.run: dict[str, Any] = {}
-        self.starts = 0  # run_start events so far: a trial not stopped before a later one was interrupted
+        self.starts = (
+            0  # run_start events so far: a trial not stopped before a later one was interrupted
+        )
         self.status, self.message = RunStatus.RUNNING, None
         self.facts: dict[str, Any] = {}
         self.segments: list[dict[str, Any]] = []
@@ -330,54 +514,93 @@ class _Rebuilder:
             self.starts += 1
             self.status, self.message = RunStatus.RUNNING, None
             if not md.get("resumed"):
-                self.run.update(id=_whole(md["run_id"], "run_id"), profile=str(md["profile"]),
-                                budget_s=float(_number(md["budget_s"], "budget_s")),
-                                workers=_whole(md["workers"], "workers"), created_at=_utc(e.time_ms / 1000))
+                self.run.update(
+                    id=_whole(md["run_id"], "run_id"),
+                    profile=str(md["profile"]),
+                    budget_s=float(_number(md["budget_s"], "budget_s")),
+                    workers=_whole(md["workers"], "workers"),
+                    created_at=_utc(e.time_ms / 1000),
+                )
         elif e.key == RUN_STOP:
             self.status, self.message = RunStatus(value), md.get("message")
-        elif e.key in (SUBMISSION_DIVISION, RULESET, SEED, CONFIG, SYSTEM_FINGERPRINT, SYSTEM_DESCRIPTION,
-                       RUN_RESOURCES):
+        elif e.key in (
+            SUBMISSION_DIVISION,
+            RULESET,
+            SEED,
+            CONFIG,
+            SYSTEM_FINGERPRINT,
+            SYSTEM_DESCRIPTION,
+            RUN_RESOURCES,
+        ):
             self.facts[e.key] = (value, md)
         elif e.key == DATASET:
-            self.dataset = DatasetRecord(name=str(value["name"]), kind=str(value["kind"]), sha256=str(value["sha256"]),
-                                         train_samples=_whole(value["train_samples"], "train_samples"),
-                                         val_samples=_whole(value["val_samples"], "val_samples"),
-                                         classes=_whole(value["classes"], "classes"))
+            self.dataset = DatasetRecord(
+                name=str(value["name"]),
+                kind=str(value["kind"]),
+                sha256=str(value["sha256"]),
+                train_samples=_whole(value["train_samples"], "train_samples"),
+                val_samples=_whole(value["val_samples"], "val_samples"),
+                classes=_whole(value["classes"], "classes"),
+            )
         elif e.key == SEARCH_START:
-            self.segments.append({"started": _utc(md["time_s"]), "deadline": _utc(md["deadline_s"]), "ended": None})
+            self.segments.append(
+                {"started": _utc(md["time_s"]), "deadline": _utc(md["deadline_s"]), "ended": None}
+            )
         elif e.key == SEARCH_STOP:
             self._segment(md.get("segment"))["ended"] = _utc(md["time_s"])
         elif e.key == TRIAL_START:
             self.trials[str(md["trial_key"])] = {
-                "id": _whole(md["trial_id"], "trial_id"), "number": _whole(md["number"], "number"),
-                "parent_trial_id": md.get("parent_trial_id"), "operator": md.get("operator"),
-                "architecture": dict(md["architecture"]), "hyperparameters": dict(md["hyperparameters"]),
-                "started_at": _utc(md["time_s"]), "starts": self.starts, "status": None, "ended_at": None,
-                "message": None, "worker": None, "parameters": None, "ops": (None, None, None, None), "phases": None}
+                "id": _whole(md["trial_id"], "trial_id"),
+                "number": _whole(md["number"], "number"),
+                "parent_trial_id": md.get("parent_trial_id"),
+                "operator": md.get("operator"),
+                "architecture": dict(md["architecture"]),
+                "hyperparameters": dict(md["hyperparameters"]),
+                "started_at": _utc(md["time_s"]),
+                "starts": self.starts,
+                "status": None,
+                "ended_at": None,
+                "message": None,
+                "worker": None,
+                "parameters": None,
+                "ops": (None, None, None, None),
+                "phases": None,
+            }
         elif e.key == TRIAL_PLACEMENT:
             trial = self._trial(md)
             trial["worker"], trial["parameters"] = str(value), md.get("parameters")
         elif e.key == OPS_PER_SAMPLE:
-            self._trial(md)["ops"] = tuple(_whole(value[convention][phase], f"{convention} {phase} ops per sample")
-                                           for convention in ("aiperf", "tensor") for phase in ("train", "eval"))
+            self._trial(md)["ops"] = tuple(
+                _whole(value[convention][phase], f"{convention} {phase} ops per sample")
+                for convention in ("aiperf", "tensor")
+                for phase in ("train", "eval")
+            )
         elif e.key == TRIAL_STOP:
             trial = self._trial(md)
-            trial.update(status=TrialStatus(value), ended_at=_utc(md["time_s"]), message=md.get("message"))
+            trial.update(
+                status=TrialStatus(value), ended_at=_utc(md["time_s"]), message=md.get("message")
+            )
         elif e.key == TRIAL_PHASES:
-            self._trial(md)["phases"] = TrialPhases(**{k: float(_number(v, k) or 0.0) for k, v in value.items()})
+            self._trial(md)["phases"] = TrialPhases(
+                **{k: float(_number(v, k) or 0.0) for k, v in value.items()}
+            )
         elif e.key in (EPOCH_START, TRAIN_SAMPLES, EVAL_SAMPLES, EVAL_ACCURACY, EPOCH_STOP):
             self._epoch(e)
         elif e.key == SCORE:
             self.score = _score(value)
         elif e.key == VERIFICATION:
-            self.checks = tuple(CheckRecord(str(c["check"]), bool(c["passed"]), str(c["detail"]))
-                                for c in md["checks"])
+            self.checks = tuple(
+                CheckRecord(str(c["check"]), bool(c["passed"]), str(c["detail"]))
+                for c in md["checks"]
+            )
 
     def _segment(self, segment: Any) -> dict[str, Any]:
         if not self.segments:
             raise ValueError("search_stop before any search_start")
         if segment is None:  # the open one (else the latest)
-            return next((s for s in reversed(self.segments) if s["ended"] is None), self.segments[-1])
+            return next(
+                (s for s in reversed(self.segments) if s["ended"] is None), self.segments[-1]
+            )
         return self.segments[_whole(segment, "segment")]
 
     def _trial(self, md: Mapping[str, Any]) -> dict[str, Any]:
@@ -402,17 +625,27 @@ class _Rebuilder:
         else:
             if not isinstance(md["complete"], bool):
                 raise ValueError(f"complete {md['complete']!r} is not true or false")
-            epoch.update(ended_at=_utc(md["time_s"]), complete=md["complete"],
-                         loss=_number(md.get("loss"), "loss"), accuracy=_number(md.get("accuracy"), "accuracy"),
-                         val_loss=_number(md.get("val_loss"), "val_loss"))
+            epoch.update(
+                ended_at=_utc(md["time_s"]),
+                complete=md["complete"],
+                loss=_number(md.get("loss"), "loss"),
+                accuracy=_number(md.get("accuracy"), "accuracy"),
+                val_loss=_number(md.get("val_loss"), "val_loss"),
+            )
 
     # --- the records ------------------------------------------------------------------------------
 
     def records(self, where: str) -> LoggedRun:
-        missing = [k for k in (CONFIG, SYSTEM_FINGERPRINT, SUBMISSION_DIVISION, RULESET) if k not in self.facts]
+        missing = [
+            k
+            for k in (CONFIG, SYSTEM_FINGERPRINT, SUBMISSION_DIVISION, RULESET)
+            if k not in self.facts
+        ]
         if "id" not in self.run or missing:
-            raise EventLogError(f"{where} has no {RUN_START if 'id' not in self.run else missing[0]} event: it is "
-                                "not the log of a run from its start")
+            raise EventLogError(
+                f"{where} has no {RUN_START if 'id' not in self.run else missing[0]} event: it is "
+                "not the log of a run from its start"
+            )
         config, _ = self.facts[CONFIG]
         facts, _ = self.facts[SYSTEM_FINGERPRINT]
         division, division_md = self.facts[SUBMISSION_DIVISION]
@@ -420,24 +653,51 @@ class _Rebuilder:
         seed, _ = self.facts.get(SEED, (config.get("seed", 0), {}))
         description, _ = self.facts.get(SYSTEM_DESCRIPTION, (None, {}))
         resources, _ = self.facts.get(RUN_RESOURCES, ({}, {}))
-        system = SystemRecord(**{f.name: facts[f.name] for f in fields(SystemRecord) if f.name != "first_seen_at"},
-                              first_seen_at=self.run["created_at"])
-        windows = tuple(WindowRecord(segment=i, started_at=s["started"], deadline=s["deadline"], ended_at=s["ended"])
-                        for i, s in enumerate(self.segments))
-        trials = tuple(self._trial_record(key, trial, where) for key, trial in
-                       sorted(self.trials.items(), key=lambda item: item[1]["number"]))
+        system = SystemRecord(
+            **{f.name: facts[f.name] for f in fields(SystemRecord) if f.name != "first_seen_at"},
+            first_seen_at=self.run["created_at"],
+        )
+        windows = tuple(
+            WindowRecord(
+                segment=i, started_at=s["started"], deadline=s["deadline"], ended_at=s["ended"]
+            )
+            for i, s in enumerate(self.segments)
+        )
+        trials = tuple(
+            self._trial_record(key, trial, where)
+            for key, trial in sorted(self.trials.items(), key=lambda item: item[1]["number"])
+        )
         run = RunRecord(
-            id=self.run["id"], system=system, profile=self.run["profile"], config=dict(config), seed=seed,
-            budget_s=self.run["budget_s"], workers=self.run["workers"], status=self.status,
-            stored_status=self.status, created_at=self.run["created_at"],
+            id=self.run["id"],
+            system=system,
+            profile=self.run["profile"],
+            config=dict(config),
+            seed=seed,
+            budget_s=self.run["budget_s"],
+            workers=self.run["workers"],
+            status=self.status,
+            stored_status=self.status,
+            created_at=self.run["created_at"],
             search_started_at=windows[0].started_at if windows else None,
             deadline=windows[-1].deadline if windows else None,
-            search_ended_at=windows[-1].ended_at if windows else None, flow_run_id=None, message=self.message,
-            ruleset=ruleset, division=division, deviations=tuple(division_md.get("deviations", ())),
-            config_hash=division_md.get("config_hash"), score=self.score, verification=self.checks, trials=trials,
-            windows=windows, precision=resources.get("precision"), backend=resources.get("backend"),
-            jit_compile=resources.get("jit_compile"), peak_flops=resources.get("peak_flops"),
-            worker_peaks=tuple(resources.get("worker_peaks") or ()), system_description=description)
+            search_ended_at=windows[-1].ended_at if windows else None,
+            flow_run_id=None,
+            message=self.message,
+            ruleset=ruleset,
+            division=division,
+            deviations=tuple(division_md.get("deviations", ())),
+            config_hash=division_md.get("config_hash"),
+            score=self.score,
+            verification=self.checks,
+            trials=trials,
+            windows=windows,
+            precision=resources.get("precision"),
+            backend=resources.get("backend"),
+            jit_compile=resources.get("jit_compile"),
+            peak_flops=resources.get("peak_flops"),
+            worker_peaks=tuple(resources.get("worker_peaks") or ()),
+            system_description=description,
+        )
         return LoggedRun(run, self.dataset, ())
 
     def _trial_record(self, key: str, t: dict[str, Any], where: str) -> TrialRecord:
@@ -445,15 +705,36 @@ class _Rebuilder:
         for (trial_key, number), e in sorted(self.epochs.items()):
             if trial_key != key:
                 continue
-            absent = [name for name in ("started_at", "ended_at", "samples_trained", "samples_evaluated", "complete")
-                      if name not in e]
+            absent = [
+                name
+                for name in (
+                    "started_at",
+                    "ended_at",
+                    "samples_trained",
+                    "samples_evaluated",
+                    "complete",
+                )
+                if name not in e
+            ]
             if absent:
-                raise EventLogError(f"{where}: epoch {number} of trial {key} has no {', '.join(absent)} "
-                                    f"(its {EPOCH_START}, {TRAIN_SAMPLES}, {EVAL_SAMPLES} or {EPOCH_STOP} is missing)")
-            epochs.append(EpochRecord(epoch=number, started_at=e["started_at"], ended_at=e["ended_at"],
-                                      samples_trained=e["samples_trained"], samples_evaluated=e["samples_evaluated"],
-                                      loss=e.get("loss"), accuracy=e.get("accuracy"), val_loss=e.get("val_loss"),
-                                      val_accuracy=e.get("val_accuracy"), complete=e["complete"]))
+                raise EventLogError(
+                    f"{where}: epoch {number} of trial {key} has no {', '.join(absent)} "
+                    f"(its {EPOCH_START}, {TRAIN_SAMPLES}, {EVAL_SAMPLES} or {EPOCH_STOP} is missing)"
+                )
+            epochs.append(
+                EpochRecord(
+                    epoch=number,
+                    started_at=e["started_at"],
+                    ended_at=e["ended_at"],
+                    samples_trained=e["samples_trained"],
+                    samples_evaluated=e["samples_evaluated"],
+                    loss=e.get("loss"),
+                    accuracy=e.get("accuracy"),
+                    val_loss=e.get("val_loss"),
+                    val_accuracy=e.get("val_accuracy"),
+                    complete=e["complete"],
+                )
+            )
         status = t["status"]
         if status is None:  # never stopped: ended with its run, as the store ends it
             if t["starts"] < self.starts or self.status == RunStatus.INTERRUPTED:
@@ -465,20 +746,37 @@ class _Rebuilder:
         measured = [e.val_accuracy for e in epochs if e.complete and e.val_accuracy is not None]
         train, evaluate, tensor_train, tensor_eval = t["ops"]
         return TrialRecord(
-            id=t["id"], run_id=self.run["id"], trial_key=key, number=t["number"],
-            parent_trial_id=t["parent_trial_id"], operator=t["operator"], architecture=t["architecture"],
-            hyperparameters=t["hyperparameters"], status=status, worker=t["worker"], started_at=t["started_at"],
-            ended_at=t["ended_at"], parameters=t["parameters"], train_ops_per_sample=train,
-            eval_ops_per_sample=evaluate, tensor_train_ops_per_sample=tensor_train,
-            tensor_eval_ops_per_sample=tensor_eval, best_val_accuracy=max(measured) if measured else None,
-            message=t["message"], epochs=tuple(epochs), phases=t["phases"])
+            id=t["id"],
+            run_id=self.run["id"],
+            trial_key=key,
+            number=t["number"],
+            parent_trial_id=t["parent_trial_id"],
+            operator=t["operator"],
+            architecture=t["architecture"],
+            hyperparameters=t["hyperparameters"],
+            status=status,
+            worker=t["worker"],
+            started_at=t["started_at"],
+            ended_at=t["ended_at"],
+            parameters=t["parameters"],
+            train_ops_per_sample=train,
+            eval_ops_per_sample=evaluate,
+            tensor_train_ops_per_sample=tensor_train,
+            tensor_eval_ops_per_sample=tensor_eval,
+            best_val_accuracy=max(measured) if measured else None,
+            message=t["message"],
+            epochs=tuple(epochs),
+            phases=t["phases"],
+        )
 
 
 def _score(value: Any) -> ScoreResult:
     if not isinstance(value, dict):
         raise ValueError("the score is not an object")
     names = {f.name for f in fields(ScoreResult)}
-    known = {k: v for k, v in value.items() if k in names}  # a figure a later aiperf adds is left out
+    known = {
+        k: v for k, v in value.items() if k in names
+    }  # a figure a later aiperf adds is left out
     try:
         return ScoreResult(**known)
     except TypeError as exc:
@@ -496,7 +794,9 @@ def rebuild(events: Iterable[Event], where: str = "event log") -> LoggedRun:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise EventLogError(f"{where} line {e.lineno}: a {e.key} event that does not fit: {detail}") from None
+            raise EventLogError(
+                f"{where} line {e.lineno}: a {e.key} event that does not fit: {detail}"
+            ) from None
     try:
         logged = state.records(where)
     except (KeyError, TypeError, ValueError) as exc:

@@ -46,8 +46,9 @@ def default_log_path(record: RunRecord) -> Path:
     """Where the run wrote its event log: its folder under its --out (relative to where it was started)."""
     from aiperf.lifecycle.run import event_log
 
-    settings = BenchmarkConfig.model_construct(out=record.config.get("out", "aiperf-out"),
-                                               db=record.config.get("db", ""))
+    settings = BenchmarkConfig.model_construct(
+        out=record.config.get("out", "aiperf-out"), db=record.config.get("db", "")
+    )
     return event_log(settings, record.id).path
 
 
@@ -75,14 +76,20 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
 
     to = Path(to)
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
-        raise UserError(f"--to {to} exists and is not an empty folder; give a new folder for the package")
+        raise UserError(
+            f"--to {to} exists and is not an empty folder; give a new folder for the package"
+        )
     record = store.get_run(run_id)
     if record.score is None:
-        raise UserError(f"run {run_id} ({record.status}) has no score: only a scored run can be packaged")
+        raise UserError(
+            f"run {run_id} ({record.status}) has no score: only a scored run can be packaged"
+        )
     log = Path(log) if log is not None else default_log_path(record)
     if not log.is_file():
-        raise UserError(f"run {run_id}'s event log is not at {log} (its folder under the run's --out, relative to "
-                        "where the run was started); give it with --log PATH")
+        raise UserError(
+            f"run {run_id}'s event log is not at {log} (its folder under the run's --out, relative to "
+            "where the run was started); give it with --log PATH"
+        )
     logged = read_run(log)
     if logged.run.id != run_id:
         raise UserError(f"{log} is the event log of run {logged.run.id}, not of run {run_id}")
@@ -103,17 +110,31 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
     ruleset = _copy_ruleset(record.ruleset, to)
     if ruleset is not None:
         files.append(ruleset)
-    _write_json(to / VERIFICATION_FILE, {
-        "run_id": run_id, "verified": all(c.passed for c in from_records + from_log),
-        "from_records": _checks(from_records), "from_event_log": _checks(from_log),
-        "stored": None if record.verification is None else _checks(list(record.verification))})
+    _write_json(
+        to / VERIFICATION_FILE,
+        {
+            "run_id": run_id,
+            "verified": all(c.passed for c in from_records + from_log),
+            "from_records": _checks(from_records),
+            "from_event_log": _checks(from_log),
+            "stored": None if record.verification is None else _checks(list(record.verification)),
+        },
+    )
     files.append(VERIFICATION_FILE)
     (to / REPORT_FILE).write_text(report, encoding="utf-8")
     files.append(REPORT_FILE)
     (to / README_FILE).write_text(_readme(record, files, from_log, ruleset), encoding="utf-8")
     files.append(README_FILE)
-    _write_json(to / PACKAGE_FILE, {"format": FORMAT, "aiperf_version": __version__, "run_id": run_id,
-                                    "packaged_at": datetime.now(tz=UTC).isoformat(), "files": sorted(files)})
+    _write_json(
+        to / PACKAGE_FILE,
+        {
+            "format": FORMAT,
+            "aiperf_version": __version__,
+            "run_id": run_id,
+            "packaged_at": datetime.now(tz=UTC).isoformat(),
+            "files": sorted(files),
+        },
+    )
     return to
 
 
@@ -126,16 +147,21 @@ def _copy_ruleset(name: str | None, to: Path) -> str | None:
 
     if not name or name not in available_rulesets():
         return None
-    (to / f"{name}.yaml").write_text((resources.files("aiperf") / "rules" / f"{name}.yaml").read_text(),
-                                     encoding="utf-8")
+    (to / f"{name}.yaml").write_text(
+        (resources.files("aiperf") / "rules" / f"{name}.yaml").read_text(), encoding="utf-8"
+    )
     return f"{name}.yaml"
 
 
-def _verify(logged: LoggedRun, where: str, counter: Callable[[dict], tuple] | None = None) -> list[CheckRecord]:
+def _verify(
+    logged: LoggedRun, where: str, counter: Callable[[dict], tuple] | None = None
+) -> list[CheckRecord]:
     from aiperf.results.verify import count_architecture, verify_records
 
     if logged.run.score is None:
-        raise UserError(f"{where} has no score: the run was not scored, so there is nothing to verify")
+        raise UserError(
+            f"{where} has no score: the run was not scored, so there is nothing to verify"
+        )
     try:
         return verify_records(logged.run, logged.dataset, counter or count_architecture)
     except ValueError as exc:  # a config the rules cannot read, a window that never closed
@@ -146,58 +172,77 @@ def verify_package(folder: Path) -> tuple[LoggedRun, list[CheckRecord]]:
     """The run in a package, and every check of `aiperf verify` on it, from its event log alone."""
     folder = Path(folder)
     if not folder.exists():
-        raise UserError(f"package {folder} does not exist; give the folder `aiperf package RUN_ID --to DIR` wrote")
+        raise UserError(
+            f"package {folder} does not exist; give the folder `aiperf package RUN_ID --to DIR` wrote"
+        )
     if not folder.is_dir():
-        raise UserError(f"package {folder} is not a folder; give the folder `aiperf package RUN_ID --to DIR` wrote")
+        raise UserError(
+            f"package {folder} is not a folder; give the folder `aiperf package RUN_ID --to DIR` wrote"
+        )
     log = folder / EVENT_LOG
     if not log.is_file():
-        raise UserError(f"{folder} is not an aiperf package: it has no {EVENT_LOG} (write one with "
-                        f"`aiperf package RUN_ID --to {folder}`)")
+        raise UserError(
+            f"{folder} is not an aiperf package: it has no {EVENT_LOG} (write one with "
+            f"`aiperf package RUN_ID --to {folder}`)"
+        )
     logged = read_run(log)
     return logged, _verify(logged, str(log))
 
 
-def _readme(record: RunRecord, files: list[str], checks: list[CheckRecord], ruleset: str | None) -> str:
+def _readme(
+    record: RunRecord, files: list[str], checks: list[CheckRecord], ruleset: str | None
+) -> str:
     score = record.score
     assert score is not None
     accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
     passed = sum(c.passed for c in checks)
     described = {
         EVENT_LOG: "the run's event log, one `:::MLLOG {json}` line per event (MLPerf's format), written as "
-                   "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
-                   "window's segments, each trial's start, placement (worker), operations per sample (aiperf "
-                   "and tensor conventions) and end, every epoch's samples trained and evaluated, completeness "
-                   "and validation accuracy, the score and its verification. Alone, it is enough to recompute "
-                   "the score.",
+        "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
+        "window's segments, each trial's start, placement (worker), operations per sample (aiperf "
+        "and tensor conventions) and end, every epoch's samples trained and evaluated, completeness "
+        "and validation accuracy, the score and its verification. Alone, it is enough to recompute "
+        "the score.",
         SYSTEM_DESCRIPTION: "the compute nodes as the workers described them (MLPerf's field style): nodes, "
-                            "CPU model, sockets, cores, memory, accelerators, interconnect, OS, software.",
+        "CPU model, sockets, cores, memory, accelerators, interconnect, OS, software.",
         CONFIG_FILE: "the effective config the run ran with (profile, overrides and all).",
         VERIFICATION_FILE: "every check of `aiperf verify`, recomputed when the package was written: from the "
-                           "database's records and from the event log alone.",
+        "database's records and from the event log alone.",
         REPORT_FILE: "the run's HTML report (self-contained: opens offline).",
         README_FILE: "this file.",
     }
     if ruleset:
-        described[ruleset] = "the ruleset the run is judged by (aiperf/rules/), as this aiperf ships it."
+        described[ruleset] = (
+            "the ruleset the run is judged by (aiperf/rules/), as this aiperf ships it."
+        )
     lines = [
-        f"# aiperf result package: run {record.id}", "",
+        f"# aiperf result package: run {record.id}",
+        "",
         f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
-        f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.", "",
+        f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
+        "",
         f"- OPS: {format_ops(score.ops)}OPS ({score.total_ops} operations in {score.elapsed_s:.3f} s)",
         f"- regulated score: {format_ops(score.regulated_score)}OPS (best validation accuracy {accuracy} on "
         f"{score.val_samples} samples)",
         f"- valid: {'yes' if score.valid else 'no: ' + '; '.join(score.reasons)}",
-        f"- verification from the event log when packaged: {passed} of {len(checks)} checks pass", "",
-        "## What is here", "",
-        *[f"- `{name}`: {described.get(name, '')}" for name in files], "- `package.json`: the package's format, "
-        "run id and files.", "",
-        "## Checking it", "",
-        "With aiperf installed, and no database:", "",
-        "    aiperf verify --package .", "",
+        f"- verification from the event log when packaged: {passed} of {len(checks)} checks pass",
+        "",
+        "## What is here",
+        "",
+        *[f"- `{name}`: {described.get(name, '')}" for name in files],
+        "- `package.json`: the package's format, run id and files.",
+        "",
+        "## Checking it",
+        "",
+        "With aiperf installed, and no database:",
+        "",
+        "    aiperf verify --package .",
+        "",
         "rebuilds the run's records from `events.log` alone and runs the same checks as `aiperf verify RUN_ID`: "
         "each trial's operations per sample recounted from its architecture, every epoch's samples within the "
         "dataset and inside the timed window, no two epochs at once on a worker, the elapsed time, total "
         "operations, OPS, best accuracy, regulated score, division and validity recomputed. It exits 0 when "
-        "every check passes, 1 naming each check that fails.", "",
+        "every check passes, 1 naming each check that fails.",
+        "",
     ]
     return "\n".join(lines)

@@ -26,12 +26,17 @@ class EpochWork:
 
     @property
     def ops(self) -> int:
-        return self.samples_trained * self.train_ops_per_sample + self.samples_evaluated * self.eval_ops_per_sample
+        return (
+            self.samples_trained * self.train_ops_per_sample
+            + self.samples_evaluated * self.eval_ops_per_sample
+        )
 
     @property
     def tensor_ops(self) -> int:
-        return (self.samples_trained * self.tensor_train_ops_per_sample
-                + self.samples_evaluated * self.tensor_eval_ops_per_sample)
+        return (
+            self.samples_trained * self.tensor_train_ops_per_sample
+            + self.samples_evaluated * self.tensor_eval_ops_per_sample
+        )
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,9 @@ class ScoreResult:
     valid: bool
     reasons: list[str] = field(default_factory=list)
     mfu: float | None = None  # model FLOPs utilisation: tensor_ops / the workers' summed peak
-    utilisation: float | None = None  # seconds in train and eval steps / (workers x window seconds)
+    utilisation: float | None = (
+        None  # seconds in train and eval steps / (workers x window seconds)
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,7 +82,9 @@ def model_flops_utilisation(tensor_ops_per_s: float, peak_flops: float | None) -
     return tensor_ops_per_s / peak_flops
 
 
-def window_utilisation(stepping_s: Iterable[float] | None, workers: int, window_s: float) -> float | None:
+def window_utilisation(
+    stepping_s: Iterable[float] | None, workers: int, window_s: float
+) -> float | None:
     """The share of the window the workers spent in training and evaluation steps: the sum over
     trials of their train and evaluate seconds / (workers x window seconds). None when no trial
     recorded where its time went (runs recorded before trial phases were)."""
@@ -90,30 +99,51 @@ def window_utilisation(stepping_s: Iterable[float] | None, workers: int, window_
 RECOVERED = "recovered after a crash: scored from what it recorded before its deadline"
 
 
-def verdict(*, budget_s: float, best_val_accuracy: float | None, trials_completed: int,
-            rules: ValidityConfig, simulated: bool = False, recovered: bool = False) -> list[str]:
+def verdict(
+    *,
+    budget_s: float,
+    best_val_accuracy: float | None,
+    trials_completed: int,
+    rules: ValidityConfig,
+    simulated: bool = False,
+    recovered: bool = False,
+) -> list[str]:
     """Every rule the result breaks, named; an empty list means valid. A recovered run (scored while
     interrupted: it never reached its deadline) is never valid, whatever it recorded."""
     broken = [RECOVERED] if recovered else []
     if simulated:
         broken.append("simulated trainer: trials were modelled, no model was trained")
     if budget_s < rules.min_budget_s:
-        broken.append(f"too short: budget {budget_s:g} s is under the profile's minimum {rules.min_budget_s:g} s")
+        broken.append(
+            f"too short: budget {budget_s:g} s is under the profile's minimum {rules.min_budget_s:g} s"
+        )
     if trials_completed == 0:
         broken.append("no trial completed all its epochs")
     if best_val_accuracy is None:
         broken.append("no validation accuracy was measured")
     elif best_val_accuracy < rules.accuracy_floor:
-        broken.append(f"accuracy under the floor: best val accuracy {best_val_accuracy:.4f} "
-                      f"< {rules.accuracy_floor:g}")
+        broken.append(
+            f"accuracy under the floor: best val accuracy {best_val_accuracy:.4f} "
+            f"< {rules.accuracy_floor:g}"
+        )
     return broken
 
 
-def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accuracy: float | None,
-                  val_samples: int, trials_completed: int, budget_s: float,
-                  rules: ValidityConfig, simulated: bool = False, recovered: bool = False,
-                  peak_flops: float | None = None, stepping_s: Iterable[float] | None = None,
-                  workers: int = 1) -> ScoreResult:
+def compute_score(
+    work: Iterable[EpochWork],
+    *,
+    elapsed_s: float,
+    best_val_accuracy: float | None,
+    val_samples: int,
+    trials_completed: int,
+    budget_s: float,
+    rules: ValidityConfig,
+    simulated: bool = False,
+    recovered: bool = False,
+    peak_flops: float | None = None,
+    stepping_s: Iterable[float] | None = None,
+    workers: int = 1,
+) -> ScoreResult:
     """`peak_flops`: the sum of the workers' measured peaks (MFU's divisor); `stepping_s`: each
     trial's seconds in training and evaluation steps (window utilisation's numerator), over
     `workers` x `elapsed_s`."""
@@ -123,17 +153,27 @@ def compute_score(work: Iterable[EpochWork], *, elapsed_s: float, best_val_accur
     total = sum(e.ops for e in epochs)
     tensor_total = sum(e.tensor_ops for e in epochs)
     ops = total / elapsed_s
-    broken = verdict(budget_s=budget_s, best_val_accuracy=best_val_accuracy,
-                     trials_completed=trials_completed, rules=rules, simulated=simulated,
-                     recovered=recovered)
+    broken = verdict(
+        budget_s=budget_s,
+        best_val_accuracy=best_val_accuracy,
+        trials_completed=trials_completed,
+        rules=rules,
+        simulated=simulated,
+        recovered=recovered,
+    )
     return ScoreResult(
-        elapsed_s=elapsed_s, total_ops=total, ops=ops, tensor_ops=tensor_total / elapsed_s,
-        best_val_accuracy=best_val_accuracy, val_samples=val_samples,
+        elapsed_s=elapsed_s,
+        total_ops=total,
+        ops=ops,
+        tensor_ops=tensor_total / elapsed_s,
+        best_val_accuracy=best_val_accuracy,
+        val_samples=val_samples,
         regulated_score=regulated_score(ops, best_val_accuracy, val_samples),
         trials_completed=trials_completed,
         samples_trained=sum(e.samples_trained for e in epochs),
         samples_evaluated=sum(e.samples_evaluated for e in epochs),
-        valid=not broken, reasons=broken,
+        valid=not broken,
+        reasons=broken,
         mfu=model_flops_utilisation(tensor_total / elapsed_s, peak_flops),
         utilisation=window_utilisation(stepping_s, workers, elapsed_s),
     )

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from aiperf.config import BenchmarkConfig, ValidityConfig
-from aiperf.rules import load_ruleset
 from aiperf.results.division import CLOSED, classify
 from aiperf.results.score import EpochWork, ScoreResult, compute_score
+from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
 
@@ -56,7 +56,12 @@ def count_architecture(architecture: dict) -> Counts:
 
     counts = count_all(build_model(network_from_dict(architecture)))
     counted, tensor = counts["aiperf"], counts["tensor"]
-    return counted.train_per_sample, counted.eval_per_sample, tensor.train_per_sample, tensor.eval_per_sample
+    return (
+        counted.train_per_sample,
+        counted.eval_per_sample,
+        tensor.train_per_sample,
+        tensor.eval_per_sample,
+    )
 
 
 @dataclass(frozen=True)
@@ -71,14 +76,17 @@ class Evidence:
     recomputed: ScoreResult
 
 
-def verify_run(store: Store, run_id: int, counter: Counter = count_architecture) -> list[CheckRecord]:
+def verify_run(
+    store: Store, run_id: int, counter: Counter = count_architecture
+) -> list[CheckRecord]:
     """Every check of one run, in order; the run passes when every one passes."""
     evidence = gather(store, run_id, counter)
     return [check(evidence) for check in CHECKS.values()]
 
 
-def verify_records(run: RunRecord, dataset: DatasetRecord | None,
-                   counter: Counter = count_architecture) -> list[CheckRecord]:
+def verify_records(
+    run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture
+) -> list[CheckRecord]:
     """The same checks on records that come from elsewhere: a result package's event log
     (aiperf.results.package), rebuilt without a database (aiperf.results.mllog.rebuild)."""
     evidence = gather_records(run, dataset, counter)
@@ -89,7 +97,9 @@ def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> 
     return gather_records(store.get_run(run_id), store.run_dataset(run_id), counter)
 
 
-def gather_records(run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture) -> Evidence:
+def gather_records(
+    run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture
+) -> Evidence:
     if run.score is None or run.search_started_at is None or run.search_ended_at is None:
         raise ValueError(f"run {run.id} has no score to verify (it is {run.status})")
     config = BenchmarkConfig.model_validate(run.config)
@@ -102,16 +112,32 @@ def gather_records(run: RunRecord, dataset: DatasetRecord | None, counter: Count
                 cache[key] = counter(trial.architecture)
             counts[trial.id] = cache[key]
     elapsed = window_seconds(run.windows)  # the sum of its segments, as the score's seconds are
-    work = [EpochWork(e.samples_trained, e.samples_evaluated, *counts[t.id])
-            for t in run.trials if t.id in counts for e in t.epochs]
-    complete = [e.val_accuracy for t in run.trials for e in t.epochs if e.complete and e.val_accuracy is not None]
+    work = [
+        EpochWork(e.samples_trained, e.samples_evaluated, *counts[t.id])
+        for t in run.trials
+        if t.id in counts
+        for e in t.epochs
+    ]
+    complete = [
+        e.val_accuracy
+        for t in run.trials
+        for e in t.epochs
+        if e.complete and e.val_accuracy is not None
+    ]
     recomputed = compute_score(
-        work, elapsed_s=elapsed, best_val_accuracy=max(complete) if complete else None,
+        work,
+        elapsed_s=elapsed,
+        best_val_accuracy=max(complete) if complete else None,
         val_samples=dataset.val_samples if dataset else 0,
-        trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials), budget_s=run.budget_s,
-        rules=_rules(config), simulated=config.train.trainer == "simulated",
-        recovered=run.stored_status == RunStatus.INTERRUPTED, peak_flops=_peak_flops(run),
-        stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None, workers=run.workers)
+        trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials),
+        budget_s=run.budget_s,
+        rules=_rules(config),
+        simulated=config.train.trainer == "simulated",
+        recovered=run.stored_status == RunStatus.INTERRUPTED,
+        peak_flops=_peak_flops(run),
+        stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None,
+        workers=run.workers,
+    )
     return Evidence(run, config, dataset, counts, elapsed, recomputed)
 
 
@@ -133,7 +159,9 @@ def _rules(config: BenchmarkConfig) -> ValidityConfig:
 
 def _result(name: str, problems: list[str], passed_detail: str) -> CheckRecord:
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
         return CheckRecord(name, False, shown)
     return CheckRecord(name, True, passed_detail)
 
@@ -144,16 +172,27 @@ def _close(a: float, b: float) -> bool:
 
 # --- the checkers ---------------------------------------------------------------------------------
 
+
 def check_operations_per_sample(ev: Evidence) -> CheckRecord:
     problems = []
     for t in ev.run.trials:
         if t.id not in ev.counts:
             continue
-        stored = (t.train_ops_per_sample, t.eval_ops_per_sample, t.tensor_train_ops_per_sample,
-                  t.tensor_eval_ops_per_sample)
+        stored = (
+            t.train_ops_per_sample,
+            t.eval_ops_per_sample,
+            t.tensor_train_ops_per_sample,
+            t.tensor_eval_ops_per_sample,
+        )
         if stored != ev.counts[t.id]:
-            problems.append(f"trial {t.trial_key} records {stored}, its architecture counts {ev.counts[t.id]}")
-    return _result(OPERATIONS_PER_SAMPLE, problems, f"{len(ev.counts)} trials recounted from their architectures")
+            problems.append(
+                f"trial {t.trial_key} records {stored}, its architecture counts {ev.counts[t.id]}"
+            )
+    return _result(
+        OPERATIONS_PER_SAMPLE,
+        problems,
+        f"{len(ev.counts)} trials recounted from their architectures",
+    )
 
 
 def _batch_size(trial: TrialRecord) -> int | None:
@@ -170,112 +209,181 @@ def check_samples_within_dataset(ev: Evidence) -> CheckRecord:
         for e in t.epochs:
             where = f"trial {t.trial_key} epoch {e.epoch}"
             if e.samples_trained > ev.dataset.train_samples:
-                problems.append(f"{where} trained {e.samples_trained} samples of {ev.dataset.train_samples}")
+                problems.append(
+                    f"{where} trained {e.samples_trained} samples of {ev.dataset.train_samples}"
+                )
             if e.samples_evaluated > ev.dataset.val_samples:
-                problems.append(f"{where} evaluated {e.samples_evaluated} samples of {ev.dataset.val_samples}")
+                problems.append(
+                    f"{where} evaluated {e.samples_evaluated} samples of {ev.dataset.val_samples}"
+                )
             if batch and e.samples_trained % batch:
-                problems.append(f"{where} trained {e.samples_trained} samples, not whole batches of {batch}")
-    return _result(SAMPLES_WITHIN_DATASET, problems,
-                   f"every epoch within {ev.dataset.train_samples} train / {ev.dataset.val_samples} val samples")
+                problems.append(
+                    f"{where} trained {e.samples_trained} samples, not whole batches of {batch}"
+                )
+    return _result(
+        SAMPLES_WITHIN_DATASET,
+        problems,
+        f"every epoch within {ev.dataset.train_samples} train / {ev.dataset.val_samples} val samples",
+    )
 
 
 def check_epochs_inside_window(ev: Evidence) -> CheckRecord:
     skew = timedelta(seconds=CLOCK_SKEW_S)
-    segments = [(w.started_at - skew, w.ended_at + skew) for w in ev.run.windows if w.ended_at is not None]
-    problems = [f"trial {t.trial_key} epoch {e.epoch} ran {e.started_at:%H:%M:%S.%f}-{e.ended_at:%H:%M:%S.%f}, "
-                f"outside the window" for t in ev.run.trials for e in t.epochs
-                if e.ended_at < e.started_at
-                or not any(start <= e.started_at and e.ended_at <= end for start, end in segments)]
-    return _result(EPOCHS_INSIDE_WINDOW, problems, f"every epoch inside the {ev.elapsed_s:.1f} s window")
+    segments = [
+        (w.started_at - skew, w.ended_at + skew) for w in ev.run.windows if w.ended_at is not None
+    ]
+    problems = [
+        f"trial {t.trial_key} epoch {e.epoch} ran {e.started_at:%H:%M:%S.%f}-{e.ended_at:%H:%M:%S.%f}, "
+        f"outside the window"
+        for t in ev.run.trials
+        for e in t.epochs
+        if e.ended_at < e.started_at
+        or not any(start <= e.started_at and e.ended_at <= end for start, end in segments)
+    ]
+    return _result(
+        EPOCHS_INSIDE_WINDOW, problems, f"every epoch inside the {ev.elapsed_s:.1f} s window"
+    )
 
 
 def check_no_overlap_on_a_worker(ev: Evidence) -> CheckRecord:
     by_worker: dict[str, list] = {}
     for t in ev.run.trials:
         for e in t.epochs:
-            by_worker.setdefault(t.worker or "?", []).append((e.started_at, e.ended_at, t.trial_key, e.epoch))
+            by_worker.setdefault(t.worker or "?", []).append(
+                (e.started_at, e.ended_at, t.trial_key, e.epoch)
+            )
     problems = []
     for worker, spans in by_worker.items():
         spans.sort()
-        for (_s1, e1, k1, n1), (s2, _e2, k2, n2) in zip(spans, spans[1:]):
+        for (_s1, e1, k1, n1), (s2, _e2, k2, n2) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
-                problems.append(f"on {worker}, trial {k2} epoch {n2} starts before trial {k1} epoch {n1} ends")
-    return _result(NO_OVERLAP_ON_A_WORKER, problems, f"{len(by_worker)} workers, one epoch at a time each")
+                problems.append(
+                    f"on {worker}, trial {k2} epoch {n2} starts before trial {k1} epoch {n1} ends"
+                )
+    return _result(
+        NO_OVERLAP_ON_A_WORKER, problems, f"{len(by_worker)} workers, one epoch at a time each"
+    )
 
 
 def check_elapsed_time(ev: Evidence) -> CheckRecord:
     stored = ev.run.score.elapsed_s
     ok = abs(stored - ev.elapsed_s) <= 1e-6
-    return _result(ELAPSED_TIME, [] if ok else [f"score says {stored!r} s, the window is {ev.elapsed_s!r} s"],
-                   f"{ev.elapsed_s:.6f} s, the sum of the window's segments")
+    return _result(
+        ELAPSED_TIME,
+        [] if ok else [f"score says {stored!r} s, the window is {ev.elapsed_s!r} s"],
+        f"{ev.elapsed_s:.6f} s, the sum of the window's segments",
+    )
 
 
 def check_total_operations(ev: Evidence) -> CheckRecord:
     stored, again = ev.run.score, ev.recomputed
     problems = []
     if float(stored.total_ops) != float(again.total_ops):
-        problems.append(f"score says {stored.total_ops} operations, the epochs add up to {again.total_ops}")
-    if (stored.samples_trained, stored.samples_evaluated) != (again.samples_trained, again.samples_evaluated):
-        problems.append(f"score says {stored.samples_trained}/{stored.samples_evaluated} samples trained/"
-                        f"evaluated, the epochs add up to {again.samples_trained}/{again.samples_evaluated}")
+        problems.append(
+            f"score says {stored.total_ops} operations, the epochs add up to {again.total_ops}"
+        )
+    if (stored.samples_trained, stored.samples_evaluated) != (
+        again.samples_trained,
+        again.samples_evaluated,
+    ):
+        problems.append(
+            f"score says {stored.samples_trained}/{stored.samples_evaluated} samples trained/"
+            f"evaluated, the epochs add up to {again.samples_trained}/{again.samples_evaluated}"
+        )
     return _result(TOTAL_OPERATIONS, problems, f"{again.total_ops} operations, to the unit")
 
 
 def check_operations_per_second(ev: Evidence) -> CheckRecord:
     stored, again = ev.run.score, ev.recomputed
-    problems = [f"{name}: score says {a!r}, recomputed {b!r}"
-                for name, a, b in (("OPS", stored.ops, again.ops), ("tensor FLOP/s", stored.tensor_ops, again.tensor_ops))
-                if not _close(a, b)]
-    return _result(OPERATIONS_PER_SECOND, problems, f"OPS {again.ops:.6g}, within {RELATIVE:g} relative")
+    problems = [
+        f"{name}: score says {a!r}, recomputed {b!r}"
+        for name, a, b in (
+            ("OPS", stored.ops, again.ops),
+            ("tensor FLOP/s", stored.tensor_ops, again.tensor_ops),
+        )
+        if not _close(a, b)
+    ]
+    return _result(
+        OPERATIONS_PER_SECOND, problems, f"OPS {again.ops:.6g}, within {RELATIVE:g} relative"
+    )
 
 
 def check_best_accuracy(ev: Evidence) -> CheckRecord:
     stored, again = ev.run.score, ev.recomputed
     problems = []
     if stored.best_val_accuracy != again.best_val_accuracy:
-        problems.append(f"score says {stored.best_val_accuracy!r}, the best complete epoch has "
-                        f"{again.best_val_accuracy!r}")
+        problems.append(
+            f"score says {stored.best_val_accuracy!r}, the best complete epoch has "
+            f"{again.best_val_accuracy!r}"
+        )
     if stored.val_samples != again.val_samples:
-        problems.append(f"score says {stored.val_samples} validation samples, the dataset has {again.val_samples}")
-    return _result(BEST_ACCURACY, problems, f"{again.best_val_accuracy!r} on {again.val_samples} samples")
+        problems.append(
+            f"score says {stored.val_samples} validation samples, the dataset has {again.val_samples}"
+        )
+    return _result(
+        BEST_ACCURACY, problems, f"{again.best_val_accuracy!r} on {again.val_samples} samples"
+    )
 
 
 def check_regulated_score(ev: Evidence) -> CheckRecord:
     stored, again = ev.run.score.regulated_score, ev.recomputed.regulated_score
-    return _result(REGULATED_SCORE, [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
-                   f"{again:.6g}, within {RELATIVE:g} relative")
+    return _result(
+        REGULATED_SCORE,
+        [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
+        f"{again:.6g}, within {RELATIVE:g} relative",
+    )
 
 
 def check_division(ev: Evidence) -> CheckRecord:
     again = classify(ev.config)
     stored = (ev.run.division, ev.run.ruleset, ev.run.deviations, ev.run.config_hash)
     expected = (again.name, again.ruleset, again.deviations, again.config_hash)
-    problems = [] if stored == expected else [f"recorded {stored[0]} ({stored[1]}, {len(stored[2])} deviations), "
-                                              f"its config is {again.name} ({again.ruleset}, "
-                                              f"{len(again.deviations)} deviations)"]
-    return _result(DIVISION, problems, f"{again.name} under {again.ruleset}"
-                   + (f", {len(again.deviations)} deviations" if again.deviations else ""))
+    problems = (
+        []
+        if stored == expected
+        else [
+            f"recorded {stored[0]} ({stored[1]}, {len(stored[2])} deviations), "
+            f"its config is {again.name} ({again.ruleset}, "
+            f"{len(again.deviations)} deviations)"
+        ]
+    )
+    return _result(
+        DIVISION,
+        problems,
+        f"{again.name} under {again.ruleset}"
+        + (f", {len(again.deviations)} deviations" if again.deviations else ""),
+    )
 
 
 def check_validity_rules(ev: Evidence) -> CheckRecord:
     stored, again = ev.run.score, ev.recomputed
     problems = []
     if (stored.valid, list(stored.reasons)) != (again.valid, list(again.reasons)):
-        problems.append(f"score says {'valid' if stored.valid else 'invalid'} {list(stored.reasons)}, the rules give "
-                        f"{'valid' if again.valid else 'invalid'} {list(again.reasons)}")
+        problems.append(
+            f"score says {'valid' if stored.valid else 'invalid'} {list(stored.reasons)}, the rules give "
+            f"{'valid' if again.valid else 'invalid'} {list(again.reasons)}"
+        )
     if stored.trials_completed != again.trials_completed:
-        problems.append(f"score says {stored.trials_completed} trials completed, the trials say {again.trials_completed}")
+        problems.append(
+            f"score says {stored.trials_completed} trials completed, the trials say {again.trials_completed}"
+        )
     division = classify(ev.config)
     if division.closed:
         ruleset = load_ruleset(division.ruleset)
         rules = ruleset.for_profile(ev.config.profile)
         if ev.config.search.seed_architecture != rules.seed_architecture:
-            problems.append(f"seed network {ev.config.search.seed_architecture}, the rules say {rules.seed_architecture}")
+            problems.append(
+                f"seed network {ev.config.search.seed_architecture}, the rules say {rules.seed_architecture}"
+            )
         if ev.config.train.trainer != ruleset.trainer:
             problems.append(f"trainer {ev.config.train.trainer}, the rules say {ruleset.trainer}")
         if ev.config.train.precision not in ruleset.precisions:
-            problems.append(f"precision {ev.config.train.precision} is not one of {ruleset.precisions}")
-    name = division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
+            problems.append(
+                f"precision {ev.config.train.precision} is not one of {ruleset.precisions}"
+            )
+    name = (
+        division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
+    )
     return _result(VALIDITY_RULES, problems, f"{'valid' if again.valid else 'invalid'} by {name}")
 
 
@@ -296,15 +404,20 @@ def check_model_flops_utilisation(ev: Evidence) -> CheckRecord:
     peaks = _peak_flops(ev.run)
     if ev.run.peak_flops is not None or peaks is not None:
         if ev.run.peak_flops is None or peaks is None or not _close(ev.run.peak_flops, peaks):
-            problems.append(f"the run's peak is {_shown(ev.run.peak_flops)} FLOP/s, its {len(ev.run.worker_peaks)} "
-                            f"workers measured {_shown(peaks)} FLOP/s in all")
+            problems.append(
+                f"the run's peak is {_shown(ev.run.peak_flops)} FLOP/s, its {len(ev.run.worker_peaks)} "
+                f"workers measured {_shown(peaks)} FLOP/s in all"
+            )
         if any(not float(p.get("flops") or 0.0) > 0 for p in ev.run.worker_peaks):
             problems.append("a worker's measured peak is not a positive rate")
     stored, again = ev.run.score.mfu, ev.recomputed.mfu
     if not _same(stored, again):
         problems.append(f"score says MFU {_shown(stored)}, recomputed {_shown(again)}")
-    detail = ("no peak measured: no MFU" if again is None
-              else f"MFU {again:.4%} of {peaks:.6g} FLOP/s, within {RELATIVE:g} relative")
+    detail = (
+        "no peak measured: no MFU"
+        if again is None
+        else f"MFU {again:.4%} of {peaks:.6g} FLOP/s, within {RELATIVE:g} relative"
+    )
     return _result(MODEL_FLOPS_UTILISATION, problems, detail)
 
 
@@ -321,9 +434,14 @@ def check_window_utilisation(ev: Evidence) -> CheckRecord:
             by_worker[t.worker or "?"] = by_worker.get(t.worker or "?", 0.0) + t.phases.total_s
     for worker, seconds in sorted(by_worker.items()):
         if seconds > ev.elapsed_s + CLOCK_SKEW_S:
-            problems.append(f"the trials on {worker} account for {seconds:.1f} s of a {ev.elapsed_s:.1f} s window")
-    detail = ("no trial recorded its phases: no utilisation" if again is None
-              else f"{again:.4%} of {ev.run.workers} workers x {ev.elapsed_s:.1f} s in training and evaluation steps")
+            problems.append(
+                f"the trials on {worker} account for {seconds:.1f} s of a {ev.elapsed_s:.1f} s window"
+            )
+    detail = (
+        "no trial recorded its phases: no utilisation"
+        if again is None
+        else f"{again:.4%} of {ev.run.workers} workers x {ev.elapsed_s:.1f} s in training and evaluation steps"
+    )
     return _result(WINDOW_UTILISATION, problems, detail)
 
 

@@ -33,7 +33,9 @@ class ProfileRules:
 class Ruleset:
     id: str
     version: str
-    settable: tuple[str, ...]  # dotted settings a closed run may change ("cluster" covers cluster.*)
+    settable: tuple[
+        str, ...
+    ]  # dotted settings a closed run may change ("cluster" covers cluster.*)
     convention: str
     trainer: str
     profiles: dict[str, ProfileRules]
@@ -63,8 +65,10 @@ class Ruleset:
         try:
             return self.profiles[profile]
         except KeyError:
-            raise UserError(f"ruleset {self.name} has no rules for profile {profile!r}; it judges "
-                            f"{', '.join(sorted(self.profiles))}") from None
+            raise UserError(
+                f"ruleset {self.name} has no rules for profile {profile!r}; it judges "
+                f"{', '.join(sorted(self.profiles))}"
+            ) from None
 
     def is_settable(self, dotted: str) -> bool:
         """Whether a closed run may change this setting (a section name covers its keys)."""
@@ -73,7 +77,9 @@ class Ruleset:
 
 def available_rulesets() -> list[str]:
     folder = resources.files("aiperf") / "rules"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
 
 
 @cache
@@ -82,16 +88,32 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     from aiperf.config import parse_duration
 
     if name not in available_rulesets():
-        raise UserError(f"unknown ruleset {name!r}; aiperf knows {', '.join(available_rulesets())}")
-    raw: dict[str, Any] = yaml.safe_load((resources.files("aiperf") / "rules" / f"{name}.yaml").read_text())
-    profiles = {profile: ProfileRules(min_budget_s=parse_duration(rules["min_budget"]),
-                                      accuracy_floor=float(rules["accuracy_floor"]),
-                                      seed_architecture=str(rules["seed_architecture"]))
-                for profile, rules in raw["profiles"].items()}
-    choices = {dotted: tuple(values) for dotted, values in (raw["closed"].get("choices") or {}).items()}
-    ruleset = Ruleset(id=raw["id"], version=str(raw["version"]), settable=tuple(raw["closed"]["settable"]),
-                      convention=raw["valid"]["convention"], trainer=raw["valid"]["trainer"], profiles=profiles,
-                      choices=choices)
+        raise UserError(
+            f"unknown ruleset {name!r}; aiperf knows {', '.join(available_rulesets())}"
+        )
+    raw: dict[str, Any] = yaml.safe_load(
+        (resources.files("aiperf") / "rules" / f"{name}.yaml").read_text()
+    )
+    profiles = {
+        profile: ProfileRules(
+            min_budget_s=parse_duration(rules["min_budget"]),
+            accuracy_floor=float(rules["accuracy_floor"]),
+            seed_architecture=str(rules["seed_architecture"]),
+        )
+        for profile, rules in raw["profiles"].items()
+    }
+    choices = {
+        dotted: tuple(values) for dotted, values in (raw["closed"].get("choices") or {}).items()
+    }
+    ruleset = Ruleset(
+        id=raw["id"],
+        version=str(raw["version"]),
+        settable=tuple(raw["closed"]["settable"]),
+        convention=raw["valid"]["convention"],
+        trainer=raw["valid"]["trainer"],
+        profiles=profiles,
+        choices=choices,
+    )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")
     return ruleset

@@ -53,7 +53,9 @@ def conv_distance(a: list[Conv], b: list[Conv]) -> float:
     for i, ca in enumerate(a, start=1):
         current = [float(i)] + [0.0] * len(b)
         for j, cb in enumerate(b, start=1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + _change_cost(ca, cb))
+            current[j] = min(
+                previous[j] + 1, current[j - 1] + 1, previous[j - 1] + _change_cost(ca, cb)
+            )
         previous = current
     return previous[-1]
 
@@ -78,6 +80,7 @@ def distance(a: Network | tuple, b: Network | tuple) -> float:
 # The rows are kept shifted, s[j] = row[j] - j, which saves the shifts back and forth:
 #     s'[j] = cumulative_min(min(s[j] + 1, s[j-1] + cost - 1)),  s'[0] = i.
 
+
 def _conv_ids(rows: list[list[Conv]], cols: list[list[Conv]]) -> tuple[np.ndarray, ...]:
     """Each convolution as the index of its (filters, kernel, stride) kind, padded with -1; each
     sequence's length; and the cost of changing every kind into every other (a small table)."""
@@ -91,7 +94,9 @@ def _conv_ids(rows: list[list[Conv]], cols: list[list[Conv]]) -> tuple[np.ndarra
             padded[row, : len(sequence)] = [index[c] for c in sequence]
         return padded, lengths
 
-    table = np.array([[_change_cost(a, b) for b in kinds] for a in kinds]).reshape(len(kinds), len(kinds))
+    table = np.array([[_change_cost(a, b) for b in kinds] for a in kinds]).reshape(
+        len(kinds), len(kinds)
+    )
     return (*ids(rows), *ids(cols), table)
 
 
@@ -106,14 +111,19 @@ def _dp_rows(a: np.ndarray, b: np.ndarray, table: np.ndarray) -> Iterator[np.nda
     for i in range(1, a.shape[1] + 1):
         x = np.empty_like(previous)
         x[:, :, 0] = i
-        np.add(previous[:, :, :-1], shifted_cost[a[:, i - 1, None, None], b[None, :, :]], out=x[:, :, 1:])
+        np.add(
+            previous[:, :, :-1],
+            shifted_cost[a[:, i - 1, None, None], b[None, :, :]],
+            out=x[:, :, 1:],
+        )
         np.minimum(x[:, :, 1:], previous[:, :, 1:] + 1, out=x[:, :, 1:])
         previous = np.minimum.accumulate(x, axis=2, out=x)
         yield previous
 
 
-def conv_distances(a: np.ndarray, a_lengths: np.ndarray, b: np.ndarray, b_lengths: np.ndarray,
-                   table: np.ndarray) -> np.ndarray:
+def conv_distances(
+    a: np.ndarray, a_lengths: np.ndarray, b: np.ndarray, b_lengths: np.ndarray, table: np.ndarray
+) -> np.ndarray:
     """conv_distance for every pair of a row of `a` and a row of `b` (kind indices, -1 padded)."""
     result = np.empty((len(a), len(b)))
     pairs = np.arange(len(b))
@@ -146,8 +156,9 @@ def distance_matrix(rows: list[tuple], cols: list[tuple]) -> np.ndarray:
     """distance(a, b) for every a of `rows` and b of `cols`, all given as `describe()` results."""
     if not rows or not cols:
         return np.zeros((len(rows), len(cols)))
-    return (conv_distance_matrix([r[0] for r in rows], [c[0] for c in cols])
-            + skip_difference_matrix([r[1] for r in rows], [c[1] for c in cols]))
+    return conv_distance_matrix(
+        [r[0] for r in rows], [c[0] for c in cols]
+    ) + skip_difference_matrix([r[1] for r in rows], [c[1] for c in cols])
 
 
 # --- candidates one edit away from a parent -----------------------------------------------------
@@ -163,7 +174,9 @@ def distance_matrix(rows: list[tuple], cols: list[tuple]) -> np.ndarray:
 # a direct computation would run the whole dynamic programme per pair. The tables are kept from one
 # proposal to the next: a trial new to the training set adds one table per parent.
 
-Edit = tuple[str, int, int]  # ("same" | "insert" | "change", position, kind index of the new convolution)
+Edit = tuple[
+    str, int, int
+]  # ("same" | "insert" | "change", position, kind index of the new convolution)
 
 
 class ConvKinds:
@@ -197,12 +210,14 @@ class ConvKinds:
 def edit_from(parent: list[Conv], child: list[Conv]) -> tuple[str, int, Conv | None] | None:
     """How `child`'s convolutions differ from `parent`'s: ("same", 0, None), ("insert", p, x),
     ("change", p, x); None when it takes more than one edit."""
-    p = next((i for i, (a, b) in enumerate(zip(parent, child)) if a != b), min(len(parent), len(child)))
+    p = next(
+        (i for i, (a, b) in enumerate(zip(parent, child, strict=False)) if a != b), min(len(parent), len(child))
+    )
     if len(child) == len(parent):
         if p == len(parent):
             return "same", 0, None
-        return ("change", p, child[p]) if child[p + 1:] == parent[p + 1:] else None
-    if len(child) == len(parent) + 1 and child[p + 1:] == parent[p:]:
+        return ("change", p, child[p]) if child[p + 1 :] == parent[p + 1 :] else None
+    if len(child) == len(parent) + 1 and child[p + 1 :] == parent[p:]:
         return "insert", p, child[p]
     return None
 
@@ -222,10 +237,10 @@ class EditTables:
 
     def __init__(self, kinds: ConvKinds) -> None:
         self.kinds = kinds
-        self._parents: dict[str, np.ndarray] = {}    # parent -> its kind indices
-        self._forward: dict[str, np.ndarray] = {}    # parent -> (len + 1, slots, width + 1)
+        self._parents: dict[str, np.ndarray] = {}  # parent -> its kind indices
+        self._forward: dict[str, np.ndarray] = {}  # parent -> (len + 1, slots, width + 1)
         self._backward: dict[str, np.ndarray] = {}
-        self._slot: dict[str, int] = {}              # member -> slot
+        self._slot: dict[str, int] = {}  # member -> slot
         self._members = np.full((0, 0), -1, dtype=int)  # (slots, width) kind indices, -1 padded
         self._lengths = np.zeros(0, dtype=int)
 
@@ -259,13 +274,16 @@ class EditTables:
         if (slots, width) != self._members.shape:
             members = np.full((slots, width), -1, dtype=int)
             members[:held, : self._members.shape[1]] = self._members
-            self._members, self._lengths = members, np.concatenate([self._lengths, np.zeros(slots - held, dtype=int)])
+            self._members, self._lengths = (
+                members,
+                np.concatenate([self._lengths, np.zeros(slots - held, dtype=int)]),
+            )
             for tables in (self._forward, self._backward):
                 for p, old in tables.items():
                     tables[p] = np.full((old.shape[0], slots, width + 1), np.inf)
                     tables[p][:, :held, : old.shape[2]] = old
             free += range(held, slots)
-        for name, sequence, slot in zip(names, sequences, free):
+        for name, sequence, slot in zip(names, sequences, free, strict=False):
             self._slot[name] = slot
             self._members[slot] = -1
             self._members[slot, : len(sequence)] = sequence
@@ -279,7 +297,7 @@ class EditTables:
         j = np.arange(lengths.max(initial=0) + 1)
         forward = np.stack(list(_dp_rows(a, b[:, : j[-1]], self.kinds.table))) + j
         reverse_a, _ = padded([self._parents[p][::-1] for p in parents])
-        reverse_b, _ = padded([self._members[s, : n][::-1] for s, n in zip(slots, lengths)])
+        reverse_b, _ = padded([self._members[s, :n][::-1] for s, n in zip(slots, lengths, strict=False)])
         backward = np.stack(list(_dp_rows(reverse_a, reverse_b, self.kinds.table))) + j
         beyond = j[None, :] > lengths[:, None]  # (members, width + 1): past a member's end
         reverse_j = np.clip(lengths[:, None] - j[None, :], 0, None)
@@ -298,8 +316,8 @@ class EditTables:
         """conv_distance from each child of `parent` (given by its edit) to each member."""
         slots = np.array([self._slot[m] for m in members])
         forward, backward = self._forward[parent], self._backward[parent]
-        kinds, positions, new = (np.array(column) for column in zip(*edits))
-        before = forward[positions[:, None], slots[None, :]]                  # (edits, members, width + 1)
+        kinds, positions, new = (np.array(column) for column in zip(*edits, strict=False))
+        before = forward[positions[:, None], slots[None, :]]  # (edits, members, width + 1)
         after = backward[(positions + (kinds == "change"))[:, None], slots[None, :]]
         cost = self.kinds.table[new[:, None, None], self._members[slots][None]]
         dropped = (before + after).min(axis=2) + 1

@@ -35,7 +35,9 @@ class ArchitectureGP:
         """Posterior mean and standard deviation, in the scores' units."""
         return self.predict_distances(distance_matrix(_described(networks), self._train))
 
-    def fit_distances(self, train_distances: np.ndarray, scores: Sequence[float]) -> ArchitectureGP:
+    def fit_distances(
+        self, train_distances: np.ndarray, scores: Sequence[float]
+    ) -> ArchitectureGP:
         """Fit on the edit distances among the training networks (n x n) and their scores."""
         y = np.asarray(scores, dtype=float)
         self._mean, self._std = float(y.mean()), float(y.std()) or 1.0
@@ -47,7 +49,9 @@ class ArchitectureGP:
                 break
             except np.linalg.LinAlgError:
                 jitter *= 10
-        self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, (y - self._mean) / self._std))
+        self._alpha = np.linalg.solve(
+            self._chol.T, np.linalg.solve(self._chol, (y - self._mean) / self._std)
+        )
         return self
 
     def predict_distances(self, distances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -33,8 +33,16 @@ import numpy as np
 from aiperf.arch.graph import Network
 from aiperf.arch.spec import network_from_dict
 from aiperf.search import space
-from aiperf.search.distance import (ConvKinds, EditTables, conv_distance_matrix, conv_distances, describe, edit_from,
-                                    padded, skip_difference_matrix)
+from aiperf.search.distance import (
+    ConvKinds,
+    EditTables,
+    conv_distance_matrix,
+    conv_distances,
+    describe,
+    edit_from,
+    padded,
+    skip_difference_matrix,
+)
 
 COMPLETED = kt.engine.trial.TrialStatus.COMPLETED
 FAILED = kt.engine.trial.TrialStatus.FAILED
@@ -70,8 +78,11 @@ def sample_rank(trial_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(trial_id.encode(), digest_size=8).digest(), "big")
 
 
-def training_set(scored: Sequence[kt.engine.trial.Trial], scores: np.ndarray | None = None,
-                 ranks: np.ndarray | None = None) -> list[kt.engine.trial.Trial]:
+def training_set(
+    scored: Sequence[kt.engine.trial.Trial],
+    scores: np.ndarray | None = None,
+    ranks: np.ndarray | None = None,
+) -> list[kt.engine.trial.Trial]:
     """The scored trials the GP trains on, in the order given (the oracle's, creation order).
     `scores` and `ranks` (sample_rank of each) where the caller keeps them (SearchMemory.scored)."""
     if len(scored) <= TRAINING_SIZE:
@@ -82,7 +93,9 @@ def training_set(scored: Sequence[kt.engine.trial.Trial], scores: np.ndarray | N
     chosen = np.zeros(len(scored), dtype=bool)
     chosen[best(scores, BEST)] = True
     chosen[-RECENT:] = True
-    wanted = TRAINING_SIZE - int(chosen.sum())  # SPREAD, or more where a recent trial is also a best one
+    wanted = TRAINING_SIZE - int(
+        chosen.sum()
+    )  # SPREAD, or more where a recent trial is also a best one
     rest = np.flatnonzero(~chosen)
     chosen[rest[smallest(ranks[rest], wanted)]] = True
     return [scored[i] for i in np.flatnonzero(chosen)]
@@ -104,7 +117,9 @@ class SearchMemory:
         self._order: list[int] = []
         self._scores, self._ranks = np.zeros(0), np.zeros(0, dtype=np.uint64)
 
-    def scored(self, trials: dict[str, kt.engine.trial.Trial]) -> tuple[list, np.ndarray, np.ndarray]:
+    def scored(
+        self, trials: dict[str, kt.engine.trial.Trial]
+    ) -> tuple[list, np.ndarray, np.ndarray]:
         """The oracle's scored trials (completed, with a finite score) in creation order, their
         scores and their sample_rank. Only trials not scored yet are looked at (the oracle's trials
         are only ever added; a failed one stays failed; keras-tuner sets a score once, as it ends the
@@ -112,14 +127,18 @@ class SearchMemory:
         ids = list(trials)
         if len(ids) < self._seen:  # not the trials this memory has seen: start again
             self.__init__()
-        for trial_id in ids[self._seen:]:
+        for trial_id in ids[self._seen :]:
             self._created[trial_id] = len(self._created)
             self._waiting.append(trial_id)
         self._seen = len(ids)
         waiting, self._waiting = self._waiting, []
         for trial_id in waiting:
             trial = trials[trial_id]
-            if trial.status == COMPLETED and trial.score is not None and math.isfinite(trial.score):
+            if (
+                trial.status == COMPLETED
+                and trial.score is not None
+                and math.isfinite(trial.score)
+            ):
                 self._score(trial)
             elif trial.status != FAILED:
                 self._waiting.append(trial_id)
@@ -172,36 +191,50 @@ class SearchMemory:
         self._ids, self._distances = ids, matrix
         return matrix
 
-    def _distance_rows(self, rows: Sequence[kt.engine.trial.Trial],
-                       cols: Sequence[kt.engine.trial.Trial]) -> np.ndarray:
+    def _distance_rows(
+        self, rows: Sequence[kt.engine.trial.Trial], cols: Sequence[kt.engine.trial.Trial]
+    ) -> np.ndarray:
         """distance_matrix() of the trials' networks, on the convolution kinds indexed once per run."""
         a, a_lengths = padded([self.conv_ids(t) for t in rows])
         b, b_lengths = padded([self.conv_ids(t) for t in cols])
-        return (conv_distances(a, a_lengths, b, b_lengths, self._kinds.table)
-                + skip_difference_matrix([self.described(t)[1] for t in rows], [self.described(t)[1] for t in cols]))
+        return conv_distances(
+            a, a_lengths, b, b_lengths, self._kinds.table
+        ) + skip_difference_matrix(
+            [self.described(t)[1] for t in rows], [self.described(t)[1] for t in cols]
+        )
 
-    def children_distances(self, children: Sequence[tuple[tuple, kt.engine.trial.Trial]],
-                           parents: Sequence[kt.engine.trial.Trial],
-                           trials: Sequence[kt.engine.trial.Trial]) -> np.ndarray:
+    def children_distances(
+        self,
+        children: Sequence[tuple[tuple, kt.engine.trial.Trial]],
+        parents: Sequence[kt.engine.trial.Trial],
+        trials: Sequence[kt.engine.trial.Trial],
+    ) -> np.ndarray:
         """Edit distances from each child (described, with its parent trial, one of `parents`) to
         each trial (children x trials), equal to distance_matrix(). The convolutions' part comes
         from the parents' edit tables against `trials`, kept for the next proposal (a child more
         than one convolution away from its parent is computed directly); the skips' part is cheap."""
-        self._tables.sync({p.trial_id: self.conv_ids(p) for p in parents},
-                          {t.trial_id: self.conv_ids(t) for t in trials})
+        self._tables.sync(
+            {p.trial_id: self.conv_ids(p) for p in parents},
+            {t.trial_id: self.conv_ids(t) for t in trials},
+        )
         members = [t.trial_id for t in trials]
         result = np.empty((len(children), len(trials)))
         by_parent: dict[str, list[tuple[int, tuple]]] = {}
         for row, ((convs, _), parent) in enumerate(children):
             edit = edit_from(self.described(parent)[0], convs)
             if edit is None:
-                result[row] = conv_distance_matrix([convs], [self.described(t)[0] for t in trials])[0]
+                result[row] = conv_distance_matrix(
+                    [convs], [self.described(t)[0] for t in trials]
+                )[0]
             else:
                 kind, position, new = edit
                 by_parent.setdefault(parent.trial_id, []).append(
-                    (row, (kind, position, int(self._kinds.ids([new])[0]) if new else 0)))
+                    (row, (kind, position, int(self._kinds.ids([new])[0]) if new else 0))
+                )
         for parent_id, edits in by_parent.items():
             rows = [row for row, _ in edits]
             result[rows] = self._tables.distances(parent_id, [edit for _, edit in edits], members)
-        return result + skip_difference_matrix([skips for _, skips in (c for c, _ in children)],
-                                               [self.described(t)[1] for t in trials])
+        return result + skip_difference_matrix(
+            [skips for _, skips in (c for c, _ in children)],
+            [self.described(t)[1] for t in trials],
+        )

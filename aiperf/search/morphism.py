@@ -42,12 +42,27 @@ IDLE = kt.engine.trial.TrialStatus.IDLE
 
 
 class MorphismOracle(kt.Oracle):
-    def __init__(self, *, seed_network: Network, search_space: SpaceConfig, first_round: int,
-                 limits: Limits, objective: kt.Objective, seed: int, max_trials: int,
-                 candidates: int = 24, beta: float = 2.0, top_parents: int = 5) -> None:
-        super().__init__(objective=objective, max_trials=max_trials,
-                         hyperparameters=space.morphism_hyperparameters(search_space), seed=seed,
-                         max_consecutive_failed_trials=max_trials)
+    def __init__(
+        self,
+        *,
+        seed_network: Network,
+        search_space: SpaceConfig,
+        first_round: int,
+        limits: Limits,
+        objective: kt.Objective,
+        seed: int,
+        max_trials: int,
+        candidates: int = 24,
+        beta: float = 2.0,
+        top_parents: int = 5,
+    ) -> None:
+        super().__init__(
+            objective=objective,
+            max_trials=max_trials,
+            hyperparameters=space.morphism_hyperparameters(search_space),
+            seed=seed,
+            max_consecutive_failed_trials=max_trials,
+        )
         self.seed_network, self.search_space = seed_network, search_space
         self.first_round, self.limits = first_round, limits
         self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
@@ -76,8 +91,15 @@ class MorphismOracle(kt.Oracle):
         child, parent_id, operator = proposal
         spec = child.to_json()
         self._tried.add(child, spec)
-        return {"status": RUNNING, "values": {**values, space.ARCHITECTURE: spec,
-                                              space.PARENT: parent_id, space.OPERATOR: operator}}
+        return {
+            "status": RUNNING,
+            "values": {
+                **values,
+                space.ARCHITECTURE: spec,
+                space.PARENT: parent_id,
+                space.OPERATOR: operator,
+            },
+        }
 
     def _seeds(self) -> int:
         """Seed trials so far, up to first_round. Counted over the trials added since the last call
@@ -86,25 +108,42 @@ class MorphismOracle(kt.Oracle):
         if self._seeds_counted[0] < self.first_round:
             trials = list(self.trials.values())
             seen, seeds = self._seeds_counted[1], self._seeds_counted[0]
-            seeds += sum(1 for t in trials[seen:] if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR)
+            seeds += sum(
+                1
+                for t in trials[seen:]
+                if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR
+            )
             self._seeds_counted = (seeds, len(trials))
         return min(self._seeds_counted[0], self.first_round)
 
     def _seed_values(self) -> dict[str, Any]:
-        return {space.ARCHITECTURE: self.seed_network.to_json(), space.PARENT: None,
-                space.OPERATOR: space.SEED_OPERATOR}
+        return {
+            space.ARCHITECTURE: self.seed_network.to_json(),
+            space.PARENT: None,
+            space.OPERATOR: space.SEED_OPERATOR,
+        }
 
     def _sample_hyperparameters(self) -> dict[str, Any]:
         s, rng = self.search_space, self._rng
         low, high = s.learning_rate
-        return {space.LEARNING_RATE: math.exp(rng.uniform(math.log(low), math.log(high))),
-                space.BATCH_SIZE: rng.choice(s.batch_size), space.KERNEL_SIZE: rng.choice(s.kernel_size),
-                space.DROPOUT: rng.choice(s.dropout)}
+        return {
+            space.LEARNING_RATE: math.exp(rng.uniform(math.log(low), math.log(high))),
+            space.BATCH_SIZE: rng.choice(s.batch_size),
+            space.KERNEL_SIZE: rng.choice(s.kernel_size),
+            space.DROPOUT: rng.choice(s.dropout),
+        }
 
-    def _propose(self, scored: list[kt.engine.trial.Trial], scores: np.ndarray, ranks: np.ndarray,
-                 kernel: int) -> tuple[Network, str, str] | None:
+    def _propose(
+        self,
+        scored: list[kt.engine.trial.Trial],
+        scores: np.ndarray,
+        ranks: np.ndarray,
+        kernel: int,
+    ) -> tuple[Network, str, str] | None:
         ranked = [scored[i] for i in best(scores, self.top_parents)]
-        proposals: list[tuple[Network, kt.engine.trial.Trial]] = []  # (child, parent), new architectures
+        proposals: list[
+            tuple[Network, kt.engine.trial.Trial]
+        ] = []  # (child, parent), new architectures
         drawn = TriedArchitectures()
         for _ in range(self.candidates * 3):
             if len(proposals) >= self.candidates:
@@ -117,8 +156,12 @@ class MorphismOracle(kt.Oracle):
         if not proposals:
             return None
         train = training_set(scored, scores, ranks)
-        gp = ArchitectureGP().fit_distances(self._memory.training_distances(train), [t.score for t in train])
-        distances = self._memory.children_distances([(describe(c), p) for c, p in proposals], ranked, train)
+        gp = ArchitectureGP().fit_distances(
+            self._memory.training_distances(train), [t.score for t in train]
+        )
+        distances = self._memory.children_distances(
+            [(describe(c), p) for c, p in proposals], ranked, train
+        )
         mean, std = gp.predict_distances(distances)
         chosen = int(upper_confidence_bound(mean, std, self.beta).argmax())
         child, parent = proposals[chosen]
@@ -136,19 +179,26 @@ class MorphismOracle(kt.Oracle):
     def set_state(self, state: dict[str, Any]) -> None:
         """The state, given after the trials it goes with (aiperf.search.resume.restore)."""
         super().set_state(state)
-        self._memory = SearchMemory()  # derived from the trials; a state from elsewhere comes with others
+        self._memory = (
+            SearchMemory()
+        )  # derived from the trials; a state from elsewhere comes with others
         self._seeds_counted = (0, 0)
         morphism = state.get("morphism", {})
         # Every architecture proposed is a trial's; states stored by earlier versions also list their keys.
         # Parsed one at a time and let go (held as the trials' own JSON): the memory keeps only what
         # proposals need.
-        specs = [t.hyperparameters.values[space.ARCHITECTURE] for t in self.trials.values()
-                 if t.hyperparameters.values.get(space.ARCHITECTURE)]
+        specs = [
+            t.hyperparameters.values[space.ARCHITECTURE]
+            for t in self.trials.values()
+            if t.hyperparameters.values.get(space.ARCHITECTURE)
+        ]
         self._tried = TriedArchitectures(
-            itertools.chain([(self.seed_network, self.seed_network.to_json())],
-                            ((network_from_dict(json.loads(spec)), spec) for spec in specs)),
-            keys=morphism.get("tried", []))
+            itertools.chain(
+                [(self.seed_network, self.seed_network.to_json())],
+                ((network_from_dict(json.loads(spec)), spec) for spec in specs),
+            ),
+            keys=morphism.get("tried", []),
+        )
         if "rng" in morphism:
             version, internal, gauss = morphism["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
-

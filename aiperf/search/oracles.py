@@ -19,7 +19,9 @@ from aiperf.search.morphism import MorphismOracle
 MAX_TRIALS = 100_000
 
 
-def make_oracle(config: BenchmarkConfig, input_shape: tuple[int, int, int], num_classes: int) -> kt.Oracle:
+def make_oracle(
+    config: BenchmarkConfig, input_shape: tuple[int, int, int], num_classes: int
+) -> kt.Oracle:
     """An oracle for the profile, its state kept in memory for the orchestrator to store."""
     search = config.search
     objective = kt.Objective(search.objective, direction="max")
@@ -28,25 +30,44 @@ def make_oracle(config: BenchmarkConfig, input_shape: tuple[int, int, int], num_
     if search.oracle == "morphism":
         oracle: kt.Oracle = MorphismOracle(
             seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
-            search_space=search.space, first_round=config.workers,
-            limits=Limits(max_layers=search.limits.max_layers, max_params=search.limits.max_params),
-            objective=objective, seed=seed, max_trials=MAX_TRIALS, candidates=search.candidates,
-            beta=search.ucb_beta)
+            search_space=search.space,
+            first_round=config.workers,
+            limits=Limits(
+                max_layers=search.limits.max_layers, max_params=search.limits.max_params
+            ),
+            objective=objective,
+            seed=seed,
+            max_trials=MAX_TRIALS,
+            candidates=search.candidates,
+            beta=search.ucb_beta,
+        )
     elif search.oracle == "random":
-        oracle = kt.oracles.RandomSearchOracle(objective=objective, max_trials=MAX_TRIALS, seed=seed,
-                                               hyperparameters=space.family_hyperparameters(search.space),
-                                               max_consecutive_failed_trials=MAX_TRIALS)
+        oracle = kt.oracles.RandomSearchOracle(
+            objective=objective,
+            max_trials=MAX_TRIALS,
+            seed=seed,
+            hyperparameters=space.family_hyperparameters(search.space),
+            max_consecutive_failed_trials=MAX_TRIALS,
+        )
     elif search.oracle == "bayesian":
         oracle = kt.oracles.BayesianOptimizationOracle(
-            objective=objective, max_trials=MAX_TRIALS, seed=seed,
+            objective=objective,
+            max_trials=MAX_TRIALS,
+            seed=seed,
             num_initial_points=max(2, config.workers),
             hyperparameters=space.family_hyperparameters(search.space),
-            max_consecutive_failed_trials=MAX_TRIALS)
+            max_consecutive_failed_trials=MAX_TRIALS,
+        )
     elif search.oracle == "hyperband":
         oracle = kt.oracles.HyperbandOracle(
-            objective=objective, max_epochs=max(config.train.epochs), factor=3, seed=seed,
-            hyperband_iterations=MAX_TRIALS, hyperparameters=space.family_hyperparameters(search.space),
-            max_consecutive_failed_trials=MAX_TRIALS)
+            objective=objective,
+            max_epochs=max(config.train.epochs),
+            factor=3,
+            seed=seed,
+            hyperband_iterations=MAX_TRIALS,
+            hyperparameters=space.family_hyperparameters(search.space),
+            max_consecutive_failed_trials=MAX_TRIALS,
+        )
     else:  # pragma: no cover - config validation admits only the oracles above
         raise ValueError(f"unknown oracle {search.oracle!r}")
     oracle.verbose = 0

@@ -26,8 +26,14 @@ from aiperf.search import space
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 
-_STATUS = {TrialStatus.COMPLETED: "COMPLETED", TrialStatus.STOPPED: "COMPLETED", TrialStatus.FAILED: "FAILED",
-           TrialStatus.DIVERGED: "COMPLETED", TrialStatus.RUNNING: "FAILED", TrialStatus.INTERRUPTED: "FAILED"}
+_STATUS = {
+    TrialStatus.COMPLETED: "COMPLETED",
+    TrialStatus.STOPPED: "COMPLETED",
+    TrialStatus.FAILED: "FAILED",
+    TrialStatus.DIVERGED: "COMPLETED",
+    TrialStatus.RUNNING: "FAILED",
+    TrialStatus.INTERRUPTED: "FAILED",
+}
 
 
 def trial_values(record: TrialRecord) -> dict[str, Any]:
@@ -39,8 +45,17 @@ def trial_values(record: TrialRecord) -> dict[str, Any]:
 
 
 # keras-tuner's state entries that list every trial; restore() derives them from the records.
-PER_TRIAL = ("ongoing_trials", "start_order", "end_order", "run_times", "tried_so_far", "id_to_hash")
-NEWEST_TRIAL = "newest_trial"  # the last trial a stored state includes: the newest one recorded with it
+PER_TRIAL = (
+    "ongoing_trials",
+    "start_order",
+    "end_order",
+    "run_times",
+    "tried_so_far",
+    "id_to_hash",
+)
+NEWEST_TRIAL = (
+    "newest_trial"  # the last trial a stored state includes: the newest one recorded with it
+)
 
 
 def stored_state(oracle: kt.Oracle) -> dict[str, Any]:
@@ -51,7 +66,9 @@ def stored_state(oracle: kt.Oracle) -> dict[str, Any]:
     return json.loads(json.dumps(state))
 
 
-def restore(oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRecord], objective: str) -> kt.Oracle:
+def restore(
+    oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRecord], objective: str
+) -> kt.Oracle:
     """`oracle` (fresh) given the stored state and the run's trials. States stored whole (by
     earlier versions) work too: their per-trial lists are derived again like the others."""
     records = sorted(records, key=lambda r: r.number)
@@ -59,19 +76,28 @@ def restore(oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRec
         hp = oracle.hyperparameters.copy()
         hp.values = trial_values(record)
         measured = record.best_val_accuracy is not None
-        status = _STATUS[record.status] if measured or record.status == TrialStatus.FAILED else "FAILED"
+        status = (
+            _STATUS[record.status] if measured or record.status == TrialStatus.FAILED else "FAILED"
+        )
         trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=record.trial_key, status=status)
         if measured:
             trial.metrics.register(objective, direction="max")
             trial.metrics.update(objective, record.best_val_accuracy, step=0)
             trial.score, trial.best_step = record.best_val_accuracy, 0
         oracle.trials[record.trial_key] = trial
-    ended = sorted((r for r in records if r.status not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)),
-                   key=lambda r: (r.ended_at is None, r.ended_at, r.number))
+    ended = sorted(
+        (r for r in records if r.status not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)),
+        key=lambda r: (r.ended_at is None, r.ended_at, r.number),
+    )
     state = {key: value for key, value in copy.deepcopy(state).items() if key != NEWEST_TRIAL}
-    state.update(ongoing_trials={}, start_order=[r.trial_key for r in records],
-                 end_order=[r.trial_key for r in ended], run_times={r.trial_key: 1 for r in ended},
-                 tried_so_far=[], id_to_hash={})
+    state.update(
+        ongoing_trials={},
+        start_order=[r.trial_key for r in records],
+        end_order=[r.trial_key for r in ended],
+        run_times={r.trial_key: 1 for r in ended},
+        tried_so_far=[],
+        id_to_hash={},
+    )
     oracle.set_state(state)
     for trial in oracle.trials.values():  # the hashes keras-tuner's oracles avoid proposing twice
         oracle._record_values(trial)

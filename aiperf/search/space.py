@@ -61,15 +61,25 @@ def family_hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
     return hp
 
 
-def architecture(values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int) -> ArchSpec:
+def architecture(
+    values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int
+) -> ArchSpec:
     """A ResNet of `stages` stages, doubling filters and halving resolution after the first."""
     base = int(values[BASE_FILTERS])
     stages = tuple(
-        StageSpec(blocks=int(values[BLOCKS_PER_STAGE]), filters=base * 2**i, stride=1 if i == 0 else 2)
+        StageSpec(
+            blocks=int(values[BLOCKS_PER_STAGE]), filters=base * 2**i, stride=1 if i == 0 else 2
+        )
         for i in range(int(values[STAGES]))
     )
-    return ArchSpec(input_shape=tuple(input_shape), num_classes=num_classes, stages=stages,
-                    stem_filters=base, kernel_size=int(values[KERNEL_SIZE]), name="resnet-searched")
+    return ArchSpec(
+        input_shape=tuple(input_shape),
+        num_classes=num_classes,
+        stages=stages,
+        stem_filters=base,
+        kernel_size=int(values[KERNEL_SIZE]),
+        name="resnet-searched",
+    )
 
 
 @dataclass(frozen=True)
@@ -85,20 +95,33 @@ class Proposal:
     epochs: int | None  # set by Hyperband; otherwise the profile's schedule decides
 
 
-def decode(values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int) -> Proposal:
+def decode(
+    values: dict[str, Any], input_shape: tuple[int, int, int], num_classes: int
+) -> Proposal:
     if ARCHITECTURE in values:
-        network = network_from_dict(json.loads(values[ARCHITECTURE])).with_io(input_shape, num_classes)
+        network = network_from_dict(json.loads(values[ARCHITECTURE])).with_io(
+            input_shape, num_classes
+        )
     else:
         network = architecture(values, input_shape, num_classes).to_network()
     epochs = values.get(HYPERBAND_EPOCHS)
-    return Proposal(network=network, learning_rate=float(values[LEARNING_RATE]),
-                    batch_size=int(values[BATCH_SIZE]), dropout=float(values.get(DROPOUT, 0.0)),
-                    parent_key=values.get(PARENT), operator=values.get(OPERATOR),
-                    epochs=int(epochs) if epochs else None)
+    return Proposal(
+        network=network,
+        learning_rate=float(values[LEARNING_RATE]),
+        batch_size=int(values[BATCH_SIZE]),
+        dropout=float(values.get(DROPOUT, 0.0)),
+        parent_key=values.get(PARENT),
+        operator=values.get(OPERATOR),
+        epochs=int(epochs) if epochs else None,
+    )
 
 
-def random_architecture(seed: int, input_shape: tuple[int, int, int] = (32, 32, 3), num_classes: int = 10,
-                        space: SpaceConfig | None = None) -> ArchSpec:
+def random_architecture(
+    seed: int,
+    input_shape: tuple[int, int, int] = (32, 32, 3),
+    num_classes: int = 10,
+    space: SpaceConfig | None = None,
+) -> ArchSpec:
     """One family member drawn from the space: for tests and the operation-counter checks."""
     space = space or SpaceConfig()
     rng = random.Random(seed)

@@ -34,7 +34,9 @@ class TriedArchitectures:
     trial's, and 10,000 parsed ResNet-50 children would be gigabytes), else the network itself
     (a proposal's candidates, which live for one proposal). Once computed, the key replaces it."""
 
-    def __init__(self, networks: Iterable[Network | tuple[Network, str]] = (), keys: Iterable[str] = ()) -> None:
+    def __init__(
+        self, networks: Iterable[Network | tuple[Network, str]] = (), keys: Iterable[str] = ()
+    ) -> None:
         """`networks`: networks, or (network, its JSON) pairs. `keys`: architectures known by their
         topology key alone (earlier versions stored the key of every network they proposed); those of
         `networks` are dropped, and while any are left every question computes the candidate's key."""
@@ -49,7 +51,9 @@ class TriedArchitectures:
 
     def add(self, net: Network, spec: str | None = None) -> None:
         """`spec`: the network's JSON, held instead of the network when given."""
-        self._by_fingerprint.setdefault(fingerprint(net), []).append(net if spec is None else _Json(spec))
+        self._by_fingerprint.setdefault(fingerprint(net), []).append(
+            net if spec is None else _Json(spec)
+        )
 
     def __contains__(self, net: Network) -> bool:
         same = self._by_fingerprint.get(fingerprint(net), [])
@@ -63,8 +67,11 @@ class TriedArchitectures:
 
     def keys(self) -> set[str]:
         """Every architecture's topology key (what earlier versions stored)."""
-        return {self._key(group, i) for group in self._by_fingerprint.values()
-                for i in range(len(group))} | self._keys_alone
+        return {
+            self._key(group, i)
+            for group in self._by_fingerprint.values()
+            for i in range(len(group))
+        } | self._keys_alone
 
     @staticmethod
     def _key(group: list[str | Network | _Json], i: int) -> str:

@@ -20,5 +20,20 @@ from aiperf.store.records import (
 )
 from aiperf.store.repository import RunWork, Store, WriteBatch
 
-__all__ = ["CheckRecord", "DatasetRecord", "EpochRecord", "RecordNotFound", "RunRecord", "RunScoreRow", "RunWork", "Store", "SystemRecord", "WriteBatch",
-           "TrialRecord", "TrialSummaryRow", "WindowRecord", "window_gaps", "window_seconds"]
+__all__ = [
+    "CheckRecord",
+    "DatasetRecord",
+    "EpochRecord",
+    "RecordNotFound",
+    "RunRecord",
+    "RunScoreRow",
+    "RunWork",
+    "Store",
+    "SystemRecord",
+    "WriteBatch",
+    "TrialRecord",
+    "TrialSummaryRow",
+    "WindowRecord",
+    "window_gaps",
+    "window_seconds",
+]

@@ -98,7 +98,9 @@ def split_password(url: str) -> tuple[str, str | None]:
         return url, None
     if parsed.password is None:
         return url, None
-    return parsed._replace(password=None).render_as_string(hide_password=False), str(parsed.password)
+    return parsed._replace(password=None).render_as_string(hide_password=False), str(
+        parsed.password
+    )
 
 
 def withhold_password(url: str) -> str:
@@ -133,8 +135,10 @@ def open_engine(url: str) -> Engine:
     if path is not None:
         folder = path.expanduser().resolve().parent
         if not folder.is_dir():
-            raise UserError(f"database URL {safe_url(url)}: folder {folder} does not exist; create it "
-                            "or point --db elsewhere")
+            raise UserError(
+                f"database URL {safe_url(url)}: folder {folder} does not exist; create it "
+                "or point --db elsewhere"
+            )
     engine = _connect(parsed, url)
     if path is not None:
         _use_wal(engine)
@@ -144,12 +148,15 @@ def open_engine(url: str) -> Engine:
 def _use_wal(engine: Engine) -> None:
     """Put an SQLite file in WAL mode (it persists in the file): readers never block the run's
     writer, nor it them. Only on writable opens: a read-only connection cannot change it."""
+
     def switch() -> None:
         with engine.connect() as connection:
             if connection.exec_driver_sql("PRAGMA journal_mode").scalar() != "wal":
                 connection.exec_driver_sql("PRAGMA journal_mode=WAL")
 
-    retrying(switch, retry_budget_s(), "switching SQLite to WAL")  # another opener may hold the lock
+    retrying(
+        switch, retry_budget_s(), "switching SQLite to WAL"
+    )  # another opener may hold the lock
 
 
 def open_existing_engine(url: str) -> Engine:
@@ -174,8 +181,10 @@ def _parse_url(url: str) -> URL:
     try:
         return _with_withheld_password(make_url(url))
     except (ArgumentError, ValueError):
-        raise UserError(f"database URL {safe_url(url)!r} is malformed; use e.g. {DEFAULT_DB_URL} or "
-                        "postgresql+psycopg://user@host:5432/aiperf (password in PGPASSWORD)") from None
+        raise UserError(
+            f"database URL {safe_url(url)!r} is malformed; use e.g. {DEFAULT_DB_URL} or "
+            "postgresql+psycopg://user@host:5432/aiperf (password in PGPASSWORD)"
+        ) from None
 
 
 def _sqlite_file(parsed: URL) -> Path | None:
@@ -196,8 +205,10 @@ def _read_only_sqlite(parsed: URL, url: str) -> URL:
     if str(parsed.query.get("uri", "")).lower() in ("true", "1"):  # the user's own SQLite URI
         return parsed.update_query_dict({"mode": "ro"})
     if not path.expanduser().is_file():
-        raise UserError(f"database {safe_url(url)}: no such file {path}; check the path (runs and "
-                        "`aiperf db upgrade` create it)")
+        raise UserError(
+            f"database {safe_url(url)}: no such file {path}; check the path (runs and "
+            "`aiperf db upgrade` create it)"
+        )
     read_only = parsed.set(database=path.expanduser().resolve().as_uri())
     return read_only.update_query_dict({"mode": "ro", "uri": "true"})
 
@@ -207,14 +218,20 @@ def _connect(parsed: URL, url: str) -> Engine:
     try:
         engine = create_engine(parsed, pool_pre_ping=True)
     except NoSuchModuleError:
-        raise UserError(f"database URL {safe_url(url)}: unknown database kind {parsed.drivername!r}; "
-                        "use sqlite:/// or postgresql+psycopg://") from None
+        raise UserError(
+            f"database URL {safe_url(url)}: unknown database kind {parsed.drivername!r}; "
+            "use sqlite:/// or postgresql+psycopg://"
+        ) from None
     except (ImportError, ModuleNotFoundError) as exc:
-        raise UserError(f"database URL {safe_url(url)} needs the driver {exc.name}; "
-                        "install it with `pip install 'aiperf[postgres]'`") from None
+        raise UserError(
+            f"database URL {safe_url(url)} needs the driver {exc.name}; "
+            "install it with `pip install 'aiperf[postgres]'`"
+        ) from None
     sqlite = engine.dialect.name == "sqlite"
     if sqlite:
-        event.listen(engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=_busy_timeout_ms()))
+        event.listen(
+            engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=_busy_timeout_ms())
+        )
     # SELECT 1 succeeds on any file; reading the schema version makes SQLite read the header.
     probe = "PRAGMA schema_version" if sqlite else "SELECT 1"
     try:
@@ -225,14 +242,20 @@ def _connect(parsed: URL, url: str) -> Engine:
         orig = getattr(exc, "orig", exc)
         reason = str(orig).strip().splitlines()[0]
         if getattr(orig, "sqlite_errorname", None) in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
-            raise UserError(f"database {safe_url(url)} is not an SQLite database ({reason}); point --db "
-                            "at a database that aiperf wrote") from None
-        raise UserError(f"cannot reach database {safe_url(url)}: {reason}; check the URL and that the "
-                        "server is running") from None
+            raise UserError(
+                f"database {safe_url(url)} is not an SQLite database ({reason}); point --db "
+                "at a database that aiperf wrote"
+            ) from None
+        raise UserError(
+            f"cannot reach database {safe_url(url)}: {reason}; check the URL and that the "
+            "server is running"
+        ) from None
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: object, *, busy_timeout_ms: int) -> None:
+def _sqlite_pragmas(
+    dbapi_connection: sqlite3.Connection, _record: object, *, busy_timeout_ms: int
+) -> None:
     """Foreign keys on, and a busy timeout so a statement waits for a concurrent writer's lock."""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
@@ -248,7 +271,9 @@ def _busy_timeout_ms() -> int:
     except ValueError:
         seconds = -1.0
     if seconds < 0:
-        raise UserError(f"{BUSY_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 10")
+        raise UserError(
+            f"{BUSY_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 10"
+        )
     return round(seconds * 1000)
 
 
@@ -259,13 +284,19 @@ def _require_head(engine: Engine, url: str) -> None:
         return
     shown = safe_url(url)
     if revision is None:
-        raise UserError(f"database {shown} holds no aiperf records (it has no aiperf schema); record a "
-                        f"run into it, or create the schema with `aiperf db upgrade --db {shown}`")
+        raise UserError(
+            f"database {shown} holds no aiperf records (it has no aiperf schema); record a "
+            f"run into it, or create the schema with `aiperf db upgrade --db {shown}`"
+        )
     if revision in _known_revisions():
-        raise UserError(f"database {shown} is at schema revision {revision}; this aiperf needs {head}: "
-                        f"run `aiperf db upgrade --db {shown}`")
-    raise UserError(f"database {shown} is at schema revision {revision}, written by a newer aiperf (this "
-                    f"one knows revisions up to {head}); upgrade aiperf to read it")
+        raise UserError(
+            f"database {shown} is at schema revision {revision}; this aiperf needs {head}: "
+            f"run `aiperf db upgrade --db {shown}`"
+        )
+    raise UserError(
+        f"database {shown} is at schema revision {revision}, written by a newer aiperf (this "
+        f"one knows revisions up to {head}); upgrade aiperf to read it"
+    )
 
 
 # --- migrations ---------------------------------------------------------------------------------
@@ -343,7 +374,9 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
         if connection.dialect.name != "sqlite":
             with connection.begin():
                 if connection.dialect.name == "postgresql":
-                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+                    connection.exec_driver_sql(
+                        f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+                    )
                 yield connection
             return
         with _sqlite_foreign_keys_off(connection), connection.begin():
@@ -380,6 +413,8 @@ def _require_foreign_keys_hold(connection: Connection) -> None:
     broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
     if broken:
         table, rowid, parent, _ = broken[0]
-        raise UserError(f"migration rolled back, the database is unchanged: {len(broken)} row(s) would "
-                        f"break foreign keys (first: {table} row {rowid} -> {parent}); repair or delete "
-                        "the rows `PRAGMA foreign_key_check` lists, then migrate again")
+        raise UserError(
+            f"migration rolled back, the database is unchanged: {len(broken)} row(s) would "
+            f"break foreign keys (first: {table} row {rowid} -> {parent}); repair or delete "
+            "the rows `PRAGMA foreign_key_check` lists, then migrate again"
+        )

@@ -33,8 +33,12 @@ TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON, list[dict[str, Any]]: JSON,
-                           datetime: DateTime(timezone=True)}
+    type_annotation_map = {
+        dict[str, Any]: JSON,
+        list[str]: JSON,
+        list[dict[str, Any]]: JSON,
+        datetime: DateTime(timezone=True),
+    }
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -84,21 +88,39 @@ class Run(Base):
     search_ended_at: Mapped[datetime | None] = mapped_column(doc="end of the timed window")
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
     message: Mapped[str | None] = mapped_column(Text, doc="why a run failed or was interrupted")
-    ruleset: Mapped[str | None] = mapped_column(String(64), doc="id-version of the rules it is judged by")
-    division: Mapped[str | None] = mapped_column(String(8), doc="closed (the packaged profile as it is) or open")
-    deviations: Mapped[list[str] | None] = mapped_column(JSON, doc="how an open run differs from its profile")
-    config_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the workload settings")
+    ruleset: Mapped[str | None] = mapped_column(
+        String(64), doc="id-version of the rules it is judged by"
+    )
+    division: Mapped[str | None] = mapped_column(
+        String(8), doc="closed (the packaged profile as it is) or open"
+    )
+    deviations: Mapped[list[str] | None] = mapped_column(
+        JSON, doc="how an open run differs from its profile"
+    )
+    config_hash: Mapped[str | None] = mapped_column(
+        String(64), doc="sha256 of the workload settings"
+    )
     heartbeat_at: Mapped[datetime | None] = mapped_column(
-        doc="last sign of life of the run's process; a running run without one for the timeout is lost")
-    precision: Mapped[str | None] = mapped_column(String(32), doc="float32, mixed_bfloat16 or mixed_float16")
-    backend: Mapped[str | None] = mapped_column(String(32), doc="Keras backend: tensorflow, jax or torch")
+        doc="last sign of life of the run's process; a running run without one for the timeout is lost"
+    )
+    precision: Mapped[str | None] = mapped_column(
+        String(32), doc="float32, mixed_bfloat16 or mixed_float16"
+    )
+    backend: Mapped[str | None] = mapped_column(
+        String(32), doc="Keras backend: tensorflow, jax or torch"
+    )
     jit_compile: Mapped[bool | None] = mapped_column(Boolean, doc="trials compiled with XLA")
     peak_flops: Mapped[float | None] = mapped_column(
-        Float, doc="sum of the workers' measured matmul peaks (FLOP/s) in the run's precision: MFU's divisor")
+        Float,
+        doc="sum of the workers' measured matmul peaks (FLOP/s) in the run's precision: MFU's divisor",
+    )
     worker_peaks: Mapped[list[dict[str, Any]] | None] = mapped_column(
-        JSON, doc="[{'worker', 'flops', 'dtype', 'device', 'seconds'}] each worker's peak, measured before the window")
+        JSON,
+        doc="[{'worker', 'flops', 'dtype', 'device', 'seconds'}] each worker's peak, measured before the window",
+    )
     system_description: Mapped[dict[str, Any] | None] = mapped_column(
-        JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)")
+        JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)"
+    )
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
@@ -113,7 +135,9 @@ class Dataset(Base):
     __tablename__ = "datasets"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), unique=True
+    )
     staged_at: Mapped[datetime | None]
     name: Mapped[str] = mapped_column(String(255))
     kind: Mapped[str] = mapped_column(String(32))
@@ -136,24 +160,34 @@ class Trial(Base):
     trial_key: Mapped[str] = mapped_column(String(32), doc="the oracle's trial id")
     number: Mapped[int] = mapped_column(Integer, doc="order of creation within the run, from 0")
     parent_trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"))
-    operator: Mapped[str | None] = mapped_column(Text, doc="the morphism that made it from its parent, or 'seed'")
+    operator: Mapped[str | None] = mapped_column(
+        Text, doc="the morphism that made it from its parent, or 'seed'"
+    )
     architecture: Mapped[dict[str, Any]] = mapped_column(JSON, doc="aiperf.arch.ArchSpec as JSON")
     hyperparameters: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
     worker: Mapped[str | None] = mapped_column(String(255))
     started_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]
-    parameters: Mapped[int | None] = mapped_column(BigInteger, doc="trainable + non-trainable weights")
+    parameters: Mapped[int | None] = mapped_column(
+        BigInteger, doc="trainable + non-trainable weights"
+    )
     train_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'aiperf' convention")
     eval_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'aiperf' convention")
-    tensor_train_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'tensor' convention")
-    tensor_eval_ops_per_sample: Mapped[int | None] = mapped_column(BigInteger, doc="'tensor' convention")
+    tensor_train_ops_per_sample: Mapped[int | None] = mapped_column(
+        BigInteger, doc="'tensor' convention"
+    )
+    tensor_eval_ops_per_sample: Mapped[int | None] = mapped_column(
+        BigInteger, doc="'tensor' convention"
+    )
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
     # Where the trial's seconds went, measured on its worker.
     build_s: Mapped[float | None] = mapped_column(Float, doc="data feed and model built")
     count_s: Mapped[float | None] = mapped_column(Float, doc="operations counted analytically")
-    compile_s: Mapped[float | None] = mapped_column(Float, doc="compile, and tracing of the first steps")
+    compile_s: Mapped[float | None] = mapped_column(
+        Float, doc="compile, and tracing of the first steps"
+    )
     train_s: Mapped[float | None] = mapped_column(Float, doc="in training steps")
     evaluate_s: Mapped[float | None] = mapped_column(Float, doc="in evaluation steps")
     report_s: Mapped[float | None] = mapped_column(Float, doc="sending reports back")
@@ -169,7 +203,9 @@ class Epoch(Base):
     __tablename__ = "epochs"
     __table_args__ = (
         UniqueConstraint("trial_id", "epoch", name="epoch_unique_in_trial"),
-        CheckConstraint("samples_trained >= 0 AND samples_evaluated >= 0", name="epoch_samples_nonnegative"),
+        CheckConstraint(
+            "samples_trained >= 0 AND samples_evaluated >= 0", name="epoch_samples_nonnegative"
+        ),
         CheckConstraint("ended_at >= started_at", name="epoch_ends_after_start"),
     )
 
@@ -208,13 +244,21 @@ class Score(Base):
     valid: Mapped[bool] = mapped_column(Boolean)
     reasons: Mapped[dict[str, Any]] = mapped_column(JSON, doc="{'invalid': [every broken rule]}")
     computed_at: Mapped[datetime]
-    ruleset: Mapped[str | None] = mapped_column(String(64), doc="id-version of the rules that judged it")
-    verified: Mapped[bool | None] = mapped_column(Boolean, doc="every check of `aiperf verify` passed")
+    ruleset: Mapped[str | None] = mapped_column(
+        String(64), doc="id-version of the rules that judged it"
+    )
+    verified: Mapped[bool | None] = mapped_column(
+        Boolean, doc="every check of `aiperf verify` passed"
+    )
     verification: Mapped[list[dict[str, Any]] | None] = mapped_column(
-        JSON, doc="[{'check': name, 'passed': bool, 'detail': text}] from the recomputation")
-    mfu: Mapped[float | None] = mapped_column(Float, doc="model FLOPs utilisation: tensor_ops / runs.peak_flops")
+        JSON, doc="[{'check': name, 'passed': bool, 'detail': text}] from the recomputation"
+    )
+    mfu: Mapped[float | None] = mapped_column(
+        Float, doc="model FLOPs utilisation: tensor_ops / runs.peak_flops"
+    )
     utilisation: Mapped[float | None] = mapped_column(
-        Float, doc="seconds in training and evaluation steps / (workers x window seconds)")
+        Float, doc="seconds in training and evaluation steps / (workers x window seconds)"
+    )
 
     run: Mapped[Run] = relationship(back_populates="score")
 
@@ -243,7 +287,10 @@ class SearchWindow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     segment: Mapped[int] = mapped_column(Integer, doc="from 0, in the order the segments ran")
-    started_at: Mapped[datetime] = mapped_column(doc="workers up and warm: the segment's clock starts")
+    started_at: Mapped[datetime] = mapped_column(
+        doc="workers up and warm: the segment's clock starts"
+    )
     deadline: Mapped[datetime] = mapped_column(doc="when this segment's trials are told to stop")
     ended_at: Mapped[datetime | None] = mapped_column(
-        doc="the last trial stopped; for a crashed segment, its last recorded epoch (aiperf recover)")
+        doc="the last trial stopped; for a crashed segment, its last recorded epoch (aiperf recover)"
+    )

@@ -95,7 +95,9 @@ class TrialPhases:
         unknown phase, or seconds that are negative or not finite, is a ValueError naming it."""
         unknown = set(seconds) - set(TRIAL_PHASE_COLUMNS)
         if unknown:
-            raise ValueError(f"unknown trial phases {sorted(unknown)}; known: {list(TRIAL_PHASE_COLUMNS)}")
+            raise ValueError(
+                f"unknown trial phases {sorted(unknown)}; known: {list(TRIAL_PHASE_COLUMNS)}"
+            )
         try:
             values = {name: float(value) for name, value in seconds.items()}
         except (TypeError, ValueError):
@@ -112,7 +114,14 @@ class TrialPhases:
 
     @property
     def total_s(self) -> float:
-        return self.build_s + self.count_s + self.compile_s + self.train_s + self.evaluate_s + self.report_s
+        return (
+            self.build_s
+            + self.count_s
+            + self.compile_s
+            + self.train_s
+            + self.evaluate_s
+            + self.report_s
+        )
 
 
 @dataclass(frozen=True)
@@ -139,7 +148,9 @@ class TrialRecord:
     best_val_accuracy: float | None
     message: str | None
     epochs: tuple[EpochRecord, ...] = ()
-    phases: TrialPhases | None = None  # where its seconds went; None for trials recorded before 0007
+    phases: TrialPhases | None = (
+        None  # where its seconds went; None for trials recorded before 0007
+    )
 
 
 @dataclass(frozen=True)
@@ -167,8 +178,11 @@ def window_seconds(windows: tuple[WindowRecord, ...] | list[WindowRecord]) -> fl
 def window_gaps(windows: tuple[WindowRecord, ...] | list[WindowRecord]) -> list[float]:
     """Seconds between one segment's end and the next one's start: shown, never counted."""
     ordered = sorted(windows, key=lambda w: w.segment)
-    return [(b.started_at - a.ended_at).total_seconds() for a, b in zip(ordered, ordered[1:])
-            if a.ended_at is not None]
+    return [
+        (b.started_at - a.ended_at).total_seconds()
+        for a, b in zip(ordered, ordered[1:], strict=False)
+        if a.ended_at is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -199,7 +213,9 @@ class RunRecord:
     trials: tuple[TrialRecord, ...] = ()
     heartbeat_at: datetime | None = None  # the process's last sign of life
     windows: tuple[WindowRecord, ...] = ()  # the timed window's segments, in order
-    stored_status: RunStatus | None = None  # what the row says; `status` is LOST when it says running in vain
+    stored_status: RunStatus | None = (
+        None  # what the row says; `status` is LOST when it says running in vain
+    )
     precision: str | None = None  # float32, mixed_bfloat16 or mixed_float16
     backend: str | None = None  # the Keras backend the workers ran
     jit_compile: bool | None = None  # trials compiled with XLA

@@ -17,37 +17,57 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import wraps
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import wraps
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, get_type_hints
 
-from sqlalchemy import Boolean, DateTime, Engine, bindparam, func, insert, or_, select, text, update
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Engine,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from aiperf.results.score import EpochWork, ScoreResult
 from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store import database
-from aiperf.store.retry import retry_budget_s, retrying
-from aiperf.store.models import Dataset, Epoch, Run, Score, SearchState, SearchWindow, System, Trial
+from aiperf.store.models import (
+    Dataset,
+    Epoch,
+    Run,
+    Score,
+    SearchState,
+    SearchWindow,
+    System,
+    Trial,
+)
 from aiperf.store.records import (
+    TRIAL_PHASE_COLUMNS,
     CheckRecord,
     DatasetRecord,
     EpochRecord,
     RecordNotFound,
     RunRecord,
     RunScoreRow,
-    TRIAL_PHASE_COLUMNS,
-    TrialPhases,
     SystemRecord,
+    TrialPhases,
     TrialRecord,
     TrialSummaryRow,
     WindowRecord,
     window_seconds,
 )
+from aiperf.store.retry import retry_budget_s, retrying
 
 Row = TypeVar("Row")
 T = TypeVar("T")
@@ -86,6 +106,7 @@ def _retried(method: Callable[P, T]) -> Callable[P, T]:
     """A Store method whose one transaction runs again after a transient database fault
     (aiperf.store.retry). Only for methods that are idempotent as they stand: a second run of
     them changes nothing the first one committed."""
+
     @wraps(method)
     def run_retried(self: Store, *args: Any, **kwargs: Any) -> T:
         return retrying(lambda: method(self, *args, **kwargs), self.retry_s, method.__name__)
@@ -122,8 +143,12 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.close()
 
     @contextmanager
@@ -162,8 +187,11 @@ class Store:
         """The system's id, its row inserted unless its fingerprint is there: ON CONFLICT DO NOTHING,
         so two runs starting at once on a new machine both succeed with one row."""
         dialect = {"sqlite": sqlite, "postgresql": postgresql}[self.engine.dialect.name]
-        insert = (dialect.insert(System).values(**facts, first_seen_at=now())
-                  .on_conflict_do_nothing(index_elements=[System.fingerprint]))
+        insert = (
+            dialect.insert(System)
+            .values(**facts, first_seen_at=now())
+            .on_conflict_do_nothing(index_elements=[System.fingerprint])
+        )
         known = select(System.id).where(System.fingerprint == facts["fingerprint"])
         with self.session() as s:
             # Look first: PostgreSQL spends a sequence number on every INSERT, even one that
@@ -174,26 +202,59 @@ class Store:
                 system_id = s.scalar(known)
             return system_id
 
-    def create_run(self, *, system_id: int, profile: str, config: dict[str, Any], seed: int,
-                   budget_s: float, workers: int, flow_run_id: str | None = None, ruleset: str | None = None,
-                   division: str | None = None, deviations: list[str] | tuple[str, ...] = (),
-                   config_hash: str | None = None, precision: str | None = None, backend: str | None = None,
-                   jit_compile: bool | None = None) -> int:
+    def create_run(
+        self,
+        *,
+        system_id: int,
+        profile: str,
+        config: dict[str, Any],
+        seed: int,
+        budget_s: float,
+        workers: int,
+        flow_run_id: str | None = None,
+        ruleset: str | None = None,
+        division: str | None = None,
+        deviations: list[str] | tuple[str, ...] = (),
+        config_hash: str | None = None,
+        precision: str | None = None,
+        backend: str | None = None,
+        jit_compile: bool | None = None,
+    ) -> int:
         """A new run. Its creation time, taken once, identifies it if a retry must find it.
         `precision`, `backend`, `jit_compile`: how its trials train (the config's train section)."""
         created_at = now()
 
         def create_run(s: Session, maybe_committed: bool) -> int:
             if maybe_committed:
-                done = s.scalar(select(Run.id).where(Run.system_id == system_id, Run.created_at == created_at,
-                                                     Run.seed == seed, Run.profile == profile))
+                done = s.scalar(
+                    select(Run.id).where(
+                        Run.system_id == system_id,
+                        Run.created_at == created_at,
+                        Run.seed == seed,
+                        Run.profile == profile,
+                    )
+                )
                 if done is not None:
                     return done
-            run = Run(system_id=system_id, profile=profile, config=config, seed=seed, budget_s=budget_s,
-                      workers=workers, status=RunStatus.RUNNING, created_at=created_at, heartbeat_at=created_at,
-                      flow_run_id=flow_run_id,
-                      ruleset=ruleset, division=division, deviations=list(deviations), config_hash=config_hash,
-                      precision=precision, backend=backend, jit_compile=jit_compile)
+            run = Run(
+                system_id=system_id,
+                profile=profile,
+                config=config,
+                seed=seed,
+                budget_s=budget_s,
+                workers=workers,
+                status=RunStatus.RUNNING,
+                created_at=created_at,
+                heartbeat_at=created_at,
+                flow_run_id=flow_run_id,
+                ruleset=ruleset,
+                division=division,
+                deviations=list(deviations),
+                config_hash=config_hash,
+                precision=precision,
+                backend=backend,
+                jit_compile=jit_compile,
+            )
             s.add(run)
             s.flush()
             return run.id
@@ -207,15 +268,26 @@ class Store:
 
         def record_dataset(s: Session, maybe_committed: bool) -> int:
             if maybe_committed:
-                done = s.scalar(select(Dataset.id).where(
-                    Dataset.run_id.is_(None) if run_id is None else Dataset.run_id == run_id,
-                    Dataset.staged_at == staged_at, Dataset.sha256 == manifest["sha256"]))
+                done = s.scalar(
+                    select(Dataset.id).where(
+                        Dataset.run_id.is_(None) if run_id is None else Dataset.run_id == run_id,
+                        Dataset.staged_at == staged_at,
+                        Dataset.sha256 == manifest["sha256"],
+                    )
+                )
                 if done is not None:
                     return done
-            row = Dataset(run_id=run_id, staged_at=staged_at, name=manifest["name"], kind=manifest["kind"],
-                          sha256=manifest["sha256"], train_samples=manifest["train_samples"],
-                          val_samples=manifest["val_samples"], classes=manifest["classes"],
-                          manifest=dict(manifest))
+            row = Dataset(
+                run_id=run_id,
+                staged_at=staged_at,
+                name=manifest["name"],
+                kind=manifest["kind"],
+                sha256=manifest["sha256"],
+                train_samples=manifest["train_samples"],
+                val_samples=manifest["val_samples"],
+                classes=manifest["classes"],
+                manifest=dict(manifest),
+            )
             s.add(row)
             s.flush()
             return row.id
@@ -232,42 +304,102 @@ class Store:
             windows = list(s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id)))
             if any(utc(w.started_at) == utc(started_at) for w in windows):
                 return  # a retry of a start that was committed: the segment is there (idempotent)
-            s.add(SearchWindow(run_id=run_id, segment=len(windows), started_at=utc(started_at),
-                               deadline=utc(deadline)))
+            s.add(
+                SearchWindow(
+                    run_id=run_id,
+                    segment=len(windows),
+                    started_at=utc(started_at),
+                    deadline=utc(deadline),
+                )
+            )
 
-    def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
-                     hyperparameters: dict[str, Any], started_at: float,
-                     parent_trial_id: int | None = None, operator: str | None = None) -> int:
+    def create_trial(
+        self,
+        *,
+        run_id: int,
+        trial_key: str,
+        number: int,
+        architecture: dict[str, Any],
+        hyperparameters: dict[str, Any],
+        started_at: float,
+        parent_trial_id: int | None = None,
+        operator: str | None = None,
+    ) -> int:
         """A new trial, unique by (run, trial_key): a retry finds the one an earlier attempt committed."""
         batch = WriteBatch()
-        batch.create_trial(run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
-                           hyperparameters=hyperparameters, started_at=started_at,
-                           parent_trial_id=parent_trial_id, operator=operator)
+        batch.create_trial(
+            run_id=run_id,
+            trial_key=trial_key,
+            number=number,
+            architecture=architecture,
+            hyperparameters=hyperparameters,
+            started_at=started_at,
+            parent_trial_id=parent_trial_id,
+            operator=operator,
+        )
         return self.write(batch)[0]
 
-    def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
-                           tensor_train_ops: int, tensor_eval_ops: int) -> None:
+    def record_trial_built(
+        self,
+        trial_id: int,
+        *,
+        worker: str,
+        parameters: int,
+        train_ops: int,
+        eval_ops: int,
+        tensor_train_ops: int,
+        tensor_eval_ops: int,
+    ) -> None:
         """The worker built the model: record which worker runs it and its counted operations."""
         batch = WriteBatch()
-        batch.record_trial_built(trial_id, worker=worker, parameters=parameters, train_ops=train_ops,
-                                 eval_ops=eval_ops, tensor_train_ops=tensor_train_ops,
-                                 tensor_eval_ops=tensor_eval_ops)
+        batch.record_trial_built(
+            trial_id,
+            worker=worker,
+            parameters=parameters,
+            train_ops=train_ops,
+            eval_ops=eval_ops,
+            tensor_train_ops=tensor_train_ops,
+            tensor_eval_ops=tensor_eval_ops,
+        )
         self.write(batch)
 
-    def record_epoch(self, trial_id: int, *, epoch: int, started_at: float, ended_at: float,
-                     samples_trained: int, samples_evaluated: int, loss: float | None,
-                     accuracy: float | None, val_loss: float | None, val_accuracy: float | None,
-                     complete: bool) -> bool:
+    def record_epoch(
+        self,
+        trial_id: int,
+        *,
+        epoch: int,
+        started_at: float,
+        ended_at: float,
+        samples_trained: int,
+        samples_evaluated: int,
+        loss: float | None,
+        accuracy: float | None,
+        val_loss: float | None,
+        val_accuracy: float | None,
+        complete: bool,
+    ) -> bool:
         """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored (False).
         Unique by (trial, epoch): a retry after a commit whose acknowledgement was lost finds the
         row and reports it recorded (True), once."""
         batch = WriteBatch()
-        batch.record_epoch(trial_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
-                           samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss,
-                           accuracy=accuracy, val_loss=val_loss, val_accuracy=val_accuracy, complete=complete)
+        batch.record_epoch(
+            trial_id,
+            epoch=epoch,
+            started_at=started_at,
+            ended_at=ended_at,
+            samples_trained=samples_trained,
+            samples_evaluated=samples_evaluated,
+            loss=loss,
+            accuracy=accuracy,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            complete=complete,
+        )
         return self.write(batch)[0]
 
-    def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
+    def finish_trial(
+        self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None
+    ) -> None:
         batch = WriteBatch()
         batch.finish_trial(trial_id, status=status, ended_at=ended_at, message=message)
         self.write(batch)
@@ -307,7 +439,9 @@ class Store:
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
             run.worker_peaks = [dict(peak) for peak in worker_peaks]
-            run.peak_flops = float(sum(float(peak["flops"]) for peak in worker_peaks)) if worker_peaks else None
+            run.peak_flops = (
+                float(sum(float(peak["flops"]) for peak in worker_peaks)) if worker_peaks else None
+            )
 
     @_retried
     def search_state(self, run_id: int) -> dict[str, Any] | None:
@@ -320,8 +454,11 @@ class Store:
         """Close the window's open segment (and the run's window) at `ended_at`."""
         with self.session() as s:
             self._get(s, Run, run_id, "run").search_ended_at = utc(ended_at)
-            for window in s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id,
-                                                               SearchWindow.ended_at.is_(None))):
+            for window in s.scalars(
+                select(SearchWindow).where(
+                    SearchWindow.run_id == run_id, SearchWindow.ended_at.is_(None)
+                )
+            ):
                 window.ended_at = utc(ended_at)
 
     @_retried
@@ -337,8 +474,12 @@ class Store:
             run = self._get(s, Run, run_id, "run")
             run.status, run.message = status, message
             # An interrupted run's running trials are retrained when it is resumed; others just stopped.
-            ended = TrialStatus.INTERRUPTED if status == RunStatus.INTERRUPTED else TrialStatus.STOPPED
-            running = select(Trial).where(Trial.run_id == run_id, Trial.status == TrialStatus.RUNNING)
+            ended = (
+                TrialStatus.INTERRUPTED if status == RunStatus.INTERRUPTED else TrialStatus.STOPPED
+            )
+            running = select(Trial).where(
+                Trial.run_id == run_id, Trial.status == TrialStatus.RUNNING
+            )
             for trial in s.scalars(running):
                 trial.status, trial.ended_at = ended, trial.ended_at or now()
 
@@ -350,13 +491,27 @@ class Store:
             if existing is not None:
                 s.delete(existing)
                 s.flush()
-            s.add(Score(run_id=run_id, elapsed_s=score.elapsed_s, total_ops=float(score.total_ops),
-                        ops=score.ops, tensor_ops=score.tensor_ops, best_val_accuracy=score.best_val_accuracy,
-                        val_samples=score.val_samples, regulated_score=score.regulated_score,
-                        trials_completed=score.trials_completed, samples_trained=score.samples_trained,
-                        samples_evaluated=score.samples_evaluated, valid=score.valid,
-                        reasons={"invalid": list(score.reasons)}, computed_at=now(), ruleset=ruleset,
-                        mfu=score.mfu, utilisation=score.utilisation))
+            s.add(
+                Score(
+                    run_id=run_id,
+                    elapsed_s=score.elapsed_s,
+                    total_ops=float(score.total_ops),
+                    ops=score.ops,
+                    tensor_ops=score.tensor_ops,
+                    best_val_accuracy=score.best_val_accuracy,
+                    val_samples=score.val_samples,
+                    regulated_score=score.regulated_score,
+                    trials_completed=score.trials_completed,
+                    samples_trained=score.samples_trained,
+                    samples_evaluated=score.samples_evaluated,
+                    valid=score.valid,
+                    reasons={"invalid": list(score.reasons)},
+                    computed_at=now(),
+                    ruleset=ruleset,
+                    mfu=score.mfu,
+                    utilisation=score.utilisation,
+                )
+            )
 
     @_retried
     def save_verification(self, run_id: int, checks: list[CheckRecord]) -> None:
@@ -365,7 +520,9 @@ class Store:
             score = s.scalar(select(Score).where(Score.run_id == run_id))
             if score is None:
                 raise RecordNotFound(f"run {run_id} has no score to verify")
-            score.verification = [{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks]
+            score.verification = [
+                {"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks
+            ]
             score.verified = all(c.passed for c in checks)
 
     @_retried
@@ -373,9 +530,18 @@ class Store:
         """The dataset the run trained on (None before it was staged)."""
         with self.session() as s:
             row = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
-            return None if row is None else DatasetRecord(
-                name=row.name, kind=row.kind, sha256=row.sha256, train_samples=row.train_samples,
-                val_samples=row.val_samples, classes=row.classes)
+            return (
+                None
+                if row is None
+                else DatasetRecord(
+                    name=row.name,
+                    kind=row.kind,
+                    sha256=row.sha256,
+                    train_samples=row.train_samples,
+                    val_samples=row.val_samples,
+                    classes=row.classes,
+                )
+            )
 
     # --- liveness and recovery (aiperf.lifecycle.recovery) ------------------------------------------------
 
@@ -391,11 +557,19 @@ class Store:
         """End the run's running trials as interrupted, each at its last recorded epoch (or its
         start): their finished epochs count, and a resumed run trains them again. How many ended."""
         with self.session() as s:
-            trials = list(s.scalars(select(Trial).where(Trial.run_id == run_id,
-                                                        Trial.status == TrialStatus.RUNNING)))
+            trials = list(
+                s.scalars(
+                    select(Trial).where(
+                        Trial.run_id == run_id, Trial.status == TrialStatus.RUNNING
+                    )
+                )
+            )
             for trial in trials:
                 last = s.scalar(select(func.max(Epoch.ended_at)).where(Epoch.trial_id == trial.id))
-                trial.status, trial.ended_at = TrialStatus.INTERRUPTED, utc(last) or utc(trial.started_at)
+                trial.status, trial.ended_at = (
+                    TrialStatus.INTERRUPTED,
+                    utc(last) or utc(trial.started_at),
+                )
             return len(trials)
 
     @_retried
@@ -404,10 +578,19 @@ class Store:
         none was): the window covers the work the records prove, and no more."""
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
-            ends = [utc(t) for t in s.scalars(select(Epoch.ended_at).join(Trial, Epoch.trial_id == Trial.id)
-                                              .where(Trial.run_id == run_id))]
-            for window in s.scalars(select(SearchWindow).where(SearchWindow.run_id == run_id,
-                                                               SearchWindow.ended_at.is_(None))):
+            ends = [
+                utc(t)
+                for t in s.scalars(
+                    select(Epoch.ended_at)
+                    .join(Trial, Epoch.trial_id == Trial.id)
+                    .where(Trial.run_id == run_id)
+                )
+            ]
+            for window in s.scalars(
+                select(SearchWindow).where(
+                    SearchWindow.run_id == run_id, SearchWindow.ended_at.is_(None)
+                )
+            ):
                 start = utc(window.started_at)
                 window.ended_at = max([start, *(end for end in ends if end >= start)])
                 run.search_ended_at = window.ended_at
@@ -418,7 +601,12 @@ class Store:
         heartbeat, and no score until the resumed search ends (a recovered score is out of date)."""
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
-            run.status, run.message, run.heartbeat_at, run.search_ended_at = RunStatus.RUNNING, None, now(), None
+            run.status, run.message, run.heartbeat_at, run.search_ended_at = (
+                RunStatus.RUNNING,
+                None,
+                now(),
+                None,
+            )
             score = s.scalar(select(Score).where(Score.run_id == run_id))
             if score is not None:
                 s.delete(score)
@@ -431,14 +619,25 @@ class Store:
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
             rows = s.execute(
-                select(Epoch.samples_trained, Epoch.samples_evaluated, Trial.train_ops_per_sample,
-                       Trial.eval_ops_per_sample, Trial.tensor_train_ops_per_sample,
-                       Trial.tensor_eval_ops_per_sample)
-                .join(Trial, Epoch.trial_id == Trial.id).where(Trial.run_id == run_id)
+                select(
+                    Epoch.samples_trained,
+                    Epoch.samples_evaluated,
+                    Trial.train_ops_per_sample,
+                    Trial.eval_ops_per_sample,
+                    Trial.tensor_train_ops_per_sample,
+                    Trial.tensor_eval_ops_per_sample,
+                )
+                .join(Trial, Epoch.trial_id == Trial.id)
+                .where(Trial.run_id == run_id)
             ).all()
-            best = s.scalar(select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id))
-            completed = s.scalar(select(func.count()).select_from(Trial)
-                                 .where(Trial.run_id == run_id, Trial.status == TrialStatus.COMPLETED))
+            best = s.scalar(
+                select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id)
+            )
+            completed = s.scalar(
+                select(func.count())
+                .select_from(Trial)
+                .where(Trial.run_id == run_id, Trial.status == TrialStatus.COMPLETED)
+            )
             dataset = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
             try:
                 elapsed = window_seconds([_window_record(w) for w in run.windows])
@@ -446,33 +645,59 @@ class Store:
                 raise ValueError(f"run {run_id} has no finished search window to score") from None
             missing = [r for r in rows if r[2] is None and (r[0] or r[1])]
             if missing:
-                raise ValueError(f"run {run_id} has counted samples on a trial without operation counts")
-            stepping = [float(train or 0.0) + float(evaluate or 0.0) for train, evaluate in s.execute(
-                select(Trial.train_s, Trial.evaluate_s).where(Trial.run_id == run_id)
-                .where(or_(*(getattr(Trial, name).is_not(None) for name in TRIAL_PHASE_COLUMNS))))]
+                raise ValueError(
+                    f"run {run_id} has counted samples on a trial without operation counts"
+                )
+            stepping = [
+                float(train or 0.0) + float(evaluate or 0.0)
+                for train, evaluate in s.execute(
+                    select(Trial.train_s, Trial.evaluate_s)
+                    .where(Trial.run_id == run_id)
+                    .where(
+                        or_(*(getattr(Trial, name).is_not(None) for name in TRIAL_PHASE_COLUMNS))
+                    )
+                )
+            ]
             return RunWork(
-                workers=run.workers, peak_flops=run.peak_flops, stepping_s=tuple(stepping) if stepping else None,
+                workers=run.workers,
+                peak_flops=run.peak_flops,
+                stepping_s=tuple(stepping) if stepping else None,
                 epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
                 elapsed_s=elapsed,
-                best_val_accuracy=best, val_samples=dataset.val_samples if dataset else 0,
-                trials_completed=int(completed or 0), budget_s=run.budget_s)
+                best_val_accuracy=best,
+                val_samples=dataset.val_samples if dataset else 0,
+                trials_completed=int(completed or 0),
+                budget_s=run.budget_s,
+            )
 
     @_retried
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The newest runs first, each with its system and score (without trials)."""
         with self.session() as s:
-            query = (select(Run).options(selectinload(Run.score), selectinload(Run.system),
-                                         selectinload(Run.windows))
-                     .order_by(Run.id.desc()).limit(limit))
+            query = (
+                select(Run)
+                .options(
+                    selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows)
+                )
+                .order_by(Run.id.desc())
+                .limit(limit)
+            )
             return [_run_record(run) for run in s.scalars(query)]
 
     @_retried
     def get_run(self, run_id: int) -> RunRecord:
         """One run with its system, score, trials and their epochs."""
         with self.session() as s:
-            run = s.scalar(select(Run).where(Run.id == run_id).options(
-                selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows),
-                selectinload(Run.trials).selectinload(Trial.epochs)))
+            run = s.scalar(
+                select(Run)
+                .where(Run.id == run_id)
+                .options(
+                    selectinload(Run.score),
+                    selectinload(Run.system),
+                    selectinload(Run.windows),
+                    selectinload(Run.trials).selectinload(Trial.epochs),
+                )
+            )
             if run is None:
                 raise RecordNotFound(f"run {run_id} is not in the database")
             return _run_record(run, with_trials=True)
@@ -481,15 +706,23 @@ class Store:
     def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
         """How many of the run's trials are in each state."""
         with self.session() as s:
-            counts = s.execute(select(Trial.status, func.count()).where(Trial.run_id == run_id)
-                               .group_by(Trial.status)).all()
+            counts = s.execute(
+                select(Trial.status, func.count())
+                .where(Trial.run_id == run_id)
+                .group_by(Trial.status)
+            ).all()
             return {TrialStatus(status): int(count) for status, count in counts}
 
     # --- history: read through the SQL views of migration 0002 (run_scores, trial_summary) ----------
 
     @_retried
-    def run_scores(self, *, system_id: int | None = None, profile: str | None = None,
-                   run_ids: list[int] | None = None) -> list[RunScoreRow]:
+    def run_scores(
+        self,
+        *,
+        system_id: int | None = None,
+        profile: str | None = None,
+        run_ids: list[int] | None = None,
+    ) -> list[RunScoreRow]:
         """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
         where, params = [], {}
         if system_id is not None:
@@ -501,8 +734,11 @@ class Store:
         if run_ids is not None:
             where.append("run_id IN :run_ids")
             params["run_ids"] = list(run_ids)
-        sql = text("SELECT * FROM run_scores" + (" WHERE " + " AND ".join(where) if where else "")
-                   + " ORDER BY created_at, run_id").columns(created_at=DateTime(timezone=True), valid=Boolean())
+        sql = text(
+            "SELECT * FROM run_scores"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY created_at, run_id"
+        ).columns(created_at=DateTime(timezone=True), valid=Boolean())
         if run_ids is not None:
             sql = sql.bindparams(bindparam("run_ids", expanding=True))
         return self._view_rows(RunScoreRow, sql, params)
@@ -511,7 +747,8 @@ class Store:
     def trial_summary(self, run_id: int) -> list[TrialSummaryRow]:
         """Rows of the trial_summary view for one run, in trial order."""
         sql = text("SELECT * FROM trial_summary WHERE run_id = :run_id ORDER BY number").columns(
-            started_at=DateTime(timezone=True), ended_at=DateTime(timezone=True))
+            started_at=DateTime(timezone=True), ended_at=DateTime(timezone=True)
+        )
         return self._view_rows(TrialSummaryRow, sql, {"run_id": run_id})
 
     def _view_rows(self, record: type[Row], sql: Any, params: dict[str, Any]) -> list[Row]:
@@ -547,7 +784,9 @@ class WriteBatch:
 
     def __init__(self) -> None:
         self._work: list[Callable[[Session, bool], Any]] = []
-        self._updates: dict[int, dict[str, Any]] = {}  # per trial, the columns its pending UPDATE sets
+        self._updates: dict[
+            int, dict[str, Any]
+        ] = {}  # per trial, the columns its pending UPDATE sets
 
     def __bool__(self) -> bool:
         return bool(self._work)
@@ -558,57 +797,138 @@ class WriteBatch:
     def __iter__(self) -> Iterator[Callable[[Session, bool], Any]]:
         return iter(self._work)
 
-    def create_trial(self, *, run_id: int, trial_key: str, number: int, architecture: dict[str, Any],
-                     hyperparameters: dict[str, Any], started_at: float,
-                     parent_trial_id: int | None = None, operator: str | None = None) -> None:
+    def create_trial(
+        self,
+        *,
+        run_id: int,
+        trial_key: str,
+        number: int,
+        architecture: dict[str, Any],
+        hyperparameters: dict[str, Any],
+        started_at: float,
+        parent_trial_id: int | None = None,
+        operator: str | None = None,
+    ) -> None:
         """A new trial (its id is the write's result), unique by (run, trial_key)."""
+
         def create_trial(s: Session, maybe_committed: bool) -> int:
             if maybe_committed:
-                done = s.scalar(select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key))
+                done = s.scalar(
+                    select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key)
+                )
                 if done is not None:
                     return done
-            return s.connection().execute(insert(Trial).values(
-                run_id=run_id, trial_key=trial_key, number=number, architecture=architecture,
-                hyperparameters=hyperparameters, status=TrialStatus.RUNNING, started_at=utc(started_at),
-                parent_trial_id=parent_trial_id, operator=operator).returning(Trial.id)).scalar_one()
+            return (
+                s.connection()
+                .execute(
+                    insert(Trial)
+                    .values(
+                        run_id=run_id,
+                        trial_key=trial_key,
+                        number=number,
+                        architecture=architecture,
+                        hyperparameters=hyperparameters,
+                        status=TrialStatus.RUNNING,
+                        started_at=utc(started_at),
+                        parent_trial_id=parent_trial_id,
+                        operator=operator,
+                    )
+                    .returning(Trial.id)
+                )
+                .scalar_one()
+            )
 
         self._work.append(create_trial)
 
-    def record_trial_built(self, trial_id: int, *, worker: str, parameters: int, train_ops: int, eval_ops: int,
-                           tensor_train_ops: int, tensor_eval_ops: int) -> None:
-        self._update_trial(trial_id, worker=worker, parameters=parameters, train_ops_per_sample=train_ops,
-                           eval_ops_per_sample=eval_ops, tensor_train_ops_per_sample=tensor_train_ops,
-                           tensor_eval_ops_per_sample=tensor_eval_ops)
+    def record_trial_built(
+        self,
+        trial_id: int,
+        *,
+        worker: str,
+        parameters: int,
+        train_ops: int,
+        eval_ops: int,
+        tensor_train_ops: int,
+        tensor_eval_ops: int,
+    ) -> None:
+        self._update_trial(
+            trial_id,
+            worker=worker,
+            parameters=parameters,
+            train_ops_per_sample=train_ops,
+            eval_ops_per_sample=eval_ops,
+            tensor_train_ops_per_sample=tensor_train_ops,
+            tensor_eval_ops_per_sample=tensor_eval_ops,
+        )
 
-    def record_epoch(self, trial_id: int, *, epoch: int, started_at: float, ended_at: float,
-                     samples_trained: int, samples_evaluated: int, loss: float | None,
-                     accuracy: float | None, val_loss: float | None, val_accuracy: float | None,
-                     complete: bool) -> None:
+    def record_epoch(
+        self,
+        trial_id: int,
+        *,
+        epoch: int,
+        started_at: float,
+        ended_at: float,
+        samples_trained: int,
+        samples_evaluated: int,
+        loss: float | None,
+        accuracy: float | None,
+        val_loss: float | None,
+        val_accuracy: float | None,
+        complete: bool,
+    ) -> None:
         """One epoch, unique by (trial, epoch): a repeat is ignored (the write's result is False,
         or True after a retry whose first attempt may have committed it)."""
+
         def record_epoch(s: Session, maybe_committed: bool) -> bool:
             dialect = {"sqlite": sqlite, "postgresql": postgresql}[s.get_bind().dialect.name]
-            sql = s.connection()  # plain SQL: the ORM's bulk paths report no row counts on PostgreSQL
-            added = sql.execute(dialect.insert(Epoch).values(
-                trial_id=trial_id, epoch=epoch, started_at=utc(started_at), ended_at=utc(ended_at),
-                samples_trained=samples_trained, samples_evaluated=samples_evaluated, loss=loss, accuracy=accuracy,
-                val_loss=val_loss, val_accuracy=val_accuracy, complete=complete,
-            ).on_conflict_do_nothing(index_elements=[Epoch.trial_id, Epoch.epoch]).returning(Epoch.id)).first()
+            sql = (
+                s.connection()
+            )  # plain SQL: the ORM's bulk paths report no row counts on PostgreSQL
+            added = sql.execute(
+                dialect.insert(Epoch)
+                .values(
+                    trial_id=trial_id,
+                    epoch=epoch,
+                    started_at=utc(started_at),
+                    ended_at=utc(ended_at),
+                    samples_trained=samples_trained,
+                    samples_evaluated=samples_evaluated,
+                    loss=loss,
+                    accuracy=accuracy,
+                    val_loss=val_loss,
+                    val_accuracy=val_accuracy,
+                    complete=complete,
+                )
+                .on_conflict_do_nothing(index_elements=[Epoch.trial_id, Epoch.epoch])
+                .returning(Epoch.id)
+            ).first()
             if added is None:
                 return maybe_committed
             if val_accuracy is not None and complete:
-                sql.execute(update(Trial).where(Trial.id == trial_id, or_(
-                    Trial.best_val_accuracy.is_(None), Trial.best_val_accuracy < val_accuracy))
-                    .values(best_val_accuracy=val_accuracy))
+                sql.execute(
+                    update(Trial)
+                    .where(
+                        Trial.id == trial_id,
+                        or_(
+                            Trial.best_val_accuracy.is_(None),
+                            Trial.best_val_accuracy < val_accuracy,
+                        ),
+                    )
+                    .values(best_val_accuracy=val_accuracy)
+                )
             return True
 
         self._work.append(record_epoch)
 
-    def finish_trial(self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None) -> None:
+    def finish_trial(
+        self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None
+    ) -> None:
         self._update_trial(trial_id, status=status, ended_at=utc(ended_at), message=message)
 
     def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
-        self._update_trial(trial_id, **{name: getattr(phases, name) for name in TRIAL_PHASE_COLUMNS})
+        self._update_trial(
+            trial_id, **{name: getattr(phases, name) for name in TRIAL_PHASE_COLUMNS}
+        )
 
     def _update_trial(self, trial_id: int, **values: Any) -> None:
         """Set columns of one trial (setting them again changes nothing: idempotent). Updates of
@@ -621,13 +941,18 @@ class WriteBatch:
         pending = self._updates[trial_id] = dict(values)
 
         def update_trial(s: Session, _maybe_committed: bool) -> None:
-            if not s.connection().execute(update(Trial).where(Trial.id == trial_id).values(**pending)).rowcount:
+            if (
+                not s.connection()
+                .execute(update(Trial).where(Trial.id == trial_id).values(**pending))
+                .rowcount
+            ):
                 raise RecordNotFound(f"trial {trial_id} is not in the database")
 
         self._work.append(update_trial)
 
     def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
         """Replace the run's oracle state with `state`."""
+
         def save_search_state(s: Session, _maybe_committed: bool) -> None:
             row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
             if row is None:
@@ -639,6 +964,7 @@ class WriteBatch:
 
 
 # --- ORM rows to records, inside the session ---------------------------------------------------------
+
 
 def _plain(hint: Any, value: Any) -> Any:
     """A view's value as its record field holds it: UTC times, enum statuses, floats not Decimals
@@ -656,20 +982,39 @@ def _plain(hint: Any, value: Any) -> Any:
 
 def _system_record(system: System) -> SystemRecord:
     return SystemRecord(
-        id=system.id, fingerprint=system.fingerprint, hostname=system.hostname, cpu_model=system.cpu_model,
-        cpu_cores=system.cpu_cores, memory_bytes=system.memory_bytes, gpus=dict(system.gpus),
-        platform=system.platform, python_version=system.python_version,
-        tensorflow_version=system.tensorflow_version, keras_version=system.keras_version,
-        keras_backend=system.keras_backend, first_seen_at=utc(system.first_seen_at))
+        id=system.id,
+        fingerprint=system.fingerprint,
+        hostname=system.hostname,
+        cpu_model=system.cpu_model,
+        cpu_cores=system.cpu_cores,
+        memory_bytes=system.memory_bytes,
+        gpus=dict(system.gpus),
+        platform=system.platform,
+        python_version=system.python_version,
+        tensorflow_version=system.tensorflow_version,
+        keras_version=system.keras_version,
+        keras_backend=system.keras_backend,
+        first_seen_at=utc(system.first_seen_at),
+    )
 
 
 def _score_result(score: Score) -> ScoreResult:
     return ScoreResult(
-        elapsed_s=score.elapsed_s, total_ops=int(score.total_ops), ops=score.ops, tensor_ops=score.tensor_ops,
-        best_val_accuracy=score.best_val_accuracy, val_samples=score.val_samples,
-        regulated_score=score.regulated_score, trials_completed=score.trials_completed,
-        samples_trained=score.samples_trained, samples_evaluated=score.samples_evaluated, valid=score.valid,
-        reasons=list(score.reasons.get("invalid", [])), mfu=score.mfu, utilisation=score.utilisation)
+        elapsed_s=score.elapsed_s,
+        total_ops=int(score.total_ops),
+        ops=score.ops,
+        tensor_ops=score.tensor_ops,
+        best_val_accuracy=score.best_val_accuracy,
+        val_samples=score.val_samples,
+        regulated_score=score.regulated_score,
+        trials_completed=score.trials_completed,
+        samples_trained=score.samples_trained,
+        samples_evaluated=score.samples_evaluated,
+        valid=score.valid,
+        reasons=list(score.reasons.get("invalid", [])),
+        mfu=score.mfu,
+        utilisation=score.utilisation,
+    )
 
 
 def _verification(score: Score | None) -> tuple[CheckRecord, ...] | None:
@@ -680,22 +1025,43 @@ def _verification(score: Score | None) -> tuple[CheckRecord, ...] | None:
 
 def _epoch_record(epoch: Epoch) -> EpochRecord:
     return EpochRecord(
-        epoch=epoch.epoch, started_at=utc(epoch.started_at), ended_at=utc(epoch.ended_at),
-        samples_trained=epoch.samples_trained, samples_evaluated=epoch.samples_evaluated, loss=epoch.loss,
-        accuracy=epoch.accuracy, val_loss=epoch.val_loss, val_accuracy=epoch.val_accuracy,
-        complete=bool(epoch.complete))
+        epoch=epoch.epoch,
+        started_at=utc(epoch.started_at),
+        ended_at=utc(epoch.ended_at),
+        samples_trained=epoch.samples_trained,
+        samples_evaluated=epoch.samples_evaluated,
+        loss=epoch.loss,
+        accuracy=epoch.accuracy,
+        val_loss=epoch.val_loss,
+        val_accuracy=epoch.val_accuracy,
+        complete=bool(epoch.complete),
+    )
 
 
 def _trial_record(trial: Trial) -> TrialRecord:
     return TrialRecord(
-        id=trial.id, run_id=trial.run_id, trial_key=trial.trial_key, number=trial.number,
-        parent_trial_id=trial.parent_trial_id, operator=trial.operator, architecture=dict(trial.architecture),
-        hyperparameters=dict(trial.hyperparameters), status=TrialStatus(trial.status), worker=trial.worker,
-        started_at=utc(trial.started_at), ended_at=utc(trial.ended_at), parameters=trial.parameters,
-        train_ops_per_sample=trial.train_ops_per_sample, eval_ops_per_sample=trial.eval_ops_per_sample,
+        id=trial.id,
+        run_id=trial.run_id,
+        trial_key=trial.trial_key,
+        number=trial.number,
+        parent_trial_id=trial.parent_trial_id,
+        operator=trial.operator,
+        architecture=dict(trial.architecture),
+        hyperparameters=dict(trial.hyperparameters),
+        status=TrialStatus(trial.status),
+        worker=trial.worker,
+        started_at=utc(trial.started_at),
+        ended_at=utc(trial.ended_at),
+        parameters=trial.parameters,
+        train_ops_per_sample=trial.train_ops_per_sample,
+        eval_ops_per_sample=trial.eval_ops_per_sample,
         tensor_train_ops_per_sample=trial.tensor_train_ops_per_sample,
-        tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample, best_val_accuracy=trial.best_val_accuracy,
-        message=trial.message, epochs=tuple(_epoch_record(e) for e in trial.epochs), phases=_phases(trial))
+        tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample,
+        best_val_accuracy=trial.best_val_accuracy,
+        message=trial.message,
+        epochs=tuple(_epoch_record(e) for e in trial.epochs),
+        phases=_phases(trial),
+    )
 
 
 def _phases(trial: Trial) -> TrialPhases | None:
@@ -707,21 +1073,44 @@ def _phases(trial: Trial) -> TrialPhases | None:
 
 
 def _window_record(window: SearchWindow) -> WindowRecord:
-    return WindowRecord(segment=window.segment, started_at=utc(window.started_at), deadline=utc(window.deadline),
-                        ended_at=utc(window.ended_at))
+    return WindowRecord(
+        segment=window.segment,
+        started_at=utc(window.started_at),
+        deadline=utc(window.deadline),
+        ended_at=utc(window.ended_at),
+    )
 
 
 def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
     return RunRecord(
-        id=run.id, system=_system_record(run.system), profile=run.profile, config=dict(run.config),
-        seed=run.seed, budget_s=run.budget_s, workers=run.workers,
-        status=derived_status(run.status, utc(run.heartbeat_at), now()), stored_status=RunStatus(run.status),
-        heartbeat_at=utc(run.heartbeat_at), windows=tuple(_window_record(w) for w in run.windows),
-        created_at=utc(run.created_at), search_started_at=utc(run.search_started_at),
-        deadline=utc(run.deadline), search_ended_at=utc(run.search_ended_at), flow_run_id=run.flow_run_id,
-        message=run.message, ruleset=run.ruleset, division=run.division, deviations=tuple(run.deviations or ()),
-        config_hash=run.config_hash, score=None if run.score is None else _score_result(run.score),
+        id=run.id,
+        system=_system_record(run.system),
+        profile=run.profile,
+        config=dict(run.config),
+        seed=run.seed,
+        budget_s=run.budget_s,
+        workers=run.workers,
+        status=derived_status(run.status, utc(run.heartbeat_at), now()),
+        stored_status=RunStatus(run.status),
+        heartbeat_at=utc(run.heartbeat_at),
+        windows=tuple(_window_record(w) for w in run.windows),
+        created_at=utc(run.created_at),
+        search_started_at=utc(run.search_started_at),
+        deadline=utc(run.deadline),
+        search_ended_at=utc(run.search_ended_at),
+        flow_run_id=run.flow_run_id,
+        message=run.message,
+        ruleset=run.ruleset,
+        division=run.division,
+        deviations=tuple(run.deviations or ()),
+        config_hash=run.config_hash,
+        score=None if run.score is None else _score_result(run.score),
         verification=_verification(run.score),
         trials=tuple(_trial_record(t) for t in run.trials) if with_trials else (),
-        precision=run.precision, backend=run.backend, jit_compile=run.jit_compile, peak_flops=run.peak_flops,
-        worker_peaks=tuple(run.worker_peaks or ()), system_description=run.system_description)
+        precision=run.precision,
+        backend=run.backend,
+        jit_compile=run.jit_compile,
+        peak_flops=run.peak_flops,
+        worker_peaks=tuple(run.worker_peaks or ()),
+        system_description=run.system_description,
+    )

@@ -43,7 +43,9 @@ def retry_budget_s() -> float:
     except ValueError:
         value = -1.0
     if value < 0:
-        raise UserError(f"{RETRY_ENV}={text!r} is not a number of seconds; set it to e.g. 120 (0: never retry)")
+        raise UserError(
+            f"{RETRY_ENV}={text!r} is not a number of seconds; set it to e.g. 120 (0: never retry)"
+        )
     return value
 
 

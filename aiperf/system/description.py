@@ -30,8 +30,12 @@ from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 FILE_NAME = "system_description.json"
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "numpy", "keras-tuner", "dask", "distributed")
 # Where a job queue tells a process which job and node it runs in.
-JOB_VARIABLES = {"slurm": ("SLURM_JOB_ID", "SLURMD_NODENAME"), "pbs": ("PBS_JOBID", "PBS_NODENUM"),
-                 "lsf": ("LSB_JOBID", "LSB_HOSTS"), "sge": ("JOB_ID", "HOSTNAME")}
+JOB_VARIABLES = {
+    "slurm": ("SLURM_JOB_ID", "SLURMD_NODENAME"),
+    "pbs": ("PBS_JOBID", "PBS_NODENUM"),
+    "lsf": ("LSB_JOBID", "LSB_HOSTS"),
+    "sge": ("JOB_ID", "HOSTNAME"),
+}
 
 
 def _gb(size: int | float) -> str:
@@ -42,7 +46,9 @@ def _sockets() -> int:
     """Physical CPU packages, from /proc/cpuinfo's physical ids (1 where it does not say)."""
     try:
         with open("/proc/cpuinfo") as handle:
-            ids = {line.split(":", 1)[1].strip() for line in handle if line.startswith("physical id")}
+            ids = {
+                line.split(":", 1)[1].strip() for line in handle if line.startswith("physical id")
+            }
     except OSError:
         ids = set()
     return max(1, len(ids))
@@ -53,8 +59,13 @@ def _accelerators() -> list[dict[str, Any]]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
     return parse_gpus(out)
@@ -67,7 +78,9 @@ def parse_gpus(csv: str) -> list[dict[str, Any]]:
         name, _, memory = line.rpartition(",")
         if name.strip():
             mib = memory.strip()
-            size = int(float(mib)) * 2**20 if mib.replace(".", "").isdigit() else None  # "[N/A]" on some boards
+            size = (
+                int(float(mib)) * 2**20 if mib.replace(".", "").isdigit() else None
+            )  # "[N/A]" on some boards
             gpus.append({"model": name.strip(), "memory_bytes": size})
     return gpus
 
@@ -86,8 +99,15 @@ def _interconnect() -> list[dict[str, Any]]:
     ib = Path("/sys/class/infiniband")
     if ib.is_dir():
         for port in sorted(ib.glob("*/ports/*")):
-            links.append({"kind": _read(port / "link_layer") or "InfiniBand", "device": port.parent.parent.name,
-                          "port": port.name, "rate": _read(port / "rate"), "state": _read(port / "state")})
+            links.append(
+                {
+                    "kind": _read(port / "link_layer") or "InfiniBand",
+                    "device": port.parent.parent.name,
+                    "port": port.name,
+                    "rate": _read(port / "rate"),
+                    "state": _read(port / "state"),
+                }
+            )
     if links:
         return links
     try:
@@ -96,8 +116,16 @@ def _interconnect() -> list[dict[str, Any]]:
         return []
     for name, stat in sorted(stats.items()):
         if stat.isup and name != "lo" and not name.startswith(("docker", "veth", "br-", "virbr")):
-            links.append({"kind": "Ethernet" if _read(Path(f"/sys/class/net/{name}/type")) in ("1", None) else "other",
-                          "device": name, "speed_mbps": stat.speed or None, "mtu": stat.mtu})
+            links.append(
+                {
+                    "kind": "Ethernet"
+                    if _read(Path(f"/sys/class/net/{name}/type")) in ("1", None)
+                    else "other",
+                    "device": name,
+                    "speed_mbps": stat.speed or None,
+                    "mtu": stat.mtu,
+                }
+            )
     return links
 
 
@@ -108,7 +136,9 @@ def _operating_system() -> str:
         for line in release.read_text().splitlines():
             if line.startswith("PRETTY_NAME="):
                 pretty = line.split("=", 1)[1].strip().strip('"')
-    return f"{pretty} ({platform.system()} {platform.release()})" if pretty else platform.platform()
+    return (
+        f"{pretty} ({platform.system()} {platform.release()})" if pretty else platform.platform()
+    )
 
 
 def _job() -> dict[str, str] | None:
@@ -117,8 +147,11 @@ def _job() -> dict[str, str] | None:
         if scheduler == "sge" and "SGE_ROOT" not in os.environ:
             continue
         if os.environ.get(job):
-            return {"scheduler": scheduler, "job_id": os.environ[job],
-                    "node": os.environ.get(node) or socket.gethostname()}
+            return {
+                "scheduler": scheduler,
+                "job_id": os.environ[job],
+                "node": os.environ.get(node) or socket.gethostname(),
+            }
     return None
 
 
@@ -133,21 +166,29 @@ def describe_node() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "host_processor_model_name": cpu_model(),
         "host_processors_per_node": sockets,
-        "host_processor_core_count": max(1, physical // sockets),  # per processor, as MLPerf counts
+        "host_processor_core_count": max(
+            1, physical // sockets
+        ),  # per processor, as MLPerf counts
         "host_processor_vcpu_count": logical,
         "host_cores_total": physical,
-        "host_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical,
+        "host_cores_usable": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else logical,
         "host_memory_capacity": _gb(memory),
         "host_memory_bytes": memory,
         "accelerators_per_node": len(gpus),
         "accelerator_model_name": ", ".join(sorted({g["model"] for g in gpus})) or "none",
-        "accelerator_memory_capacity": ", ".join(sorted({_gb(g["memory_bytes"]) for g in gpus
-                                                         if g["memory_bytes"]})) or "n/a",
+        "accelerator_memory_capacity": ", ".join(
+            sorted({_gb(g["memory_bytes"]) for g in gpus if g["memory_bytes"]})
+        )
+        or "n/a",
         "accelerators": gpus,
         "host_networking": _interconnect(),
         "operating_system": _operating_system(),
         "python_version": platform.python_version(),
-        "framework_versions": {name: v for name in FRAMEWORKS if (v := package_version(name)) is not None},
+        "framework_versions": {
+            name: v for name in FRAMEWORKS if (v := package_version(name)) is not None
+        },
         "keras_backend": keras_backend(),
         "job": _job(),
     }
@@ -164,14 +205,20 @@ def _summary(values: list[Any]) -> Any:
     return values[0] if len(distinct) == 1 else "; ".join(distinct)
 
 
-def describe_system(by_worker: Mapping[str, Mapping[str, Any]], *, division: str | None = None,
-                    precision: str = "float32") -> dict[str, Any]:
+def describe_system(
+    by_worker: Mapping[str, Mapping[str, Any]],
+    *,
+    division: str | None = None,
+    precision: str = "float32",
+) -> dict[str, Any]:
     """The system description: MLPerf's top-level fields (one value when the nodes agree) and one
     entry per node with its own, its workers and its jobs."""
     nodes: dict[str, dict[str, Any]] = {}
     for worker, node in sorted(by_worker.items()):
-        entry = nodes.setdefault(node["hostname"], {**{k: v for k, v in node.items() if k != "job"},
-                                                     "workers": [], "jobs": []})
+        entry = nodes.setdefault(
+            node["hostname"],
+            {**{k: v for k, v in node.items() if k != "job"}, "workers": [], "jobs": []},
+        )
         entry["workers"].append(worker)
         job = node.get("job")
         if job and job not in entry["jobs"]:
@@ -183,7 +230,8 @@ def describe_system(by_worker: Mapping[str, Mapping[str, Any]], *, division: str
     backend = _summary([n["keras_backend"] for n in listed])
     versions = first["framework_versions"]
     framework = f"Keras {versions.get('keras', '?')} ({backend}" + (
-        f" {versions[backend]})" if isinstance(backend, str) and backend in versions else ")")
+        f" {versions[backend]})" if isinstance(backend, str) and backend in versions else ")"
+    )
     return {
         "system_name": ", ".join(nodes),
         "division": division,
@@ -195,9 +243,12 @@ def describe_system(by_worker: Mapping[str, Mapping[str, Any]], *, division: str
         "host_memory_capacity": _summary([n["host_memory_capacity"] for n in listed]),
         "accelerators_per_node": _summary([n["accelerators_per_node"] for n in listed]),
         "accelerator_model_name": _summary([n["accelerator_model_name"] for n in listed]),
-        "accelerator_memory_capacity": _summary([n["accelerator_memory_capacity"] for n in listed]),
-        "host_networking": _summary([", ".join(_link(link) for link in n["host_networking"]) or "unknown"
-                                     for n in listed]),
+        "accelerator_memory_capacity": _summary(
+            [n["accelerator_memory_capacity"] for n in listed]
+        ),
+        "host_networking": _summary(
+            [", ".join(_link(link) for link in n["host_networking"]) or "unknown" for n in listed]
+        ),
         "operating_system": _summary([n["operating_system"] for n in listed]),
         "python_version": _summary([n["python_version"] for n in listed]),
         "framework": framework,

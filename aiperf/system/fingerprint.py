@@ -33,8 +33,13 @@ def _gpus() -> dict[str, Any]:
     if shutil.which("nvidia-smi") is None:
         return {"count": 0, "models": []}
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError):
         return {"count": 0, "models": []}
     models = [line.strip() for line in out.splitlines() if line.strip()]
@@ -81,8 +86,21 @@ def fingerprint(backend: str | None = None) -> dict[str, Any]:
         "keras_version": package_version("keras") or "unknown",
         "keras_backend": backend or keras_backend(),
     }
-    defining = {k: facts[k] for k in ("hostname", "cpu_model", "cpu_cores", "memory_bytes", "gpus",
-                                      "python_version", "tensorflow_version", "keras_version",
-                                      "keras_backend")}
-    facts["fingerprint"] = hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()
+    defining = {
+        k: facts[k]
+        for k in (
+            "hostname",
+            "cpu_model",
+            "cpu_cores",
+            "memory_bytes",
+            "gpus",
+            "python_version",
+            "tensorflow_version",
+            "keras_version",
+            "keras_backend",
+        )
+    }
+    facts["fingerprint"] = hashlib.sha256(
+        json.dumps(defining, sort_keys=True).encode()
+    ).hexdigest()
     return facts

@@ -30,7 +30,9 @@ class TrialRequest:
     early_stopping_patience: int | None = None  # epochs without a better val loss before stopping
     events_topic: str | None = None  # Dask event topic for live reports; None: report nothing live
     precision: str = "float32"  # Keras dtype policy the model is built under (train.precision)
-    jit_compile: bool = False  # model.compile(jit_compile=...): XLA, or jax.jit (train.jit_compile)
+    jit_compile: bool = (
+        False  # model.compile(jit_compile=...): XLA, or jax.jit (train.jit_compile)
+    )
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,13 @@ CPU_SIZE = 1024
 GPU_SIZE = 8192
 
 # The run's precision setting (train.precision) -> the dtype its matmuls compute in.
-COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16",
-                  "bfloat16": "bfloat16", "float16": "float16"}
+COMPUTE_DTYPES = {
+    "float32": "float32",
+    "mixed_bfloat16": "bfloat16",
+    "mixed_float16": "float16",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+}
 
 
 def compute_dtype(precision: str | None) -> str:
@@ -73,8 +78,13 @@ def device() -> tuple[str, bool]:
     return f"CPU {cpu_model()}".strip(), False
 
 
-def measure_peak(seconds: float | None = None, dtype: str = "float32", *, size: int | None = None,
-                 worker: str | None = None) -> dict[str, Any]:
+def measure_peak(
+    seconds: float | None = None,
+    dtype: str = "float32",
+    *,
+    size: int | None = None,
+    worker: str | None = None,
+) -> dict[str, Any]:
     """{"worker", "flops", "dtype", "device", "seconds"}: the FLOP/s this process reaches multiplying
     square matrices of `size` (1024 on a CPU, 8192 on an accelerator) in `dtype` for `seconds`."""
     import keras
@@ -102,5 +112,10 @@ def measure_peak(seconds: float | None = None, dtype: str = "float32", *, size: 
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
             break
-    return {"worker": worker or socket.gethostname(), "flops": 2.0 * n ** 3 * done / elapsed, "dtype": dtype,
-            "device": where, "seconds": elapsed}
+    return {
+        "worker": worker or socket.gethostname(),
+        "flops": 2.0 * n**3 * done / elapsed,
+        "dtype": dtype,
+        "device": where,
+        "seconds": elapsed,
+    }

@@ -79,6 +79,7 @@ class PhaseClock:
 
     def timed(self, report: Callable[[Message], Any]) -> Callable[[Message], None]:
         """The reporter, its every call counted as report."""
+
         def timed_report(message: Message) -> None:
             with self.phase("report"):
                 report(message)

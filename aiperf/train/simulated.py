@@ -50,20 +50,33 @@ class SimulatedPlan:
         """Where the first `played` epochs' seconds went (all of them by default): a simulated trial
         builds, counts and compiles nothing, so its modelled time is all training and evaluation."""
         spans = self.stepping[:played]
-        return {"build_s": 0.0, "count_s": 0.0, "compile_s": 0.0, "train_s": sum(t for t, _ in spans),
-                "evaluate_s": sum(e for _, e in spans), "report_s": 0.0}
+        return {
+            "build_s": 0.0,
+            "count_s": 0.0,
+            "compile_s": 0.0,
+            "train_s": sum(t for t, _ in spans),
+            "evaluate_s": sum(e for _, e in spans),
+            "report_s": 0.0,
+        }
 
 
-def plan_trial(request: TrialRequest, started_at: float, worker: str,
-               model: SimulatedModel = SimulatedModel()) -> SimulatedPlan:
+def plan_trial(
+    request: TrialRequest, started_at: float, worker: str, model: SimulatedModel = SimulatedModel()
+) -> SimulatedPlan:
     """The whole trial, decided up front from its seed: operations, epoch times, accuracies."""
     rng = random.Random(request.seed)
     low, high = model.train_ops_range
     train_ops = int(math.exp(rng.uniform(math.log(low), math.log(high))))
     eval_ops = train_ops // 3
-    built = TrialBuilt(trial_key=request.trial_key, worker=worker,
-                         parameters=rng.randint(*model.parameters_range), train_ops=train_ops,
-                         eval_ops=eval_ops, tensor_train_ops=train_ops, tensor_eval_ops=eval_ops)
+    built = TrialBuilt(
+        trial_key=request.trial_key,
+        worker=worker,
+        parameters=rng.randint(*model.parameters_range),
+        train_ops=train_ops,
+        eval_ops=eval_ops,
+        tensor_train_ops=train_ops,
+        tensor_eval_ops=eval_ops,
+    )
     train_s = model.train_samples * train_ops / model.ops_per_s
     eval_s = model.val_samples * eval_ops / model.ops_per_s
     base, gain = rng.uniform(0.1, 0.3), rng.uniform(0.1, 0.5)
@@ -86,18 +99,29 @@ def plan_trial(request: TrialRequest, started_at: float, worker: str,
             ended = request.deadline
         complete = trained == epoch_samples and evaluated == model.val_samples
         accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
-        epochs.append(EpochReport(
-            trial_key=request.trial_key, epoch=epoch, started_at=now, ended_at=ended,
-            samples_trained=trained, samples_evaluated=evaluated, loss=-math.log(max(accuracy, 1e-3)),
-            accuracy=accuracy, val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
-            val_accuracy=accuracy - 0.02 if complete else None, complete=complete))
+        epochs.append(
+            EpochReport(
+                trial_key=request.trial_key,
+                epoch=epoch,
+                started_at=now,
+                ended_at=ended,
+                samples_trained=trained,
+                samples_evaluated=evaluated,
+                loss=-math.log(max(accuracy, 1e-3)),
+                accuracy=accuracy,
+                val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
+                val_accuracy=accuracy - 0.02 if complete else None,
+                complete=complete,
+            )
+        )
         stepping.append((trained_by - now, ended - trained_by))
         now = ended
         if not complete:
             break
     done = len(epochs) == request.epochs and all(e.complete for e in epochs)
-    return SimulatedPlan(built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now,
-                         tuple(stepping))
+    return SimulatedPlan(
+        built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now, tuple(stepping)
+    )
 
 
 def sized_to(data_path: str, model: SimulatedModel = SimulatedModel()) -> SimulatedModel:
@@ -109,18 +133,28 @@ def sized_to(data_path: str, model: SimulatedModel = SimulatedModel()) -> Simula
         manifest = read_manifest(data_path)
     except (OSError, ValueError):
         return model
-    return replace(model, train_samples=int(manifest["train_samples"]), val_samples=int(manifest["val_samples"]))
+    return replace(
+        model,
+        train_samples=int(manifest["train_samples"]),
+        val_samples=int(manifest["val_samples"]),
+    )
 
 
-def run_simulated_trial(request: TrialRequest, report: Reporter, worker: str | None = None,
-                        model: SimulatedModel = SimulatedModel()) -> TrialResult:
+def run_simulated_trial(
+    request: TrialRequest,
+    report: Reporter,
+    worker: str | None = None,
+    model: SimulatedModel = SimulatedModel(),
+) -> TrialResult:
     """On a worker: live through the plan, reporting each epoch when its modelled end comes."""
     plan = plan_trial(request, time.time(), worker or "simulated", model)
     report(plan.built)
     for epoch in plan.epochs:
         time.sleep(max(0.0, epoch.ended_at - time.time()))
         report(epoch)
-    return TrialResult(request.trial_key, plan.status, plan.built, plan.epochs, phases=plan.phases())
+    return TrialResult(
+        request.trial_key, plan.status, plan.built, plan.epochs, phases=plan.phases()
+    )
 
 
 class _PlayedTrial:
@@ -145,9 +179,14 @@ class _PlayedTrial:
         return self.finished
 
     def result(self) -> TrialResult:
-        played = self.plan.epochs[:self.sent]
-        return TrialResult(self.plan.built.trial_key, self.plan.status, self.plan.built, played,
-                           phases=self.plan.phases(self.sent))
+        played = self.plan.epochs[: self.sent]
+        return TrialResult(
+            self.plan.built.trial_key,
+            self.plan.status,
+            self.plan.built,
+            played,
+            phases=self.plan.phases(self.sent),
+        )
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -156,23 +195,31 @@ class _PlayedTrial:
 class SimulatedLauncher:
     """The orchestrator's launcher for `workers` simulated workers in this process."""
 
-    def __init__(self, workers: int, events: queue.Queue, model: SimulatedModel = SimulatedModel()) -> None:
+    def __init__(
+        self, workers: int, events: queue.Queue, model: SimulatedModel = SimulatedModel()
+    ) -> None:
         self.events, self.model = events, model
         self.free = list(range(workers - 1, -1, -1))  # worker slots, lowest handed out first
         self.launched = 0
         self.freed_at: dict[int, float] = {}
-        self.refill_s: list[float] = []  # per relaunch: how long a freed worker waited for its next trial
+        self.refill_s: list[
+            float
+        ] = []  # per relaunch: how long a freed worker waited for its next trial
 
     def __call__(self, request: TrialRequest) -> _PlayedTrial:
         if not self.free:
-            raise RuntimeError("every simulated worker is busy: the orchestrator launched too many trials")
+            raise RuntimeError(
+                "every simulated worker is busy: the orchestrator launched too many trials"
+            )
         slot = self.free.pop()
         self.launched += 1
         now = time.time()
         if slot in self.freed_at:
             self.refill_s.append(now - self.freed_at.pop(slot))
         plan = plan_trial(request, now, f"sim-{slot}", self.model)
-        return _PlayedTrial(plan, self.events, lambda: self._release(slot, min(plan.ends_at, time.time())))
+        return _PlayedTrial(
+            plan, self.events, lambda: self._release(slot, min(plan.ends_at, time.time()))
+        )
 
     def _release(self, slot: int, ended_at: float) -> None:
         # The worker was free from its trial's modelled end, not from when the orchestrator noticed.

@@ -105,8 +105,12 @@ def build_step_state(model) -> None:
 
     model.optimizer.build(model.trainable_variables)
     classes = int(model.output_shape[-1])
-    model.compute_metrics(None, keras.ops.zeros((1,), dtype="int32"), keras.ops.zeros((1, classes)),
-                          sample_weight=None)
+    model.compute_metrics(
+        None,
+        keras.ops.zeros((1,), dtype="int32"),
+        keras.ops.zeros((1, classes)),
+        sample_weight=None,
+    )
 
 
 def _finite(value) -> float | None:
@@ -147,20 +151,34 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         keras.utils.set_random_seed(request.seed)
         keras.mixed_precision.set_global_policy(request.precision)  # before the model is built
         with clock.phase("build"):
-            feed = open_feed(request.data_path, batch_size=request.batch_size, seed=request.seed,
-                             input_shape=request.architecture["input_shape"], threads=worker_cores())
+            feed = open_feed(
+                request.data_path,
+                batch_size=request.batch_size,
+                seed=request.seed,
+                input_shape=request.architecture["input_shape"],
+                threads=worker_cores(),
+            )
             model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
         with clock.phase("count"):
             counts = count_all(model)  # one walk of the model that will train, both conventions
         counted, tensor = counts["aiperf"], counts["tensor"]
-        built = TrialBuilt(trial_key=request.trial_key, worker=worker or socket.gethostname(),
-                             parameters=int(model.count_params()),
-                             train_ops=counted.train_per_sample, eval_ops=counted.eval_per_sample,
-                             tensor_train_ops=tensor.train_per_sample, tensor_eval_ops=tensor.eval_per_sample)
+        built = TrialBuilt(
+            trial_key=request.trial_key,
+            worker=worker or socket.gethostname(),
+            parameters=int(model.count_params()),
+            train_ops=counted.train_per_sample,
+            eval_ops=counted.eval_per_sample,
+            tensor_train_ops=tensor.train_per_sample,
+            tensor_eval_ops=tensor.eval_per_sample,
+        )
         report(built)
         with clock.phase("compile"):
-            model.compile(optimizer=_optimizer(request), loss="sparse_categorical_crossentropy",
-                          metrics=["accuracy"], jit_compile=request.jit_compile)
+            model.compile(
+                optimizer=_optimizer(request),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+                jit_compile=request.jit_compile,
+            )
             build_step_state(model)
         n_train, n_val, batch = feed.train_samples, feed.val_samples, request.batch_size
 
@@ -172,40 +190,75 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
             # trial wastes no more time, and the batches it did train still count.
             with clock.steps("train"):
-                history = model.fit(**feed.train, epochs=1, verbose=0,
-                                    callbacks=[watch, clock.callback(), keras.callbacks.TerminateOnNaN()])
+                history = model.fit(
+                    **feed.train,
+                    epochs=1,
+                    verbose=0,
+                    callbacks=[watch, clock.callback(), keras.callbacks.TerminateOnNaN()],
+                )
             trained = min(watch.train_batches * batch, n_train)
             logs = {k: v[-1] for k, v in history.history.items() if v}
             diverged = _diverged(logs.get("loss"))
             evaluation: dict = {}
             if not watch.hit_deadline and not diverged:
                 with clock.steps("evaluate"):
-                    evaluation = model.evaluate(**feed.val, verbose=0, callbacks=[watch, clock.callback()],
-                                                return_dict=True)
+                    evaluation = model.evaluate(
+                        **feed.val,
+                        verbose=0,
+                        callbacks=[watch, clock.callback()],
+                        return_dict=True,
+                    )
             evaluated = min(watch.test_batches * batch, n_val)
             complete = not watch.hit_deadline and not diverged
             epoch_report = EpochReport(
-                trial_key=request.trial_key, epoch=epoch, started_at=started, ended_at=time.time(),
-                samples_trained=trained, samples_evaluated=evaluated,
-                loss=_finite(logs.get("loss")), accuracy=_finite(logs.get("accuracy")),
+                trial_key=request.trial_key,
+                epoch=epoch,
+                started_at=started,
+                ended_at=time.time(),
+                samples_trained=trained,
+                samples_evaluated=evaluated,
+                loss=_finite(logs.get("loss")),
+                accuracy=_finite(logs.get("accuracy")),
                 # An evaluation the deadline cut short measured only part of the validation set.
                 val_loss=_finite(evaluation.get("loss")) if complete else None,
                 val_accuracy=_finite(evaluation.get("accuracy")) if complete else None,
-                complete=complete)
+                complete=complete,
+            )
             epochs.append(epoch_report)
             report(epoch_report)
             if diverged:
-                return TrialResult(request.trial_key, TrialStatus.DIVERGED, built, epochs,
-                                   message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped",
-                                   phases=clock.seconds())
+                return TrialResult(
+                    request.trial_key,
+                    TrialStatus.DIVERGED,
+                    built,
+                    epochs,
+                    message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped",
+                    phases=clock.seconds(),
+                )
             if not complete or _stalled(epochs, request.early_stopping_patience):
                 break
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
-        done = bool(epochs) and all(e.complete for e in epochs) and (
-            len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience))
-        return TrialResult(request.trial_key, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, built, epochs,
-                           phases=clock.seconds())
+        done = (
+            bool(epochs)
+            and all(e.complete for e in epochs)
+            and (
+                len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience)
+            )
+        )
+        return TrialResult(
+            request.trial_key,
+            TrialStatus.COMPLETED if done else TrialStatus.STOPPED,
+            built,
+            epochs,
+            phases=clock.seconds(),
+        )
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        return TrialResult(request.trial_key, TrialStatus.FAILED, built, epochs, message=message,
-                           phases=clock.seconds())
+        return TrialResult(
+            request.trial_key,
+            TrialStatus.FAILED,
+            built,
+            epochs,
+            message=message,
+            phases=clock.seconds(),
+        )

@@ -50,13 +50,17 @@ def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResul
     if trainer == SIMULATED:
         from aiperf.train.simulated import run_simulated_trial, sized_to
 
-        return run_simulated_trial(request, report, worker=label, model=sized_to(request.data_path))
+        return run_simulated_trial(
+            request, report, worker=label, model=sized_to(request.data_path)
+        )
     from aiperf.train.trial import run_trial
 
     return run_trial(request, report, worker=label)
 
 
-def peak_on_worker(dtype: str = "float32", seconds: float | None = None, dask_worker: Any = None) -> dict[str, Any]:
+def peak_on_worker(
+    dtype: str = "float32", seconds: float | None = None, dask_worker: Any = None
+) -> dict[str, Any]:
     """This worker's measured peak (aiperf.train.peak), on its own GPU (pinned when its process
     started) and threads, named as its trials name their worker. Run on every worker with
     Client.run, which passes `dask_worker`."""

@@ -20,13 +20,18 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return (os.environ.get("AIPERF_DB") or config.get_main_option("sqlalchemy.url") or os.environ.get(DB_URL_ENV)
-            or DEFAULT_DB_URL)
+    return (
+        os.environ.get("AIPERF_DB")
+        or config.get_main_option("sqlalchemy.url")
+        or os.environ.get(DB_URL_ENV)
+        or DEFAULT_DB_URL
+    )
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
-                      render_as_batch=True)
+    context.configure(
+        url=_url(), target_metadata=target_metadata, literal_binds=True, render_as_batch=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -39,7 +44,9 @@ def run_migrations_online() -> None:
     try:
         with database.migration_transaction(engine) as connection:
             # Batch mode lets later migrations alter tables on SQLite too.
-            context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+            context.configure(
+                connection=connection, target_metadata=target_metadata, render_as_batch=True
+            )
             with context.begin_transaction():
                 context.run_migrations()
     finally:

@@ -4,6 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-29
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -48,16 +49,22 @@ def upgrade() -> None:
         sa.Column("search_ended_at", TZ, nullable=True),
         sa.Column("flow_run_id", sa.String(64), nullable=True),
         sa.Column("message", sa.Text(), nullable=True),
-        sa.CheckConstraint("status IN ('running', 'completed', 'failed', 'interrupted')",
-                           name="run_status_known"),
+        sa.CheckConstraint(
+            "status IN ('running', 'completed', 'failed', 'interrupted')", name="run_status_known"
+        ),
         sa.CheckConstraint("budget_s > 0", name="run_budget_positive"),
         sa.CheckConstraint("workers >= 1", name="run_workers_positive"),
     )
     op.create_table(
         "datasets",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False,
-                  unique=True),
+        sa.Column(
+            "run_id",
+            sa.Integer(),
+            sa.ForeignKey("runs.id", ondelete="CASCADE"),
+            nullable=False,
+            unique=True,
+        ),
         sa.Column("name", sa.String(255), nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("sha256", sa.String(64), nullable=False),
@@ -69,7 +76,9 @@ def upgrade() -> None:
     op.create_table(
         "trials",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+        ),
         sa.Column("trial_key", sa.String(32), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("parent_trial_id", sa.Integer(), sa.ForeignKey("trials.id"), nullable=True),
@@ -87,15 +96,20 @@ def upgrade() -> None:
         sa.Column("best_val_accuracy", sa.Float(), nullable=True),
         sa.Column("message", sa.Text(), nullable=True),
         sa.UniqueConstraint("run_id", "trial_key", name="trial_key_unique_in_run"),
-        sa.CheckConstraint("status IN ('running', 'completed', 'stopped', 'failed')",
-                           name="trial_status_known"),
+        sa.CheckConstraint(
+            "status IN ('running', 'completed', 'stopped', 'failed')", name="trial_status_known"
+        ),
     )
     op.create_index("ix_trials_run_id", "trials", ["run_id"])
     op.create_table(
         "epochs",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("trial_id", sa.Integer(), sa.ForeignKey("trials.id", ondelete="CASCADE"),
-                  nullable=False),
+        sa.Column(
+            "trial_id",
+            sa.Integer(),
+            sa.ForeignKey("trials.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("epoch", sa.Integer(), nullable=False),
         sa.Column("started_at", TZ, nullable=False),
         sa.Column("ended_at", TZ, nullable=False),
@@ -107,16 +121,22 @@ def upgrade() -> None:
         sa.Column("val_accuracy", sa.Float(), nullable=True),
         sa.Column("complete", sa.Boolean(), nullable=False),
         sa.UniqueConstraint("trial_id", "epoch", name="epoch_unique_in_trial"),
-        sa.CheckConstraint("samples_trained >= 0 AND samples_evaluated >= 0",
-                           name="epoch_samples_nonnegative"),
+        sa.CheckConstraint(
+            "samples_trained >= 0 AND samples_evaluated >= 0", name="epoch_samples_nonnegative"
+        ),
         sa.CheckConstraint("ended_at >= started_at", name="epoch_ends_after_start"),
     )
     op.create_index("ix_epochs_trial_id", "epochs", ["trial_id"])
     op.create_table(
         "scores",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False,
-                  unique=True),
+        sa.Column(
+            "run_id",
+            sa.Integer(),
+            sa.ForeignKey("runs.id", ondelete="CASCADE"),
+            nullable=False,
+            unique=True,
+        ),
         sa.Column("elapsed_s", sa.Float(), nullable=False),
         sa.Column("total_ops", sa.Float(), nullable=False),
         sa.Column("ops", sa.Float(), nullable=False),

@@ -9,6 +9,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-29
 """
+
 from alembic import op
 
 revision = "0002"
@@ -21,6 +22,7 @@ def _seconds_between(start: str, end: str) -> str:
     """SQL for (end - start) in seconds, as a float, on the connected engine."""
     if op.get_bind().dialect.name == "postgresql":
         return f"EXTRACT(EPOCH FROM ({end} - {start}))::double precision"
+
     # SQLite stores UTC timestamps as text, 'YYYY-MM-DD HH:MM:SS.ffffff'. julianday() would lose
     # tens of microseconds (a day count near 2.5 million in a double), so whole seconds and
     # microseconds are read separately and the answer matches PostgreSQL's exactly.

@@ -4,6 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-29
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -19,8 +20,13 @@ def upgrade() -> None:
     op.create_table(
         "search_states",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False,
-                  unique=True),
+        sa.Column(
+            "run_id",
+            sa.Integer(),
+            sa.ForeignKey("runs.id", ondelete="CASCADE"),
+            nullable=False,
+            unique=True,
+        ),
         sa.Column("oracle", sa.String(32), nullable=False),
         sa.Column("state", sa.JSON(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),

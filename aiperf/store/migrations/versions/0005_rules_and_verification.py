@@ -9,6 +9,7 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-30
 """
+
 import importlib.util
 from pathlib import Path
 
@@ -82,7 +83,9 @@ def upgrade() -> None:
     op.add_column("runs", sa.Column("deviations", sa.JSON(), nullable=True))
     op.add_column("runs", sa.Column("config_hash", sa.String(64), nullable=True))
     runs = sa.table("runs", sa.column("division", sa.String), sa.column("deviations", sa.JSON))
-    op.execute(runs.update().values(division="open", deviations=["recorded before aiperf had rulesets"]))
+    op.execute(
+        runs.update().values(division="open", deviations=["recorded before aiperf had rulesets"])
+    )
     op.add_column("scores", sa.Column("ruleset", sa.String(64), nullable=True))
     op.add_column("scores", sa.Column("verified", sa.Boolean(), nullable=True))
     op.add_column("scores", sa.Column("verification", sa.JSON(), nullable=True))

@@ -8,6 +8,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01
 """
+
 import importlib.util
 from pathlib import Path
 
@@ -20,7 +21,9 @@ branch_labels = None
 depends_on = None
 
 TRIAL_STATUSES_BEFORE = "status IN ('running', 'completed', 'stopped', 'failed', 'diverged')"
-TRIAL_STATUSES = "status IN ('running', 'completed', 'stopped', 'failed', 'diverged', 'interrupted')"
+TRIAL_STATUSES = (
+    "status IN ('running', 'completed', 'stopped', 'failed', 'diverged', 'interrupted')"
+)
 
 
 def _revision(number: str, name: str):
@@ -50,7 +53,9 @@ def upgrade() -> None:
     op.create_table(
         "search_windows",
         sa.Column("id", sa.Integer(), primary_key=True),
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "run_id", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+        ),
         sa.Column("segment", sa.Integer(), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("deadline", sa.DateTime(timezone=True), nullable=False),
@@ -58,9 +63,11 @@ def upgrade() -> None:
         sa.UniqueConstraint("run_id", "segment", name="search_window_segment_unique"),
     )
     op.create_index("ix_search_windows_run_id", "search_windows", ["run_id"])
-    op.execute("INSERT INTO search_windows (run_id, segment, started_at, deadline, ended_at) "
-               "SELECT id, 0, search_started_at, COALESCE(deadline, search_started_at), search_ended_at "
-               "FROM runs WHERE search_started_at IS NOT NULL")
+    op.execute(
+        "INSERT INTO search_windows (run_id, segment, started_at, deadline, ended_at) "
+        "SELECT id, 0, search_started_at, COALESCE(deadline, search_started_at), search_ended_at "
+        "FROM runs WHERE search_started_at IS NOT NULL"
+    )
     with op.batch_alter_table("trials") as batch:
         batch.drop_constraint("trial_status_known", type_="check")
         batch.create_check_constraint("trial_status_known", TRIAL_STATUSES)

@@ -9,6 +9,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-30
 """
+
 import importlib.util
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def _run_scores() -> str:
         "       r.precision AS precision,\n"
         "       r.backend AS backend,\n"
         "       s.mfu AS mfu,\n"
-        "       s.utilisation AS utilisation,\n")
+        "       s.utilisation AS utilisation,\n",
+    )
 
 
 def upgrade() -> None:
@@ -63,7 +65,14 @@ def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS run_scores")
     for column in ("utilisation", "mfu"):
         op.drop_column("scores", column)
-    for column in ("system_description", "worker_peaks", "peak_flops", "jit_compile", "backend", "precision"):
+    for column in (
+        "system_description",
+        "worker_peaks",
+        "peak_flops",
+        "jit_compile",
+        "backend",
+        "precision",
+    ):
         op.drop_column("runs", column)
     for column in reversed(TRIAL_PHASES):
         op.drop_column("trials", column)
