@@ -198,6 +198,90 @@ def test_defaults_come_from_jobqueue_yaml_and_the_profile_wins(tmp_path, monkeyp
     assert (plan.cores, plan.kwargs["queue"]) == (2, "mine")
 
 
+SITE_JOBQUEUE = (
+    "jobqueue:\n  slurm:\n    queue: site-q\n    memory: 12GB\n    walltime: '04:00:00'\n"
+)
+
+
+@pytest.fixture
+def dask_site(tmp_path, monkeypatch):
+    """Loads dask's config again as a fresh process would with $DASK_CONFIG naming a folder, whose
+    files are the arguments (none: an empty site); dask's config is restored afterwards."""
+    import copy
+
+    import dask
+
+    saved = copy.deepcopy(dask.config.config)
+    monkeypatch.delenv("AIPERF_JOBQUEUE_CONFIG", raising=False)
+    for name in [n for n in os.environ if n.startswith("DASK_JOBQUEUE__")]:
+        monkeypatch.delenv(name)
+
+    def load(**files: str) -> None:
+        folder = tmp_path / "dask-site"
+        folder.mkdir(exist_ok=True)
+        for name, text in files.items():
+            (folder / f"{name}.yaml").write_text(text)
+        monkeypatch.setenv("DASK_CONFIG", str(folder))
+        # Only the temporary folder: a site file of this machine's (~/.config/dask) stays out.
+        dask.config.refresh(paths=[str(folder)])
+
+    yield load
+    dask.config.config.clear()
+    dask.config.config.update(saved)
+
+
+def test_a_sites_dask_config_beats_the_packaged_jobqueue_yaml(dask_site):
+    dask_site(jobqueue=SITE_JOBQUEUE)
+    plan = job_plan(load_config("quick", workers=1, cluster="slurm"), API)
+    assert (plan.kwargs["queue"], plan.memory, plan.walltime) == ("site-q", "12GB", "04:00:00")
+    assert (plan.cores, plan.kwargs["job_name"]) == (1, "aiperf-worker"), (
+        "what the site leaves unset still comes from aiperf's packaged file, not dask-jobqueue's"
+    )
+
+
+def test_without_a_site_config_the_packaged_defaults_apply(dask_site):
+    dask_site()  # after a refresh, which replays dask-jobqueue's defaults over aiperf's
+    plan = job_plan(load_config("quick", workers=1, cluster="slurm"), API)
+    assert "queue" not in plan.kwargs
+    assert (plan.memory, plan.walltime, plan.kwargs["job_name"]) == (
+        "2GB",
+        "01:00:00",
+        "aiperf-worker",
+    )
+
+
+def test_the_profile_and_the_command_line_beat_the_site(dask_site, tmp_path, monkeypatch):
+    dask_site(jobqueue=SITE_JOBQUEUE)
+    config = load_config(
+        "quick", workers=1, cluster={"kind": "slurm", "queue": "mine", "memory": "3GB"}
+    )
+    plan = job_plan(config, API)
+    assert (plan.kwargs["queue"], plan.memory, plan.walltime) == ("mine", "3GB", "04:00:00")
+    named = tmp_path / "aiperf-site.yaml"
+    named.write_text("jobqueue:\n  slurm:\n    queue: named-q\n")
+    monkeypatch.setenv("AIPERF_JOBQUEUE_CONFIG", str(named))
+    plan = job_plan(load_config("quick", workers=1, cluster="slurm"), API)
+    assert (plan.kwargs["queue"], plan.memory) == ("named-q", "12GB"), (
+        "$AIPERF_JOBQUEUE_CONFIG sits over the site's dask config, key by key"
+    )
+
+
+def test_a_fresh_process_reads_the_site_from_dask_config(tmp_path):
+    (tmp_path / "jobqueue.yaml").write_text(SITE_JOBQUEUE)
+    env = {k: v for k, v in os.environ.items() if k != "AIPERF_JOBQUEUE_CONFIG"}
+    env["DASK_CONFIG"] = str(tmp_path)
+    code = (
+        "from aiperf.cluster import job_plan; from aiperf.config import load_config; "
+        "p = job_plan(load_config('quick', workers=1, cluster='slurm'), None); "
+        "print(p.kwargs['queue'], p.memory, p.kwargs['job_name'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["site-q", "12GB", "aiperf-worker"]
+
+
 def test_packaged_jobqueue_yaml_sets_one_core_jobs_from_any_folder(tmp_path, monkeypatch):
     import aiperf
 

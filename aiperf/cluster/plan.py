@@ -1,12 +1,22 @@
 """The jobs of a run on a batch queue, planned as pure data before any is submitted, so every job
 script can be checked without a queue.
 
-Settings come from dask-jobqueue's defaults, then jobqueue.yaml next to this module (or the file
-$AIPERF_JOBQUEUE_CONFIG names), then the profile's `cluster:` section and the command line.
+Settings, each over the one before (the order of dask's own configuration, with aiperf's packaged file as
+one more library default):
+
+1. dask-jobqueue's packaged defaults;
+2. aiperf's packaged jobqueue.yaml, next to this module (registered with dask.config.update_defaults, the
+   way dask-jobqueue registers its own);
+3. the site's dask config: YAML files in /etc/dask, {sys.prefix}/etc/dask, ~/.config/dask and the folder
+   $DASK_CONFIG names, then DASK_* environment variables (dask reads them when it is imported);
+4. the file $AIPERF_JOBQUEUE_CONFIG names, when set: a site's aiperf settings kept outside the package, in
+   the same format, chosen for this shell or job rather than for every dask program of the user;
+5. the profile's `cluster:` section and the command line (`--cluster-opt key=value`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
@@ -60,25 +70,64 @@ class JobPlan:
         return max(1, self.cores // self.workers_per_job)
 
 
-def jobqueue_defaults(kind: str) -> dict[str, Any]:
-    """dask-jobqueue's settings for `kind` with aiperf/cluster/jobqueue.yaml (or $AIPERF_JOBQUEUE_CONFIG) over them."""
-    import dask_jobqueue  # noqa: F401  (registers dask-jobqueue's own defaults in dask.config)
+def _jobqueue_file(path: Path) -> dict[str, Any]:
+    """The `jobqueue:` section of a dask-jobqueue config file, or one clear error."""
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        problem = str(exc).splitlines()[0]
+    else:
+        section = (loaded.get("jobqueue") or {}) if isinstance(loaded, dict) else None
+        if isinstance(section, dict) and all(
+            isinstance(kind, dict | None) for kind in section.values()
+        ):
+            return {"jobqueue": section}
+        problem = "not a mapping of `jobqueue:` to batch systems to their settings"
+    raise UserError(
+        f"{path} is not a valid dask-jobqueue config: {problem}; "
+        "fix it or point AIPERF_JOBQUEUE_CONFIG at another file"
+    )
 
+
+@functools.cache
+def _packaged_defaults() -> dict[str, Any]:
+    """aiperf's jobqueue.yaml, read once: dask.config.defaults keeps this very mapping."""
+    return _jobqueue_file(DEFAULT_JOBQUEUE_CONFIG)
+
+
+def register_packaged_defaults() -> None:
+    """aiperf's jobqueue.yaml as dask defaults: over dask-jobqueue's, under anything the site sets.
+
+    dask.config.update_defaults puts a later library's defaults over earlier ones wherever the site set
+    nothing; dask.config.refresh(), though, replays the registered defaults with the first registered
+    winning, dask-jobqueue's over aiperf's. So this runs before every read, and after a refresh it applies
+    aiperf's file over dask-jobqueue's again by update_defaults' own rule.
+    """
+    import dask_jobqueue  # noqa: F401  (registers dask-jobqueue's own defaults first)
+
+    packaged = _packaged_defaults()
+    at = next((i for i, d in enumerate(dask.config.defaults) if d is packaged), None)
+    if at is None:
+        dask.config.update_defaults(packaged)
+        return
+    earlier = dask.config.merge(*dask.config.defaults[:at])
+    dask.config.update(dask.config.config, packaged, priority="new-defaults", defaults=earlier)
+
+
+def jobqueue_defaults(kind: str) -> dict[str, Any]:
+    """The settings of `kind` (slurm, pbs, ...) before the profile's: dask-jobqueue's and aiperf's packaged
+    defaults, the site's dask config over them, and the file $AIPERF_JOBQUEUE_CONFIG names over all three
+    (the order in this module's docstring)."""
+    register_packaged_defaults()
     settings = dict(dask.config.get(f"jobqueue.{kind}", default={}) or {})
-    path = Path(os.environ.get(JOBQUEUE_CONFIG_ENV) or DEFAULT_JOBQUEUE_CONFIG)
-    if path.is_file():
-        try:
-            site = (yaml.safe_load(path.read_text()) or {}).get("jobqueue", {}).get(kind, {}) or {}
-        except (yaml.YAMLError, AttributeError) as exc:
+    named = os.environ.get(JOBQUEUE_CONFIG_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
             raise UserError(
-                f"{path} is not a valid dask-jobqueue config: {str(exc).splitlines()[0]}; "
-                "fix it or point AIPERF_JOBQUEUE_CONFIG at another file"
-            ) from None
-        settings.update(site)
-    elif os.environ.get(JOBQUEUE_CONFIG_ENV):
-        raise UserError(
-            f"AIPERF_JOBQUEUE_CONFIG names {path}, which does not exist; give a YAML file"
-        )
+                f"AIPERF_JOBQUEUE_CONFIG names {path}, which does not exist; give a YAML file"
+            )
+        settings.update(_jobqueue_file(path)["jobqueue"].get(kind) or {})
     return settings
 
 
