@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -24,31 +23,13 @@ from pydantic import (
     model_validator,
 )
 
+from aiperf import settings
 from aiperf.errors import UserError
+from aiperf.rules import load_ruleset
+from aiperf.units import parse_duration
+from aiperf.urls import DEFAULT_DB_URL, withhold_password
 
 CUSTOM_PREFIX = "custom-"  # the name of every profile read from a file
-
-# The database a run records into and every command reads, unless --db, AIPERF_DB_URL or the profile
-# says otherwise (in that order: the environment wins over the profile, the command line over both).
-DEFAULT_DB_URL = "sqlite:///aiperf.db"
-DB_URL_ENV = "AIPERF_DB_URL"
-
-_DURATION = re.compile(
-    r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$"
-)
-
-
-def parse_duration(value: str | int | float) -> float:
-    """Seconds from '3m', '90s', '1h30m', '45' or a number; raises ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match or not any(match.groups()):
-        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 3m, 1h30m)")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
 
 
 class _Strict(BaseModel):
@@ -341,9 +322,7 @@ class BenchmarkConfig(_Strict):
     @classmethod
     def _db_without_password(cls, url: str) -> str:
         """The config is stored with the run and passed to the flow as a Prefect parameter, so it never
-        holds a password: this process keeps it for its own connections (aiperf.store.database)."""
-        from aiperf.store.database import withhold_password
-
+        holds a password: this process keeps it for its own connections (aiperf.urls)."""
         return withhold_password(url)
 
     @model_validator(mode="after")
@@ -409,8 +388,6 @@ def _read_profile(name_or_path: str) -> tuple[dict[str, Any], str]:
 
 def _apply_ruleset(raw: dict[str, Any]) -> None:
     """A packaged profile names its ruleset; its validity section is the ruleset's, for that profile."""
-    from aiperf.rules import load_ruleset
-
     if raw["profile"].startswith(CUSTOM_PREFIX) or not raw.get("ruleset"):
         return
     rules = load_ruleset(raw["ruleset"]).for_profile(raw["profile"])
@@ -453,10 +430,8 @@ def load_config(
     train.backend this Python cannot import (off where a config is only judged, not run)."""
     raw, name = _read_profile(profile)
     raw["profile"] = name
-    if os.environ.get(
-        DB_URL_ENV
-    ):  # over the profile's database; a `db` override and --db win over it
-        raw["db"] = os.environ[DB_URL_ENV]
+    if settings.text(settings.DB_URL):  # over the profile's; a `db` override and --db win over it
+        raw["db"] = settings.text(settings.DB_URL)
     _apply_ruleset(raw)
     for key, value in (overrides or {}).items():
         if key.split(".", 1)[0] in ("profile", "ruleset"):

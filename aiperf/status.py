@@ -3,9 +3,10 @@ workers' messages, the records and the SQL CHECK constraints (the values are wha
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from enum import StrEnum
+
+from aiperf import settings
 
 
 class RunStatus(StrEnum):
@@ -39,20 +40,13 @@ class TrialStatus(StrEnum):
 # --- liveness: the orchestrator's heartbeat ------------------------------------------------------
 
 HEARTBEAT_S = 5.0  # how often a running run's process writes runs.heartbeat_at
-HEARTBEAT_TIMEOUT_ENV = "AIPERF_HEARTBEAT_TIMEOUT"
-DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
 
 
 def heartbeat_timeout_s() -> float:
-    """Seconds without a heartbeat after which a running run is lost: $AIPERF_HEARTBEAT_TIMEOUT, else
-    60. It is the reader's setting (the process that would write is gone), so it lives in the
+    """Seconds without a heartbeat after which a running run is lost ($AIPERF_HEARTBEAT_TIMEOUT).
+    It is the reader's setting (the process that would write is gone), so it lives in the
     environment of the command that reads, not in the run's config."""
-    text = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "")
-    try:
-        value = float(text) if text.strip() else DEFAULT_HEARTBEAT_TIMEOUT_S
-    except ValueError:
-        value = DEFAULT_HEARTBEAT_TIMEOUT_S
-    return value if value > 0 else DEFAULT_HEARTBEAT_TIMEOUT_S
+    return settings.number(settings.HEARTBEAT_TIMEOUT, positive=True)
 
 
 def derived_status(

@@ -273,7 +273,8 @@ def simulate(
                 (key, epoch)
                 for key, epoch in sql.execute(
                     text(
-                        "SELECT t.trial_key, e.epoch FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = :r"
+                        "SELECT t.trial_key, e.epoch FROM epochs e JOIN trials t ON t.id = e.trial_id "
+                        "WHERE t.run_id = :r"
                     ),
                     {"r": run_id},
                 )
@@ -323,7 +324,7 @@ def _cpu_model() -> str:
 
 def main() -> None:
     from aiperf.config import load_config
-    from aiperf.store.database import safe_url
+    from aiperf.urls import safe_url
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[64, 256, 1024])
@@ -383,8 +384,10 @@ def main() -> None:
             print(
                 f"{p.workers:>7} {p.trials:>6} {p.epochs:>6} {p.utilisation:>5.3f} {len(p.refill_s):>7} "
                 f"{refill[0]:>10} {refill[1]:>10} "
-                f"{p.lost:>4} {p.duplicated:>4} {p.cpu_per_trial_ms:>7.1f} ms {p.proposal_cpu_per_trial_ms:>13.1f} ms "
-                f"{p.proposal_mean_ms:>6.1f} ms {p.writes_per_s:>8.0f} {p.trials / p.wall_s:>8.2f} {p.first_round_s:>7.2f} s {p.tail_s:>4.2f} s",
+                f"{p.lost:>4} {p.duplicated:>4} {p.cpu_per_trial_ms:>7.1f} ms "
+                f"{p.proposal_cpu_per_trial_ms:>13.1f} ms "
+                f"{p.proposal_mean_ms:>6.1f} ms {p.writes_per_s:>8.0f} {p.trials / p.wall_s:>8.2f} "
+                f"{p.first_round_s:>7.2f} s {p.tail_s:>4.2f} s",
                 flush=True,
             )
     print(f"load average {os.getloadavg()[0]:.1f} at end")

@@ -52,7 +52,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from aiperf.results.score import format_ops
+    from aiperf.units import format_ops
     from aiperf.store import Store
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-stability-"))

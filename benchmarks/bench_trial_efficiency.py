@@ -303,7 +303,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from aiperf.config import machine_cores
-    from aiperf.results.score import format_ops
+    from aiperf.units import format_ops
 
     workers = args.workers or machine_cores()
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-efficiency-"))

@@ -44,7 +44,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from aiperf.results.score import format_ops
+    from aiperf.units import format_ops
     from flows.benchmark import benchmark
 
     with tempfile.TemporaryDirectory(prefix="aiperf-weak-") as tmp:

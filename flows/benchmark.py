@@ -10,7 +10,6 @@ stage and every trial with its logs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from prefect.context import get_run_context
 from prefect_dask import DaskTaskRunner
 
 from aiperf.cluster import trial_resources
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig, load_config
+from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.lifecycle import run
 from aiperf.lifecycle.parameters import check_parameters
@@ -36,6 +35,7 @@ from aiperf.status import TrialStatus
 from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.worker import train_on_worker
+from aiperf.urls import database_url
 
 
 @task(name="stage_dataset", cache_policy=NO_CACHE)
@@ -220,7 +220,7 @@ def benchmark(
         db, overrides, config=config, from_deployment=flow_run.deployment_id is not None
     )
     if config is None and resume is not None:
-        config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
+        config = resume_config(database_url(db), resume)
     if config is None:
         config = load_config(
             profile,

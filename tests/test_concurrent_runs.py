@@ -15,9 +15,9 @@ import pytest
 from conftest import TINY
 from test_history_data import system_facts
 
+from aiperf import paths, settings
 from aiperf.config import load_config
-from aiperf.lifecycle import run
-from aiperf.lifecycle.locks import LOCAL_RUN_LOCK_ENV, try_hold
+from aiperf.paths import try_hold
 from aiperf.status import RunStatus
 from aiperf.store import Store
 
@@ -72,8 +72,8 @@ def test_reports_and_run_folders_of_different_databases_never_share_a_name(tmp_p
         )
         for name in ("a", "b")
     ]
-    reports = {run.report_path(config, 1) for config in configs}
-    folders = {run.run_folder(config, 1) for config in configs}
+    reports = {paths.report_path(config.out, config.db, 1) for config in configs}
+    folders = {paths.run_folder(config.out, config.db, 1) for config in configs}
     assert len(reports) == 2 and len(folders) == 2
     assert all(
         p.parent == tmp_path / "out" / "reports"
@@ -114,7 +114,7 @@ def _tiny_run_args(db: str, out: Path) -> list[str]:
 
 def test_a_second_local_run_is_refused_in_one_line(tmp_path):
     lock = tmp_path / "local-run.lock"
-    env = {**os.environ, LOCAL_RUN_LOCK_ENV: str(lock), "COLUMNS": "300"}
+    env = {**os.environ, settings.RUN_LOCK.name: str(lock), "COLUMNS": "300"}
     holder = try_hold(lock)  # a local run is running
     assert holder is not None
     try:

@@ -1,6 +1,7 @@
 import pytest
 
-from aiperf.config import load_config, machine_cores, parse_duration
+from aiperf.config import load_config, machine_cores
+from aiperf.units import parse_duration
 from aiperf.errors import UserError
 
 

@@ -254,7 +254,8 @@ def test_a_trial_cut_off_by_a_resume_was_interrupted(tmp_path):
             "has no value",
         ),
         (
-            ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "LATER", "key": "seed", "value": 1, "metadata": {}}',
+            ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "LATER", "key": "seed", '
+            '"value": 1, "metadata": {}}',
             "unknown event_type",
         ),
     ],

@@ -20,7 +20,8 @@ from conftest import TINY
 
 from aiperf.config import load_config
 from aiperf.lifecycle import run
-from aiperf.results import mllog, package, verify
+from aiperf.report import package
+from aiperf.results import mllog, verify
 from aiperf.results.score import capped_accuracy
 from aiperf.store import Store
 from aiperf.system.fingerprint import cpu_model

@@ -110,7 +110,7 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     message = state.message
     assert message.startswith("regression in run 6: OPS fell"), message
     assert "regulated score fell" in message and f"runs {', '.join(map(str, planted))}" in message
-    from aiperf.results.score import format_ops
+    from aiperf.units import format_ops
 
     assert f"OPS {format_ops(planted_ops)}OPS" in message  # the baseline's figure ...
     store = Store.open(db)

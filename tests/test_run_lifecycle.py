@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
+from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.status import RunStatus, TrialStatus
@@ -37,7 +38,7 @@ def test_a_run_without_prefect_records_scores_and_reports(tmp_path):
     assert record.flow_run_id is None and record.config == config.model_dump(mode="json")
     assert sum(counts.values()) == len(record.trials) >= 4 and TrialStatus.RUNNING not in counts
     assert all(t.worker for t in record.trials), "every trial records its worker"
-    page = run.report_path(config, outcome.run_id)
+    page = paths.report_path(config.out, config.db, outcome.run_id)
     assert "completed" in page.read_text(), "the report shows the run completed"
 
 

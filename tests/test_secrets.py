@@ -25,7 +25,7 @@ from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
 from aiperf.lifecycle.parameters import check_parameters
-from aiperf.store.database import safe_url, split_password, withhold_password
+from aiperf.urls import safe_url, split_password, withhold_password
 
 UNREACHABLE = "postgresql+psycopg://u:secret@127.0.0.1:1/x"
 

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
+from aiperf import settings
 from aiperf.errors import UserError
+from aiperf.urls import DEFAULT_DB_URL
 
 if TYPE_CHECKING:
     from aiperf.store import Store
@@ -27,9 +28,9 @@ def db_option(help: str = "Database URL.") -> Any:
     return typer.Option(
         DEFAULT_DB_URL,
         "--db",
-        envvar=DB_URL_ENV,
+        envvar=settings.DB_URL.name,
         show_envvar=False,
-        help=f"{help} Default: ${DB_URL_ENV}, else {DEFAULT_DB_URL}.",
+        help=f"{help} Default: ${settings.DB_URL.name}, else {DEFAULT_DB_URL}.",
         show_default=False,
     )
 

@@ -25,9 +25,9 @@ from aiperf.cli.common import console, db_option, err, fail, open_existing
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL, BenchmarkConfig
+from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
-from aiperf.store.database import safe_url
+from aiperf.urls import DEFAULT_DB_URL, database_url, safe_url
 
 if TYPE_CHECKING:
     from aiperf.store import RunRecord
@@ -60,7 +60,7 @@ BENCHMARK_FLOW = "flows.benchmark:benchmark"
 def _live_view():
     """A live line: elapsed of budget, trials done and running, current OPS."""
     from aiperf.lifecycle.orchestrator import LiveFigures
-    from aiperf.results.score import format_ops
+    from aiperf.units import format_ops
 
     def render(p: LiveFigures) -> Table:
         table = Table.grid(padding=(0, 2))
@@ -153,7 +153,7 @@ def run(
             )
             from aiperf.lifecycle.recovery import resume_config
 
-            config = resume_config(db or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL, resume)
+            config = resume_config(database_url(db), resume)
         else:
             overrides = {
                 **_setting_overrides(settings or []),
@@ -309,6 +309,7 @@ def _load_run(run_id: int, db: str) -> RunRecord:
 
 def _print_score(record: RunRecord) -> None:
     from aiperf.report.summary import score_rows
+    from aiperf.report.tables import Col, FitTable
 
     run_id = record.id
     score = record.score
@@ -318,50 +319,52 @@ def _print_score(record: RunRecord) -> None:
             + (f": {record.message}" if record.message else "")
         )
         return
-    table = Table(title=f"aiperf run {run_id}", show_header=False)
-    table.add_column("figure", style="bold")
-    table.add_column("value")
-    for row in score_rows(record):
-        table.add_row(row["figure"], row["value"])
-    console.print(table)
+    columns = (Col("figure", style="bold"), Col("value"))
+    rows = [[row["figure"], row["value"]] for row in score_rows(record)]
+    console.print(FitTable(columns, rows, title=f"aiperf run {run_id}", show_header=False))
 
 
 @app.command()
 def runs(db: str = db_option(), limit: int = typer.Option(50, "--limit", min=1)) -> None:
-    """List runs, newest first."""
-    from aiperf.results.score import format_ops
+    """List runs, newest first. A narrow terminal leaves out workers, budget and the regulated
+    score (all in `aiperf show RUN`), a wide one shows them."""
+    from aiperf.report.tables import Col, FitTable
 
     with open_existing(db) as store:
         records = store.list_runs(limit)
-    table = Table(title=f"runs in {safe_url(db)}")
-    for column in (
-        "run",
-        "created (UTC)",
-        "profile",
-        "workers",
-        "budget",
-        "status",
-        "OPS",
-        "regulated",
-        "best val acc",
-        "valid",
-    ):
-        table.add_column(column)
-    for r in records:
-        s = r.score
-        table.add_row(
-            str(r.id),
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            r.profile,
-            str(r.workers),
-            f"{r.budget_s:g} s",
-            r.status,
-            f"{format_ops(s.ops)}OPS" if s else "-",
-            f"{format_ops(s.regulated_score)}OPS" if s else "-",
-            f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
-            ("yes" if s.valid else "no") if s else "-",
-        )
-    console.print(table)
+    columns = (
+        Col("run", "right"),
+        Col("created (UTC)"),
+        Col("profile"),
+        Col("workers", "right", rank=2),
+        Col("budget", "right", rank=3),
+        Col("status"),
+        Col("OPS", "right"),
+        Col("regulated", "right", rank=4),
+        Col("val acc", "right", rank=1),
+        Col("valid"),
+    )
+    rows = [_run_row(r) for r in records]
+    console.print(FitTable(columns, rows, title=f"runs in {safe_url(db)}"))
+
+
+def _run_row(r: RunRecord) -> list[str]:
+    """One run's cells for `aiperf runs`; "-" for the figures of a run without a score."""
+    from aiperf.units import format_ops
+
+    s = r.score
+    return [
+        str(r.id),
+        r.created_at.strftime("%Y-%m-%d %H:%M"),
+        r.profile,
+        str(r.workers),
+        f"{r.budget_s:g} s",
+        r.status,
+        f"{format_ops(s.ops)}OPS" if s else "-",
+        f"{format_ops(s.regulated_score)}OPS" if s else "-",
+        f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
+        ("yes" if s.valid else "no") if s else "-",
+    ]
 
 
 @app.command()
@@ -459,7 +462,7 @@ def verify(
             "give a RUN_ID to verify from the database, or --package DIR to verify a result package"
         )
     if package is not None:
-        from aiperf.results.package import verify_package
+        from aiperf.report.package import verify_package
 
         try:
             logged, checks = verify_package(Path(package))
@@ -523,7 +526,7 @@ def package(
     """Write one folder a reviewer can take away: the event log, the system description, the effective
     config and its ruleset, the verification, the HTML report and a README; `aiperf verify --package
     DIR` checks it without the database."""
-    from aiperf.results.package import write_package
+    from aiperf.report.package import write_package
     from aiperf.store import RecordNotFound
 
     with open_existing(db) as store:

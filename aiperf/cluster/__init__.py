@@ -25,9 +25,10 @@ start (preload, a Dask preload on every worker, local or in a job), under the Ke
 the run (KERAS_BACKEND in every worker's environment).
 
 Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
-no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data), keeper (the thread that retires and resubmits jobs; every
-Dask internal aiperf calls), start (starting a cluster and waiting for its workers), external (a
-running scheduler: connecting, and checking its workers).
+no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data),
+keeper (the thread that retires and resubmits jobs; every Dask internal aiperf calls), start
+(starting a cluster and waiting for its workers), external (a running scheduler: connecting, and
+checking its workers).
 """
 
 from aiperf.cluster.environment import (
@@ -57,12 +58,12 @@ from aiperf.cluster.queues import (
     worker_lifetime,
 )
 from aiperf.cluster.start import (
-    StartedCluster,
     jobqueue_cluster,
     local_cluster,
     preflight,
     start_cluster,
 )
+from aiperf.cluster.started import StartedCluster
 
 __all__ = [
     "GPU_RESOURCE",

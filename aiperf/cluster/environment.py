@@ -12,18 +12,15 @@ import socket
 import sys
 from typing import Any
 
+from aiperf import settings
 from aiperf.cluster.queues import QUEUES, staggered_lifetime
-from aiperf.train.trial import CORES_ENV
 
-JOB_STARTED_ENV = (
-    "AIPERF_JOB_STARTED"  # Unix time the job's script began; with the lifetime, its end
-)
-JOB_GPUS_ENV = "AIPERF_JOB_GPUS"  # GPUs of the job, shared one per worker
-LIFETIME_ENV = (
-    "AIPERF_WORKER_LIFETIME"  # "<lifetime>,<stagger>" seconds: when a worker stops taking trials
-)
+JOB_STARTED_ENV = settings.JOB_STARTED.name
+JOB_GPUS_ENV = settings.JOB_GPUS.name
+LIFETIME_ENV = settings.WORKER_LIFETIME.name
 BACKEND_ENV = "KERAS_BACKEND"  # Keras reads it once, on its first import in the process
-PINNED_ENV = "AIPERF_GPU_PINNED"  # set once the process's GPU is chosen
+PINNED_ENV = settings.GPU_PINNED.name
+CORES_ENV = settings.WORKER_CORES.name
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
 # health tick every 20 ms, a system monitor every 500 ms and (in its nanny) a memory check every
 # 100 ms, and the statistical profiler samples the trial's thread every 10 ms, each taking the GIL:

@@ -20,20 +20,21 @@ A worker on another node is started as (README, "Your own Dask cluster"):
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from aiperf import settings
 from aiperf.cluster.environment import worker_settings
 from aiperf.cluster.plan import trial_resources
+from aiperf.cluster.started import StartedCluster
 from aiperf.config import BenchmarkConfig, ClusterConfig
 from aiperf.errors import UserError
 
 # How long a run waits for the scheduler to answer (it is running already: seconds are plenty).
-CONNECT_TIMEOUT_S = float(os.environ.get("AIPERF_SCHEDULER_TIMEOUT", "10"))
+CONNECT_TIMEOUT_S = settings.number(settings.SCHEDULER_TIMEOUT, positive=True)
 WORKER_COMMAND = (
     "dask worker ADDRESS --tls-ca-file CA --tls-cert CERT --tls-key KEY --nthreads 1 "
     "--resources trial=1 --preload aiperf.cluster.preload"
@@ -182,8 +183,6 @@ def external_cluster(
     """The running scheduler of `config.cluster`, once `config.workers` workers offer a trial slot:
     a StartedCluster whose address and security every client of the run uses. Nothing is started,
     and nothing is stopped at the end."""
-    from aiperf.cluster.start import StartedCluster
-
     cluster = config.cluster
     assert cluster.address is not None
     security = scheduler_security(cluster)

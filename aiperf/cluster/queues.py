@@ -11,7 +11,7 @@ import math
 import zlib
 from dataclasses import dataclass
 
-from aiperf.config import parse_duration
+from aiperf.units import parse_duration
 
 
 @dataclass(frozen=True)

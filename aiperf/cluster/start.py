@@ -15,45 +15,27 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dask
 import psutil
 
+from aiperf import settings
 from aiperf.cluster.environment import QUIET_DASK, worker_environment
 from aiperf.cluster.keeper import Keeper
 from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
+from aiperf.cluster.started import StartedCluster
 from aiperf.config import BenchmarkConfig, machine_cores
 from aiperf.errors import UserError
 
-WORKERS_TIMEOUT_S = float(os.environ.get("AIPERF_WORKERS_TIMEOUT", "600"))
+WORKERS_TIMEOUT_S = settings.number(settings.WORKERS_TIMEOUT, positive=True)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StartedCluster:
-    """A cluster whose workers are up: the flow connects to `scheduler_address` with `security`."""
-
-    kind: str
-    cluster: Any
-    workers: int
-    plan: JobPlan | None = None
-    security: Any = (
-        None  # distributed.Security every client must present (None: the cluster has no TLS)
-    )
-    address: str | None = None  # a running scheduler's (kind scheduler: `cluster` is None)
-
-    @property
-    def scheduler_address(self) -> str:
-        return self.address or self.cluster.scheduler_address
 
 
 def tls_credentials() -> Any:

@@ -41,7 +41,7 @@ from aiperf.data.manifest import (
 )
 from aiperf.data.problems import DataError
 from aiperf.data.synthetic import ImageArrays
-from aiperf.lifecycle.locks import held
+from aiperf.paths import held
 
 __all__ = ["Manifest", "stage", "stage_synthetic", "load_staged"]
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from aiperf.results.score import format_ops
 from aiperf.status import RunStatus
 from aiperf.store import RunScoreRow, Store
+from aiperf.units import format_ops
 
 DEFAULT_WINDOW = 5
 
@@ -97,7 +97,10 @@ class RegressionVerdict:
         if not self.valid:
             return f"run {self.run_id} is invalid ({'; '.join(self.reasons)}): {figures}"
         if self.baseline is None:
-            return f"run {self.run_id} is the first valid {self.profile} run on this system and sets the baseline: {figures}"
+            return (
+                f"run {self.run_id} is the first valid {self.profile} run on this system "
+                f"and sets the baseline: {figures}"
+            )
         base = (
             f"baseline (median of runs {', '.join(map(str, self.baseline.run_ids))}) "
             f"OPS {format_ops(self.baseline.ops)}OPS, regulated {format_ops(self.baseline.regulated_score)}OPS"
@@ -125,14 +128,14 @@ class RegressionVerdict:
             (
                 "OPS",
                 self.ops,
-                self.baseline and self.baseline.ops,
+                None if self.baseline is None else self.baseline.ops,
                 self.ops_change,
                 self.thresholds.ops,
             ),
             (
                 "regulated score",
                 self.regulated_score,
-                self.baseline and self.baseline.regulated_score,
+                None if self.baseline is None else self.baseline.regulated_score,
                 self.regulated_change,
                 self.thresholds.regulated_score,
             ),

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import queue
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any, Protocol
 
 import keras_tuner as kt
 
+from aiperf import settings
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
@@ -107,7 +107,6 @@ FROM_RESULT = "result"
 UNSTAMPED = "unstamped"
 
 
-MAX_FAILURES_ENV = "AIPERF_MAX_CONSECUTIVE_FAILURES"
 # The coordinator shares the machine with the workers: its loop polls every poll_s, but redraws the
 # live figures only this often (their rendering cost cores the trials want).
 FIGURES_EVERY_S = 1.0
@@ -117,8 +116,7 @@ def max_consecutive_failures(workers: int) -> int:
     """Failed trials in a row, with none completed, after which the run stops as failed:
     $AIPERF_MAX_CONSECUTIVE_FAILURES, else 3 x workers (every worker failed three times: nothing
     will train, and idling out the budget would only hide the error)."""
-    text = os.environ.get(MAX_FAILURES_ENV, "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else 3 * workers
+    return settings.count(settings.MAX_CONSECUTIVE_FAILURES) or 3 * workers
 
 
 def proposals_ahead(workers: int) -> int:
@@ -310,7 +308,9 @@ class Orchestrator:
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
         self.running: dict[str, _Running] = {}
         self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
-        self.counts = {status: 0 for status in TrialStatus if status != TrialStatus.RUNNING}
+        self.counts: dict[TrialStatus, int] = {
+            status: 0 for status in TrialStatus if status != TrialStatus.RUNNING
+        }
         self.created = 0
         self.total_ops = 0
         self.best_val_accuracy: float | None = None
@@ -395,6 +395,7 @@ class Orchestrator:
                 finished = [k for k, r in self.running.items() if r.handle.done()]
                 for key in finished:
                     self._finish(key)
+            assert self.proposals is not None  # run() set it before calling _run
             self.proposals.check()
             now = time.time()
             if now >= deadline and not self.running:
@@ -719,7 +720,7 @@ class Orchestrator:
         if self.failures_in_a_row >= self.max_failures and not self.counts[TrialStatus.COMPLETED]:
             raise NothingTrains(
                 f"{self.failures_in_a_row} trials failed in a row and none completed; the first "
-                f"failed with: {self.first_failure}. Fix that (or set {MAX_FAILURES_ENV})"
+                f"failed with: {self.first_failure}. Fix that (or set {settings.MAX_CONSECUTIVE_FAILURES.name})"
             )
 
     def _abandon_stragglers(self) -> None:

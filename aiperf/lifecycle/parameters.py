@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiperf.errors import UserError
-from aiperf.store.database import split_password
+from aiperf.urls import split_password
 
 # The cluster settings a parameter may choose: each is checked to a fixed form before any job script
 # sees it (a kind, a flag, whole numbers, and a walltime that is parsed and written anew as HH:MM:SS).

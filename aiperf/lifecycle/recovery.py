@@ -15,35 +15,17 @@ from __future__ import annotations
 
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
+from aiperf.lifecycle.run import (
+    closable_run,
+    event_log,
+    score_run,
+    used_seconds,
+    verify_and_record,
+)
 from aiperf.status import RunStatus
-from aiperf.store import RecordNotFound, RunRecord, Store, window_seconds
-from aiperf.store.database import safe_url
+from aiperf.store import RunRecord, Store
 
 RECOVERED_MESSAGE = "recovered after a crash"
-CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
-
-
-def closable_run(store: Store, run_id: int, db: str, what: str) -> RunRecord:
-    """The run, if it is lost or interrupted; else a one-line error naming what it is."""
-    try:
-        record = store.get_run(run_id)
-    except RecordNotFound:
-        raise UserError(
-            f"run {run_id} is not in {safe_url(db)}; list runs with "
-            f"`aiperf runs --db {safe_url(db)}`"
-        ) from None
-    if record.status not in CLOSABLE:
-        raise UserError(
-            f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
-            f"(a running one is lost once its heartbeat is older than $AIPERF_HEARTBEAT_TIMEOUT s)"
-        )
-    return record
-
-
-def used_seconds(record: RunRecord) -> float:
-    """Seconds of its budget the run used in its closed segments (0 before its search started)."""
-    closed = [w for w in record.windows if w.ended_at is not None]
-    return window_seconds(closed) if closed else 0.0
 
 
 def stored_config(record: RunRecord, db: str) -> BenchmarkConfig:
@@ -73,8 +55,6 @@ def resume_config(db: str, run_id: int) -> BenchmarkConfig:
 
 def recover(db: str, run_id: int) -> RunRecord:
     """Close a lost or interrupted run and score it from its records (see the module's docstring)."""
-    from aiperf.lifecycle.run import event_log, score_run, verify_and_record
-
     with Store.open(db) as store:
         record = closable_run(store, run_id, db, "recovered")
         if not record.windows:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiperf import paths, settings
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
@@ -37,15 +38,16 @@ from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
 from aiperf.results.division import classify
-from aiperf.results.mllog import EVENT_LOG, EventLog
-from aiperf.results.score import ScoreResult, compute_score, format_ops
+from aiperf.results.mllog import EventLog
+from aiperf.results.score import ScoreResult, compute_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import CheckRecord, RunRecord, Store
-from aiperf.store.database import database_label, safe_url
+from aiperf.store import CheckRecord, RecordNotFound, RunRecord, Store, window_seconds
 from aiperf.system.fingerprint import fingerprint
 from aiperf.train.trial import warm_up
 from aiperf.train.worker import received, train_on_worker
+from aiperf.units import format_ops
+from aiperf.urls import safe_url
 
 log = logging.getLogger("aiperf.lifecycle.run")
 
@@ -226,29 +228,42 @@ def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
     from aiperf.report.html import markdown_summary
     from aiperf.report.html import write_report as write_page
 
-    page = report_path(config, run_id)
+    page = paths.report_path(config.out, config.db, run_id)
     page.parent.mkdir(parents=True, exist_ok=True)
     with Store.open_existing(config.db) as store:
         page = write_page(store, run_id, page).resolve()
         return page, markdown_summary(store, run_id, page)
 
 
-def report_path(config: BenchmarkConfig, run_id: int) -> Path:
-    """<out>/reports/aiperf-report-<database>-<run>.html: run 1 of another database in the same
-    --out folder has its own file."""
-    return (
-        Path(config.out) / "reports" / f"aiperf-report-{database_label(config.db)}-{run_id}.html"
-    )
-
-
-def run_folder(config: BenchmarkConfig, run_id: int) -> Path:
-    """<out>/run-<database>-<run>: the run's own files (the oracle's), never another database's run's."""
-    return Path(config.out) / f"run-{database_label(config.db)}-{run_id}"
-
-
 def event_log(config: BenchmarkConfig, run_id: int) -> EventLog:
     """The run's event log (aiperf.results.mllog) in its folder, appended to as the run goes."""
-    return EventLog(run_folder(config, run_id) / EVENT_LOG)
+    return EventLog(paths.event_log_path(config.out, config.db, run_id))
+
+
+CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
+
+
+def closable_run(store: Store, run_id: int, db: str, what: str) -> RunRecord:
+    """The run, if it is lost or interrupted; else a one-line error naming what it is."""
+    try:
+        record = store.get_run(run_id)
+    except RecordNotFound:
+        raise UserError(
+            f"run {run_id} is not in {safe_url(db)}; list runs with "
+            f"`aiperf runs --db {safe_url(db)}`"
+        ) from None
+    if record.status not in CLOSABLE:
+        raise UserError(
+            f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
+            f"(a running one is lost once its heartbeat is older than ${settings.HEARTBEAT_TIMEOUT.name} s)"
+        )
+    return record
+
+
+def used_seconds(record: RunRecord) -> float:
+    """Seconds of its budget the run used in its closed segments (0 before its search started)."""
+    closed = [w for w in record.windows if w.ended_at is not None]
+    return window_seconds(closed) if closed else 0.0
 
 
 class Stages:
@@ -346,8 +361,6 @@ def run_benchmark(
 
 def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
     """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat."""
-    from aiperf.lifecycle.recovery import closable_run
-
     closable_run(store, run_id, config.db, "resumed")
     store.interrupt_trials(run_id)  # a lost run's running trials: trained again
     store.close_window_at_last_epoch(run_id)  # a lost run's open segment ends at its last epoch
@@ -458,7 +471,7 @@ def describe_workers(
         )
         return None
     store.save_system_description(run_id, description)
-    folder = run_folder(config, run_id)
+    folder = paths.run_folder(config.out, config.db, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / system_description.FILE_NAME).write_text(
         json.dumps(description, indent=2) + "\n", encoding="utf-8"
@@ -516,7 +529,6 @@ def resume_search(
     """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
     trials' records (it proposes what it would have proposed next), the interrupted trials queued
     to train again. Returns the seconds of budget left."""
-    from aiperf.lifecycle.recovery import used_seconds
     from aiperf.search.resume import restore
 
     record = store.get_run(run_id)

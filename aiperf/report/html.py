@@ -23,9 +23,9 @@ from aiperf.report.summary import score_rows
 from aiperf.report.system import system_section
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
 from aiperf.report.tree import search_tree_svg
-from aiperf.results.score import format_ops
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, Store
+from aiperf.units import format_ops
 
 WIDTH, HEIGHT = 720, 300
 MARGIN = {"left": 90, "right": 40, "top": 20, "bottom": 50}
@@ -246,27 +246,29 @@ def _score_over_time(run: RunRecord, val_samples: int) -> str:
 
 
 def _accuracy_vs_ops(run: RunRecord) -> str:
-    trials = [t for t in run.trials if t.train_ops_per_sample]
-    if not trials:
+    # The trials that built a model, with their operations per sample.
+    built = [(t, ops) for t in run.trials if (ops := t.train_ops_per_sample)]
+    if not built:
         return "<p class=note>No trial built a model.</p>"
     plot = Plot(
         "plot-accuracy-vs-ops",
         "Validation accuracy against operations per sample",
-        [float(t.train_ops_per_sample) for t in trials],
-        [t.best_val_accuracy or 0.0 for t in trials] + [1.0],
+        [float(ops) for _, ops in built],
+        [t.best_val_accuracy or 0.0 for t, _ in built] + [1.0],
         x_label="training operations per sample",
         y_label="best validation accuracy",
         x_format=lambda v: _compact(v, "ops"),
         y_format=lambda v: f"{v:.2f}",
         x_pad=0.08,
     )
-    for t in trials:
+    for t, ops in built:
         color = STATUS_COLORS.get(t.status, "#333")
         accuracy = t.best_val_accuracy
         shape = (
-            f'<circle class="point trial" data-trial="{esc(t.trial_key)}" cx="{plot.x(t.train_ops_per_sample):.1f}" '
-            f'cy="{plot.y(accuracy or 0.0):.1f}" r="5" fill="{color}" fill-opacity="{0.85 if accuracy is not None else 0.25}">'
-            f"<title>trial {esc(t.trial_key)} ({esc(t.status)}): {format_ops(t.train_ops_per_sample)}ops per sample, "
+            f'<circle class="point trial" data-trial="{esc(t.trial_key)}" cx="{plot.x(ops):.1f}" '
+            f'cy="{plot.y(accuracy or 0.0):.1f}" r="5" fill="{color}" '
+            f'fill-opacity="{0.85 if accuracy is not None else 0.25}">'
+            f"<title>trial {esc(t.trial_key)} ({esc(t.status)}): {format_ops(ops)}ops per sample, "
             f"best val accuracy {'-' if accuracy is None else f'{accuracy:.4f}'}</title></circle>"
         )
         plot.add(shape)
@@ -285,10 +287,12 @@ def _worker_timeline(run: RunRecord) -> str:
     if not trials or span is None:
         return "<p class=note>No trials.</p>"
     start = span[0]
+    search_ended_at = run.search_ended_at
+    assert search_ended_at is not None  # window() is None until the search has ended
     workers = sorted({t.worker or "(not placed)" for t in trials})
     lane = 28
     height = MARGIN["top"] + MARGIN["bottom"] + lane * len(workers)
-    ends = [((t.ended_at or run.search_ended_at) - start).total_seconds() for t in trials]
+    ends = [((t.ended_at or search_ended_at) - start).total_seconds() for t in trials]
     begins = [(t.started_at - start).total_seconds() for t in trials]
     plot = Plot(
         "plot-worker-timeline",
@@ -319,8 +323,9 @@ def _worker_timeline(run: RunRecord) -> str:
     if deadline is not None:
         px = plot.x(deadline)
         plot.add(
-            f'<line class="deadline" x1="{px:.1f}" x2="{px:.1f}" y1="{MARGIN["top"]}" y2="{height - MARGIN["bottom"]}" '
-            f'stroke="#000" stroke-dasharray="4 3"/><text x="{px - 3:.1f}" y="{MARGIN["top"] - 6}" text-anchor="end">deadline</text>'
+            f'<line class="deadline" x1="{px:.1f}" x2="{px:.1f}" y1="{MARGIN["top"]}" '
+            f'y2="{height - MARGIN["bottom"]}" stroke="#000" stroke-dasharray="4 3"/>'
+            f'<text x="{px - 3:.1f}" y="{MARGIN["top"] - 6}" text-anchor="end">deadline</text>'
         )
     return (
         plot.render()
@@ -474,7 +479,8 @@ def build_report(store: Store, run_id: int) -> str:
         f"{run.budget_s:g} s, seed {run.seed}, {esc(run.status)}; started {created}.<br>System {system.id}: "
         f"{esc(system.hostname)}, {esc(system.cpu_model)}, {system.cpu_cores} cores, GPUs: {esc(gpus)}; "
         f"fingerprint {esc(system.fingerprint[:12])}.</p>{body}"
-        f"<p class=note>Made by aiperf from the records alone, {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}.</p>"
+        "<p class=note>Made by aiperf from the records alone, "
+        f"{datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}.</p>"
         "</body></html>\n"
     )
 

@@ -4,8 +4,8 @@ and the HTML report."""
 from __future__ import annotations
 
 from aiperf.report.phases import percent
-from aiperf.results.score import format_ops
 from aiperf.store import RunRecord
+from aiperf.units import format_ops
 
 
 def verification_text(run: RunRecord) -> str:

@@ -13,7 +13,7 @@ from datetime import datetime
 from aiperf.results.score import regulated_score
 from aiperf.store import RunRecord
 
-AIPERF_INTERVAL_S = 360.0  # 0.1 h
+CHECKPOINT_INTERVAL_S = 360.0  # 0.1 h
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def score_over_time(
     return result
 
 
-def aiperf_checkpoints(elapsed_s: float, interval_s: float = AIPERF_INTERVAL_S) -> list[float]:
+def aiperf_checkpoints(elapsed_s: float, interval_s: float = CHECKPOINT_INTERVAL_S) -> list[float]:
     """Every 0.1 h of the window, and its end (so a run shorter than 0.1 h still has a row)."""
     points = []
     t = interval_s

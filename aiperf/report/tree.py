@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import html
 
-from aiperf.results.score import format_ops
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
+from aiperf.units import format_ops
 
 STATUS_COLORS = {
     TrialStatus.COMPLETED: "#2ca02c",
@@ -119,7 +119,8 @@ def search_tree_svg(run: RunRecord) -> str:
         )
         parts.append(
             f'<g class="node trial" data-trial="{_esc(t.trial_key)}" data-status="{_esc(t.status)}">'
-            f'<rect class="node" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" fill="{color}" fill-opacity="0.85"/>'
+            f'<rect class="node" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" '
+            f'fill="{color}" fill-opacity="0.85"/>'
             f'<text x="{x + NODE_W / 2}" y="{y + NODE_H / 2 + 4}" text-anchor="middle" fill="#fff" '
             f'style="fill:#fff">{_esc(t.trial_key[-8:])}</text><title>trial {_esc(t.trial_key)} ({_esc(t.status)}): '
             f"{_esc(t.operator or 'proposed')}; best val accuracy {accuracy}; {_esc(ops)}</title></g>"

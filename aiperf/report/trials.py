@@ -6,8 +6,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from aiperf.arch.spec import network_from_dict
-from aiperf.results.score import format_ops
 from aiperf.store import RunRecord, TrialRecord
+from aiperf.units import format_ops
 
 
 def _accuracy(trial: TrialRecord) -> str:
@@ -37,7 +37,7 @@ def trial_table(run: RunRecord) -> Table:
         "best val acc",
     ):
         table.add_column(column)
-    keys = {t.id: t.trial_key for t in run.trials}
+    keys: dict[int | None, str] = {t.id: t.trial_key for t in run.trials}
     for t in run.trials:
         net = network_from_dict(t.architecture)
         hp = t.hyperparameters

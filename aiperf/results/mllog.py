@@ -3,7 +3,7 @@
     :::MLLOG {"namespace": "", "time_ms": 1764500000123, "event_type": "POINT_IN_TIME",
               "key": "eval_accuracy", "value": 0.41, "metadata": {"trial_key": "03", "epoch_num": 1}}
 
-Every run writes it as it goes, into its own folder (aiperf.lifecycle.run.run_folder, file EVENT_LOG): each
+Every run writes it as it goes, into its own folder (aiperf.paths.run_folder, file EVENT_LOG): each
 line is appended with one write and flushed, so a crash loses no line already written, two writers
 never interleave a line, and a resumed run appends to the same file. The keys are the constants
 below (one vocabulary, the only place they are spelled out); `time_ms` is Unix time in whole
@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from aiperf.errors import UserError
-from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store.records import (
     CheckRecord,
     DatasetRecord,
     EpochRecord,
     RunRecord,
+    ScoreResult,
     SystemRecord,
     TrialPhases,
     TrialRecord,
@@ -44,7 +44,6 @@ from aiperf.store.records import (
 
 PREFIX = ":::MLLOG "
 NAMESPACE = ""
-EVENT_LOG = "events.log"  # its file name, in the run's folder and in a package
 BENCHMARK = "aiperf"
 
 # event types
@@ -405,7 +404,7 @@ class EventLog:
         complete: bool,
         **_later: Any,
     ) -> None:
-        which = {"trial_key": trial_key, "epoch_num": epoch}
+        which: dict[str, Any] = {"trial_key": trial_key, "epoch_num": epoch}
         self.emit(
             EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at
         )
@@ -491,6 +490,13 @@ def _number(value: Any, what: str) -> float | None:
     return value
 
 
+def _present(value: float | None, what: str) -> float:
+    """A number an event must carry (a None would otherwise reach float())."""
+    if value is None:
+        raise ValueError(f"{what} None is not a number")
+    return value
+
+
 class _Rebuilder:
     """Applies events in order; the latest event of a kind wins (a resumed run repeats some)."""
 
@@ -517,7 +523,7 @@ class _Rebuilder:
                 self.run.update(
                     id=_whole(md["run_id"], "run_id"),
                     profile=str(md["profile"]),
-                    budget_s=float(_number(md["budget_s"], "budget_s")),
+                    budget_s=float(_present(_number(md["budget_s"], "budget_s"), "budget_s")),
                     workers=_whole(md["workers"], "workers"),
                     created_at=_utc(e.time_ms / 1000),
                 )

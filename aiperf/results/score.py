@@ -8,58 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 
 from aiperf.config import ValidityConfig
-
-
-@dataclass(frozen=True)
-class EpochWork:
-    """The operations one epoch performed: its samples times its trial's per-sample counts."""
-
-    samples_trained: int
-    samples_evaluated: int
-    train_ops_per_sample: int
-    eval_ops_per_sample: int
-    tensor_train_ops_per_sample: int
-    tensor_eval_ops_per_sample: int
-
-    @property
-    def ops(self) -> int:
-        return (
-            self.samples_trained * self.train_ops_per_sample
-            + self.samples_evaluated * self.eval_ops_per_sample
-        )
-
-    @property
-    def tensor_ops(self) -> int:
-        return (
-            self.samples_trained * self.tensor_train_ops_per_sample
-            + self.samples_evaluated * self.tensor_eval_ops_per_sample
-        )
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    elapsed_s: float
-    total_ops: int
-    ops: float
-    tensor_ops: float
-    best_val_accuracy: float | None
-    val_samples: int
-    regulated_score: float
-    trials_completed: int
-    samples_trained: int
-    samples_evaluated: int
-    valid: bool
-    reasons: list[str] = field(default_factory=list)
-    mfu: float | None = None  # model FLOPs utilisation: tensor_ops / the workers' summed peak
-    utilisation: float | None = (
-        None  # seconds in train and eval steps / (workers x window seconds)
-    )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from aiperf.store.records import EpochWork, ScoreResult
 
 
 def capped_accuracy(accuracy: float, val_samples: int) -> float:
@@ -179,9 +130,3 @@ def compute_score(
     )
 
 
-def format_ops(value: float) -> str:
-    """1.23 GOPS-style figures for tables."""
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3f} {unit}"
-    return f"{value:.1f} "

@@ -75,6 +75,12 @@ class Evidence:
     elapsed_s: float
     recomputed: ScoreResult
 
+    @property
+    def stored(self) -> ScoreResult:
+        """The run's stored score: there is one, as gather_records refuses a run without."""
+        assert self.run.score is not None
+        return self.run.score
+
 
 def verify_run(
     store: Store, run_id: int, counter: Counter = count_architecture
@@ -88,7 +94,7 @@ def verify_records(
     run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture
 ) -> list[CheckRecord]:
     """The same checks on records that come from elsewhere: a result package's event log
-    (aiperf.results.package), rebuilt without a database (aiperf.results.mllog.rebuild)."""
+    (aiperf.report.package), rebuilt without a database (aiperf.results.mllog.rebuild)."""
     evidence = gather_records(run, dataset, counter)
     return [check(evidence) for check in CHECKS.values()]
 
@@ -266,7 +272,7 @@ def check_no_overlap_on_a_worker(ev: Evidence) -> CheckRecord:
 
 
 def check_elapsed_time(ev: Evidence) -> CheckRecord:
-    stored = ev.run.score.elapsed_s
+    stored = ev.stored.elapsed_s
     ok = abs(stored - ev.elapsed_s) <= 1e-6
     return _result(
         ELAPSED_TIME,
@@ -276,7 +282,7 @@ def check_elapsed_time(ev: Evidence) -> CheckRecord:
 
 
 def check_total_operations(ev: Evidence) -> CheckRecord:
-    stored, again = ev.run.score, ev.recomputed
+    stored, again = ev.stored, ev.recomputed
     problems = []
     if float(stored.total_ops) != float(again.total_ops):
         problems.append(
@@ -294,7 +300,7 @@ def check_total_operations(ev: Evidence) -> CheckRecord:
 
 
 def check_operations_per_second(ev: Evidence) -> CheckRecord:
-    stored, again = ev.run.score, ev.recomputed
+    stored, again = ev.stored, ev.recomputed
     problems = [
         f"{name}: score says {a!r}, recomputed {b!r}"
         for name, a, b in (
@@ -309,7 +315,7 @@ def check_operations_per_second(ev: Evidence) -> CheckRecord:
 
 
 def check_best_accuracy(ev: Evidence) -> CheckRecord:
-    stored, again = ev.run.score, ev.recomputed
+    stored, again = ev.stored, ev.recomputed
     problems = []
     if stored.best_val_accuracy != again.best_val_accuracy:
         problems.append(
@@ -326,7 +332,7 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
 
 
 def check_regulated_score(ev: Evidence) -> CheckRecord:
-    stored, again = ev.run.score.regulated_score, ev.recomputed.regulated_score
+    stored, again = ev.stored.regulated_score, ev.recomputed.regulated_score
     return _result(
         REGULATED_SCORE,
         [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
@@ -356,7 +362,7 @@ def check_division(ev: Evidence) -> CheckRecord:
 
 
 def check_validity_rules(ev: Evidence) -> CheckRecord:
-    stored, again = ev.run.score, ev.recomputed
+    stored, again = ev.stored, ev.recomputed
     problems = []
     if (stored.valid, list(stored.reasons)) != (again.valid, list(again.reasons)):
         problems.append(
@@ -410,7 +416,7 @@ def check_model_flops_utilisation(ev: Evidence) -> CheckRecord:
             )
         if any(not float(p.get("flops") or 0.0) > 0 for p in ev.run.worker_peaks):
             problems.append("a worker's measured peak is not a positive rate")
-    stored, again = ev.run.score.mfu, ev.recomputed.mfu
+    stored, again = ev.stored.mfu, ev.recomputed.mfu
     if not _same(stored, again):
         problems.append(f"score says MFU {_shown(stored)}, recomputed {_shown(again)}")
     detail = (
@@ -425,7 +431,7 @@ def check_window_utilisation(ev: Evidence) -> CheckRecord:
     """Seconds in training and evaluation steps over workers x window, recomputed from the trials'
     phases; and no worker's trials account for more seconds than the window has."""
     problems = []
-    stored, again = ev.run.score.utilisation, ev.recomputed.utilisation
+    stored, again = ev.stored.utilisation, ev.recomputed.utilisation
     if not _same(stored, again):
         problems.append(f"score says utilisation {_shown(stored)}, recomputed {_shown(again)}")
     by_worker: dict[str, float] = {}

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from aiperf.errors import UserError
+from aiperf.units import parse_duration
 
 DEFAULT_RULESET = "aiperf-rules-1.0"
 
@@ -85,8 +86,6 @@ def available_rulesets() -> list[str]:
 @cache
 def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     """A packaged ruleset by its id-version name."""
-    from aiperf.config import parse_duration
-
     if name not in available_rulesets():
         raise UserError(
             f"unknown ruleset {name!r}; aiperf knows {', '.join(available_rulesets())}"

@@ -17,9 +17,6 @@ child processes never inherit it. A URL without a password connects as libpq doe
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,14 +31,10 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from aiperf.config import DEFAULT_DB_URL
+from aiperf import settings
 from aiperf.errors import UserError
 from aiperf.store.retry import retry_budget_s, retrying
-
-# How long an SQLite connection waits for another's write lock before the statement fails (and
-# the Store's retry takes over): AIPERF_SQLITE_BUSY_TIMEOUT_S, else 10 s.
-BUSY_TIMEOUT_ENV = "AIPERF_SQLITE_BUSY_TIMEOUT_S"
-DEFAULT_BUSY_TIMEOUT_S = 10.0
+from aiperf.urls import DEFAULT_DB_URL, safe_url, sqlite_file, with_withheld_password
 
 # pg_advisory_xact_lock key held by a migration on PostgreSQL ("aiperf" in ASCII): one migrator at a time.
 MIGRATION_LOCK_KEY = 0x616970657266
@@ -55,73 +48,6 @@ def migrations_dir() -> Path:
     return here
 
 
-# user:password@ in a URL that does not parse (the parsed case is SQLAlchemy's own rendering).
-_CREDENTIALS = re.compile(r"(://[^/@:]*:).*@")
-
-# Passwords taken out of URLs by withhold_password, by the URL without them: this process only.
-_withheld: dict[str, str] = {}
-
-
-def safe_url(url: str) -> str:
-    """The URL as it may be printed: never with its password, even when it does not parse."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return _CREDENTIALS.sub(r"\1***@", url)
-
-
-def database_label(url: str) -> str:
-    """A short file-name-safe name for a database, distinct per database: its file's stem (or its
-    PostgreSQL name) and a hash of the URL without password (an SQLite path made absolute), so
-    runs of different databases writing into one --out folder never share a file name."""
-    bare, _ = split_password(url)
-    try:
-        parsed = make_url(bare)
-    except (ArgumentError, ValueError):
-        parsed = None
-    path = None if parsed is None else _sqlite_file(parsed)
-    if path is not None:
-        resolved = path.expanduser().resolve()
-        name, identity = resolved.stem, f"sqlite:///{resolved}"
-    else:
-        name, identity = (parsed.database if parsed is not None else None) or "db", bare
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "db"
-    return f"{stem[:32]}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
-
-
-def split_password(url: str) -> tuple[str, str | None]:
-    """(the URL without its password, the password or None). A URL without a password, or one that
-    does not parse (opening it reports that), comes back as it was given."""
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        return url, None
-    if parsed.password is None:
-        return url, None
-    return parsed._replace(password=None).render_as_string(hide_password=False), str(
-        parsed.password
-    )
-
-
-def withhold_password(url: str) -> str:
-    """The URL as it may be stored, passed as a Prefect parameter, logged or printed: without its
-    password, which this process keeps for its own connections to that URL (a later one replaces
-    it). A password in the URL wins over PGPASSWORD and ~/.pgpass for that URL, as in libpq;
-    they still serve every URL given without one."""
-    bare, password = split_password(url)
-    if password is not None:
-        _withheld[bare] = password
-    return bare
-
-
-def _with_withheld_password(parsed: URL) -> URL:
-    """The URL with the password `withhold_password` kept for it, if any."""
-    if parsed.password is not None:
-        return parsed
-    password = _withheld.get(parsed.render_as_string(hide_password=False))
-    return parsed if password is None else parsed.set(password=password)
-
-
 # --- opening ------------------------------------------------------------------------------------
 
 
@@ -131,7 +57,7 @@ def open_engine(url: str) -> Engine:
     An SQLite file that does not exist yet is created (its folder must exist); `upgrade` then
     gives it the schema."""
     parsed = _parse_url(url)
-    path = _sqlite_file(parsed)
+    path = sqlite_file(parsed)
     if path is not None:
         folder = path.expanduser().resolve().parent
         if not folder.is_dir():
@@ -179,7 +105,7 @@ def open_existing_engine(url: str) -> Engine:
 
 def _parse_url(url: str) -> URL:
     try:
-        return _with_withheld_password(make_url(url))
+        return with_withheld_password(make_url(url))
     except (ArgumentError, ValueError):
         raise UserError(
             f"database URL {safe_url(url)!r} is malformed; use e.g. {DEFAULT_DB_URL} or "
@@ -187,19 +113,12 @@ def _parse_url(url: str) -> URL:
         ) from None
 
 
-def _sqlite_file(parsed: URL) -> Path | None:
-    """The file an SQLite URL names (None for another engine or an in-memory database)."""
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
 def _read_only_sqlite(parsed: URL, url: str) -> URL:
     """The same SQLite database, opened so that nothing can create or write it.
 
     sqlite3 would create a missing file on connect, hence the check first; mode=ro then refuses
     writes (and a file that vanished since the check) at the SQLite level."""
-    path = _sqlite_file(parsed)
+    path = sqlite_file(parsed)
     if path is None:
         return parsed
     if str(parsed.query.get("uri", "")).lower() in ("true", "1"):  # the user's own SQLite URI
@@ -264,17 +183,8 @@ def _sqlite_pragmas(
 
 
 def _busy_timeout_ms() -> int:
-    """AIPERF_SQLITE_BUSY_TIMEOUT_S in milliseconds (default 10 s)."""
-    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
-    try:
-        seconds = float(text) if text else DEFAULT_BUSY_TIMEOUT_S
-    except ValueError:
-        seconds = -1.0
-    if seconds < 0:
-        raise UserError(
-            f"{BUSY_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 10"
-        )
-    return round(seconds * 1000)
+    """$AIPERF_SQLITE_BUSY_TIMEOUT_S in milliseconds."""
+    return round(settings.number(settings.SQLITE_BUSY_TIMEOUT_S) * 1000)
 
 
 def _require_head(engine: Engine, url: str) -> None:

@@ -7,12 +7,61 @@ and the records pickle and compare like any value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
+
+
+@dataclass(frozen=True)
+class EpochWork:
+    """The operations one epoch performed: its samples times its trial's per-sample counts."""
+
+    samples_trained: int
+    samples_evaluated: int
+    train_ops_per_sample: int
+    eval_ops_per_sample: int
+    tensor_train_ops_per_sample: int
+    tensor_eval_ops_per_sample: int
+
+    @property
+    def ops(self) -> int:
+        return (
+            self.samples_trained * self.train_ops_per_sample
+            + self.samples_evaluated * self.eval_ops_per_sample
+        )
+
+    @property
+    def tensor_ops(self) -> int:
+        return (
+            self.samples_trained * self.tensor_train_ops_per_sample
+            + self.samples_evaluated * self.tensor_eval_ops_per_sample
+        )
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    elapsed_s: float
+    total_ops: int
+    ops: float
+    tensor_ops: float
+    best_val_accuracy: float | None
+    val_samples: int
+    regulated_score: float
+    trials_completed: int
+    samples_trained: int
+    samples_evaluated: int
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+    mfu: float | None = None  # model FLOPs utilisation: tensor_ops / the workers' summed peak
+    utilisation: float | None = (
+        None  # seconds in train and eval steps / (workers x window seconds)
+    )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 
 class RecordNotFound(LookupError):

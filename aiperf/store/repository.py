@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from functools import wraps
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, get_type_hints
+from typing import Any, Concatenate, ParamSpec, TypeVar, get_type_hints, overload
 
 from sqlalchemy import (
     Boolean,
@@ -39,7 +39,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from aiperf.results.score import EpochWork, ScoreResult
 from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store import database
 from aiperf.store.models import (
@@ -57,9 +56,11 @@ from aiperf.store.records import (
     CheckRecord,
     DatasetRecord,
     EpochRecord,
+    EpochWork,
     RecordNotFound,
     RunRecord,
     RunScoreRow,
+    ScoreResult,
     SystemRecord,
     TrialPhases,
     TrialRecord,
@@ -72,6 +73,14 @@ from aiperf.store.retry import retry_budget_s, retrying
 Row = TypeVar("Row")
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+@overload
+def utc(moment: datetime | float) -> datetime: ...
+@overload
+def utc(moment: None) -> None: ...
+@overload
+def utc(moment: datetime | float | None) -> datetime | None: ...
 
 
 def utc(moment: datetime | float | None) -> datetime | None:
@@ -102,16 +111,16 @@ class RunWork:
     stepping_s: tuple[float, ...] | None = None  # per trial with phases: train + evaluate seconds
 
 
-def _retried(method: Callable[P, T]) -> Callable[P, T]:
+def _retried(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate[Store, P], T]:
     """A Store method whose one transaction runs again after a transient database fault
     (aiperf.store.retry). Only for methods that are idempotent as they stand: a second run of
     them changes nothing the first one committed."""
 
     @wraps(method)
-    def run_retried(self: Store, *args: Any, **kwargs: Any) -> T:
+    def run_retried(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return retrying(lambda: method(self, *args, **kwargs), self.retry_s, method.__name__)
 
-    return run_retried  # type: ignore[return-value]
+    return run_retried
 
 
 class Store:
@@ -200,6 +209,8 @@ class Store:
             if system_id is None:
                 s.execute(insert)
                 system_id = s.scalar(known)
+                # The row is there now: this INSERT added it, or a concurrent one it conflicted with.
+                assert system_id is not None
             return system_id
 
     def create_run(
@@ -724,7 +735,8 @@ class Store:
         run_ids: list[int] | None = None,
     ) -> list[RunScoreRow]:
         """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
-        where, params = [], {}
+        where: list[str] = []
+        params: dict[str, Any] = {}
         if system_id is not None:
             where.append("system_id = :system_id")
             params["system_id"] = system_id

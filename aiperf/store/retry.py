@@ -10,21 +10,18 @@ bad value) is a real error and is raised at once.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from aiperf.errors import UserError
+from aiperf import settings
 
 log = logging.getLogger("aiperf.store")
 
 T = TypeVar("T")
 
-RETRY_ENV = "AIPERF_DB_RETRY_S"
-DEFAULT_RETRY_S = 120.0
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 5.0
 
@@ -34,19 +31,8 @@ _TRANSIENT_SQLSTATES = {"57P01", "57P02", "57P03", "40001", "40P01"}
 
 
 def retry_budget_s() -> float:
-    """How long a transaction is retried: AIPERF_DB_RETRY_S, else 120 s."""
-    text = os.environ.get(RETRY_ENV, "").strip()
-    if not text:
-        return DEFAULT_RETRY_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise UserError(
-            f"{RETRY_ENV}={text!r} is not a number of seconds; set it to e.g. 120 (0: never retry)"
-        )
-    return value
+    """How long a transaction is retried: $AIPERF_DB_RETRY_S (0: never)."""
+    return settings.number(settings.DB_RETRY_S)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -10,13 +10,12 @@ $AIPERF_PEAK_SECONDS (default 2 s). Each product is 2 * n**3 floating-point oper
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from typing import Any
 
-SECONDS_ENV = "AIPERF_PEAK_SECONDS"
-DEFAULT_SECONDS = 2.0
+from aiperf import settings
+
 CPU_SIZE = 1024
 GPU_SIZE = 8192
 
@@ -39,15 +38,8 @@ def compute_dtype(precision: str | None) -> str:
 
 
 def peak_seconds() -> float:
-    """How long each worker measures: $AIPERF_PEAK_SECONDS, else 2 s."""
-    text = os.environ.get(SECONDS_ENV, "").strip()
-    try:
-        value = float(text) if text else DEFAULT_SECONDS
-    except ValueError:
-        raise ValueError(f"{SECONDS_ENV}={text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ValueError(f"{SECONDS_ENV}={text!r} must be more than 0 seconds")
-    return value
+    """How long each worker measures: $AIPERF_PEAK_SECONDS."""
+    return settings.number(settings.PEAK_SECONDS, positive=True)
 
 
 def device() -> tuple[str, bool]:

@@ -14,24 +14,22 @@ the orchestrator's own thread (no worker at all: what is measured is the orchest
 from __future__ import annotations
 
 import math
-import os
 import queue
 import random
 import time
 from dataclasses import dataclass, replace
 
+from aiperf import settings
 from aiperf.status import TrialStatus
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.trial import Reporter
-
-SPEED_ENV = "AIPERF_SIMULATED_OPS_PER_S"
 
 
 @dataclass(frozen=True)
 class SimulatedModel:
     """The modelled machine and workload. Defaults: an epoch takes about 0.5-3 s."""
 
-    ops_per_s: float = float(os.environ.get(SPEED_ENV, "5e10"))  # one worker's modelled speed
+    ops_per_s: float = settings.number(settings.SIMULATED_OPS_PER_S)  # one worker's modelled speed
     train_ops_range: tuple[float, float] = (5e6, 5e7)  # per training sample; eval is a third of it
     train_samples: int = 3000
     val_samples: int = 1000

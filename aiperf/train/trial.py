@@ -14,13 +14,14 @@ import time
 import traceback
 from collections.abc import Callable
 
+from aiperf import settings
 from aiperf.status import TrialStatus
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 
 Reporter = Callable[[TrialBuilt | EpochReport], None]
 
-CORES_ENV = "AIPERF_WORKER_CORES"
+CORES_ENV = settings.WORKER_CORES.name
 
 
 def configure_threads(cores: int | None) -> None:
@@ -53,8 +54,7 @@ def warm_up() -> str:
 
 
 def worker_cores() -> int | None:
-    value = os.environ.get(CORES_ENV)
-    return int(value) if value else None
+    return settings.count(settings.WORKER_CORES)
 
 
 def _deadline_watch(deadline: float):

@@ -1,31 +1,24 @@
 """Alembic environment, shipped inside the aiperf package.
 
 aiperf passes its engine in `config.attributes["engine"]` (aiperf.store.database.upgrade and
-downgrade); the `alembic` command line opens AIPERF_DB, else sqlalchemy.url from alembic.ini, else
-AIPERF_DB_URL, else aiperf's default database. Either way every online run is one transaction from
-database.migration_transaction, which on SQLite keeps foreign keys off while batch mode rebuilds
-tables and checks them before the commit.
+downgrade); the `alembic` command line opens sqlalchemy.url from alembic.ini, else $AIPERF_DB_URL,
+else aiperf's default database (aiperf.urls.database_url, as every command). Either way every
+online run is one transaction from database.migration_transaction, which on SQLite keeps foreign
+keys off while batch mode rebuilds tables and checks them before the commit.
 """
-
-import os
 
 from alembic import context
 
-from aiperf.config import DB_URL_ENV, DEFAULT_DB_URL
 from aiperf.store import database
 from aiperf.store.models import Base
+from aiperf.urls import database_url
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return (
-        os.environ.get("AIPERF_DB")
-        or config.get_main_option("sqlalchemy.url")
-        or os.environ.get(DB_URL_ENV)
-        or DEFAULT_DB_URL
-    )
+    return database_url(config.get_main_option("sqlalchemy.url"))
 
 
 def run_migrations_offline() -> None:

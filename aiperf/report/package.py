@@ -2,7 +2,8 @@
 
 `aiperf package RUN_ID --to DIR` writes
 
-    events.log               the run's event log (MLLOG lines, aiperf.results.mllog): alone enough to recompute the score
+    events.log               the run's event log (MLLOG lines, aiperf.results.mllog): enough to
+                             recompute the score
     system_description.json  the compute nodes, MLPerf-style (aiperf.system.description)
     config.json              the effective config the run ran with
     <ruleset>.yaml           the rules it is judged by (aiperf/rules/)
@@ -26,13 +27,13 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
-from aiperf import __version__
-from aiperf.config import BenchmarkConfig
+from aiperf import __version__, paths
 from aiperf.errors import UserError
-from aiperf.results.mllog import EVENT_LOG, LoggedRun, read_run
-from aiperf.results.score import format_ops
+from aiperf.paths import EVENT_LOG
+from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
+from aiperf.units import format_ops
 
 FORMAT = "aiperf-package-1"
 PACKAGE_FILE = "package.json"
@@ -44,12 +45,9 @@ README_FILE = "README.md"
 
 def default_log_path(record: RunRecord) -> Path:
     """Where the run wrote its event log: its folder under its --out (relative to where it was started)."""
-    from aiperf.lifecycle.run import event_log
-
-    settings = BenchmarkConfig.model_construct(
-        out=record.config.get("out", "aiperf-out"), db=record.config.get("db", "")
+    return paths.event_log_path(
+        record.config.get("out", "aiperf-out"), record.config.get("db", ""), record.id
     )
-    return event_log(settings, record.id).path
 
 
 def _memo(counter: Callable[[dict], tuple]) -> Callable[[dict], tuple]:
