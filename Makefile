@@ -12,7 +12,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: run test serve install install-dev clean bench-scaling
+.PHONY: run test test-fast lint serve install install-dev clean bench-scaling
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,17 @@ serve: install
 ## make test: every test, the slow integration tests included, with the services they need
 test: install-dev
 	infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)
+
+## make test-fast: the unit tests only (no service, no real training run)
+test-fast: install-dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## make lint: ruff (lint, import order, format), mypy, and the layers (import-linter), as CI runs them
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 ## make bench-scaling: weak scaling (1 and 2 one-core workers, efficiency OPS(2) / (2 OPS(1))), then the
 ##   orchestration overhead per trial and database writes/s at 64, 256 and 1024 simulated workers

@@ -157,6 +157,13 @@ SLURMD_PORT = Variable(
     "AIPERF_SLURMD_PORT", "6818", "the port of the local SLURM node daemon of infra/slurm", "infra"
 )
 
+TEST_TWO_NODE_BUDGET = Variable(
+    "AIPERF_TEST_TWO_NODE_BUDGET",
+    "20s",
+    "the budget of each run in tests/test_two_nodes.py",
+    "infra",
+)
+
 VARIABLES: tuple[Variable, ...] = tuple(v for v in globals().values() if isinstance(v, Variable))
 
 

@@ -34,7 +34,7 @@ PROBE = textwrap.dedent('''
     import json, os, sys
 
     FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")
-    FOLDER = os.environ.get("AIPERF_TEST_PROBE")
+    FOLDER = os.environ.get("GPU_PIN_PROBE_FOLDER")
 
     class FirstFrameworkImport:
         """Writes what this process sees when it first imports a framework; imports nothing."""
@@ -67,7 +67,7 @@ def probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     )
-    monkeypatch.setenv("AIPERF_TEST_PROBE", str(seen))
+    monkeypatch.setenv("GPU_PIN_PROBE_FOLDER", str(seen))
     for name in ("CUDA_VISIBLE_DEVICES", PINNED_ENV, JOB_GPUS_ENV, "KERAS_BACKEND"):
         monkeypatch.delenv(name, raising=False)
     return seen

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import dask
 import yaml
 
+from aiperf import settings as variables
 from aiperf.cluster.environment import (
     BACKEND_ENV,
     JOB_STARTED_ENV,
@@ -40,7 +40,7 @@ from aiperf.errors import UserError
 
 TRIAL_RESOURCE = "trial"
 GPU_RESOURCE = "GPU"
-JOBQUEUE_CONFIG_ENV = "AIPERF_JOBQUEUE_CONFIG"
+JOBQUEUE_CONFIG_ENV = variables.JOBQUEUE_CONFIG.name
 # Inside the package, so an installed wheel finds it whatever the working folder.
 DEFAULT_JOBQUEUE_CONFIG = Path(__file__).resolve().parent / "jobqueue.yaml"
 
@@ -120,7 +120,7 @@ def jobqueue_defaults(kind: str) -> dict[str, Any]:
     (the order in this module's docstring)."""
     register_packaged_defaults()
     settings = dict(dask.config.get(f"jobqueue.{kind}", default={}) or {})
-    named = os.environ.get(JOBQUEUE_CONFIG_ENV)
+    named = variables.text(variables.JOBQUEUE_CONFIG)
     if named:
         path = Path(named)
         if not path.is_file():
