@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiperf.arch.graph import Network, Node
+from aiperf.arch.graph import Network, Node, image_shape
 
 
 class Composer:
@@ -46,7 +46,7 @@ class Composer:
     def network(self, name: str, input_shape: tuple[int, int, int], num_classes: int) -> Network:
         return Network(
             name=name,
-            input_shape=tuple(input_shape),
+            input_shape=image_shape(input_shape),
             num_classes=num_classes,
             nodes=tuple(self.nodes),
         )

@@ -24,12 +24,20 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 KINDS = ("input", "zeropad", "conv", "bn", "relu", "maxpool", "add", "gap", "dense")
 
 Shape = tuple[int, ...]
+
+
+def image_shape(shape: Sequence[int]) -> tuple[int, int, int]:
+    """`shape` as a tuple (a caller may pass a list, e.g. one read from JSON). Its length is not
+    checked here: the network (or spec) it goes into rejects one that is not (height, width,
+    channels)."""
+    return cast("tuple[int, int, int]", tuple(shape))
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ class Network:
     ) -> Network:
         return replace(
             self,
-            input_shape=tuple(input_shape or self.input_shape),
+            input_shape=image_shape(input_shape or self.input_shape),
             num_classes=num_classes or self.num_classes,
         )
 
@@ -175,9 +183,9 @@ class Network:
             ("history", history),
         ):
             object.__setattr__(child, name, value)
-        for name, value in (("_shapes", shapes), ("_params", params)):
-            if value is not None:
-                object.__setattr__(child, name, value)
+        for attr, cached in (("_shapes", shapes), ("_params", params)):
+            if cached is not None:
+                object.__setattr__(child, attr, cached)
         return child
 
     # --- summaries ------------------------------------------------------------------------------
@@ -282,7 +290,8 @@ def reinfer(
     the same ids in the same order). Only those nodes, and the ones downstream whose inputs change
     shape, are inferred again: a widened convolution changes a few shapes of a network of hundreds."""
     before, params = _shapes(parent), count_params(parent)
-    shapes, moved = dict(before), set()
+    shapes = dict(before)
+    moved: set[str] = set()
     for node, old in zip(nodes, parent.nodes, strict=False):
         if node.id not in changed and moved.isdisjoint(node.inputs):
             continue

@@ -9,13 +9,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from aiperf.arch.compose import Composer
-from aiperf.arch.graph import Network
+from aiperf.arch.graph import Network, image_shape
 from aiperf.errors import UserError
 
 BlockKind = Literal["basic", "bottleneck"]
+
+
+class _BatchNormOptions(TypedDict):
+    """The keyword arguments every conv_bn of a spec's network shares."""
+
+    momentum: float
 
 
 @dataclass(frozen=True)
@@ -67,13 +73,13 @@ class ArchSpec:
     ) -> ArchSpec:
         return replace(
             self,
-            input_shape=tuple(input_shape or self.input_shape),
+            input_shape=image_shape(input_shape or self.input_shape),
             num_classes=num_classes or self.num_classes,
         )
 
     def to_network(self) -> Network:
         g = Composer()
-        bn = {"momentum": self.bn_momentum}
+        bn: _BatchNormOptions = {"momentum": self.bn_momentum}
         x = g.conv_bn("input", "stem", self.stem_filters, self.stem_kernel, self.stem_stride, **bn)
         if self.stem_pool:
             x = g.add("stem_pool", "maxpool", x, pool=3, stride=2, padding="same")

@@ -99,7 +99,7 @@ def _check_convention(convention: str) -> None:
         ) from None
 
 
-def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+def _parse_input_shape(text: str | None) -> tuple[int, int, int] | None:
     if text is None:
         return None
     parts = [p.strip() for p in text.split(",")]
@@ -108,10 +108,11 @@ def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
             f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
             "pass e.g. --input-shape 224,224,3"
         )
-    return tuple(int(p) for p in parts)
+    height, width, channels = (int(p) for p in parts)
+    return height, width, channels
 
 
-def _resolve_model(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+def _resolve_model(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
     # Keep TensorFlow's start-up chatter off stderr, where our one-line errors go. The oneDNN
     # notice ignores TF_CPP_MIN_LOG_LEVEL; switching oneDNN off is harmless here: nothing runs.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -148,7 +149,7 @@ def _build(what: str, build: Any) -> Any:
         raise _BadInput(f"cannot build {what}: {_first_line(error)}") from None
 
 
-def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+def _application(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
     import keras
 
     build = getattr(keras.applications, APPLICATIONS[name])
@@ -175,7 +176,7 @@ def _load_keras(path: Path, classes: int | None) -> Any:
     return model
 
 
-def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+def _load_spec(path: Path, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_model, load_spec
     except ImportError:
@@ -188,7 +189,7 @@ def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -
     )
 
 
-def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
+def _seed(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_seed, seed_names
     except ImportError:
@@ -204,7 +205,9 @@ def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
 
 
-def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] | None) -> Any:
+def _count(
+    keras_model: Any, convention: str, name: str, shape: tuple[int, int, int] | None
+) -> Any:
     from aiperf.ops import UnknownLayerError, count_model
 
     built = tuple(keras_model.inputs[0].shape[1:]) if getattr(keras_model, "inputs", None) else ()
@@ -222,7 +225,7 @@ def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] 
         raise _BadInput(f"cannot count {name}: {_first_line(error)}") from None
 
 
-def _input_shape_of(keras_model: Any, shape: tuple[int, ...] | None) -> tuple:
+def _input_shape_of(keras_model: Any, shape: tuple[int, int, int] | None) -> tuple:
     return shape or tuple(keras_model.inputs[0].shape[1:])
 
 

@@ -98,11 +98,15 @@ def training_set(
     )  # SPREAD, or more where a recent trial is also a best one
     rest = np.flatnonzero(~chosen)
     chosen[rest[smallest(ranks[rest], wanted)]] = True
-    return [scored[i] for i in np.flatnonzero(chosen)]
+    return [scored[int(i)] for i in np.flatnonzero(chosen)]
 
 
 class SearchMemory:
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget everything: the state of a new memory."""
         self._networks: dict[str, Network] = {}  # in order of use, the latest last
         self._described: dict[str, tuple] = {}
         self._ids: list[str] = []  # the training set the distances below belong to
@@ -112,7 +116,9 @@ class SearchMemory:
         self._tables = EditTables(self._kinds)
         # The scored trials (see scored()): what was seen of the oracle's trials, and what was not
         # scored yet; the scored ones in creation order, with their creation order, scores, ranks.
-        self._seen, self._created, self._waiting = 0, {}, []
+        self._seen = 0
+        self._created: dict[str, int] = {}
+        self._waiting: list[str] = []
         self._scored: list[kt.engine.trial.Trial] = []
         self._order: list[int] = []
         self._scores, self._ranks = np.zeros(0), np.zeros(0, dtype=np.uint64)
@@ -126,7 +132,7 @@ class SearchMemory:
         trial), so a proposal at 10,000 trials does not go through all of them."""
         ids = list(trials)
         if len(ids) < self._seen:  # not the trials this memory has seen: start again
-            self.__init__()
+            self._reset()
         for trial_id in ids[self._seen :]:
             self._created[trial_id] = len(self._created)
             self._waiting.append(trial_id)

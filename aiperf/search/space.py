@@ -15,7 +15,7 @@ from typing import Any
 
 import keras_tuner as kt
 
-from aiperf.arch.graph import Network
+from aiperf.arch.graph import Network, image_shape
 from aiperf.arch.spec import ArchSpec, StageSpec, network_from_dict
 from aiperf.config import SpaceConfig
 
@@ -73,7 +73,7 @@ def architecture(
         for i in range(int(values[STAGES]))
     )
     return ArchSpec(
-        input_shape=tuple(input_shape),
+        input_shape=image_shape(input_shape),
         num_classes=num_classes,
         stages=stages,
         stem_filters=base,
