@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+
+class _PipelineOptions(TypedDict):
+    """The keyword arguments make_dataset gets for both splits."""
+
+    batch_size: int
+    image_size: int
+    channels: int
+    threads: int | None
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ def open_feed(
             f"{manifest['name']}; use a smaller search.space.batch_size"
         )
     height, _width, channels = (int(d) for d in input_shape)
-    common = {
+    common: _PipelineOptions = {
         "batch_size": batch_size,
         "image_size": height,
         "channels": channels,

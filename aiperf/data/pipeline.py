@@ -164,16 +164,18 @@ def make_dataset(
     images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
     encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
     decoded = images * image_size * image_size * channels * 4
-    def prepare(e, l):
+
+    def prepare(e, label):
         return preprocess(
             e,
-            l,
+            label,
             image_size=image_size,
-            channels=channels,  # noqa: E731
+            channels=channels,
             training=training,
             style=style,
             label_offset=int(manifest.get("label_offset", 0)),
         )
+
     # Without random augmentation (evaluation, digits) the prepared images are the same every
     # epoch: a small set is decoded once and kept. Otherwise only the encoded bytes are kept.
     same_every_epoch = not training or style != "imagenet"

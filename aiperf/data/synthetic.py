@@ -11,6 +11,7 @@ ln(1 - accuracy), stays finite and meaningful).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -39,9 +40,12 @@ def _class_patterns(
     patterns = np.repeat(np.repeat(grid, reps, axis=1), reps, axis=2)[:, :size, :size, :]
     # A 3x3 box blur softens the block edges, so the patterns are smooth rather than tiled.
     padded = np.pad(patterns, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
-    smooth = (
-        sum(padded[:, i : i + size, j : j + size, :] for i in range(3) for j in range(3)) / 9.0
+    # A sum of nine arrays is an array (sum() only returns its start value 0 for no terms).
+    total = cast(
+        np.ndarray,
+        sum(padded[:, i : i + size, j : j + size, :] for i in range(3) for j in range(3)),
     )
+    smooth = total / 9.0
     smooth -= smooth.mean(axis=(1, 2, 3), keepdims=True)
     smooth /= smooth.std(axis=(1, 2, 3), keepdims=True) + 1e-6
     return smooth.astype(np.float32)

@@ -87,7 +87,11 @@ def to_event(message: TrialBuilt | EpochReport) -> dict[str, Any]:
 
 def from_event(data: dict[str, Any]) -> TrialBuilt | EpochReport:
     """Rebuild a message from a Dask event (Dask adds keys of its own, such as 'worker')."""
-    kinds = {"built": TrialBuilt, "epoch": EpochReport}
+    # Keyed by object: the event's "kind" may be missing (None) or anything a sender put there.
+    kinds: dict[object, type[TrialBuilt] | type[EpochReport]] = {
+        "built": TrialBuilt,
+        "epoch": EpochReport,
+    }
     cls = kinds.get(data.get("kind"))
     if cls is None:
         raise ValueError(f"unknown trial event {data.get('kind')!r}")
