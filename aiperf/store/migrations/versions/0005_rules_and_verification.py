@@ -29,6 +29,8 @@ def _views_of_0002():
     """Revision 0002's module, for its trial_summary and the views a downgrade restores."""
     path = Path(__file__).with_name("0002_history_views.py")
     spec = importlib.util.spec_from_file_location("aiperf_migration_0002", path)
+    # A .py file's location always has a spec, with a source loader.
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -28,6 +28,8 @@ def _revision(number: str, name: str):
     """An earlier revision's module, for the views it defines."""
     path = Path(__file__).with_name(f"{number}_{name}.py")
     spec = importlib.util.spec_from_file_location(f"aiperf_migration_{number}", path)
+    # A .py file's location always has a spec, with a source loader.
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
