@@ -66,7 +66,8 @@ STATE_BADGE = "document.querySelector('main nav + div [data-slot=badge]')?.textC
 # not match: each pattern is a whole line of the page's text.
 ERRORS = r"""
 (() => {
-  const found = [...document.querySelectorAll('[data-sonner-toast][data-type=error]')].map(t => 'toast: ' + t.innerText);
+  const found = [...document.querySelectorAll('[data-sonner-toast][data-type=error]')]
+    .map(t => 'toast: ' + t.innerText);
   const patterns = [/^Something went wrong/i, /^(\d{3} )?Not Found$/i, /^[A-Z][\w ]* (not found|Not Found)$/,
                     /does not exist or has been deleted/, /Unexpected Application Error/i, /^Application error/i];
   for (const line of document.body.innerText.split('\n').map(l => l.trim()))
@@ -319,7 +320,10 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # The nightly deployment's page: the schedule (cron 0 2 * * * in UTC, as its edit form shows),
     # one run at a time, and its next run tonight at 02:00 UTC.
     ui.click(by_text("main a", "nightly-regression"), "the nightly-regression deployment")
-    schedule = "[...document.querySelectorAll('[data-slot=card]')].find(c => c.innerText.trim().startsWith('At 02:00 AM'))"
+    schedule = (
+        "[...document.querySelectorAll('[data-slot=card]')]"
+        ".find(c => c.innerText.trim().startsWith('At 02:00 AM'))"
+    )
     ui.page(
         "nightly-regression",
         f"({schedule}) && /Next Run[\\s\\S]*Scheduled/.test(document.querySelector('main').innerText)",
@@ -353,7 +357,8 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     ui.click(by_text("main a", "benchmark"), "the benchmark deployment")
     ui.page(
         "benchmark",
-        f"({by_text('button', 'Run')}) && document.querySelector('main').innerText.includes('flows/benchmark.py:benchmark')",
+        f"({by_text('button', 'Run')}) && "
+        "document.querySelector('main').innerText.includes('flows/benchmark.py:benchmark')",
         "the benchmark deployment's page",
     )
     ui.click(by_text("button", "Run"), "Run")
@@ -434,13 +439,15 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # Its task runs, every one completed: stage_dataset, one per trial, score, verify, report.
     ui.click(by_text("[role=tab]", "Task Runs"), "the Task Runs tab")
     names = (
-        f"(t => t.split('\\n').map(l => l.trim()).filter(l => /^(stage_dataset|trial|score|verify|report)-\\w+$/.test(l)))"
+        "(t => t.split('\\n').map(l => l.trim())"
+        ".filter(l => /^(stage_dataset|trial|score|verify|report)-\\w+$/.test(l)))"
         f"({ACTIVE_PANEL}?.innerText ?? '')"
     )
     # (A trial's task run, reported from its Dask worker, may be recorded after the flow run ends.)
     ui.page(
         "task-runs",
-        f"(n => ['stage_dataset', 'trial', 'score', 'verify', 'report'].every(k => n.some(t => t.startsWith(k + '-'))))({names})",
+        "(n => ['stage_dataset', 'trial', 'score', 'verify', 'report']"
+        f".every(k => n.some(t => t.startsWith(k + '-'))))({names})",
         "the task runs",
         timeout=120,
         reload=server.ui + flow_run + "?tab=TaskRuns",
@@ -466,7 +473,10 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     shown = browser.evaluate(cards)
     assert {key: shown[key] for key in ARTIFACTS} == ARTIFACTS, shown
 
-    card = "[...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')].find(a => a.innerText.includes({key}))"
+    card = (
+        "[...document.querySelectorAll('main a[href*=\"/artifacts/artifact/\"]')]"
+        ".find(a => a.innerText.includes({key}))"
+    )
     ui.click(card.format(key=js("aiperf-score\n")), "the score table")
     ui.page(
         "score-table",

@@ -172,7 +172,8 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
                 try:
                     with sqlite3.connect(db, timeout=1) as sql:
                         row = sql.execute(
-                            "SELECT t.trial_key, t.worker, COUNT(e.id) FROM trials t JOIN epochs e ON e.trial_id = t.id "
+                            "SELECT t.trial_key, t.worker, COUNT(e.id) "
+                            "FROM trials t JOIN epochs e ON e.trial_id = t.id "
                             "WHERE t.status = 'running' AND e.complete GROUP BY t.id LIMIT 1"
                         ).fetchone()
                 except sqlite3.Error as exc:  # not migrated yet, or busy: look again
@@ -271,8 +272,7 @@ def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
     retired = [
         j
         for j in jobs
-        if ended.get(j)
-        and datetime.fromisoformat(ended[j]).astimezone(UTC) < run_deadline
+        if ended.get(j) and datetime.fromisoformat(ended[j]).astimezone(UTC) < run_deadline
     ]
     assert retired, f"some job ended before the run's deadline {deadline}: {ended}"
     assert not any(finished.get(j) == "TIMEOUT" for j in jobs), "no job reached SLURM's time limit"

@@ -423,7 +423,12 @@ def _history(store: Store, run: RunRecord) -> str:
         x_ticks=xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)],
     )
     _line(plot, [(i, r.ops) for i, r in zip(xs, rows, strict=False)], COLORS[0], "OPS")
-    _line(plot, [(i, r.regulated_score) for i, r in zip(xs, rows, strict=False)], COLORS[1], "regulated score")
+    _line(
+        plot,
+        [(i, r.regulated_score) for i, r in zip(xs, rows, strict=False)],
+        COLORS[1],
+        "regulated score",
+    )
     for i, r in zip(xs, rows, strict=False):
         if r.run_id == run.id:
             plot.add(
