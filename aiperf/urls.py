@@ -28,7 +28,7 @@ DEFAULT_DB_URL = "sqlite:///aiperf.db"
 
 def database_url(given: str | None = None) -> str:
     """The database a command opens: `given`, else $AIPERF_DB_URL, else DEFAULT_DB_URL."""
-    return given or settings.get(settings.DB_URL) or DEFAULT_DB_URL
+    return given or settings.text(settings.DB_URL) or DEFAULT_DB_URL
 
 
 # user:password@ in a URL that does not parse (the parsed case is SQLAlchemy's own rendering).

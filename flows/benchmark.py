@@ -1,11 +1,11 @@
-"""The `aiperf-benchmark` flow: aiperf.lifecycle.run's lifecycle, with each stage a Prefect task.
+"""The `aiperf-benchmark` flow: aiperf.lifecycle.run's lifecycle, its stages as Prefect tasks.
 
-    record the system and the run -> start the workers -> stage_dataset
-    -> one trial-<key> task per trial on the Dask workers until the deadline
-    -> score -> report (table, summary, score over time and the HTML report as artifacts)
+    record the system and the run -> start the workers           (plain steps, not tasks)
+    -> stage_dataset -> one trial-<key> task per trial on the Dask workers until the deadline
+    -> score -> verify -> report (table, summary, score over time and the HTML report as artifacts)
 
-The story and the logic live in aiperf/run.py; this file is wiring only, so the UI shows every
-stage and every trial with its logs.
+The story and the logic live in aiperf/lifecycle/run.py; this file is wiring only, so the UI shows
+every stage and every trial with its logs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
-from prefect.context import get_run_context
+from prefect.context import EngineContext, get_run_context
 from prefect_dask import DaskTaskRunner
 
 from aiperf.cluster import trial_resources
@@ -114,8 +114,8 @@ def report(config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
 
 def load_trial_code() -> str:
     """Runs on every worker as the run starts. Unpickling it imports this module on the worker (the
-    trial task, Prefect, prefect-dask), and it imports the engine that runs a task: a worker's first
-    trial did both inside the timed window, 1.4-1.8 s of it (5-6 s on an emulated 2-core Zen 3)."""
+    trial task, Prefect, prefect-dask), and it imports the engine that runs a task, so a worker's
+    first trial does neither inside the timed window (docs/performance.md gives the cost)."""
     import prefect.task_engine  # noqa: F401
 
     return __name__
@@ -215,7 +215,9 @@ def benchmark(
     profile settings, as `aiperf run --set` takes them. `config` is a config already validated
     (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
     never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
-    flow_run = get_run_context().flow_run
+    context = get_run_context()
+    assert isinstance(context, EngineContext) and context.flow_run is not None  # a flow's own body
+    flow_run = context.flow_run
     check_parameters(
         db, overrides, config=config, from_deployment=flow_run.deployment_id is not None
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.live import Live
@@ -93,9 +93,7 @@ def run(
         help=f"Database URL (default: $AIPERF_DB_URL, else the profile's, else {DEFAULT_DB_URL}).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed for data, search and weights."),
-    out: str | None = typer.Option(
-        None, "--out", help="Folder for staged data and search state."
-    ),
+    out: str | None = typer.Option(None, "--out", help="Folder for staged data and search state."),
     cluster: str | None = typer.Option(
         None,
         "--cluster",
@@ -197,11 +195,13 @@ def run(
 
 def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
     """The benchmark flow with a live line on the terminal, then the score."""
-    from prefect.flows import load_flow_from_entrypoint
+    from prefect.flows import Flow, load_flow_from_entrypoint
 
     from aiperf.lifecycle import live
 
-    benchmark = load_flow_from_entrypoint(BENCHMARK_FLOW, use_placeholder_flow=False)
+    benchmark: Flow[..., dict[str, Any]] = load_flow_from_entrypoint(
+        BENCHMARK_FLOW, use_placeholder_flow=False
+    )
     render = _live_view()
     with Live(console=console, refresh_per_second=1, transient=False) as display:
         live.set_display(lambda figures: display.update(render(figures)))
@@ -319,7 +319,7 @@ def _print_score(record: RunRecord) -> None:
             + (f": {record.message}" if record.message else "")
         )
         return
-    columns = (Col("figure", style="bold"), Col("value"))
+    columns = (Col("figure", style="bold"), Col("value", wrap=True))
     rows = [[row["figure"], row["value"]] for row in score_rows(record)]
     console.print(FitTable(columns, rows, title=f"aiperf run {run_id}", show_header=False))
 
@@ -474,6 +474,7 @@ def verify(
             checks,
         )
         return
+    assert run_id is not None  # one of the two was given, and it was not --package
     with open_existing(db) as store:
         try:
             checks = verify_run(store, run_id)

@@ -324,7 +324,9 @@ def run_benchmark(
             "recorded" if resume is None else "resumed",
             safe_url(config.db),
         )
-        stages.recorded(config, run_id, event_log(config, run_id).path.resolve())
+        stages.recorded(
+            config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()
+        )
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
         with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
             try:

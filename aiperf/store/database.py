@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache, partial
 from pathlib import Path
+from typing import cast
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -304,7 +305,7 @@ def _sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
 
     PRAGMA foreign_keys is a no-op inside a transaction, so it is set before BEGIN and restored
     after COMMIT or ROLLBACK, and the connection goes back to the pool as it came."""
-    raw: sqlite3.Connection = connection.connection.driver_connection
+    raw = cast(sqlite3.Connection, connection.connection.driver_connection)  # pysqlite's own
     if raw.in_transaction:  # pragma: no cover - a pooled connection is always rolled back
         raise RuntimeError("a migration must start outside a transaction, or foreign keys stay on")
     enforced = raw.execute("PRAGMA foreign_keys").fetchone()[0]

@@ -8,6 +8,7 @@ keys off while batch mode rebuilds tables and checks them before the commit.
 """
 
 from alembic import context
+from sqlalchemy import Engine
 
 from aiperf.store import database
 from aiperf.store.models import Base
@@ -30,10 +31,9 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = config.attributes.get("engine")
-    owned = engine is None
-    if owned:
-        engine = database.open_engine(_url())
+    given: Engine | None = config.attributes.get("engine")
+    owned = given is None
+    engine = database.open_engine(_url()) if given is None else given
     try:
         with database.migration_transaction(engine) as connection:
             # Batch mode lets later migrations alter tables on SQLite too.
