@@ -2,7 +2,7 @@
 
 The machine under test runs an architecture and hyperparameter search for a fixed wall-clock
 budget; every trained and evaluated sample is counted analytically in operations, and the score
-is operations per second over the budget (see DESIGN.md and FLOPS.md).
+is operations per second over the budget (see docs/design.md and docs/flops.md).
 """
 
 __version__ = "0.1.0"

@@ -14,8 +14,8 @@ device's measured bf16 matmul peak, aiperf.train.peak), and the ratio aiperf / b
 orchestration costs inside a trial. Images are uint8 (0 or 1) so that a GPU's batches stay small on
 the host; each batch is copied to the device as aiperf's feed does.
 
-Reference (one H200, Keras 3 on JAX with jit, batch 256, bf16, data already on the device): 5,626
-images/s. The GPU run below takes under 5 minutes, most of it two compilations.
+Reference figures are in docs/performance.md ("One GPU"). The GPU run below is sized to take under
+5 minutes, most of it two compilations.
 
     python benchmarks/bench_gpu.py                 # GPU: jax, mixed_bfloat16, batch 256, jit on
     python benchmarks/bench_gpu.py --backend torch --batch 128

@@ -3,7 +3,7 @@ of variation (stdev / mean) of OPS and of the regulated score.
 
 A regression check is only as good as the noise it must see through: the nightly regression's
 default thresholds (aiperf.history.regression.DEFAULT_THRESHOLDS) are three of these CVs of each figure,
-rounded up, so that a healthy night rarely fails (the README's "Where the thresholds come from" gives
+rounded up, so that a healthy night rarely fails (docs/performance.md, "Nightly stability", gives
 every series measured). Every run goes through the real flow, as `aiperf run` does, into one
 temporary database.
 

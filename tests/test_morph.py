@@ -1,4 +1,4 @@
-"""Each morphism keeps the model valid and changes its operation count exactly as FLOPS.md predicts."""
+"""Each morphism keeps the model valid and changes its operation count exactly as docs/flops.md predicts."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""`aiperf flops`, through a Typer app that registers the command the way aiperf/cli.py does."""
+"""`aiperf flops`, through a Typer app that registers the command the way aiperf/cli/main.py does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The published references of FLOPS.md, to the unit: keras.applications.ResNet50
+"""The published references of docs/flops.md, to the unit: keras.applications.ResNet50
 (weights=None, 224x224x3, 1000 classes) costs 7,806,583,495 operations per evaluated image and
 23,053,458,315 per trained image under the aiperf convention (AIPerf's 7.807 G and 23.053 G), and
 7,715,946,496 forward under the tensor convention."""

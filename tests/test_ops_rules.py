@@ -148,7 +148,7 @@ CASES = [
         tensor=(2 * 42 * 68, 4 * 42 * 68),
         upstream=False,
     ),
-    # Dense 20 -> 10 with softmax, FLOPS.md: 2*in*out + 13*out - 1 ; 4*in*out + 2*(in+1)*out
+    # Dense 20 -> 10 with softmax, docs/flops.md: 2*in*out + 13*out - 1 ; 4*in*out + 2*(in+1)*out
     Case(
         "dense-softmax",
         lambda: layers.Dense(10, activation="softmax"),
@@ -240,7 +240,7 @@ CASES = [
         output_shape=(5, 4, 2),
     ),
     Case("avgpool", lambda: layers.AveragePooling2D(2), ((8, 6, 3),), aiperf=(4 * 3 * 3 * 4, 0)),
-    # FLOPS.md: (Hin*Win - 1)*C + 4*C on 7x5x3
+    # docs/flops.md: (Hin*Win - 1)*C + 4*C on 7x5x3
     Case(
         "global-avgpool",
         lambda: layers.GlobalAveragePooling2D(),

@@ -590,7 +590,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
         stack.callback(relay.close)
         api = f"http://{nodes.head}:{relay.port}/api"
 
-        # One worker on each node, started as on a real node (README: Your own Dask cluster).
+        # One worker on each node, started as on a real node (README: Clusters).
         for node in nodes.nodes:
             meminfo = tmp / f"meminfo-{node.name}"
             meminfo.write_text(_meminfo(NODE_MEMORY_GIB[node.name]))

@@ -1,7 +1,7 @@
 """`aiperf stage SOURCE --to DIR`: check a dataset, convert it to TFRecord shards on Dask workers,
 optionally copy the shards to node-local storage on every worker, and print its manifest.
 
-Registered by aiperf/cli.py with `app.command("stage")(stage)`. A run whose profile names the
+Registered by aiperf/cli/main.py with `app.command("stage")(stage)`. A run whose profile names the
 same source and whose `--out` holds DIR as its `data/` folder reuses the shards (same checksums:
 nothing is converted again) and records the manifest with the run. Bad data is one line on
 stderr naming the files, and exit status 2.

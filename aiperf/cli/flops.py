@@ -1,6 +1,6 @@
 """`aiperf flops MODEL`: count a model's operations per sample and show them.
 
-Registered by aiperf/cli.py with `app.command("flops")(flops)`. TensorFlow is imported only when
+Registered by aiperf/cli/main.py with `app.command("flops")(flops)`. TensorFlow is imported only when
 the command runs, so `aiperf --help` stays fast. Bad input (unknown model name, missing file,
 malformed --input-shape, unknown layer or convention) is one line on stderr and exit code 2.
 """

@@ -1,5 +1,5 @@
 """`aiperf history`, `aiperf compare` and `aiperf report`: the Typer side of aiperf.history.query and
-aiperf.report.html. Registered in aiperf/cli.py; every figure comes from the SQL views."""
+aiperf.report.html. Registered in aiperf/cli/main.py; every figure comes from the SQL views."""
 
 from __future__ import annotations
 

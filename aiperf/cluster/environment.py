@@ -24,8 +24,8 @@ CORES_ENV = settings.WORKER_CORES.name
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
 # health tick every 20 ms, a system monitor every 500 ms and (in its nanny) a memory check every
 # 100 ms, and the statistical profiler samples the trial's thread every 10 ms, each taking the GIL:
-# measured on an idle 2-worker LocalCluster (2-vCPU EPYC), 0.086 of a core in all (4.3% of the
-# machine, taken from the trials) against 0.013 with these settings. Trials are placed by resource,
+# on a small machine that is CPU taken from the trials (docs/performance.md gives the figures). These
+# settings cut it to a fraction. Trials are placed by resource,
 # so work stealing has nothing to do. The scheduler and nannies take them from dask.config (start.py),
 # the worker processes from their environment (`worker_environment`), wherever they start.
 QUIET_DASK: dict[str, Any] = {

@@ -10,7 +10,7 @@ Keras with the run's backend and reaches the run's Prefect API (Prefect sends th
 with every task, so the workers report there, whatever their own environment says). When the run
 ends its client leaves; the scheduler and the workers go on running.
 
-A worker on another node is started as (README, "Your own Dask cluster"):
+A worker on another node is started as (README, "Clusters"; docs/scaling.md):
 
     KERAS_BACKEND=tensorflow AIPERF_WORKER_CORES=8 \\
     dask worker tls://HEAD:8786 --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem \\

@@ -7,10 +7,7 @@ Training drops each epoch's last partial batch (see aiperf/data/pipeline.py), so
 On the TensorFlow backend the arrays go to Keras as a tf.data pipeline of our own rather than as
 NumPy arrays, for one reason: the pipeline Keras builds from arrays runs tf.data's autotuner, and on
 a small VM the cores then sat idle a third to half of the time (how the autotuner causes it was not
-isolated; turning it off is what removes it). Measured on a 2-vCPU EPYC (`lscpu`
-"AMD EPYC", family 25 model 17), ResNet-20 width 16 at batch 128, two one-thread processes at
-once: `model.fit(x, y)` 1.17-1.58 steps/s per process at 0.53-0.70 of a core; the same arrays
-through `array_dataset` (autotuning off) 2.05-2.32 steps/s at 0.99 of a core. Nothing in an
+isolated; turning it off is what removes it; docs/performance.md gives the figures). Nothing in an
 in-memory batch needs tuning, so nothing is lost where the autotuner is harmless. The other
 backends take the arrays as they are (Keras iterates them in NumPy, without tf.data)."""
 

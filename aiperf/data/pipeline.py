@@ -146,8 +146,8 @@ def make_dataset(
         raise ValueError(f"{path} has no {split} shards")
     style = style or manifest.get("preprocess", "imagenet")
     # A trial knows its worker's cores: its pipeline then runs at that parallelism, untuned. With
-    # tf.data's autotuner on, a 2-vCPU VM's cores sat idle: two ResNet-20 trials on cached shards
-    # trained 1.30-2.13 steps/s each with it, 2.13-2.26 without (see feed.py).
+    # tf.data's autotuner on, a small VM's cores sat idle and concurrent trials trained slower (see
+    # feed.py; docs/performance.md gives the figures).
     parallel = threads if threads else tf.data.AUTOTUNE
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:

@@ -29,9 +29,9 @@ class Thresholds:
     """How far each figure may fall below its baseline, as a share (0.08 = 8%), before a night fails.
 
     The defaults are three coefficients of variation of each figure, rounded up to a whole percent,
-    from the noisier of benchmarks/bench_stability.py's series on a quiet 2-vCPU AMD EPYC whose host
-    held its speed (CV(OPS) 2.39%, CV(regulated) 3.42%; the README's "Where the thresholds come from"
-    gives every series, including one where the host itself slowed). At a normal spread a healthy
+    from the noisier of benchmarks/bench_stability.py's series on a quiet machine whose host held
+    its speed (docs/performance.md, "Nightly stability", gives every series with its machine,
+    including one where the host itself slowed). At a normal spread a healthy
     night falls that far below the median of five about once in a few hundred nights; the noise is
     the machine's, so measure yours and pass your own."""
 

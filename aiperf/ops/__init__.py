@@ -1,4 +1,4 @@
-"""Analytic operation counting per layer, under two conventions (see FLOPS.md).
+"""Analytic operation counting per layer, under two conventions (see docs/flops.md).
 
     from aiperf.ops import count_model
     ops = count_model(model, "aiperf")      # ModelOps: forward, backward, per-layer rows
@@ -7,7 +7,7 @@
 - aiperf/ops/rules.py: one rule per Keras layer class, the only place arithmetic is defined.
 - aiperf/ops/counter.py: the walk over a built model (nested models, shared layers).
 - aiperf/ops/conventions.py: "aiperf" and "tensor" as projections of one per-layer cost.
-- aiperf/ops/cli.py: `aiperf flops`.
+- aiperf/cli/flops.py: `aiperf flops`.
 
 The Keras-dependent names (count_model, count_all) load on first use, so importing this package,
 or its CLI module, does not import TensorFlow.

@@ -3,7 +3,7 @@
 Every layer rule (aiperf/ops/rules.py) returns a single `Cost`: the AIPerf-convention forward and
 backward operations, plus the multiply-accumulates (MACs) of its convolution / matrix-multiply
 work. Both conventions are then pure functions of that cost, so a rule is written once and the
-two conventions can never disagree about which work a layer does (see FLOPS.md):
+two conventions can never disagree about which work a layer does (see docs/flops.md):
 
 - "aiperf": AIPerf's own per-layer figures (comparable with published AIPerf results);
   train = forward + backward, with AIPerf's backward rules.

@@ -5,8 +5,8 @@ batch dimension, and whether anything upstream is trainable) and returns one `Co
 convention forward and backward operations per sample, plus the conv/matmul multiply-accumulates
 from which the "tensor" convention is derived (aiperf/ops/conventions.py).
 
-The rules of FLOPS.md are reproduced to the unit (they give AIPerf's published ResNet-50 figures,
-7,806,583,495 eval and 23,053,458,315 train operations per image). Layers FLOPS.md does not cover
+The rules of docs/flops.md are reproduced to the unit (they give AIPerf's published ResNet-50 figures,
+7,806,583,495 eval and 23,053,458,315 train operations per image). Layers docs/flops.md does not cover
 get a rule in the same spirit, and each says so in its docstring:
 
 - an elementwise operation costs 1 per output element and per extra operand;
@@ -89,7 +89,7 @@ def _spatial_channels(shape: Shape, data_format: str) -> tuple[Shape, int]:
 
 
 def _softmax(shape: Shape, axes: tuple[int, ...] = (-1,)) -> int:
-    """Softmax over n values costs 13n - 1 (exponentials, sum, division), the figure FLOPS.md's
+    """Softmax over n values costs 13n - 1 (exponentials, sum, division), the figure docs/flops.md's
     Dense rule carries ("2*in*out + (13*out - 1)" for a Dense with its softmax)."""
     n = math.prod(shape[a] for a in axes)
     return (_elements(shape) // n) * (13 * n - 1)
@@ -125,7 +125,7 @@ def _weighted_backward(macs: int, params: int, needs_input_grad: bool) -> int:
 
 @rule(layers.Conv2D)
 def conv2d(call: LayerCall) -> Cost:
-    """FLOPS.md: forward 2 * Ho*Wo * Kh*Kw * Cin/groups * Cout (bias not counted); backward
+    """docs/flops.md: forward 2 * Ho*Wo * Kh*Kw * Cin/groups * Cout (bias not counted); backward
     Kh*Kw*Cin/groups*Cout * (4*Ho*Wo + 2), first conv (2*Ho*Wo + 2). Strides, padding and dilation
     act through the output size only; a fused activation is counted as the Activation layer."""
     layer = call.layer
@@ -185,7 +185,7 @@ def separable_conv2d(call: LayerCall) -> Cost:
 
 @rule(layers.Dense)
 def dense(call: LayerCall) -> Cost:
-    """FLOPS.md, for a Dense with softmax: forward 2*in*out + (13*out - 1), backward
+    """docs/flops.md, for a Dense with softmax: forward 2*in*out + (13*out - 1), backward
     4*in*out + 2*(in + 1)*out. Defined beyond it: any other activation costs 1 per output
     element and "linear" 0 (so Dense + a separate softmax Activation costs the same as a fused
     one); without a bias the update is 2*in*out; applied to a rank > 2 input the products
@@ -205,7 +205,7 @@ def dense(call: LayerCall) -> Cost:
 
 @rule(layers.BatchNormalization, layers.LayerNormalization)
 def normalization_with_statistics(call: LayerCall) -> Cost:
-    """FLOPS.md for BatchNormalization: forward 7 per output element, backward a constant 36
+    """docs/flops.md for BatchNormalization: forward 7 per output element, backward a constant 36
     per layer (as AIPerf counts it). LayerNormalization does the same per-element arithmetic
     (statistics, normalise, scale, shift) over another axis, so it gets the same rule."""
     return Cost(forward=7 * _elements(call.output_shape), backward=36)
@@ -217,20 +217,20 @@ def normalization_with_statistics(call: LayerCall) -> Cost:
 
 @rule(layers.Activation)
 def activation(call: LayerCall) -> Cost:
-    """FLOPS.md: H*W*C. Softmax costs 13n - 1 per vector of n (the Dense rule's softmax term);
+    """docs/flops.md: H*W*C. Softmax costs 13n - 1 per vector of n (the Dense rule's softmax term);
     "linear" is the identity and costs 0."""
     return Cost(forward=_activation(call.layer.activation, call.output_shape))
 
 
 @rule(layers.ReLU, layers.LeakyReLU, layers.ELU)
 def relu(call: LayerCall) -> Cost:
-    """FLOPS.md's ReLU: 1 per output element (whatever max_value, slope or threshold)."""
+    """docs/flops.md's ReLU: 1 per output element (whatever max_value, slope or threshold)."""
     return Cost(forward=_elements(call.output_shape))
 
 
 @rule(layers.Softmax)
 def softmax(call: LayerCall) -> Cost:
-    """Beyond FLOPS.md: 13n - 1 per vector of n values along the layer's axis (or axes)."""
+    """Beyond docs/flops.md: 13n - 1 per vector of n values along the layer's axis (or axes)."""
     axis = call.layer.axis
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
     return Cost(forward=_softmax(call.output_shape, axes))
@@ -238,20 +238,20 @@ def softmax(call: LayerCall) -> Cost:
 
 @rule(layers.Add, layers.Subtract, layers.Multiply, layers.Maximum, layers.Minimum)
 def elementwise_merge(call: LayerCall) -> Cost:
-    """FLOPS.md's Add (H*W*C for two inputs), generalised: (inputs - 1) per output element.
+    """docs/flops.md's Add (H*W*C for two inputs), generalised: (inputs - 1) per output element.
     Multiply with broadcasting (a squeeze-excitation scale) counts the broadcast output."""
     return Cost(forward=(len(call.input_shapes) - 1) * _elements(call.output_shape))
 
 
 @rule(layers.Average)
 def average(call: LayerCall) -> Cost:
-    """Beyond FLOPS.md: (inputs - 1) additions and one division per output element."""
+    """Beyond docs/flops.md: (inputs - 1) additions and one division per output element."""
     return Cost(forward=len(call.input_shapes) * _elements(call.output_shape))
 
 
 @rule(layers.Rescaling, layers.Normalization)
 def affine_elementwise(call: LayerCall) -> Cost:
-    """Beyond FLOPS.md: x * scale + offset (Rescaling) or (x - mean) / std (Normalization) is
+    """Beyond docs/flops.md: x * scale + offset (Rescaling) or (x - mean) / std (Normalization) is
     two operations per element; Keras performs both even when the offset is 0."""
     return Cost(forward=2 * _elements(call.output_shape))
 
@@ -262,7 +262,7 @@ def affine_elementwise(call: LayerCall) -> Cost:
 
 @rule(layers.MaxPooling2D, layers.AveragePooling2D)
 def pooling2d(call: LayerCall) -> Cost:
-    """FLOPS.md's MaxPooling2D: Kh*Kw per output element. AveragePooling2D (beyond FLOPS.md)
+    """docs/flops.md's MaxPooling2D: Kh*Kw per output element. AveragePooling2D (beyond docs/flops.md)
     does Kh*Kw - 1 additions and one division per output element: the same count."""
     kh, kw = call.layer.pool_size
     return Cost(forward=_elements(call.output_shape) * kh * kw)
@@ -270,14 +270,14 @@ def pooling2d(call: LayerCall) -> Cost:
 
 @rule(layers.GlobalAveragePooling2D)
 def global_average_pooling2d(call: LayerCall) -> Cost:
-    """FLOPS.md: (Hin*Win - 1)*C + 4*C, from the input shape."""
+    """docs/flops.md: (Hin*Win - 1)*C + 4*C, from the input shape."""
     spatial, channels = _spatial_channels(call.input_shape, call.layer.data_format)
     return Cost(forward=(_elements(spatial) - 1) * channels + 4 * channels)
 
 
 @rule(layers.GlobalMaxPooling2D)
 def global_max_pooling2d(call: LayerCall) -> Cost:
-    """Beyond FLOPS.md: Hin*Win - 1 comparisons per channel; unlike the average there is no
+    """Beyond docs/flops.md: Hin*Win - 1 comparisons per channel; unlike the average there is no
     division, so no 4*C term."""
     spatial, channels = _spatial_channels(call.input_shape, call.layer.data_format)
     return Cost(forward=(_elements(spatial) - 1) * channels)
@@ -300,7 +300,7 @@ def global_max_pooling2d(call: LayerCall) -> Cost:
     layers.Identity,
 )
 def no_arithmetic(call: LayerCall) -> Cost:
-    """FLOPS.md: ZeroPadding2D, Flatten, Input and Dropout cost 0. Reshape, Permute, Cropping2D,
+    """docs/flops.md: ZeroPadding2D, Flatten, Input and Dropout cost 0. Reshape, Permute, Cropping2D,
     Concatenate and Identity only move data, and the benchmark counts dropout at inference
     (its training-time mask is random-number generation, not counted arithmetic)."""
     return ZERO

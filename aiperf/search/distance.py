@@ -71,8 +71,8 @@ def distance(a: Network | tuple, b: Network | tuple) -> float:
 # --- many distances at once ------------------------------------------------------------------------
 #
 # A proposal compares every candidate with every network the GP is trained on. One pair in Python
-# costs 0.1-3 ms (longer networks, more); the same dynamic programme run for all pairs at once, row by
-# row over numpy arrays, costs about as much as a few pairs. The recurrence
+# is slow (the longer the networks, the slower); the same dynamic programme run for all pairs at
+# once, row by row over numpy arrays, costs about as much as a few pairs. The recurrence
 #     current[j] = min(previous[j] + 1, previous[j-1] + cost(a_i, b_j), current[j-1] + 1)
 # has one sequential term; with x[j] = min(previous[j] + 1, previous[j-1] + cost) it is
 #     current[j] = min over k <= j of (x[k] + j - k) = j + cumulative_min(x[k] - k),

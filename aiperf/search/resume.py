@@ -9,8 +9,8 @@ trains them again under new trial keys (Orchestrator.resume_from).
 The state is stored with every proposal, so it is stored without what it lists for every trial
 (the order they started and ended in, the hashes of their values): the records hold that, and
 restore() derives it again. The stored state then stays a few kilobytes however many trials a run
-has; whole, it grew by about 120 bytes a trial, and at 1,024 simulated workers writing it took half
-of a freed worker's wait for its next trial on PostgreSQL (benchmarks/bench_simulated_scale.py).
+has; whole, it would grow with every trial, and writing it at every proposal would be a large part
+of a freed worker's wait for its next trial at scale (docs/scaling.md, "Paper scale").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import keras_tuner as kt
 
-from aiperf.search import space
+from aiperf.search import space, tuner_internals
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 
@@ -100,5 +100,5 @@ def restore(
     )
     oracle.set_state(state)
     for trial in oracle.trials.values():  # the hashes keras-tuner's oracles avoid proposing twice
-        oracle._record_values(trial)
+        tuner_internals.record_values(oracle, trial)
     return oracle

@@ -96,11 +96,11 @@ def build_step_state(model) -> None:
 
     Without a distribution strategy, Keras' TensorFlow backend leaves them to be created inside the
     first trace of the train step, and a tf.function whose first trace creates variables traces
-    its Python function a second time, so every trial paid for tracing its train step twice. Built
+    its Python function a second time, so a trial would pay for tracing its train step twice. Built
     here, with the public `optimizer.build` and one `compute_metrics` call on a zero batch (whose
-    counts `fit` resets at every epoch), it is traced once: resnet-mini's first `fit`, two batches
-    of 64 on one thread, took 1.8-2.0 s and now 0.9-1.2 s (2-vCPU EPYC, family 25 model 17). Other
-    backends build this state before they trace anyway, so for them this is only earlier."""
+    counts `fit` resets at every epoch), it is traced once, which roughly halves a trial's first
+    `fit` (docs/performance.md). Other backends build this state before they trace anyway, so for
+    them this only happens earlier."""
     import keras
 
     model.optimizer.build(model.trainable_variables)
