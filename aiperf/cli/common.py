@@ -12,7 +12,7 @@ from rich.console import Console
 
 from aiperf import settings
 from aiperf.errors import UserError
-from aiperf.urls import DEFAULT_DB_URL
+from aiperf.urls import DEFAULT_DB_URL, database_url
 
 if TYPE_CHECKING:
     from aiperf.store import Store
@@ -22,14 +22,13 @@ err = Console(stderr=True)
 
 
 def db_option(help: str = "Database URL.") -> Any:
-    """--db for every command: the URL given, else $AIPERF_DB_URL (where a password can live outside
-    the command line, which other users see in `ps`), else DEFAULT_DB_URL. Help names the variable,
-    never its value."""
+    """--db for every command, resolved by aiperf.urls.database_url: the URL given, else
+    $AIPERF_DB_URL (where a password can live outside the command line, which other users see in
+    `ps`), else DEFAULT_DB_URL. Help names the variable, never its value."""
     return typer.Option(
-        DEFAULT_DB_URL,
+        None,
         "--db",
-        envvar=settings.DB_URL.name,
-        show_envvar=False,
+        callback=database_url,
         help=f"{help} Default: ${settings.DB_URL.name}, else {DEFAULT_DB_URL}.",
         show_default=False,
     )
