@@ -26,9 +26,9 @@ the run (KERAS_BACKEND in every worker's environment).
 
 Modules: queues (the batch systems, walltimes and lifetimes), environment (what a worker reads;
 no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data),
-keeper (the thread that retires and resubmits jobs; every Dask internal aiperf calls), start
-(starting a cluster and waiting for its workers), external (a running scheduler: connecting, and
-checking its workers).
+keeper (the thread that retires and resubmits jobs), dask_internals (every Dask internal aiperf
+calls: the keeper's), start (starting a cluster and waiting for its workers), external (a running
+scheduler: connecting, and checking its workers).
 """
 
 from aiperf.cluster.environment import (

@@ -12,7 +12,7 @@ import keras_tuner as kt
 from aiperf.arch.morph import Limits
 from aiperf.arch.seeds import seed_spec
 from aiperf.config import BenchmarkConfig
-from aiperf.search import space
+from aiperf.search import space, tuner_internals
 from aiperf.search.morphism import MorphismOracle
 
 # Large enough never to stop a run: the wall-clock budget is what ends the search.
@@ -87,5 +87,5 @@ def _without_files(oracle: kt.Oracle) -> None:
     the records (aiperf.search.resume); the orchestrator counts failures in a row itself
     (aiperf.lifecycle.orchestrator.max_consecutive_failures)."""
     oracle.save = lambda *_args, **_kwargs: None
-    oracle._save_trial = lambda _trial: None
-    oracle._check_consecutive_failures = lambda: None
+    tuner_internals.skip_trial_files(oracle)
+    tuner_internals.skip_failure_count(oracle)

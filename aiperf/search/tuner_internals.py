@@ -1,0 +1,45 @@
+"""Every use aiperf makes of keras-tuner's private names, in one place.
+
+keras-tuner's Oracle is written for a Tuner that owns a project folder; aiperf drives it as a chief
+with no folder (aiperf.search.oracles) and rebuilds it from database records on resume
+(aiperf.search.resume). Three private methods of `keras_tuner.Oracle` have no public equivalent:
+
+- `_save_trial(trial)`: create_trial, update_trial and end_trial write the trial to a JSON file of
+  its own; aiperf keeps trials in its records, so the write is work that grows with every trial.
+- `_check_consecutive_failures()`: end_trial walks every ended trial to count failures in a row
+  and raises past a limit; the orchestrator counts them itself, in constant time a trial, and
+  ends the run with its own message.
+- `_record_values(trial)`: adds a trial's value hash to the set the oracle avoids proposing
+  twice; a resumed oracle must hold the hashes of the recorded trials, and keras-tuner offers no
+  public way to add them.
+
+Checked against keras-tuner 1.4.8 (pyproject.toml admits 1.4.7 up to 2). tests/test_internals.py fails,
+naming the method, if the installed release drops one or changes its parameters: read keras-tuner's
+engine/oracle.py for each of them before raising that pin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The private methods, with the parameters (after self) each is called with here.
+PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
+    "_save_trial": ("trial",),
+    "_check_consecutive_failures": (),
+    "_record_values": ("trial",),
+}
+
+
+def skip_trial_files(oracle: Any) -> None:
+    """This oracle writes no trial file: aiperf's records keep the trials."""
+    oracle._save_trial = lambda _trial: None
+
+
+def skip_failure_count(oracle: Any) -> None:
+    """This oracle never counts failed trials in a row: the orchestrator does."""
+    oracle._check_consecutive_failures = lambda: None
+
+
+def record_values(oracle: Any, trial: Any) -> None:
+    """Mark `trial`'s values as tried, so `oracle` does not propose them again."""
+    oracle._record_values(trial)
