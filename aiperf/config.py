@@ -334,19 +334,29 @@ class BenchmarkConfig(_Strict):
     @model_validator(mode="after")
     def _local_cores_fit(self) -> BenchmarkConfig:
         """On this machine, cores per worker times workers must fit its cores (checked here, before
-        anything is recorded, rather than when the cluster starts)."""
-        cores = self.cluster.cores
-        if (
-            self.cluster.kind == "local"
-            and self.train.trainer != "simulated"
-            and cores
-            and cores * self.workers > machine_cores()
-        ):
-            raise ValueError(
-                f"cluster.cores {cores} per worker x {self.workers} workers is more than this "
-                f"machine's {machine_cores()} cores; lower one of them"
-            )
+        anything is recorded, and again where the local cluster starts)."""
+        problem = local_cores_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def local_cores_problem(config: BenchmarkConfig) -> str | None:
+    """Why a local run's cores per worker times its workers do not fit this machine's cores, or None
+    when they fit. Only local runs of real trials count: simulated trials use no cores, and a batch
+    job's cores are its node's."""
+    cores = config.cluster.cores
+    if (
+        config.cluster.kind == "local"
+        and config.train.trainer != "simulated"
+        and cores
+        and cores * config.workers > machine_cores()
+    ):
+        return (
+            f"cluster.cores {cores} per worker x {config.workers} workers is more than this "
+            f"machine's {machine_cores()} cores; lower one of them"
+        )
+    return None
 
 
 def available_profiles() -> list[str]:

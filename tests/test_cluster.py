@@ -326,6 +326,24 @@ def test_core_limit_applies_to_local_clusters_only():
     assert load_config("quick", cluster="pbs").workers == 1  # 'auto' on a queue: one worker
 
 
+def test_a_local_cluster_checks_the_cores_of_the_machine_it_starts_on(monkeypatch):
+    """The config's check runs again where the cluster starts: the config may have been validated
+    on a bigger machine. Both say the same, from aiperf.config.local_cores_problem."""
+    import aiperf.config
+    from aiperf.cluster import start
+
+    if aiperf.config.machine_cores() < 2:
+        pytest.skip("needs a machine of 2 cores or more")
+    config = load_config("quick", workers=2, cluster={"kind": "local", "cores": 1})
+    assert aiperf.config.local_cores_problem(config) is None
+    monkeypatch.setattr(aiperf.config, "machine_cores", lambda: 1)
+    problem = aiperf.config.local_cores_problem(config)
+    assert problem and "more than this machine's 1 cores" in problem
+    with pytest.raises(UserError) as raised, start.start_cluster(config):
+        pass
+    assert str(raised.value) == problem
+
+
 def test_inside_a_job(monkeypatch):
     for queue in QUEUES.values():
         monkeypatch.delenv(queue.job_id_env, raising=False)

@@ -30,7 +30,7 @@ from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_clus
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
 from aiperf.cluster.started import StartedCluster
-from aiperf.config import BenchmarkConfig, machine_cores
+from aiperf.config import BenchmarkConfig, local_cores_problem, machine_cores
 from aiperf.errors import UserError
 
 WORKERS_TIMEOUT_S = settings.number(settings.WORKERS_TIMEOUT, positive=True)
@@ -196,12 +196,10 @@ def start_cluster(
     """The run's cluster, its workers up (the timed window opens after this, not before)."""
     if config.cluster.kind == "local":
         simulated = config.train.trainer == "simulated"
-        wanted = (config.cluster.cores or 1) * config.workers
-        if config.cluster.cores and not simulated and wanted > machine_cores():
-            raise UserError(
-                f"cluster.cores {config.cluster.cores} per worker x {config.workers} workers is more "
-                f"than this machine's {machine_cores()} cores; lower one of them"
-            )
+        # Checked with the config too, but that may have been on another machine.
+        problem = local_cores_problem(config)
+        if problem:
+            raise UserError(problem)
         with local_cluster(
             config.workers,
             prefect_api_url,
