@@ -4,13 +4,16 @@ aiperf.report.html. Registered in aiperf/cli/main.py; every figure comes from th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from aiperf.cli.common import console, db_option, fail, open_existing
 from aiperf.errors import UserError
-from aiperf.store.database import safe_url
+from aiperf.urls import safe_url
+
+if TYPE_CHECKING:
+    from aiperf.store import RunScoreRow
 
 
 def _pct(value: float | None) -> str:
@@ -29,8 +32,8 @@ def history(
     """Scored runs over time, oldest first, with each run's change from the previous one."""
     from aiperf.history.query import history as read_history
     from aiperf.history.query import sparkline, workloads
-    from aiperf.report.phases import percent
-    from aiperf.results.score import format_ops
+    from aiperf.report.tables import Col, FitTable
+    from aiperf.units import format_ops
 
     with open_existing(db) as store:
         try:
@@ -42,42 +45,24 @@ def history(
             None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]
         )
     )
-    table = Table(title=f"aiperf history{' of ' + scope if scope else ''}")
-    for column in (
-        "run",
-        "created (UTC)",
-        "system",
-        "profile",
-        "division",
-        "config",
-        "workers",
-        "budget",
-        "OPS",
-        "change",
-        "regulated",
-        "MFU",
-        "best val acc",
-        "valid",
-    ):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            str(r.run_id),
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            f"{r.system_id} {r.hostname}",
-            r.profile,
-            r.division or "-",
-            (r.config_hash or "-")[:8],
-            str(r.workers),
-            f"{r.budget_s:g} s",
-            f"{format_ops(r.ops)}OPS",
-            _pct(r.ops_change_pct),
-            f"{format_ops(r.regulated_score)}OPS",
-            percent(r.mfu),
-            "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
-            "yes" if r.valid else "no",
-        )
-    console.print(table)
+    columns = (
+        Col("run", "right"),
+        Col("created (UTC)"),
+        Col("system", wrap=True),
+        Col("profile", rank=1),
+        Col("division", rank=6),
+        Col("config", rank=5),
+        Col("workers", "right", rank=7),
+        Col("budget", "right", rank=8),
+        Col("OPS", "right"),
+        Col("change", "right"),
+        Col("regulated", "right", rank=4),
+        Col("MFU", "right", rank=3),
+        Col("val acc", "right", rank=2),
+        Col("valid"),
+    )
+    title = f"aiperf history{' of ' + scope if scope else ''}"
+    console.print(FitTable(columns, [_history_row(r) for r in rows], title=title))
     if not rows:
         console.print("no scored runs yet; run `aiperf run` first")
         return
@@ -86,9 +71,32 @@ def history(
         ops = [r.ops for r in group]
         console.print(
             f"trend of OPS, {profile} {division or '-'} {(config or '-')[:8]}, oldest to newest: "
-            f"{sparkline(ops)}  (first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
-            f"best {format_ops(max(ops))}OPS)"
+            f"{sparkline(ops)}\n  first {format_ops(ops[0])}OPS, last {format_ops(ops[-1])}OPS, "
+            f"best {format_ops(max(ops))}OPS"
         )
+
+
+def _history_row(r: RunScoreRow) -> list[str]:
+    """One scored run's cells for `aiperf history`."""
+    from aiperf.report.phases import percent
+    from aiperf.units import format_ops
+
+    return [
+        str(r.run_id),
+        r.created_at.strftime("%Y-%m-%d %H:%M"),
+        f"{r.system_id} {r.hostname}",
+        r.profile,
+        r.division or "-",
+        (r.config_hash or "-")[:8],
+        str(r.workers),
+        f"{r.budget_s:g} s",
+        f"{format_ops(r.ops)}OPS",
+        _pct(r.ops_change_pct),
+        f"{format_ops(r.regulated_score)}OPS",
+        percent(r.mfu),
+        "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
+        "yes" if r.valid else "no",
+    ]
 
 
 def compare(
@@ -98,7 +106,8 @@ def compare(
 ) -> None:
     """Two runs side by side, with B's percent difference from A."""
     from aiperf.history.query import compare as compare_runs
-    from aiperf.results.score import format_ops
+    from aiperf.report.tables import Col, FitTable
+    from aiperf.units import format_ops
 
     with open_existing(db) as store:
         try:
@@ -115,24 +124,26 @@ def compare(
             return f"{value:.1f} s"
         return f"{value:.4f}" if not float(value).is_integer() else f"{value:g}"
 
-    table = Table(title=f"run {run_a} vs run {run_b}")
-    table.add_column("figure", style="bold")
-    table.add_column(f"run {run_a}")
-    table.add_column(f"run {run_b}")
-    table.add_column("difference")
-    for row in (
-        (
+    rows = [
+        [
             "system",
             f"{pair.a.system_id} {pair.a.hostname}",
             f"{pair.b.system_id} {pair.b.hostname}",
-        ),
-        ("profile", pair.a.profile, pair.b.profile),
-        ("valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no"),
-    ):
-        table.add_row(*row, "")
-    for f in pair.figures:
-        table.add_row(f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct))
-    console.print(table)
+            "",
+        ],
+        ["profile", pair.a.profile, pair.b.profile, ""],
+        ["valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no", ""],
+    ]
+    rows += [
+        [f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct)] for f in pair.figures
+    ]
+    columns = (
+        Col("figure", style="bold"),
+        Col(f"run {run_a}", wrap=True),
+        Col(f"run {run_b}", wrap=True),
+        Col("difference", "right"),
+    )
+    console.print(FitTable(columns, rows, title=f"run {run_a} vs run {run_b}"))
 
 
 def report(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
 from rich.tree import Tree
 
 from aiperf.arch.spec import network_from_dict
+from aiperf.report.tables import Col, FitTable
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import format_ops
 
@@ -18,78 +20,101 @@ def _ops(trial: TrialRecord) -> str:
     return f"{format_ops(trial.train_ops_per_sample)}OPS" if trial.train_ops_per_sample else "-"
 
 
-def trial_table(run: RunRecord) -> Table:
-    table = Table(title=f"trials of run {run.id}")
-    for column in (
-        "trial",
-        "parent",
-        "operator",
-        "status",
-        "worker",
-        "convs",
-        "skips",
-        "params",
-        "lr",
-        "batch",
-        "dropout",
-        "epochs",
-        "train ops/sample",
-        "best val acc",
-    ):
-        table.add_column(column)
+def _operator(trial: TrialRecord) -> str | None:
+    """The morphism as recorded, with a space after each comma so that a long one can take two
+    lines at a narrow terminal."""
+    return trial.operator.replace(",", ", ") if trial.operator else None
+
+
+def trial_table(run: RunRecord) -> FitTable:
+    """One row per trial; a narrow terminal keeps what the search did and how each trial did,
+    leaving out the architecture and hyperparameters first (a wider one shows them)."""
+    columns = (
+        Col("trial"),
+        Col("parent"),
+        Col("operator", wrap=True),
+        Col("status"),
+        Col("worker", rank=3),
+        Col("convs", "right", rank=8),
+        Col("skips", "right", rank=9),
+        Col("params", "right", rank=4),
+        Col("lr", "right", rank=5),
+        Col("batch", "right", rank=6),
+        Col("dropout", "right", rank=7),
+        Col("epochs", "right", rank=2),
+        Col("train ops/sample", "right", rank=1),
+        Col("val acc", "right"),
+    )
     keys: dict[int | None, str] = {t.id: t.trial_key for t in run.trials}
-    for t in run.trials:
-        net = network_from_dict(t.architecture)
-        hp = t.hyperparameters
-        table.add_row(
-            t.trial_key,
-            keys.get(t.parent_trial_id, "-"),
-            t.operator or "-",
-            t.status,
-            t.worker or "-",
-            str(net.conv_count),
-            str(net.skip_count),
-            f"{t.parameters:,}" if t.parameters else "-",
-            f"{hp.get('learning_rate', 0):.4g}",
-            str(hp.get("batch_size", "-")),
-            str(hp.get("dropout", "-")),
-            f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
-            _ops(t),
-            _accuracy(t),
-        )
-    return table
+    rows = [_trial_row(t, keys) for t in run.trials]
+    return FitTable(columns, rows, title=f"trials of run {run.id}")
 
 
-def time_table(run: RunRecord) -> Table | None:
+def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:
+    net = network_from_dict(t.architecture)
+    hp = t.hyperparameters
+    return [
+        t.trial_key,
+        keys.get(t.parent_trial_id, "-"),
+        _operator(t) or "-",
+        str(t.status),
+        t.worker or "-",
+        str(net.conv_count),
+        str(net.skip_count),
+        f"{t.parameters:,}" if t.parameters else "-",
+        f"{hp.get('learning_rate', 0):.4g}",
+        str(hp.get("batch_size", "-")),
+        str(hp.get("dropout", "-")),
+        f"{sum(e.complete for e in t.epochs)}/{len(t.epochs)}",
+        _ops(t),
+        _accuracy(t),
+    ]
+
+
+def time_table(run: RunRecord) -> FitTable | None:
     """Where each worker's share of the window went (seconds per phase, idle derived); None when
-    no trial recorded its phases."""
+    no trial recorded its phases. A narrow terminal leaves out the trial count first, then the
+    phases that are usually near zero (report, count)."""
     from aiperf.report.phases import PARTS, percent, worker_times
 
     workers = worker_times(run)
     if not workers:
         return None
-    table = Table(title=f"where the time went in run {run.id} (seconds of each worker's window)")
-    for column in ("worker", "trials", *PARTS, "utilisation"):
-        table.add_column(column, justify="left" if column == "worker" else "right")
-    for w in workers:
-        table.add_row(
+    ranks = {"report": 2, "count": 3}
+    columns = (
+        Col("worker"),
+        Col("trials", "right", rank=1),
+        *(Col(part, "right", rank=ranks.get(part, 0)) for part in PARTS),
+        Col("utilisation", "right"),
+    )
+    rows = [
+        [
             w.worker,
             str(w.trials),
             *(f"{w.seconds[part]:.2f}" for part in PARTS),
             percent(w.utilisation),
-        )
-    return table
+        ]
+        for w in workers
+    ]
+    title = f"where the time went in run {run.id} (seconds of each worker's window)"
+    return FitTable(columns, rows, title=title)
 
 
-def phase_table(run: RunRecord) -> Table:
-    """Each trial's phases, in seconds, as its worker measured them."""
+def phase_table(run: RunRecord) -> FitTable:
+    """Each trial's phases, in seconds, as its worker measured them. A narrow terminal leaves out
+    the worker first, then the status, then the phases that are usually near zero (a wider one
+    shows them)."""
     from aiperf.report.phases import PARTS
 
-    table = Table(title=f"phases of the trials of run {run.id} (seconds)")
-    for column in ("trial", "worker", "status", *PARTS[:-1], "total"):
-        table.add_column(
-            column, justify="left" if column in ("trial", "worker", "status") else "right"
-        )
+    ranks = {"report": 3, "count": 4}
+    columns = (
+        Col("trial"),
+        Col("worker", rank=1),
+        Col("status", rank=2),
+        *(Col(part, "right", rank=ranks.get(part, 0)) for part in PARTS[:-1]),
+        Col("total", "right"),
+    )
+    rows = []
     for t in run.trials:
         p = t.phases
         if p is None:  # recorded before phases were, or its worker was lost
@@ -98,8 +123,27 @@ def phase_table(run: RunRecord) -> Table:
             cells = [f"{getattr(p, f'{part}_s'):.2f}" for part in PARTS[:-1]] + [
                 f"{p.total_s:.2f}"
             ]
-        table.add_row(t.trial_key, t.worker or "-", str(t.status), *cells)
-    return table
+        rows.append([t.trial_key, t.worker or "-", str(t.status), *cells])
+    return FitTable(columns, rows, title=f"phases of the trials of run {run.id} (seconds)")
+
+
+class TrialLabel:
+    """A trial in the search tree: one line where it fits, else its morphism on the first line and
+    its figures on the second, rather than a line broken between a figure and its unit."""
+
+    def __init__(self, trial: TrialRecord) -> None:
+        self.head = Text.assemble((trial.trial_key, "bold"), " ", _operator(trial) or "proposed")
+        self.figures = Text.assemble(
+            f"val acc {_accuracy(trial)}  {_ops(trial)}/sample  ", (str(trial.status), "dim")
+        )
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = Text.assemble(self.head, "  ", self.figures)
+        if line.cell_len <= options.max_width:
+            yield line
+        else:
+            yield self.head
+            yield self.figures
 
 
 def search_tree(run: RunRecord) -> Tree:
@@ -109,16 +153,9 @@ def search_tree(run: RunRecord) -> Tree:
     for t in run.trials:
         children.setdefault(t.parent_trial_id, []).append(t)
 
-    def label(t: TrialRecord) -> str:
-        operator = t.operator or "proposed"
-        return (
-            f"[bold]{t.trial_key}[/] {operator}  val acc {_accuracy(t)}  {_ops(t)}/sample  "
-            f"[dim]{t.status}[/]"
-        )
-
     def grow(branch: Tree, parent_id: int | None) -> None:
         for t in children.get(parent_id, []):
-            grow(branch.add(label(t)), t.id)
+            grow(branch.add(TrialLabel(t)), t.id)
 
     grow(root, None)
     return root

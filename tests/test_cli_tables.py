@@ -1,0 +1,222 @@
+"""`aiperf runs`, `show`, `history` and `compare` at 80 columns (a pipe, or an 80-column terminal):
+no header or value is cut, nothing ends in "…", no line is wider than the terminal; a wider one
+shows the columns a narrow one leaves out."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+from test_history_data import PlantedTrial, plant_run, system_facts
+from typer.testing import CliRunner
+
+from aiperf.cli.main import app
+from aiperf.status import RunStatus
+from aiperf.store import Store
+from aiperf.store.records import TrialPhases
+from aiperf.units import format_ops
+
+NIGHT = datetime(2026, 12, 1, 20, 55, tzinfo=UTC)
+HOST = "node-a.example.org"
+# Morphisms as long as the search writes them: no spaces of their own.
+OPERATORS = [
+    "seed",
+    "deepen(after=stage1_block1_1_relu,kernel=3)",
+    "skip(source=stage2_block1_1_relu,target=stage3_block1_out)",
+]
+
+RUNS = ["run", "created (UTC)", "profile", "workers", "budget", "status", "OPS", "regulated"]
+RUNS += ["val acc", "valid"]
+HISTORY = ["run", "created (UTC)", "system", "profile", "division", "config", "workers"]
+HISTORY += ["budget", "OPS", "change", "regulated", "MFU", "val acc", "valid"]
+TRIALS = ["trial", "parent", "operator", "status", "worker", "convs", "skips", "params", "lr"]
+TRIALS += ["batch", "dropout", "epochs", "train ops/sample", "val acc"]
+PHASES = ["build", "count", "compile", "train", "evaluate", "report"]
+TIME = ["worker", "trials", *PHASES, "idle", "utilisation"]
+PER_TRIAL = ["trial", "worker", "status", *PHASES, "total"]
+
+
+def _hour_long_trials() -> list[PlantedTrial]:
+    return [
+        PlantedTrial("w0", 3_000_000_000, 1_000_000_000, epoch_s=1000.0),
+        PlantedTrial("w1", 5_000_000_000, 1_500_000_000, start_s=5.0, epoch_s=1000.0),
+        PlantedTrial("w0", 4_000_000_000, 1_200_000_000, start_s=2001.0, epoch_s=700.0),
+    ]
+
+
+def _grow_and_time(store: Store, run_id: int) -> None:
+    """Give the planted trials a real network, parents, long morphisms and an hour's phases, as a
+    search would."""
+    from aiperf.arch import seed_spec
+
+    network = json.dumps(seed_spec("resnet-mini").to_dict())
+    trials = store.get_run(run_id).trials
+    update = "UPDATE trials SET parent_trial_id = :p, operator = :op, architecture = :net"
+    with store.engine.begin() as connection:
+        for i, (trial, operator) in enumerate(zip(trials, OPERATORS, strict=True)):
+            parent = trials[i - 1].id if i else None
+            connection.execute(
+                text(f"{update} WHERE id = :id"),
+                {"p": parent, "op": operator, "net": network, "id": trial.id},
+            )
+    for trial in trials:
+        phases = TrialPhases(
+            build_s=12.5, count_s=0.75, compile_s=120.25, train_s=1500.5, evaluate_s=250.0
+        )
+        store.record_trial_phases(trial.id, phases)
+    peaks = [
+        {"worker": w, "flops": 1e11, "dtype": "float32", "device": "CPU", "seconds": 2.0}
+        for w in ("w0", "w1")
+    ]
+    store.record_peaks(run_id, peaks)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> tuple[str, dict[str, int]]:
+    """Two hour-long runs of one workload (one invalid), a short one, one interrupted unscored."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('tables') / 'aiperf.db'}"
+    with Store.open(url) as store:
+        facts = system_facts(HOST)
+        ids = {}
+        for night, valid in enumerate([True, False]):
+            ids[f"hour{night}"] = plant_run(
+                store,
+                facts,
+                started=NIGHT + timedelta(days=night),
+                elapsed_s=3600.0,
+                trials=_hour_long_trials(),
+                valid=valid,
+                config_hash="0123456789abcdef",
+                division="closed",
+            )
+            _grow_and_time(store, ids[f"hour{night}"])
+        ids["short"] = plant_run(store, facts, profile="quick", started=NIGHT + timedelta(days=2))
+        system_id = store.upsert_system(facts)
+        ids["lost"] = store.create_run(
+            system_id=system_id, profile="nightly", config={}, seed=0, budget_s=3600, workers=16
+        )
+        store.finish_run(ids["lost"], status=RunStatus.INTERRUPTED)
+    return url, ids
+
+
+def _aiperf(columns: int, *args: str) -> str:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _fits(out: str, columns: int = 80) -> None:
+    assert "…" not in out and "..." not in out, out
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > columns]
+    assert not too_wide, "\n".join(too_wide)
+
+
+def _headers(out: str, title: str, headers: list[str]) -> list[str]:
+    """The headers of the table under `title`, each found whole on its header line; and that line
+    holds nothing but whole headers."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(title))
+    line = lines[at + 1]
+    shown = [h for h in headers if re.search(rf"(?<!\S){re.escape(h)}(?!\S)", line)]
+    rest = line
+    for h in sorted(shown, key=len, reverse=True):
+        rest = re.sub(rf"(?<!\S){re.escape(h)}(?!\S)", " ", rest)
+    assert rest.strip() == "", f"{line!r} holds a cut header: {rest.strip()!r}"
+    return shown
+
+
+def _whole(out: str, *values: str) -> None:
+    for value in values:
+        assert value in out, f"{value!r} is not whole in\n{out}"
+
+
+def test_runs_at_80_columns(db):
+    url, ids = db
+    out = _aiperf(80, "runs", "--db", url)
+    _fits(out)
+    shown = _headers(out, "runs in", RUNS)
+    assert {"run", "created (UTC)", "profile", "status", "OPS", "valid"} <= set(shown), shown
+    with Store.open_existing(url) as store:
+        hour = store.get_run(ids["hour0"])
+    _whole(out, "2026-12-01 20:54", "interrupted", f"{format_ops(hour.score.ops)}OPS")
+    assert _headers(_aiperf(200, "runs", "--db", url), "runs in", RUNS) == RUNS
+
+
+def test_history_at_80_columns(db):
+    url, _ids = db
+    out = _aiperf(80, "history", "--db", url)
+    _fits(out)
+    shown = _headers(out, "aiperf history", HISTORY)
+    assert {"run", "created (UTC)", "system", "OPS", "change", "valid"} <= set(shown), shown
+    _whole(out, f"1 {HOST}", "trend of OPS, nightly closed 01234567")
+    assert _headers(_aiperf(250, "history", "--db", url), "aiperf history", HISTORY) == HISTORY
+
+
+def test_compare_at_80_columns(db):
+    url, ids = db
+    a, b = str(ids["hour0"]), str(ids["hour1"])
+    out = _aiperf(80, "compare", a, b, "--db", url)
+    _fits(out)
+    headers = ["figure", f"run {a}", f"run {b}", "difference"]
+    assert _headers(out, f"run {a} vs run {b}", headers) == headers
+    _whole(out, f"1 {HOST}", "best val accuracy", "3600.0 s")
+
+
+@pytest.mark.parametrize("view", [[], ["--phases"], ["--tree"]])
+def test_show_at_80_columns(db, view):
+    url, ids = db
+    run = str(ids["hour1"])
+    out = _aiperf(80, "show", run, "--db", url, *view)
+    _fits(out)
+    _whole(out, "OPS (aiperf convention)", "samples trained / evaluated", "too short")
+    time = _headers(out, f"where the time went in run {run}", TIME)
+    assert {"worker", "build", "compile", "train", "evaluate", "idle", "utilisation"} <= set(time)
+    if view == ["--phases"]:
+        shown = _headers(out, f"phases of the trials of run {run}", PER_TRIAL)
+        assert {"trial", "build", "compile", "train", "evaluate", "total"} <= set(shown), shown
+        _whole(out, "1884.00")
+    elif view == ["--tree"]:
+        _whole(out, f"search tree of run {run}", "seed", "deepen(after=stage1_block1_1_relu,")
+        assert re.search(r"MOPS/sample\s+completed", out) or "GOPS/sample" in out, out
+    else:
+        shown = _headers(out, f"trials of run {run}", TRIALS)
+        assert {"trial", "parent", "operator", "status", "val acc"} <= set(shown), shown
+        _whole(out, "skip(source=stage2_block1_1_relu,", "target=stage3_block1_out)")
+        wide = _aiperf(250, "show", run, "--db", url)
+        assert _headers(wide, f"trials of run {run}", TRIALS) == TRIALS
+
+
+def test_a_run_without_a_score_at_80_columns(db):
+    url, ids = db
+    out = _aiperf(80, "show", str(ids["lost"]), "--db", url)
+    _fits(out)
+    assert "has no score" in out
+
+
+def test_columns_go_by_rank_and_a_too_narrow_table_folds_rather_than_crops():
+    import io
+
+    from rich.console import Console
+
+    from aiperf.report.tables import Col, FitTable
+
+    columns = [Col("id"), Col("when", rank=2), Col("note", wrap=True), Col("figure", rank=1)]
+    rows = [["17", "2026-12-01 20:55", "a note of some length", "101.234 GOPS"]]
+
+    def drawn(width: int) -> str:
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(FitTable(columns, rows, title="t"))
+        return console.export_text()
+
+    assert drawn(80).splitlines()[1].split() == ["id", "when", "note", "figure"]
+    assert drawn(50).splitlines()[1].split() == ["id", "note", "figure"], "by rank, not order"
+    assert "a note of\n" not in drawn(50), "one line while the columns fit so"
+    assert drawn(26).splitlines()[1].split() == ["id", "note"]
+    wrapped = [line.rstrip() for line in drawn(20).splitlines()[2:]]
+    assert wrapped == ["17  a note of some", "    length"], "at spaces"
+    tight = drawn(6)
+    assert "…" not in tight
+    assert "".join(tight.split()).endswith("anoteofsomelength"), tight
