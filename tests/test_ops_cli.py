@@ -13,7 +13,7 @@ import typer  # noqa: E402
 from keras import layers  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from aiperf.ops import cli as ops_cli  # noqa: E402
+from aiperf.cli import flops as ops_cli  # noqa: E402
 from aiperf.ops import count_model  # noqa: E402
 
 app = typer.Typer()
