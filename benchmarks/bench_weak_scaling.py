@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from aiperf.units import format_ops
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     with tempfile.TemporaryDirectory(prefix="aiperf-weak-") as tmp:
         folder = Path(args.out or tmp)

@@ -31,7 +31,7 @@ from aiperf.history.regression import (
 )
 from aiperf.lifecycle.parameters import check_parameters
 from aiperf.store import Store
-from flows.benchmark import benchmark
+from aiperf_flows.benchmark import benchmark
 
 
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)

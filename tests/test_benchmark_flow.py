@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def finished_run(prefect_api, tmp_path_factory):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("run")
     db = f"sqlite:///{folder / 'aiperf.db'}"
@@ -220,11 +220,11 @@ def test_workers_load_the_trial_code_before_the_window(prefect_api):
 
     from aiperf.cluster.start import local_cluster
     from aiperf.config import load_config
-    from flows.benchmark import PrefectStages
+    from aiperf_flows.benchmark import PrefectStages
 
     def loaded() -> list[str]:
         return sorted(
-            name for name in ("flows.benchmark", "prefect.task_engine") if name in sys.modules
+            name for name in ("aiperf_flows.benchmark", "prefect.task_engine") if name in sys.modules
         )
 
     config = load_config("quick", workers=2, overrides=TINY)
@@ -234,4 +234,4 @@ def test_workers_load_the_trial_code_before_the_window(prefect_api):
         )
         with PrefectStages().trials(config, cluster.scheduler_address, cluster.security):
             after = client.run(loaded)
-    assert list(after.values()) == [["flows.benchmark", "prefect.task_engine"]] * 2
+    assert list(after.values()) == [["aiperf_flows.benchmark", "prefect.task_engine"]] * 2

@@ -140,7 +140,7 @@ def test_parameters_may_choose_the_queue_kind_and_checked_numbers():
 
 @pytest.mark.slow
 def test_the_flow_refuses_a_prologue_parameter_before_anything_runs(prefect_api, tmp_path):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     marker = tmp_path / "ran"
     with pytest.raises(UserError, match="may not set cluster.prologue"):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def folder_run(prefect_api, make_image_folder, tmp_path_factory):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("folder-run")
     images = make_image_folder(folder / "images", train_per_class=30, val_per_class=10, seed=5)
@@ -94,7 +94,7 @@ def test_a_broken_folder_fails_the_run_before_any_worker_starts(
     import time
 
     from aiperf.data.problems import DataError
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     images = make_image_folder(tmp_path / "images", train_per_class=2, val_per_class=1)
     for f in (images / "val" / "fish").iterdir():

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("oracle", ["random", "bayesian", "hyperband"])
 def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
     result = benchmark(

@@ -19,7 +19,7 @@ def cli(*args: str) -> str:
 
 @pytest.mark.slow
 def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeypatch):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     # As on a deployment's worker: the URL, password included, comes from the environment, never from a
     # flow parameter (Prefect stores those).

@@ -22,7 +22,7 @@ SHORT = {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0}
 
 
 def run_nightly(db: str, out, **parameters):
-    from flows.nightly import nightly
+    from aiperf_flows.nightly import nightly
 
     return nightly(
         budget="10s",

@@ -120,7 +120,7 @@ def test_a_password_in_a_flow_parameter_is_refused_naming_the_fix():
 
 @pytest.mark.slow
 def test_the_flow_refuses_a_password_parameter_before_recording_anything(prefect_api, tmp_path):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     with pytest.raises(UserError, match="holds a database password"):
         benchmark(

@@ -152,7 +152,7 @@ def test_launcher_never_exceeds_its_workers():
 def test_flow_with_the_simulated_trainer_on_dask(prefect_api, tmp_path):
     """The real flow, 8 simulated workers (threads of Dask worker processes) on a 2-core machine:
     trials ran on Dask, and the result is marked invalid whatever it scored."""
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
     # The window includes each worker process importing the flow (seconds): a budget to cover it.

@@ -90,7 +90,7 @@ def _jobcomp(field: str = "JobState") -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def slurm_run(slurm, prefect_api, tmp_path_factory):
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("slurm")
     watch = QueueWatch()
@@ -153,7 +153,7 @@ def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):
 def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_path):
     """scancel a worker's job after its trial finished an epoch: the trial is recorded failed with
     that epoch kept, a new job replaces the worker, and the run completes with its score."""
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
     cancelled: dict[str, object] = {}
@@ -241,7 +241,7 @@ def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
     run's window, so their ends fall well inside it (the keeper stops giving a worker trials 10-20 s
     after it joins and retires it once idle; Dask's own --lifetime backstop kills it at 37.5 s):
     without the keeper a busy worker would be killed and its trial fail."""
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
     result = benchmark(

@@ -547,7 +547,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from aiperf.config import load_config
-    from flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark
 
     began = time.monotonic()
     tmp = tmp_path_factory.mktemp("two-nodes")
@@ -665,7 +665,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
             scheduler, security=security, timeout=STEP_TIMEOUT_S, set_as_default=False
         ) as client:
             client.wait_for_workers(2, timeout=STEP_TIMEOUT_S)
-            client.run(importlib.import_module, "flows.benchmark")
+            client.run(importlib.import_module, "aiperf_flows.benchmark")
         phases["workers up"] = time.monotonic() - began
 
         # The run, from the head node (this process, as `aiperf run` would): it waits for the workers.

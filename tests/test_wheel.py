@@ -3,8 +3,9 @@ outside the checkout, `aiperf db upgrade` and a short `aiperf run` work from ano
 
 The fresh venv borrows the heavy dependencies (TensorFlow, Prefect, ...) from the test venv through a
 path file instead of downloading them again; aiperf itself, its migrations, profiles, job-queue
-defaults and flows come from the wheel alone. The checkout's editable install is not visible there:
-path files of a borrowed folder are not processed, so its import hook never loads.
+defaults and flows (the package aiperf_flows, built from flows/) come from the wheel alone. The
+checkout's editable install is not visible there: path files of a borrowed folder are not processed,
+so its import hook never loads.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -85,16 +87,33 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_the_wheel_imports_aiperf_and_flows_from_itself(wheel_venv, tmp_path):
+def test_the_wheel_imports_aiperf_and_its_flows_from_itself(wheel_venv, tmp_path):
+    """The flows install as aiperf_flows: no top-level `flows` that another project's could shadow
+    or overwrite."""
     fresh, env = wheel_venv
     where = _run(
         fresh / "bin" / "python",
         "-c",
-        "import aiperf, flows; print(aiperf.__file__); print(flows.__file__)",
+        "import aiperf, aiperf_flows.benchmark, aiperf_flows.nightly, importlib.util; "
+        "print(aiperf.__file__); print(aiperf_flows.benchmark.__file__); "
+        "print(importlib.util.find_spec('flows'))",
         cwd=tmp_path,
         env=env,
     ).stdout.split()
-    assert all(Path(p).is_relative_to(fresh) for p in where), where
+    assert where[-1] == "None", "the wheel installs no top-level package `flows`"
+    assert all(Path(p).is_relative_to(fresh) for p in where[:-1]), where
+    assert Path(where[1]).parent.name == "aiperf_flows"
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_aiperf_and_aiperf_flows_only(wheel_venv):
+    fresh, env = wheel_venv
+    (wheel,) = (fresh.parent / "dist").glob("aiperf-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+        top_level = archive.read("aiperf-0.1.0.dist-info/top_level.txt").decode().split()
+    assert tops == {"aiperf", "aiperf_flows", "aiperf-0.1.0.dist-info"}, tops
+    assert sorted(top_level) == ["aiperf", "aiperf_flows"]
 
 
 @pytest.mark.slow

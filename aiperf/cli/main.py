@@ -52,9 +52,9 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 
-# The benchmark flow, named as prefect.yaml's deployment names it (a module path, so it loads from an
-# installed wheel in any folder).
-BENCHMARK_FLOW = "flows.benchmark:benchmark"
+# The benchmark flow by module path: flows/benchmark.py of the checkout, installed as aiperf_flows (see
+# pyproject.toml), so it loads from an editable install or a wheel in any folder.
+BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark"
 
 
 def _live_view():
