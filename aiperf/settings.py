@@ -84,7 +84,7 @@ SCHEDULER_TIMEOUT = Variable(
 JOBQUEUE_CONFIG = Variable(
     "AIPERF_JOBQUEUE_CONFIG",
     "",
-    "a jobqueue.yaml to use in place of aiperf's packaged batch-queue defaults",
+    "a jobqueue.yaml of the site's batch-queue settings, over its dask config and under the profile's",
 )
 SIMULATED_OPS_PER_S = Variable(
     "AIPERF_SIMULATED_OPS_PER_S",
