@@ -52,8 +52,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from aiperf.units import format_ops
     from aiperf.store import Store
+    from aiperf.units import format_ops
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="aiperf-stability-"))
     folder.mkdir(parents=True, exist_ok=True)

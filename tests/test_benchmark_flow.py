@@ -224,7 +224,9 @@ def test_workers_load_the_trial_code_before_the_window(prefect_api):
 
     def loaded() -> list[str]:
         return sorted(
-            name for name in ("aiperf_flows.benchmark", "prefect.task_engine") if name in sys.modules
+            name
+            for name in ("aiperf_flows.benchmark", "prefect.task_engine")
+            if name in sys.modules
         )
 
     config = load_config("quick", workers=2, overrides=TINY)

@@ -199,7 +199,9 @@ def test_with_services_exports_plain_lines_as_they_are(tmp_path):
         tmp_path, "export PROBE_FAKE_DB_URL=postgresql+psycopg://postgres:0a1b@127.0.0.1:5/aiperf"
     )
     done = subprocess.run(
-        [infra / "with-services.sh", "printenv", "PROBE_FAKE_DB_URL"], capture_output=True, text=True
+        [infra / "with-services.sh", "printenv", "PROBE_FAKE_DB_URL"],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "postgresql+psycopg://postgres:0a1b@127.0.0.1:5/aiperf"

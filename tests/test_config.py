@@ -1,8 +1,8 @@
 import pytest
 
 from aiperf.config import load_config, machine_cores
-from aiperf.units import parse_duration
 from aiperf.errors import UserError
+from aiperf.units import parse_duration
 
 
 @pytest.mark.parametrize(

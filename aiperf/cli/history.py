@@ -24,9 +24,7 @@ def history(
     system: str | None = typer.Option(
         None, "--system", "-s", help="System id, hostname or fingerprint prefix."
     ),
-    profile: str | None = typer.Option(
-        None, "--profile", "-p", help="Only runs of this profile."
-    ),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
     db: str = db_option(),
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""

@@ -326,8 +326,8 @@ def _print_score(record: RunRecord) -> None:
 
 @app.command()
 def runs(db: str = db_option(), limit: int = typer.Option(50, "--limit", min=1)) -> None:
-    """List runs, newest first. A narrow terminal leaves out workers, budget and the regulated
-    score (all in `aiperf show RUN`), a wide one shows them."""
+    """List runs, newest first. A narrow terminal leaves out the regulated score, budget and
+    workers first (`aiperf show RUN` has them all)."""
     from aiperf.report.tables import Col, FitTable
 
     with open_existing(db) as store:
@@ -359,7 +359,7 @@ def _run_row(r: RunRecord) -> list[str]:
         r.profile,
         str(r.workers),
         f"{r.budget_s:g} s",
-        r.status,
+        str(r.status),
         f"{format_ops(s.ops)}OPS" if s else "-",
         f"{format_ops(s.regulated_score)}OPS" if s else "-",
         f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
@@ -389,7 +389,9 @@ def show(
     _print_state(record)
     spent = time_table(record)
     if spent is not None:
+        console.print()  # tables without boxes: a blank line between sections
         console.print(spent)
+    console.print()
     console.print(
         search_tree(record) if tree else phase_table(record) if phases else trial_table(record)
     )

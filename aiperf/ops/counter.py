@@ -108,7 +108,9 @@ def _with_input_shape(graph: Any, shape: Shape) -> keras.KerasTensor:
         )
     ref = graph.inputs[0]
     built = tuple(ref.shape[1:])
-    if len(built) != len(shape) or any(b is not None and b != s for b, s in zip(built, shape, strict=False)):
+    if len(built) != len(shape) or any(
+        b is not None and b != s for b, s in zip(built, shape, strict=False)
+    ):
         raise ValueError(
             f"input shape {shape} does not fit the model, which was built for inputs of "
             f"shape {built}"

@@ -128,5 +128,3 @@ def compute_score(
         mfu=model_flops_utilisation(tensor_total / elapsed_s, peak_flops),
         utilisation=window_utilisation(stepping_s, workers, elapsed_s),
     )
-
-

@@ -211,7 +211,8 @@ def edit_from(parent: list[Conv], child: list[Conv]) -> tuple[str, int, Conv | N
     """How `child`'s convolutions differ from `parent`'s: ("same", 0, None), ("insert", p, x),
     ("change", p, x); None when it takes more than one edit."""
     p = next(
-        (i for i, (a, b) in enumerate(zip(parent, child, strict=False)) if a != b), min(len(parent), len(child))
+        (i for i, (a, b) in enumerate(zip(parent, child, strict=False)) if a != b),
+        min(len(parent), len(child)),
     )
     if len(child) == len(parent):
         if p == len(parent):
@@ -297,7 +298,9 @@ class EditTables:
         j = np.arange(lengths.max(initial=0) + 1)
         forward = np.stack(list(_dp_rows(a, b[:, : j[-1]], self.kinds.table))) + j
         reverse_a, _ = padded([self._parents[p][::-1] for p in parents])
-        reverse_b, _ = padded([self._members[s, :n][::-1] for s, n in zip(slots, lengths, strict=False)])
+        reverse_b, _ = padded(
+            [self._members[s, :n][::-1] for s, n in zip(slots, lengths, strict=False)]
+        )
         backward = np.stack(list(_dp_rows(reverse_a, reverse_b, self.kinds.table))) + j
         beyond = j[None, :] > lengths[:, None]  # (members, width + 1): past a member's end
         reverse_j = np.clip(lengths[:, None] - j[None, :], 0, None)

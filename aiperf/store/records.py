@@ -63,7 +63,6 @@ class ScoreResult:
         return asdict(self)
 
 
-
 class RecordNotFound(LookupError):
     """A run or trial that is not in the database. The CLI prints it as one line."""
 
