@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -242,6 +243,7 @@ class ClusterConfig(_Strict):
 
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16"]
 Backend = Literal["tensorflow", "jax", "torch"]
+LrSchedule = Literal["constant", "cosine"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 _INSTALL = {
@@ -277,6 +279,28 @@ class TrainConfig(_Strict):
     precision: Precision = "float32"
     jit_compile: bool = False
     backend: Backend = "tensorflow"
+
+    # The training recipe (aiperf/train/recipe.py); the defaults are plain SGD at a constant rate.
+    # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own
+    # epochs). warmup_epochs: a linear ramp from a tenth of the rate first. weight_decay: an L2
+    # term on every kernel's gradient (1e-4 in the ResNet recipes). label_smoothing: of the
+    # cross-entropy's targets. Like precision, each enters the workload hash only away from its
+    # default (aiperf.results.division.ADDED_LATER).
+    lr_schedule: LrSchedule = "constant"
+    warmup_epochs: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, lt=1.0)
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @field_validator("warmup_epochs")
+    @classmethod
+    def _warmup_within_rounds(cls, value: float, info: ValidationInfo) -> float:
+        """A warm-up as long as a round would leave that round's trials no decay at all."""
+        epochs = info.data.get("epochs")  # absent when epochs itself was refused
+        if value and epochs and value >= min(epochs):
+            raise ValueError(
+                f"must be less than every round's epochs (train.epochs' smallest is {min(epochs)})"
+            )
+        return value
 
     @field_validator("epochs", mode="before")
     @classmethod

@@ -524,6 +524,10 @@ class Orchestrator:
                         events_topic=self.events_topic,
                         precision=self.config.train.precision,
                         jit_compile=self.config.train.jit_compile,
+                        lr_schedule=self.config.train.lr_schedule,
+                        warmup_epochs=self.config.train.warmup_epochs,
+                        weight_decay=self.config.train.weight_decay,
+                        label_smoothing=self.config.train.label_smoothing,
                     ),
                     proposal.operator,
                 )

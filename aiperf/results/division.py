@@ -60,7 +60,14 @@ IMPLEMENTATION = ("train.backend", "train.jit_compile")
 # Settings that joined the workload after runs were recorded, with the value every earlier run had:
 # at that value a setting stays out of the hash, so an earlier run keeps its hash (and `aiperf verify`
 # still finds it) and stays comparable with later runs of the same workload.
-ADDED_LATER = {"train.precision": "float32"}
+ADDED_LATER = {
+    "train.precision": "float32",
+    # the training recipe (aiperf/train/recipe.py): at these, plain SGD at a constant rate
+    "train.lr_schedule": "constant",
+    "train.warmup_epochs": 0.0,
+    "train.weight_decay": 0.0,
+    "train.label_smoothing": 0.0,
+}
 
 
 def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:

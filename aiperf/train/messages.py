@@ -33,6 +33,12 @@ class TrialRequest:
     jit_compile: bool = (
         False  # model.compile(jit_compile=...): XLA, or jax.jit (train.jit_compile)
     )
+    # The training recipe (aiperf.train.recipe; the train section's settings of the same names).
+    # The schedule spans this trial's `epochs`, whatever its round.
+    lr_schedule: str = "constant"
+    warmup_epochs: float = 0.0
+    weight_decay: float = 0.0  # an L2 term on every kernel's gradient
+    label_smoothing: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from aiperf import settings
 from aiperf.status import TrialStatus
+from aiperf.train import recipe
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 
@@ -83,12 +84,18 @@ def _deadline_watch(deadline: float):
     return DeadlineWatch()
 
 
-def _optimizer(request: TrialRequest):
-    import keras
-
-    if request.optimizer == "adam":
-        return keras.optimizers.Adam(learning_rate=request.learning_rate)
-    return keras.optimizers.SGD(learning_rate=request.learning_rate, momentum=request.momentum)
+def _optimizer(request: TrialRequest, steps_per_epoch: int):
+    """The trial's optimizer, its learning rate scheduled over the trial's own steps."""
+    rate = recipe.learning_rate(
+        request.learning_rate,
+        request.lr_schedule,
+        epochs=request.epochs,
+        steps_per_epoch=steps_per_epoch,
+        warmup_epochs=request.warmup_epochs,
+    )
+    return recipe.optimizer(
+        request.optimizer, rate, momentum=request.momentum, weight_decay=request.weight_decay
+    )
 
 
 def build_step_state(model) -> None:
@@ -174,8 +181,8 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         report(built)
         with clock.phase("compile"):
             model.compile(
-                optimizer=_optimizer(request),
-                loss="sparse_categorical_crossentropy",
+                optimizer=_optimizer(request, feed.train_samples // request.batch_size),
+                loss=recipe.loss(request.label_smoothing),
                 metrics=["accuracy"],
                 jit_compile=request.jit_compile,
             )

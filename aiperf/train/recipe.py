@@ -1,0 +1,126 @@
+"""The training recipe of one trial: its learning-rate schedule, weight decay and loss.
+
+AIPerf's ImageNet recipe (SGD from 0.1 decayed over the trial's epochs, momentum 0.9, weight decay
+1e-4, label smoothing 0.1) is what lets a ResNet trained from scratch reach ImageNet accuracies in
+the epochs a round gives it; a constant rate with no regularisation does not. Each part is a
+setting (train.lr_schedule, train.warmup_epochs, train.weight_decay, train.label_smoothing) whose
+default is the plain training the other profiles use, and at its default each part builds exactly
+what a trial built before the setting existed (a float learning rate, Keras' own SGD or Adam, the
+string loss), so those workloads train as they did.
+
+Keras is imported inside the functions: a worker sizes the framework's thread pools before it
+imports it (aiperf.train.trial.configure_threads).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+# Warm-up starts at this fraction of the trial's learning rate and rises linearly to it.
+WARMUP_START = 0.1
+
+
+def learning_rate(
+    rate: float, schedule: str, *, epochs: int, steps_per_epoch: int, warmup_epochs: float = 0.0
+) -> Any:
+    """The optimizer's learning rate: a float for a constant rate with no warm-up, otherwise a
+    LearningRateSchedule over the optimizer's step count.
+
+    The schedule spans the trial's own epochs (`epochs` x `steps_per_epoch`: the trial's whole
+    batches), and is read from `optimizer.iterations`, which carries across the trial's per-epoch
+    `fit` calls, so every step gets its rate however the epochs are run. A warm-up longer than the
+    trial (an oracle that gives fewer epochs than train.epochs) is cut to the trial's length.
+    """
+    import keras
+
+    total = max(1, epochs * steps_per_epoch)
+    warmup = min(total - 1, round(warmup_epochs * steps_per_epoch))
+    if schedule == "constant" and warmup == 0:
+        return rate
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}; use constant or cosine")
+    # CosineDecay's alpha is the rate it ends at, as a fraction of the start: 1 keeps it constant.
+    alpha = 1.0 if schedule == "constant" else 0.0
+    if warmup == 0:
+        return keras.optimizers.schedules.CosineDecay(rate, decay_steps=total, alpha=alpha)
+    return keras.optimizers.schedules.CosineDecay(
+        rate * WARMUP_START,
+        decay_steps=total - warmup,
+        alpha=alpha,
+        warmup_target=rate,
+        warmup_steps=warmup,
+    )
+
+
+def optimizer(name: str, rate: Any, *, momentum: float, weight_decay: float = 0.0) -> Any:
+    """SGD (with momentum) or Adam at `rate`, with `weight_decay` as an L2 term on the gradient.
+
+    Weight decay is added to the gradient of every kernel (convolutions and dense layers:
+    variables of rank 2 or more) before the optimizer's own update, g + weight_decay * w, so it
+    passes through SGD's momentum as the ResNet recipes' "weight decay 1e-4" does (the gradient of
+    an L2 penalty weight_decay / 2 * |w|^2; TensorFlow's reference ResNet, torch.optim.SGD).
+    Keras' own `weight_decay` argument is decoupled (w -= rate * weight_decay * w each step,
+    outside the momentum): at momentum 0.9 it decays about ten times less than the recipe means,
+    so the same figure would train a different model. Kept out of the model (no kernel
+    regularisers), the reported loss is the data loss alone and the model the builder made is
+    unchanged. BatchNormalization's scale and offset and the biases are not decayed."""
+    import keras
+
+    base = keras.optimizers.Adam if name == "adam" else keras.optimizers.SGD
+    options: dict[str, Any] = {"learning_rate": rate}
+    if name != "adam":
+        options["momentum"] = momentum
+    if weight_decay <= 0:
+        return base(**options)
+    return _with_l2(base)(l2=weight_decay, **options)
+
+
+@cache
+def _with_l2(base: type) -> type:
+    """`base` with an L2 term added to each kernel's gradient (one class per optimizer)."""
+    from keras import ops
+
+    class WithL2(base):
+        def __init__(self, *, l2: float, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.l2 = l2
+
+        def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+            if len(variable.shape) >= 2:
+                gradient = ops.add(
+                    ops.cast(gradient, variable.dtype),
+                    ops.multiply(ops.cast(self.l2, variable.dtype), variable),
+                )
+            super().update_step(gradient, variable, learning_rate)
+
+        def get_config(self) -> dict[str, Any]:
+            return {**super().get_config(), "l2": self.l2}
+
+    WithL2.__name__ = WithL2.__qualname__ = f"{base.__name__}WithL2"
+    return WithL2
+
+
+def loss(label_smoothing: float = 0.0) -> Any:
+    """The training loss over integer labels: sparse categorical cross-entropy, or with smoothing
+    the categorical cross-entropy of the one-hot labels as Keras smooths them (the target class
+    gets 1 - s + s / classes, every other s / classes).
+
+    Keras' SparseCategoricalCrossentropy takes no label_smoothing, so the labels are one-hot
+    encoded inside the loss: the feed and the labels the metrics see stay integers, and the
+    compiled "accuracy" stays sparse categorical accuracy. One (batch, classes) one-hot per step
+    is the whole extra cost, on every backend. Validation loss is the same smoothed loss, so early
+    stopping compares like with like."""
+    if label_smoothing <= 0:
+        return "sparse_categorical_crossentropy"
+    import keras
+    from keras import ops
+
+    def smoothed_crossentropy(y_true: Any, y_pred: Any) -> Any:
+        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+        one_hot = ops.one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
+        return keras.losses.categorical_crossentropy(
+            one_hot, y_pred, label_smoothing=label_smoothing
+        )
+
+    return smoothed_crossentropy
