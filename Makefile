@@ -8,6 +8,25 @@ PY := $(VENV)/bin/python
 # Silence pip's notes about package mirrors that this machine's pip config names but lacks.
 PIP_QUIET := 2>&1 | { grep -v "^WARNING: Location" || true; }
 
+# The build for this machine, `cuda` where nvidia-smi lists a GPU, else `cpu` (infra/build-kind.sh,
+# asked once): `cuda` installs the extra .[cuda] and runs on the JAX backend with jit. BUILD_KIND=cpu
+# keeps a GPU machine on the base install and the profile's backend.
+ifeq ($(origin BUILD_KIND),undefined)
+BUILD_KIND := $(shell infra/build-kind.sh)
+endif
+INSTALLED_cpu := $(VENV)/.installed
+INSTALLED_cuda := $(VENV)/.installed-cuda
+INSTALLED := $(INSTALLED_$(BUILD_KIND))
+ifeq ($(INSTALLED),)
+$(error BUILD_KIND must be cpu or cuda, got '$(BUILD_KIND)')
+endif
+# Keras on JAX with jit is the fastest backend measured on a GPU (docs/performance.md). Left out when
+# ARGS chooses a backend or resumes a run (which keeps its own); jit too when ARGS sets it.
+ifeq ($(BUILD_KIND)$(findstring --resume,$(ARGS))$(findstring train.backend,$(ARGS)),cuda)
+RUN_SETTINGS := --set train.backend=jax
+RUN_SETTINGS += $(if $(findstring train.jit_compile,$(ARGS)),,--set train.jit_compile=true)
+endif
+
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TF_CPP_MIN_LOG_LEVEL := 2
@@ -22,16 +41,21 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e . $(PIP_QUIET)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-cuda: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[cuda]' $(PIP_QUIET)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(INSTALLED)
 	$(PY) -m pip install -q -e '.[dev]' $(PIP_QUIET)
 	touch $@
 
-install: $(VENV)/.installed
+install: $(INSTALLED)
 install-dev: $(VENV)/.installed-dev
 
-## make run: the benchmark on the embedded default (profile quick, 3 minutes, ./aiperf.db)
+## make run: the benchmark on the embedded default (profile quick, 3 minutes, ./aiperf.db); with a GPU,
+##   the CUDA build on the JAX backend with jit, one worker per GPU
 run: install
-	$(VENV)/bin/aiperf run $(ARGS)
+	$(VENV)/bin/aiperf run $(RUN_SETTINGS) $(ARGS)
 
 ## make serve: Prefect UI on 127.0.0.1:4200 with the aiperf work pool, deployments and a worker
 ##   (PREFECT_API_URL=http://host:4200/api make serve uses an existing server instead)

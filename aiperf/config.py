@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -436,6 +438,48 @@ def machine_cores() -> int:
         return os.cpu_count() or 1
 
 
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use: those `nvidia-smi -L` lists, narrowed as CUDA narrows them
+    by CUDA_VISIBLE_DEVICES. Nothing is spawned without nvidia-smi on PATH, so a CPU machine pays
+    one PATH lookup; a failing nvidia-smi (no driver loaded) finds none."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return 0
+    return len(visible_devices(listing, os.environ.get("CUDA_VISIBLE_DEVICES")))
+
+
+def visible_devices(listing: str, cuda_visible: str | None) -> list[str]:
+    """The UUIDs of the devices CUDA would show, from `nvidia-smi -L` and CUDA_VISIBLE_DEVICES.
+
+    Unset, every listed GPU. Set, its entries in order: an index among the listed GPUs, or a
+    UUID (or a unique start of one) of a GPU or a MIG instance; like CUDA, the first entry that
+    names no device ends the list, so "" and "-1" show none."""
+    gpus, migs = [], []
+    for line in listing.splitlines():
+        head, _, uuid = line.rpartition("(UUID: ")
+        uuid = uuid.rstrip(")").strip() if head else ""
+        if line.startswith("GPU "):
+            gpus.append(uuid or line.split(":", 1)[0])
+        elif head.lstrip().startswith("MIG ") and uuid:
+            migs.append(uuid)
+    if cuda_visible is None:
+        return gpus
+    shown: list[str] = []
+    for entry in (e.strip() for e in cuda_visible.split(",")):
+        named = [u for u in gpus + migs if entry and u.startswith(entry)]
+        if entry.isdigit() and int(entry) < len(gpus):
+            named = [gpus[int(entry)]]
+        if len(named) != 1 or named[0] in shown:
+            break
+        shown.append(named[0])
+    return shown
+
+
 def _first_error(exc: ValidationError) -> str:
     """One line for the first problem: the setting's dotted name and pydantic's message."""
     err = exc.errors()[0]
@@ -497,7 +541,17 @@ def load_config(
     simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
     local = kind == "local" and not simulated
     gpus = section.get("gpus") if isinstance(section, dict) and local else None
-    raw["workers"] = _worker_count(raw.get("workers", "auto"), local=local, gpus=gpus)
+    found = 0
+    if local and gpus is None and (section is None or isinstance(section, dict)):
+        # The one place found GPUs become cluster.gpus: the workers are then pinned one per GPU
+        # exactly as with a cluster.gpus given (`--cluster-opt gpus=0` keeps a run on the CPUs).
+        found = visible_gpus()
+        if found:
+            gpus = found
+            raw["cluster"] = {**(section or {}), "gpus": found}
+    raw["workers"] = _worker_count(
+        raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0
+    )
     validity = raw.get("validity")
     if isinstance(validity, dict) and "min_budget" in validity:
         try:
@@ -539,10 +593,11 @@ def _budget_seconds(value: Any) -> float:
     return seconds
 
 
-def _worker_count(value: Any, local: bool = True, gpus: Any = None) -> int:
-    """Workers for the local machine: 'auto' is one per core (one per GPU with cluster.gpus); more
-    than the cores, or than the GPUs, is refused. On a job queue the machine is the cluster: any
-    count goes, and 'auto' means one worker."""
+def _worker_count(value: Any, local: bool = True, gpus: Any = None, found: bool = False) -> int:
+    """Workers for the local machine: 'auto' is one per core, or one per GPU with cluster.gpus
+    (given, or `found` on this machine by `visible_gpus`); more than the cores, or than the GPUs,
+    is refused. On a job queue the machine is the cluster and its GPUs are on the nodes, not here:
+    any count goes, and 'auto' means one worker (one job: cluster.gpus workers with GPUs)."""
     cores = machine_cores()
     try:
         gpus = int(gpus or 0)
@@ -557,9 +612,11 @@ def _worker_count(value: Any, local: bool = True, gpus: Any = None) -> int:
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
     if local and gpus > 0 and count > gpus:
+        where = f"the {gpus} GPUs nvidia-smi lists" if found else f"cluster.gpus {gpus}"
         raise UserError(
-            f"--workers {count} is more than cluster.gpus {gpus}: a local run has one worker per GPU; "
+            f"--workers {count} is more than {where}: a local run has one worker per GPU; "
             f"use --workers {gpus} or fewer"
+            + (" (or --cluster-opt gpus=0 to train on the CPUs)" if found else "")
         )
     if local and count > cores:
         raise UserError(

@@ -1,5 +1,7 @@
 """The system description (aiperf.system.description): what a node says of itself, grouped by host into
-nodes in MLPerf's fields; and how the report shows it and the search tree."""
+nodes in MLPerf's fields, its GPUs as nvidia-smi describes them (a stand-in nvidia-smi on PATH
+prints what an 8-GPU NVLink node and a 2-GPU PCIe node print); and how the report shows it and
+the search tree."""
 
 from __future__ import annotations
 
@@ -7,11 +9,21 @@ import socket
 from datetime import UTC, datetime, timedelta
 
 import psutil
+import pytest
+from nvidia_smi_samples import (
+    H100_NODE,
+    L40S_NODE,
+    NO_DRIVER,
+    calls,
+    put_first_on_path,
+    stand_in,
+)
 
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_svg
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
+from aiperf.system import accelerators
 from aiperf.system import description as system_description
 from aiperf.system.fingerprint import cpu_model
 
@@ -179,12 +191,22 @@ def test_the_system_section_shows_the_nodes():
 
 
 def test_accelerators_as_nvidia_smi_lists_them():
-    gpus = system_description.parse_gpus(
-        "NVIDIA H200, 143771\nNVIDIA H200, 143771\nSome Board, [N/A]\n\n"
+    gpus = accelerators.parse_gpus(
+        "NVIDIA H200, 143771, 570.124.06\nNVIDIA H200, 143771, 570.124.06\nSome Board, [N/A], 570.124.06\n\n",
+        cuda_version="12.8",
     )
-    assert gpus == [{"model": "NVIDIA H200", "memory_bytes": 143771 * 2**20}] * 2 + [
-        {"model": "Some Board", "memory_bytes": None}
+    h200 = {"model": "NVIDIA H200", "memory_bytes": 143771 * 2**20}
+    versions = {"driver_version": "570.124.06", "cuda_version": "12.8"}
+    assert gpus == [
+        {"index": 0, **h200, **versions},
+        {"index": 1, **h200, **versions},
+        {"index": 2, "model": "Some Board", "memory_bytes": None, **versions},
     ]
+    older = accelerators.parse_gpus("NVIDIA H200, 143771\nTesla K80, Rev 2, 11441")
+    assert [(g["model"], g["memory_bytes"], g["driver_version"]) for g in older] == [
+        ("NVIDIA H200", 143771 * 2**20, None),
+        ("Tesla K80, Rev 2", 11441 * 2**20, None),
+    ], "without the driver field, a comma in a name stays in the name"
     node = _node(
         "g",
         accelerators=gpus[:2],
@@ -197,6 +219,75 @@ def test_accelerators_as_nvidia_smi_lists_them():
         2,
         "NVIDIA H200",
     )
+
+
+def test_the_cuda_version_is_read_from_the_header():
+    assert accelerators.parse_cuda_version(H100_NODE["header"]) == "12.4"
+    assert accelerators.parse_cuda_version(L40S_NODE["header"]) == "12.2"
+    assert (
+        accelerators.parse_cuda_version("Driver Version : 580.65.06\nCUDA Version : 13.0")
+        == "13.0"
+    )
+    assert accelerators.parse_cuda_version(NO_DRIVER) is None
+
+
+def test_the_links_between_gpus_are_read_from_the_topology_matrix():
+    nvlink = accelerators.parse_topology(H100_NODE["topo"])
+    assert len(nvlink) == 28 and nvlink[0] == {"a": 0, "b": 1, "link": "NV18"}
+    assert {p["link"] for p in nvlink} == {"NV18"}, "NIC columns and affinities left out"
+    assert all(p["a"] < p["b"] <= 7 for p in nvlink)
+    assert accelerators.summarise_links(nvlink) == "NVLink (NV18)"
+    pcie = accelerators.parse_topology(L40S_NODE["topo"])
+    assert pcie == [{"a": 0, "b": 1, "link": "SYS"}]
+    assert accelerators.summarise_links(pcie) == "PCIe (SYS)"
+    mixed = [{"a": 0, "b": 1, "link": "NV4"}, {"a": 0, "b": 2, "link": "SYS"}]
+    mixed += [{"a": 1, "b": 2, "link": "PHB"}, {"a": 2, "b": 3, "link": "NV12"}]
+    assert accelerators.summarise_links(mixed) == "NVLink (NV4, NV12); PCIe (PHB, SYS)"
+    coloured = "\x1b[4m" + L40S_NODE["topo"].replace("GPU1\t", "\x1b[0mGPU1\t", 1)
+    assert accelerators.parse_topology(coloured) == pcie
+    assert accelerators.parse_topology("") == [] and accelerators.summarise_links([]) is None
+
+
+@pytest.mark.parametrize(
+    ("sample", "count", "interconnect", "driver", "cuda"),
+    [
+        (H100_NODE, 8, "NVLink (NV18)", "550.54.15", "12.4"),
+        (L40S_NODE, 2, "PCIe (SYS)", "535.161.08", "12.2"),
+    ],
+)
+def test_a_gpu_node_describes_each_gpu_and_their_links(
+    tmp_path, monkeypatch, sample, count, interconnect, driver, cuda
+):
+    put_first_on_path(monkeypatch, stand_in(tmp_path / "bin", sample))
+    node = system_description.describe_node()
+    assert node["accelerators_per_node"] == len(node["accelerators"]) == count
+    assert [g["index"] for g in node["accelerators"]] == list(range(count))
+    assert {(g["driver_version"], g["cuda_version"]) for g in node["accelerators"]} == {
+        (driver, cuda)
+    }
+    assert node["accelerator_interconnect"] == interconnect
+    assert len(node["accelerator_links"]) == count * (count - 1) // 2
+    assert (node["cuda_driver_version"], node["cuda_version"]) == (driver, cuda)
+    described = system_description.describe_system({"w": node})
+    assert described["accelerator_interconnect"] == interconnect
+    assert (described["cuda_driver_version"], described["cuda_version"]) == (driver, cuda)
+
+
+def test_a_node_without_gpus_spawns_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    def spawn(*args, **kwargs):
+        raise AssertionError(f"spawned {args}")
+
+    monkeypatch.setattr(accelerators.subprocess, "run", spawn)
+    node = system_description.describe_node()
+    assert node["accelerators"] == [] and node["accelerators_per_node"] == 0
+    assert (node["accelerator_interconnect"], node["cuda_version"]) == ("n/a", "n/a")
+    failing = stand_in(tmp_path / "failing", fail=True)
+    monkeypatch.undo()
+    put_first_on_path(monkeypatch, failing)
+    assert system_description.describe_node()["accelerators"] == []
+    assert calls(failing) == [f"--query-gpu={accelerators.QUERY} --format=csv,noheader,nounits"]
 
 
 def test_the_description_is_stored_with_the_run(db_url):

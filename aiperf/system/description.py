@@ -3,8 +3,9 @@
 The fingerprint (aiperf.system.fingerprint) is the submitting host, where the flow runs; the work runs on the
 workers, which on a job queue are other machines. So `describe_node` runs on every Dask worker once
 the workers are up (`collect`: client.run), and `describe_system` groups what they say by host into
-nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count and memory,
-the interconnect where it can be read, the OS, Python, framework versions and Keras backend, and
+nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count, memory,
+driver and CUDA version and the links between them (aiperf.system.accelerators), the network
+interconnect where it can be read, the OS, Python, framework versions and Keras backend, and
 the batch job each worker is. Stored with the run (runs.system_description), written as
 system_description.json in the run's folder, and shown in the report.
 
@@ -16,15 +17,14 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import socket
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from aiperf.system import accelerators
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
@@ -52,37 +52,6 @@ def _sockets() -> int:
     except OSError:
         ids = set()
     return max(1, len(ids))
-
-
-def _accelerators() -> list[dict[str, Any]]:
-    """Each GPU as nvidia-smi lists it: model and memory; none without the tool."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return parse_gpus(out)
-
-
-def parse_gpus(csv: str) -> list[dict[str, Any]]:
-    """nvidia-smi's `name,memory.total` lines (csv, noheader, nounits: MiB) as accelerators."""
-    gpus = []
-    for line in csv.splitlines():
-        name, _, memory = line.rpartition(",")
-        if name.strip():
-            mib = memory.strip()
-            size = (
-                int(float(mib)) * 2**20 if mib.replace(".", "").isdigit() else None
-            )  # "[N/A]" on some boards
-            gpus.append({"model": name.strip(), "memory_bytes": size})
-    return gpus
 
 
 def _read(path: Path) -> str | None:
@@ -161,7 +130,8 @@ def describe_node() -> dict[str, Any]:
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
     sockets = _sockets()
-    gpus = _accelerators()
+    found = accelerators.describe()
+    gpus = found["gpus"]
     return {
         "hostname": socket.gethostname(),
         "host_processor_model_name": cpu_model(),
@@ -183,6 +153,10 @@ def describe_node() -> dict[str, Any]:
         )
         or "n/a",
         "accelerators": gpus,
+        "accelerator_interconnect": found["interconnect"] or "n/a",
+        "accelerator_links": found["links"],
+        "cuda_driver_version": _joined(g["driver_version"] for g in gpus),
+        "cuda_version": _joined(g["cuda_version"] for g in gpus),
         "host_networking": _interconnect(),
         "operating_system": _operating_system(),
         "python_version": platform.python_version(),
@@ -192,6 +166,11 @@ def describe_node() -> dict[str, Any]:
         "keras_backend": keras_backend(),
         "job": _job(),
     }
+
+
+def _joined(values: Iterable[str | None]) -> str:
+    """A node's distinct values of one accelerator field, "n/a" where none says."""
+    return ", ".join(sorted({v for v in values if v})) or "n/a"
 
 
 def collect(client: Any) -> dict[str, dict[str, Any]]:
@@ -246,6 +225,11 @@ def describe_system(
         "accelerator_memory_capacity": _summary(
             [n["accelerator_memory_capacity"] for n in listed]
         ),
+        "accelerator_interconnect": _summary(
+            [n.get("accelerator_interconnect", "n/a") for n in listed]
+        ),
+        "cuda_driver_version": _summary([n.get("cuda_driver_version", "n/a") for n in listed]),
+        "cuda_version": _summary([n.get("cuda_version", "n/a") for n in listed]),
         "host_networking": _summary(
             [", ".join(_link(link) for link in n["host_networking"]) or "unknown" for n in listed]
         ),
