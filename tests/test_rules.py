@@ -26,14 +26,15 @@ INFLATION = {
 
 
 def test_every_packaged_profile_names_a_ruleset_that_judges_it():
-    ruleset = load_ruleset(DEFAULT_RULESET)
-    assert ruleset.name == "aiperf-rules-1.0"
+    assert load_ruleset(DEFAULT_RULESET).name == "aiperf-rules-1.0"
     for profile in available_profiles():
         config = load_config(
             profile,
             workers=1,
             overrides={"data.source": "/data"} if profile == "imagenet" else None,
         )
+        assert config.ruleset is not None
+        ruleset = load_ruleset(config.ruleset)
         rules = ruleset.for_profile(profile)
         assert config.ruleset == ruleset.name
         assert (config.validity.min_budget_s, config.validity.accuracy_floor) == (

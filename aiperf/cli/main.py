@@ -25,6 +25,7 @@ from aiperf.cli.common import console, db_option, err, fail, open_existing
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
+from aiperf.cli.rules import rules
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.urls import DEFAULT_DB_URL, database_url, safe_url
@@ -571,6 +572,7 @@ app.command("stage")(stage)
 app.command("history")(history)
 app.command("compare")(compare)
 app.command("report")(report)
+app.command("rules")(rules)
 
 
 def main() -> None:

@@ -5,6 +5,9 @@ The division is decided from the effective config alone, whatever path a change 
 profile as it would run with this run's settable settings (where and how long). Equal: closed,
 judged by the packaged ruleset. Anything else: open, with each difference listed.
 
+A run is judged by the ruleset it recorded (its config's `ruleset`), not by the one its profile
+names today: a new version changes what new runs are judged by, never an earlier run's verdict.
+
 The ruleset's choices (train.precision, train.backend, train.jit_compile) may differ from the
 packaged profile's in a closed run, but only among the values the ruleset lists; another value makes
 the run open, the reason named.
@@ -21,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from aiperf.config import CUSTOM_PREFIX, BenchmarkConfig, load_config
+from aiperf.config import CUSTOM_PREFIX, BenchmarkConfig, ValidityConfig, load_config
 from aiperf.errors import UserError
 from aiperf.rules import DEFAULT_RULESET, Ruleset, load_ruleset
 
@@ -92,11 +95,23 @@ def packaged_equivalent(config: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkC
     synthetic profile has none): its packaged equivalent then keeps the profile's own data section,
     and the run is open by the kind it changed."""
     try:
-        return _packaged(config, ruleset, ruleset.settable)
+        packaged = _packaged(config, ruleset, ruleset.settable)
     except UserError:
-        return _packaged(
+        packaged = _packaged(
             config, ruleset, tuple(s for s in ruleset.settable if not s.startswith("data."))
         )
+    return as_judged_by(packaged, ruleset)
+
+
+def as_judged_by(packaged: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkConfig:
+    """The packaged profile under `ruleset`, the version its run recorded: its name and its figures
+    for the profile. A profile that names a newer version today (imagenet: aiperf-rules-1.1) still
+    judges a run recorded under an earlier one by that one, as it was judged when it ran."""
+    if packaged.ruleset == ruleset.name:
+        return packaged
+    rules = ruleset.for_profile(packaged.profile)
+    validity = ValidityConfig(min_budget_s=rules.min_budget_s, accuracy_floor=rules.accuracy_floor)
+    return packaged.model_copy(update={"ruleset": ruleset.name, "validity": validity})
 
 
 def _packaged(

@@ -1,9 +1,10 @@
 """Rules as versioned data: what a closed-division run may change, and what makes a result valid.
 
-A ruleset is a YAML file beside this module (aiperf-rules-1.0.yaml). Every packaged profile names
-the ruleset it is judged by; the ruleset's id and version are stored with every run and score, so
-a result says which rules it met, and results of different rulesets are never compared. A new
-rule or a changed figure is a new file and a new version, never an edit of a published one.
+A ruleset is a YAML file beside this module (aiperf-rules-1.0.yaml, aiperf-rules-1.1.yaml). Every
+packaged profile names the ruleset it is judged by; the ruleset's id and version are stored with
+every run and score, so a result says which rules it met, and results of different rulesets are
+never compared. A new rule or a changed figure is a new file and a new version, never an edit of a
+published one: a run is judged by the version it recorded, whichever its profile names today.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import yaml
 from aiperf.errors import UserError
 from aiperf.units import parse_duration
 
+# The ruleset of a config that names none (a profile file's): such a run is open and judged by its own
+# settings; this ruleset only says which settings its workload hash leaves out.
 DEFAULT_RULESET = "aiperf-rules-1.0"
 
 

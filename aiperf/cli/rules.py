@@ -1,0 +1,115 @@
+"""`aiperf rules PROFILE [--json]`: what a closed, valid result of a packaged profile needs.
+
+A site reads it before it spends a night on a run: the ruleset the profile is judged by, its minimum
+budget, accuracy floor and seed network, the precisions and other choices a closed run may make,
+what it may change freely, and the convention and trainer a valid result needs. It reads the
+profile's YAML and its ruleset only, so it imports no framework and answers at once. Registered by
+aiperf/cli/main.py with `app.command("rules")(rules)`; an unknown profile is one line and exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from importlib import resources
+from typing import Any
+
+import typer
+import yaml
+
+from aiperf.cli.common import fail
+
+WIDTH = 80
+LABEL = 19  # the label column; the value wraps in the rest
+
+
+def rules(
+    profile: str = typer.Argument(
+        ..., help="A packaged profile: quick, nightly, digits or imagenet."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="One JSON object, its keys as docs/rules.md lists them."
+    ),
+) -> None:
+    """What a closed result of PROFILE requires and allows, by the ruleset the profile names."""
+    from aiperf.rules import load_ruleset
+    from aiperf.rules.requirements import closed_requirements
+
+    required = closed_requirements(load_ruleset(packaged_ruleset(profile)), profile)
+    if json_output:
+        typer.echo(json.dumps(required, indent=2))
+        return
+    for line in plain(required):
+        typer.echo(line)
+
+
+def packaged_ruleset(profile: str) -> str:
+    """The ruleset a packaged profile names (its `ruleset:` line), or a one-line error."""
+    from aiperf.config import available_profiles
+
+    known = available_profiles()
+    if profile not in known:
+        raise fail(
+            f"unknown profile {profile!r}; aiperf rules takes a packaged profile: "
+            f"{', '.join(known)} (a profile file's results are always in the open division)"
+        )
+    raw = yaml.safe_load((resources.files("aiperf") / "profiles" / f"{profile}.yaml").read_text())
+    return str(raw["ruleset"])
+
+
+def duration(seconds: float) -> str:
+    """3600 -> 1h, 90 -> 1m30s: as a profile's budget is written."""
+    whole = int(seconds)
+    if whole != seconds or whole == 0:
+        return f"{seconds:g}s"
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    return "".join(parts)
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def plain(required: dict[str, Any]) -> list[str]:
+    """The requirements as lines of at most WIDTH characters: a label, then its value."""
+    settable = [
+        f"{s}.*" if s == "cluster" else s
+        for s in required["settable"]
+        if s != "budget_s"  # shown with the minimum budget
+    ]
+    rows = [
+        (
+            "budget",
+            f"--budget {duration(required['min_budget_s'])} "
+            f"({required['min_budget_s']:g} s) or longer",
+        ),
+        (
+            "accuracy floor",
+            f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
+        ),
+        ("seed network", required["seed_architecture"]),
+        ("train.precision", ", ".join(required["precisions"])),
+        *(
+            (dotted, ", ".join(_shown(v) for v in values))
+            for dotted, values in required["choices"].items()
+        ),
+        ("may also change", ", ".join(settable)),
+        ("convention", f"{required['convention']} (operations counted as docs/flops.md says)"),
+        ("trainer", f"{required['trainer']} (models really trained)"),
+    ]
+    lines = [f"A closed {required['profile']} result, by {required['ruleset']}:"]
+    for label, value in rows:
+        wrapped = textwrap.wrap(str(value), WIDTH - LABEL - 2) or [""]
+        lines.append(f"  {label:<{LABEL}}{wrapped[0]}".rstrip())
+        lines.extend(f"  {'':<{LABEL}}{more}" for more in wrapped[1:])
+    lines += textwrap.wrap(
+        f"Any other change from aiperf/profiles/{required['profile']}.yaml (--set data.*, "
+        "search.*, train.* but the choices above, validity.*, --seed) makes the result open.",
+        WIDTH,
+    )
+    return lines

@@ -1,0 +1,40 @@
+"""What a closed result of one packaged profile requires and allows, as plain data.
+
+`aiperf rules PROFILE` shows it so that a site knows, before it spends a night, whether the run it
+plans can be closed and valid. It is read from the ruleset alone (no framework, no config
+validation), and its keys are a stable interface (`--json`, docs/rules.md): a key is added, never
+renamed or removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiperf.rules import Ruleset
+
+PRECISION = "train.precision"
+
+
+def closed_requirements(ruleset: Ruleset, profile: str) -> dict[str, Any]:
+    """The profile's figures under `ruleset`, its closed choices and what a valid result needs.
+
+    `precisions` is the closed choice of train.precision; `choices` holds every other closed choice
+    (train.backend, train.jit_compile) by its dotted name; `settable` lists what a closed run may
+    change freely (a section name covers its keys)."""
+    rules = ruleset.for_profile(profile)
+    return {
+        "profile": profile,
+        "ruleset": ruleset.name,
+        "min_budget_s": rules.min_budget_s,
+        "accuracy_floor": rules.accuracy_floor,
+        "seed_architecture": rules.seed_architecture,
+        "precisions": list(ruleset.precisions),
+        "choices": {
+            dotted: list(values)
+            for dotted, values in sorted(ruleset.choices.items())
+            if dotted != PRECISION
+        },
+        "settable": list(ruleset.settable),
+        "convention": ruleset.convention,
+        "trainer": ruleset.trainer,
+    }
