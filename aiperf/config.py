@@ -58,23 +58,25 @@ DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten
 class DataConfig(_Strict):
     """The data a run trains on (see aiperf/data/). Kinds: `synthetic` (generated from the seed),
     `folder` (ROOT/train/<class>/* and ROOT/val/<class>/*, JPEG or PNG, converted to TFRecord
-    shards), `tfrecord` (shards in the usual ImageNet format) and `digits` (scikit-learn's
-    digits, real images that ship with the package)."""
+    shards), `tfrecord` (shards in the usual ImageNet format), `digits` (scikit-learn's
+    digits, real images that ship with the package) and `generated-imagenet` (JPEG-encoded
+    TFRecord shards in ImageNet's format generated from the seed, read as real ImageNet shards
+    are: an accelerator's input pipeline at work without ImageNet)."""
 
-    kind: Literal["synthetic", "folder", "tfrecord", "digits"] = "synthetic"
+    kind: Literal["synthetic", "folder", "tfrecord", "digits", "generated-imagenet"] = "synthetic"
     source: str | None = None  # folder or tfrecord: where the user's data is
-    stage_to: str | None = None  # node-local folder on every worker to copy the shards to
+    stage_to: str | None = None  # node-local folder: one copy of the shards on every node
     image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
     channels: int = Field(3, ge=1, le=4)
-    classes: int = Field(10, ge=2)  # synthetic: classes made; tfrecord: labels must be in range
-    train_samples: int = Field(3000, ge=16)  # synthetic and digits only
-    val_samples: int = Field(1000, ge=8)  # synthetic and digits only
-    noise: float = Field(0.6, ge=0.0)  # synthetic: pixel noise relative to the class pattern
+    classes: int = Field(10, ge=2)  # generated: classes made; tfrecord: labels must be in range
+    train_samples: int = Field(3000, ge=16)  # generated (synthetic, generated-imagenet), digits
+    val_samples: int = Field(1000, ge=8)  # generated (synthetic, generated-imagenet), digits
+    noise: float = Field(0.6, ge=0.0)  # generated: pixel noise relative to the class pattern
     clutter: float = Field(
         0.0, ge=0.0
     )  # synthetic: a random smooth pattern per image, unrelated to its class
-    label_noise: float = Field(0.05, ge=0.0, lt=1.0)
-    shard_images: int = Field(1024, ge=1)  # folder: images per TFRecord shard
+    label_noise: float = Field(0.05, ge=0.0, lt=1.0)  # generated: share of labels flipped
+    shard_images: int = Field(1024, ge=1)  # folder, generated-imagenet: images per TFRecord shard
     label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)
 
     @model_validator(mode="after")
@@ -88,10 +90,16 @@ class DataConfig(_Strict):
             raise PydanticCustomError(
                 "data", f"data.kind {self.kind} needs data.source: the path of {what}"
             )
-        if self.kind in ("synthetic", "digits") and self.source:
+        if self.kind in ("synthetic", "digits", "generated-imagenet") and self.source:
             raise PydanticCustomError(
                 "data",
                 f"data.source is only for kinds folder and tfrecord, not {self.kind}; remove it",
+            )
+        if self.kind == "generated-imagenet" and self.channels not in (1, 3):
+            raise PydanticCustomError(
+                "data",
+                f"data.channels {self.channels} cannot be a JPEG's; generated-imagenet makes "
+                "JPEGs of 3 channels (or 1, grey): set data.channels=3",
             )
         if self.kind == "digits" and self.train_samples + self.val_samples > DIGITS_IMAGES:
             raise PydanticCustomError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -250,3 +251,52 @@ def test_digits_are_real_images_split_by_seed(tmp_path):
         json.loads((Path(manifest.path) / MANIFEST_FILE).read_text())["source"]
         == "sklearn.datasets.load_digits"
     )
+
+
+def test_the_workers_of_one_node_share_one_verified_copy(tmp_path):
+    """Two Dask workers on this one machine are one node: one copy is made and verified, by
+    whichever worker takes the node's lock first; the other finds it verified and reuses it."""
+    from distributed import Client, LocalCluster
+
+    from aiperf.data.placement import LOCK_FILE, place_on_nodes
+
+    config = DataConfig(
+        kind="synthetic",
+        image_size=8,
+        train_samples=64,
+        val_samples=16,
+        stage_to=str(tmp_path / "node-local"),
+    )
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        workers = set(client.scheduler_info()["workers"])
+        placed = stage(config, 0, tmp_path / "out", client=client)
+        assert len(workers) == 2 and len(placed.copies) == 1, placed.copies
+        assert set(placed.copies) <= workers
+        copy = Path(placed.path)
+        assert list(placed.copies.values()) == [f"{socket.gethostname()}:{copy.parent}"]
+        assert sha256_file(copy) == placed.sha256 and (copy.parent / LOCK_FILE).is_file()
+
+        # What each worker did in one staging: exactly one copied and verified, the other reused.
+        files = [
+            {
+                "src": str(copy),
+                "file": "again.npz",
+                "sha256": placed.sha256,
+                "size_bytes": placed.size_bytes,
+            }
+        ]
+        dest = str(tmp_path / "node-local" / "again")
+        done = place_on_nodes(files, dest, None, client, "one-staging", placed.sha256)
+        assert set(done) == workers
+        assert sorted((r["made"], r["copied"]) for r in done.values()) == [(False, 0), (True, 1)]
+        assert all(r["path"] == dest for r in done.values())
+
+        # A copy that fails verification is made again by the next staging, still once per node.
+        copy.write_bytes(b"damaged")
+        again = stage(config, 0, tmp_path / "out", client=client)
+        assert len(again.copies) == 1 and sha256_file(copy) == placed.sha256

@@ -766,7 +766,8 @@ def test_node_local_staging_made_one_copy_on_each_node(two_node_run):
     )
     assert {_ip_of(worker) for worker in copies} == {n.address for n in run.nodes.nodes}
     for node in run.nodes.nodes:
-        files = [p for p in node.disk.rglob("*") if p.is_file()]
+        # The copy, beside its lock and marker (.copy.lock, .verified: placement's own files).
+        files = [p for p in node.disk.rglob("*") if p.is_file() and not p.name.startswith(".")]
         assert len(files) == 1, (node.name, files)
         assert hashlib.sha256(files[0].read_bytes()).hexdigest() == manifest["sha256"]
         assert Path(manifest["path"]) == run.nodes.stage_to / files[0].relative_to(node.disk)

@@ -44,7 +44,9 @@ class Manifest:
         default_factory=list
     )  # split, name, file, images, size_bytes, sha256
     stage_to: str | None = None  # node-local copy on every worker, when asked for
-    copies: dict[str, str] = field(default_factory=dict)  # worker -> verified copy
+    copies: dict[str, str] = field(
+        default_factory=dict
+    )  # one per node: the worker that made it -> "host:path"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

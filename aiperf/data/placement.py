@@ -1,14 +1,22 @@
 """Node-local copies: at scale every worker reads the shards from its own disk, not from the shared
-file system. Each worker copies the staged files to the same path on its node (`stage_to`), checks
-every checksum there, and skips files already present with the right checksum.
+file system. Each node gets one copy of the staged files at the same path (`stage_to`), checksums
+verified there, shared by every worker of that node.
 
-Staging copies onto every worker the cluster has; a worker that joins later (adaptive scaling, a
-job replaced at the end of its walltime) makes its copy when its first trial opens the data
-(`local_copy`), so trials always read node-local shards.
+Staging asks every worker of the cluster for its node's copy. The workers of one node take turns
+on a file lock beside the copy (flock, local to the node, and released if its holder dies): the
+first to hold it in a staging copies and verifies every checksum (re-copying any file whose
+checksum does not match), then records that staging's token in the copy's marker; the others
+find the token there and reuse the copy without reading it again. One copy per node, verified
+once per staging, whatever the number of workers per node (one per GPU, or per core).
+
+A worker that joins later (adaptive scaling, a job replaced at the end of its walltime) makes its
+node's copy when its first trial opens the data (`local_copy`), under the same lock, so trials
+always read node-local shards.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -22,13 +30,19 @@ from aiperf.data.manifest import (
     shard_path,
     write_json_atomic,
 )
+from aiperf.paths import held
+
+LOCK_FILE = ".copy.lock"  # in the copy's folder: the workers of a node take turns on it
+MARKER_FILE = ".verified"  # in the copy's folder: the staging that last verified it
+COPY_ATTEMPTS = 2  # a copy whose checksum does not match is copied once more before it fails
 
 
 def copy_verified(
     files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """Runs on a worker: copy each {src, file, sha256, size_bytes} into dest, verify, then write
-    the copy's manifest.json (last, so a half-made copy is never read)."""
+    """Copy each {src, file, sha256, size_bytes} into dest, verify, then write the copy's
+    manifest.json (last, so a half-made copy is never read). A file already there with the right
+    checksum is kept; one with another is copied again. Call it with the node's lock held."""
     target_dir = Path(dest)
     target_dir.mkdir(parents=True, exist_ok=True)
     copied = skipped = 0
@@ -41,18 +55,7 @@ def copy_verified(
         ):
             skipped += 1
             continue
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        try:
-            shutil.copyfile(entry["src"], tmp)
-            found = sha256_file(tmp)
-            if found != entry["sha256"]:
-                raise OSError(
-                    f"the copy of {entry['src']} in {target_dir} on {socket.gethostname()} has "
-                    f"checksum {found[:12]}, not {entry['sha256'][:12]}; check the disk and stage again"
-                )
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        _copy_checked(entry, target)
         copied += 1
     if manifest is not None:
         write_json_atomic(target_dir / MANIFEST_FILE, manifest)
@@ -64,13 +67,75 @@ def copy_verified(
     }
 
 
-def place_everywhere(
-    files: list[dict[str, Any]], dest: str, manifest: dict[str, Any] | None, client: Any | None
+def _copy_checked(entry: dict[str, Any], target: Path) -> None:
+    """One file into place through a temporary name, its checksum checked before the rename. A
+    mismatch (a flaky read of the shared file system) is copied again; a second one fails."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        for attempt in range(1, COPY_ATTEMPTS + 1):
+            shutil.copyfile(entry["src"], tmp)
+            found = sha256_file(tmp)
+            if found == entry["sha256"]:
+                os.replace(tmp, target)
+                return
+            if attempt == COPY_ATTEMPTS:
+                raise OSError(
+                    f"the copy of {entry['src']} in {target.parent} on {socket.gethostname()} has "
+                    f"checksum {found[:12]}, not {entry['sha256'][:12]}, {attempt} times; check "
+                    "the disk and stage again"
+                )
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _marker(dest: Path) -> dict[str, Any]:
+    try:
+        return json.loads((dest / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def node_copy(
+    files: list[dict[str, Any]],
+    dest: str,
+    manifest: dict[str, Any] | None,
+    token: str,
+    digest: str,
+) -> dict[str, Any]:
+    """Runs on a worker: its node's copy for the staging `token` of the dataset `digest`. The first
+    worker of the node to hold the lock in this staging copies and verifies (`made` True); the others
+    find the staging's token in the marker and reuse that copy (`made` False)."""
+    folder = Path(dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    with held(folder / LOCK_FILE):
+        marker = _marker(folder)
+        if marker.get("token") == token and marker.get("sha256") == digest:
+            return {
+                "host": socket.gethostname(),
+                "path": str(folder),
+                "copied": 0,
+                "skipped": len(files),
+                "made": False,
+            }
+        (folder / MARKER_FILE).unlink(missing_ok=True)  # not verified until every file is
+        done = copy_verified(files, dest, manifest)
+        write_json_atomic(folder / MARKER_FILE, {"token": token, "sha256": digest})
+    return {**done, "made": True}
+
+
+def place_on_nodes(
+    files: list[dict[str, Any]],
+    dest: str,
+    manifest: dict[str, Any] | None,
+    client: Any | None,
+    token: str,
+    digest: str,
 ) -> dict[str, dict[str, Any]]:
-    """Copy on every worker of the Dask client (or here, without one): worker -> what it did."""
+    """Every worker of the Dask client (or this process, without one) gets its node's copy:
+    worker -> what it did. Exactly one worker per node has `made` True."""
     if client is None:
-        return {"local": copy_verified(files, dest, manifest)}
-    return client.run(copy_verified, files, dest, manifest)
+        return {"local": node_copy(files, dest, manifest, token, digest)}
+    return client.run(node_copy, files, dest, manifest, token, digest)
 
 
 def copy_plan(
@@ -102,8 +167,16 @@ def local_copy(shared: str) -> str:
     if not manifest.get("stage_to"):
         return shared
     dest, files, local = copy_plan(shared, manifest)
-    marker = Path(dest) / MANIFEST_FILE
-    if marker.is_file() and read_manifest(dest).get("sha256") == manifest["sha256"]:
+    folder = Path(dest)
+
+    def current() -> bool:
+        marker = folder / MANIFEST_FILE
+        return marker.is_file() and read_manifest(dest).get("sha256") == manifest["sha256"]
+
+    if current():  # the staging made it: no lock to wait for
         return dest
-    copy_verified(files, dest, local)
+    folder.mkdir(parents=True, exist_ok=True)
+    with held(folder / LOCK_FILE):  # another worker of this node may be making it now
+        if not current():
+            copy_verified(files, dest, local)
     return dest

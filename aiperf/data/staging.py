@@ -6,13 +6,15 @@ One entry point, `stage(config.data, seed, folder, client=...)`, for every kind 
 - digits: scikit-learn's digits, split by the seed, written as TFRecord shards;
 - folder: an ImageNet-layout image folder, checked, then converted to TFRecord shards in
   parallel on the Dask workers (each shard's images are decode-checked where they are written);
-- tfrecord: ImageNet-format shards the user brought, each read and checked on the workers.
+- tfrecord: ImageNet-format shards the user brought, each read and checked on the workers;
+- generated-imagenet: JPEG-encoded TFRecord shards in ImageNet's format, generated from the seed
+  in parallel on the Dask workers (aiperf/data/generated.py).
 
 Work already done is skipped: a shard whose inputs and checksum match its stored record is not
-rewritten, a user shard with a known checksum is not decoded again. With `data.stage_to`, every
-worker then copies the shards to that node-local path and verifies their checksums there, and the
-trials read that copy. The staged folder's manifest.json is written last; without it a staged
-folder is unfinished and never read.
+rewritten, a user shard with a known checksum is not decoded again. With `data.stage_to`, each
+node then gets one copy of the shards at that node-local path, checksums verified there, shared by
+its workers, and the trials read that copy. The staged folder's manifest.json is written last;
+without it a staged folder is unfinished and never read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import lru_cache
@@ -84,6 +87,8 @@ def _stage(
         manifest = stage_digits(config, seed, folder)
     elif config.kind == "folder":
         manifest = stage_folder(config, folder, client, progress)
+    elif config.kind == "generated-imagenet":
+        manifest = stage_generated(config, seed, folder, client, progress)
     else:
         manifest = stage_tfrecord(config, folder, client, progress)
     if config.stage_to:
@@ -115,14 +120,19 @@ def preflight(config: DataConfig) -> None:
 # --- synthetic ---------------------------------------------------------------------------------
 
 
-def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
-    """Generate the profile's synthetic data into `folder` (once) and return its manifest."""
-    folder.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(
+def settings_key(config: DataConfig, seed: int) -> str:
+    """Generated data's identity: its settings (all but where it is copied) and the seed."""
+    return hashlib.sha256(
         json.dumps(
             {"data": config.model_dump(exclude={"stage_to"}), "seed": seed}, sort_keys=True
         ).encode()
     ).hexdigest()[:16]
+
+
+def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
+    """Generate the profile's synthetic data into `folder` (once) and return its manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = settings_key(config, seed)
     name = f"synthetic-{config.image_size}px-{config.classes}c-{key}"
     path = folder / f"{name}.npz"
     meta_path = folder / f"{name}.json"
@@ -305,6 +315,58 @@ def _intact(out: Path) -> Manifest | None:
     return Manifest.from_dict(data)
 
 
+# --- generated, ImageNet-shaped -----------------------------------------------------------------
+
+
+def stage_generated(
+    config: DataConfig, seed: int, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    """JPEG-encoded ImageNet-format shards generated from the settings and the seed, made on the
+    workers (aiperf/data/generated.py), kept in a folder named by both: a later staging of the
+    same settings and seed finds them, checks their checksums and makes only what is missing."""
+    from aiperf.data import generated
+    from aiperf.data.tfrecord import IMAGENET_LABEL_OFFSET
+
+    key = settings_key(config, seed)
+    name = f"generated-imagenet-{config.image_size}px-{config.classes}c-{key}"
+    out = folder / name
+    existing = _intact(out)
+    if existing is not None:
+        return existing
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = generated.plan(
+        out,
+        key,
+        seed,
+        train_samples=config.train_samples,
+        val_samples=config.val_samples,
+        image_size=config.image_size,
+        channels=config.channels,
+        classes=config.classes,
+        shard_images=config.shard_images,
+        noise=config.noise,
+        label_noise=config.label_noise,
+    )
+    shards, _problems = _collect(
+        _run(client, generated.generate_shard, tasks),
+        config.train_samples + config.val_samples,
+        lambda r: int(r["images"]),
+        "generating JPEG shards",
+        progress,
+    )
+    return _sharded_manifest(
+        config=config,
+        name=name,
+        kind="generated-imagenet",
+        out=out,
+        source=f"aiperf.data.generated, seed {seed}",
+        class_names=generated.class_names(config.classes),
+        shards=shards,
+        label_offset=IMAGENET_LABEL_OFFSET,
+        preprocess="imagenet",
+    )
+
+
 # --- an ImageNet-layout image folder ------------------------------------------------------------
 
 
@@ -462,14 +524,17 @@ def stage_tfrecord(
 
 
 def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnProgress) -> Manifest:
-    """Copy the staged files to `stage_to/<name>` on every worker, checksums verified there.
+    """Copy the staged files to `stage_to/<name>` on every node, checksums verified there: one
+    copy per node, shared by its workers (placement.node_copy). `copies` names each node's copy
+    by the worker that made it: worker -> "host:path".
 
     Sharded data keeps its shared path in the manifest, which now names `stage_to`: trials open
-    the node-local copy (a worker that joins later makes its own; see placement.local_copy).
+    the node-local copy (a worker that joins later makes its node's; see placement.local_copy).
     An .npz (synthetic data) is small: its path becomes the node-local copy."""
-    from aiperf.data.placement import copy_plan, place_everywhere
+    from aiperf.data.placement import copy_plan, place_on_nodes
 
-    what = f"copying to {stage_to} on every worker"
+    token = uuid.uuid4().hex  # this staging: a node's copy is verified once in it
+    what = f"copying to {stage_to} on every node"
     if manifest.format == "npz":
         dest = str(Path(stage_to) / manifest.name)
         files = [
@@ -481,20 +546,23 @@ def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnPro
             }
         ]
         progress(0, len(files), what)
-        done = place_everywhere(files, dest, None, client)
+        done = place_on_nodes(files, dest, None, client, token, manifest.sha256)
         progress(len(files), len(files), what)
-        copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
         return replace(
             manifest,
             path=str(Path(dest) / Path(manifest.path).name),
             stage_to=stage_to,
-            copies=copies,
+            copies=_node_copies(done),
         )
     shared = replace(manifest, stage_to=stage_to)
     write_json_atomic(Path(manifest.path) / MANIFEST_FILE, shared.to_dict())
     dest, files, local = copy_plan(manifest.path, shared.to_dict())
     progress(0, len(files), what)
-    done = place_everywhere(files, dest, local, client)
+    done = place_on_nodes(files, dest, local, client, token, manifest.sha256)
     progress(len(files), len(files), what)
-    copies = {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items()}
-    return replace(shared, copies=copies)
+    return replace(shared, copies=_node_copies(done))
+
+
+def _node_copies(done: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """worker -> "host:path" for the worker that made (and verified) each node's copy."""
+    return {str(worker): f"{r['host']}:{r['path']}" for worker, r in done.items() if r["made"]}

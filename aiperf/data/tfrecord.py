@@ -83,17 +83,18 @@ def write_shard(path: Path, records: Iterable[bytes]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _sidecar(path: Path) -> Path:
+def sidecar(path: Path) -> Path:
+    """Where a shard's checksum and the digest of its inputs are kept: beside it."""
     return path.with_name(path.name + ".json")
 
 
-def _done_before(path: Path, input_digest: str) -> dict[str, Any] | None:
+def done_before(path: Path, input_digest: str) -> dict[str, Any] | None:
     """The stored result of an identical earlier conversion whose shard is still intact."""
-    sidecar = _sidecar(path)
-    if not (path.is_file() and sidecar.is_file()):
+    stored = sidecar(path)
+    if not (path.is_file() and stored.is_file()):
         return None
     try:
-        info = json.loads(sidecar.read_text())
+        info = json.loads(stored.read_text())
     except ValueError:
         return None
     if info.get("input_digest") != input_digest or info.get("size_bytes") != path.stat().st_size:
@@ -132,7 +133,7 @@ def convert_shard(task: ConvertTask) -> dict[str, Any]:
         digest.update(f"{rel}\0{label}\0{len(data)}\0".encode())
         digest.update(data)
     input_digest = digest.hexdigest()
-    done = _done_before(path, input_digest)
+    done = done_before(path, input_digest)
     if done is not None:
         return {**done, "problems": [], "skipped": True}
 
@@ -170,7 +171,7 @@ def convert_shard(task: ConvertTask) -> dict[str, Any]:
             str(k): v for k, v in sorted(Counter(label for _r, label, _d in contents).items())
         },
     }
-    write_json_atomic(_sidecar(path), info)
+    write_json_atomic(sidecar(path), info)
     return {**info, "problems": [], "skipped": False}
 
 
