@@ -52,7 +52,7 @@ def stage_dataset(
             logger.info("%s: %d of %d", what, done, total)
 
     manifest = run.stage_dataset(
-        config, run_id, scheduler_address, security, on_progress=log_progress
+        config, run_id, scheduler_address, security, on_progress=log_progress, logger=logger
     )
     logger.info(
         "staged %s (%d train, %d val images, sha256 %s)",

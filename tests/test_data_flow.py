@@ -1,6 +1,7 @@
 """End to end: a small ImageNet-layout folder of real JPEGs is staged by the benchmark flow on its
 Dask workers (converted to shards, copied node-local, checksums verified), a benchmark runs on
-it, and the run's records hold the dataset manifest."""
+it, and the run's records hold the dataset manifest and the staging's time, which `aiperf show`
+and the event log show beside the window."""
 
 from __future__ import annotations
 
@@ -62,12 +63,37 @@ def test_run_records_the_dataset_manifest(folder_run):
     ]
     assert all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in manifest["shards"])
     assert manifest["sha256"] == sha and name == manifest["name"]
-    # Copied node-local on both Dask workers (the trials read that copy), checksums verified there.
-    assert len(manifest["copies"]) == 2 and manifest["stage_to"] == str(folder / "node-local")
+    # Copied node-local once for the node of both Dask workers (the trials read that copy),
+    # checksums verified there.
+    assert len(manifest["copies"]) == 1 and manifest["stage_to"] == str(folder / "node-local")
     local = folder / "node-local" / name
     copy = json.loads((local / "manifest.json").read_text())
     assert copy["path"] == str(local) and copy["sha256"] == sha
     assert {s["name"] for s in copy["shards"]} == {s["name"] for s in manifest["shards"]}
+
+
+def test_the_staging_time_is_recorded_and_shown_beside_the_window(folder_run):
+    from typer.testing import CliRunner
+
+    from aiperf.cli.main import app
+    from aiperf.paths import event_log_path
+    from aiperf.results.mllog import STAGING_START, STAGING_STOP, read_events, read_run
+
+    result, folder = folder_run
+    db = f"sqlite:///{folder / 'aiperf.db'}"
+    with sqlite3.connect(folder / "aiperf.db") as sql:
+        (staging_s,) = sql.execute(
+            "SELECT staging_s FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
+    assert staging_s > 0
+    shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db])
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if "data staging" in line)
+    assert f"{staging_s:.1f} s" in line and "before the window" in line
+    log = event_log_path(str(folder / "out"), db, result["run_id"])
+    keys = [e.key for e in read_events(log)]
+    assert keys.index(STAGING_START) < keys.index(STAGING_STOP) < keys.index("search_start")
+    assert read_run(log).run.staging_s == staging_s
 
 
 def test_trials_trained_on_the_shards_with_exact_counts(folder_run):

@@ -34,6 +34,13 @@ def training_text(run: RunRecord) -> str:
     return f"{run.precision or '-'} on {run.backend or '-'}, jit_compile {jit}"
 
 
+def staging_text(run: RunRecord) -> str:
+    """The data's staging time, shown beside the window it precedes and is not part of."""
+    if run.staging_s is None:
+        return "not recorded"
+    return f"{run.staging_s:.1f} s, before the window (not in it)"
+
+
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
     """The figures of a scored run, with its division, rules and verification."""
     score = run.score
@@ -50,6 +57,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "training", "value": training_text(run)},
         {"figure": "budget", "value": f"{run.budget_s:g} s"},
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
+        {"figure": "data staging", "value": staging_text(run)},
         {
             "figure": "OPS (aiperf convention)",
             "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})",

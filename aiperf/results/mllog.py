@@ -11,9 +11,10 @@ milliseconds, and where a time enters the score its exact Unix seconds are in th
 `time_s`, so the score recomputed from the log equals the stored one to the last bit.
 
 What the log holds is enough, alone, to recompute and check the score (`aiperf verify --package`):
-the effective config, its ruleset and division, the system, the dataset's sizes, the timed window's
-segments, each trial's architecture, placement and operations per sample in both conventions,
-each epoch's samples, completeness and accuracy, each trial's end, the score and its verification.
+the effective config, its ruleset and division, the system, the dataset's sizes (and its staging
+time, outside the score), the timed window's segments, each trial's architecture, placement and
+operations per sample in both conventions, each epoch's samples, completeness and accuracy, each
+trial's end, the score and its verification.
 `rebuild` turns a log back into the records aiperf.results.verify checks (RunRecord, TrialRecord, ...).
 """
 
@@ -67,6 +68,9 @@ SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostnam
 SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
 RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks
 DATASET = "dataset"  # value: name, kind, sha256, train_samples, val_samples, classes
+# the data's staging, before the window and not in it (MLPerf HPC's keys)
+STAGING_START = "staging_start"  # INTERVAL_START; metadata: time_s
+STAGING_STOP = "staging_stop"  # INTERVAL_END; metadata: time_s, staging_s (wall seconds)
 # the timed window
 SEARCH_START = "search_start"  # INTERVAL_START; metadata: time_s, deadline_s
 SEARCH_STOP = (
@@ -106,6 +110,8 @@ KEYS = (
     SYSTEM_DESCRIPTION,
     RUN_RESOURCES,
     DATASET,
+    STAGING_START,
+    STAGING_STOP,
     SEARCH_START,
     SEARCH_STOP,
     TRIAL_START,
@@ -312,6 +318,13 @@ class EventLog:
             },
         )
 
+    def staging_started(self, started: float) -> None:
+        self.emit(STAGING_START, event_type=INTERVAL_START, at=started, time_s=started)
+
+    def staging_stopped(self, ended: float, seconds: float) -> None:
+        """The data is staged: `seconds` of wall time (a monotonic clock's, not ended - started)."""
+        self.emit(STAGING_STOP, event_type=INTERVAL_END, at=ended, time_s=ended, staging_s=seconds)
+
     def system_description(self, description: Mapping[str, Any]) -> None:
         self.emit(SYSTEM_DESCRIPTION, dict(description))
 
@@ -511,6 +524,7 @@ class _Rebuilder:
         self.trials: dict[str, dict[str, Any]] = {}
         self.epochs: dict[tuple[str, int], dict[str, Any]] = {}
         self.dataset: DatasetRecord | None = None
+        self.staging_s: float | None = None
         self.score: ScoreResult | None = None
         self.checks: tuple[CheckRecord, ...] | None = None
 
@@ -548,6 +562,8 @@ class _Rebuilder:
                 val_samples=_whole(value["val_samples"], "val_samples"),
                 classes=_whole(value["classes"], "classes"),
             )
+        elif e.key == STAGING_STOP:
+            self.staging_s = _number(md["staging_s"], "staging_s")
         elif e.key == SEARCH_START:
             self.segments.append(
                 {"started": _utc(md["time_s"]), "deadline": _utc(md["deadline_s"]), "ended": None}
@@ -703,6 +719,7 @@ class _Rebuilder:
             peak_flops=resources.get("peak_flops"),
             worker_peaks=tuple(resources.get("worker_peaks") or ()),
             system_description=description,
+            staging_s=self.staging_s,
         )
         return LoggedRun(run, self.dataset, ())
 

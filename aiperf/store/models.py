@@ -121,6 +121,9 @@ class Run(Base):
     system_description: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)"
     )
+    staging_s: Mapped[float | None] = mapped_column(
+        Float, doc="seconds the dataset took to stage, before and outside the timed window"
+    )
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
@@ -191,6 +194,13 @@ class Trial(Base):
     train_s: Mapped[float | None] = mapped_column(Float, doc="in training steps")
     evaluate_s: Mapped[float | None] = mapped_column(Float, doc="in evaluation steps")
     report_s: Mapped[float | None] = mapped_column(Float, doc="sending reports back")
+    devices: Mapped[int | None] = mapped_column(
+        Integer,
+        doc="devices the trial trained on, data-parallel (None: recorded before 0008, one)",
+    )
+    placement: Mapped[list[str] | None] = mapped_column(
+        JSON, doc="the devices, as the framework names them (e.g. ['cuda:0', 'cuda:1'])"
+    )
 
     run: Mapped[Run] = relationship(back_populates="trials")
     epochs: Mapped[list[Epoch]] = relationship(back_populates="trial", order_by="Epoch.epoch")

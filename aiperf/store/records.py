@@ -270,6 +270,7 @@ class RunRecord:
     peak_flops: float | None = None  # sum of the workers' measured peaks, FLOP/s: MFU's divisor
     worker_peaks: tuple[dict[str, Any], ...] = ()  # each worker's measured peak
     system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
+    staging_s: float | None = None  # the data's staging, before the window (None: not recorded)
 
     @property
     def verified(self) -> bool | None:

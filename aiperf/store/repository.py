@@ -473,6 +473,14 @@ class Store:
                 window.ended_at = utc(ended_at)
 
     @_retried
+    def record_staging(self, run_id: int, seconds: float) -> None:
+        """Wall seconds the run's data took to stage (validate, convert or generate, copy to the
+        nodes), before and outside its timed window, as MLPerf HPC times staging. A resumed run
+        stages again, and the latest staging stands."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").staging_s = float(seconds)
+
+    @_retried
     def save_system_description(self, run_id: int, description: dict[str, Any]) -> None:
         """The compute nodes as they described themselves (aiperf.system.description); a resumed run
         describes them again, and the latest description stands."""
@@ -1125,4 +1133,5 @@ def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
         peak_flops=run.peak_flops,
         worker_peaks=tuple(run.worker_peaks or ()),
         system_description=run.system_description,
+        staging_s=run.staging_s,
     )
