@@ -28,7 +28,7 @@ from pydantic import (
 
 from aiperf import settings
 from aiperf.errors import UserError
-from aiperf.rules import load_ruleset
+from aiperf.rules import AUTO_PRECISION, load_ruleset
 from aiperf.units import parse_duration
 from aiperf.urls import DEFAULT_DB_URL, withhold_password
 
@@ -125,6 +125,11 @@ class SpaceConfig(_Strict):
     learning_rate: tuple[float, float] = (0.001, 0.05)
     batch_size: list[int] = [32, 64, 128]
     dropout: list[float] = [0.0, 0.2, 0.4]
+    # AIPerf's per-device batch from the device's memory: on a run whose workers train on GPUs,
+    # batch_size becomes these times the smallest GPU's memory in whole GiB, resolved once before
+    # the first trial (aiperf.train.auto) and stored with the run; on CPUs batch_size stays as
+    # listed. None: batch_size as listed everywhere.
+    batch_per_gib: list[int] | None = None
 
     @field_validator("dropout")
     @classmethod
@@ -133,9 +138,13 @@ class SpaceConfig(_Strict):
             raise ValueError("must be a non-empty list of rates in [0, 1)")
         return values
 
-    @field_validator("blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size")
+    @field_validator(
+        "blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size", "batch_per_gib"
+    )
     @classmethod
-    def _positive_choices(cls, values: list[int]) -> list[int]:
+    def _positive_choices(cls, values: list[int] | None) -> list[int] | None:
+        if values is None:  # batch_per_gib unset
+            return None
         if not values or any(v <= 0 for v in values):
             raise ValueError("must be a non-empty list of positive integers")
         return values
@@ -251,10 +260,13 @@ class ClusterConfig(_Strict):
         return self
 
 
-Precision = Literal["float32", "mixed_bfloat16", "mixed_float16"]
+Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
 LrSchedule = Literal["constant", "cosine"]
-PRECISIONS: tuple[str, ...] = get_args(Precision)
+# train.precision auto: the fastest closed precision the workers' devices support, probed and
+# resolved once before the first trial (aiperf.train.auto); trials never see it.
+AUTO = AUTO_PRECISION
+PRECISIONS: tuple[str, ...] = tuple(p for p in get_args(Precision) if p != AUTO)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 _INSTALL = {
     "tensorflow": "tensorflow (or tensorflow-cpu)",
@@ -285,7 +297,9 @@ class TrainConfig(_Strict):
     # values a closed result may use). precision: Keras' dtype policy for every layer but the
     # softmax head (kept float32). jit_compile: model.compile(jit_compile=...), XLA on TensorFlow,
     # jax.jit on JAX (JAX without it runs op by op: slow). backend: the Keras backend each worker
-    # starts with (KERAS_BACKEND, set before the worker imports anything).
+    # starts with (KERAS_BACKEND, set before the worker imports anything). precision auto: the
+    # fastest of the ruleset's closed precisions that every worker's device supports, by the peak
+    # probe, recorded as the run's precision before its first trial (aiperf.train.auto).
     precision: Precision = "float32"
     jit_compile: bool = False
     backend: Backend = "tensorflow"

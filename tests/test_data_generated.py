@@ -5,6 +5,8 @@ shards. At a tiny size: 32 px, 4 classes, 64 training images."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -94,6 +96,32 @@ def test_cached_by_settings_and_seed_and_checked_by_checksum(generated):
     other = stage(TINY, 4, out)
     assert other.sha256 != manifest.sha256 and other.path != manifest.path
     assert Path(manifest.path).is_dir()
+
+
+def test_another_process_makes_the_same_shards(generated, tmp_path):
+    """Workers are other processes (other machines): the same settings and seed must give the same
+    checksums there, or a resumed run would not find the data it started on."""
+    from aiperf.data.staging import settings_key
+
+    _out, manifest = generated
+    code = (
+        "import sys; from pathlib import Path; from aiperf.data import generated; "
+        "from aiperf.config import DataConfig; "
+        "c = DataConfig.model_validate_json(sys.argv[1]); "
+        "tasks = generated.plan(Path(sys.argv[2]), sys.argv[3], 3, train_samples=c.train_samples, "
+        "val_samples=c.val_samples, image_size=c.image_size, channels=c.channels, "
+        "classes=c.classes, shard_images=c.shard_images, noise=c.noise, "
+        "label_noise=c.label_noise); "
+        "print(generated.generate_shard(tasks[-1])['sha256'])"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", code, TINY.model_dump_json(), str(tmp_path), settings_key(TINY, 3)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert made.stdout.split()[-1] == manifest.shards[-1]["sha256"]
 
 
 def test_the_feed_decodes_them_as_imagenet_shards(generated):

@@ -200,7 +200,9 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "settable",
         "convention",
         "trainer",
+        "batch_size",
     }, "the keys docs/rules.md documents"
+    assert shown["batch_size"] == {"per_gib": [12, 13, 14], "listed": [192, 208, 224]}
     assert shown["choices"] == {
         "train.backend": ["tensorflow", "jax", "torch"],
         "train.jit_compile": [False, True],

@@ -2,7 +2,8 @@
 
 A site reads it before it spends a night on a run: the ruleset the profile is judged by, its minimum
 budget, accuracy floor and seed network, the precisions and other choices a closed run may make,
-what it may change freely, and the convention and trainer a valid result needs. It reads the
+the batch sizes it trains with (per GiB of GPU memory where the profile says so), what it may
+change freely, and the convention and trainer a valid result needs. It reads the
 profile's YAML and its ruleset only, so it imports no framework and answers at once. Registered by
 aiperf/cli/main.py with `app.command("rules")(rules)`; an unknown profile is one line and exit
 status 2.
@@ -36,7 +37,9 @@ def rules(
     from aiperf.rules import load_ruleset
     from aiperf.rules.requirements import closed_requirements
 
-    required = closed_requirements(load_ruleset(packaged_ruleset(profile)), profile)
+    required = closed_requirements(
+        load_ruleset(packaged_ruleset(profile)), profile, packaged_space(profile)
+    )
     if json_output:
         typer.echo(json.dumps(required, indent=2))
         return
@@ -58,6 +61,15 @@ def packaged_ruleset(profile: str) -> str:
     return str(raw["ruleset"])
 
 
+def packaged_space(profile: str) -> dict[str, Any]:
+    """A packaged profile's search space with the defaults it leaves out (its batch sizes)."""
+    from aiperf.config import SpaceConfig
+
+    raw = yaml.safe_load((resources.files("aiperf") / "profiles" / f"{profile}.yaml").read_text())
+    space = (raw.get("search") or {}).get("space") or {}
+    return SpaceConfig.model_validate(space).model_dump(mode="json")
+
+
 def duration(seconds: float) -> str:
     """3600 -> 1h, 90 -> 1m30s: as a profile's budget is written."""
     whole = int(seconds)
@@ -73,6 +85,15 @@ def duration(seconds: float) -> str:
 
 def _shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _batch(batch: dict[str, Any]) -> str:
+    """The profile's batch sizes: per GiB of the smallest GPU, and its own list for CPUs."""
+    listed = ", ".join(str(b) for b in batch.get("listed") or ())
+    if not batch.get("per_gib"):
+        return listed
+    per_gib = ", ".join(str(m) for m in batch["per_gib"])
+    return f"{per_gib} x the smallest GPU's GiB per device; {listed} on CPUs"
 
 
 def plain(required: dict[str, Any]) -> list[str]:
@@ -93,7 +114,12 @@ def plain(required: dict[str, Any]) -> list[str]:
             f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
         ),
         ("seed network", required["seed_architecture"]),
-        ("train.precision", ", ".join(required["precisions"])),
+        (
+            "train.precision",
+            ", ".join(required["precisions"])
+            + ", or auto: the fastest of these every worker's device supports",
+        ),
+        ("batch size", _batch(required.get("batch_size") or {})),
         *(
             (dotted, ", ".join(_shown(v) for v in values))
             for dotted, values in required["choices"].items()

@@ -64,7 +64,10 @@ def example_bytes(
         "image/width": i(width),
         "image/channels": i(channels),
     }
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    # Deterministic: the features are a protobuf map, whose order otherwise varies between
+    # processes, so the same images would give shards of other checksums on another worker.
+    return example.SerializeToString(deterministic=True)
 
 
 def write_shard(path: Path, records: Iterable[bytes]) -> None:

@@ -1,9 +1,11 @@
 """One run of the benchmark, top to bottom:
 
     record   the system's fingerprint and the run (the database is created and migrated first)
-    start    the workers: a Dask cluster on this machine or batch jobs, framework warmed up, each
-             worker's peak matmul rate measured (MFU's divisor)
+    start    the workers: a Dask cluster on this machine or batch jobs
     stage    the dataset where every worker reads it, and its manifest recorded
+    prepare  framework warmed up, each worker's peak matmul rate measured (MFU's divisor), and
+             what the profile leaves to the devices resolved from the probe (aiperf.train.auto:
+             train.precision auto, search.space.batch_per_gib) and stored with the run
     search   every worker kept busy with trials until the deadline: the timed window
     score    OPS and the regulated score, from the records alone
     verify   the score recomputed from the records, nothing stored trusted (aiperf.results.verify)
@@ -32,7 +34,7 @@ from typing import Any
 
 from aiperf import paths, settings
 from aiperf.cluster import start_cluster, trial_resources
-from aiperf.config import BenchmarkConfig
+from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, preflight, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
@@ -408,6 +410,10 @@ def search_until_deadline(
         manifest = stages.stage_dataset(
             config, run_id, cluster.scheduler_address, cluster.security
         )
+        # Warm-up and peaks come before anything reads what the profile leaves to the devices
+        # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
+        # and the trials see the settings the run resolved from them.
+        config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
         describe_workers(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
@@ -429,11 +435,8 @@ def search_until_deadline(
         budget_s = (
             resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
         )
-        # The timed window opens once the workers are up and warm: the budget measures training,
-        # not start-up.
-        if config.train.trainer == "keras":
-            trials.client.run(warm_up)
-            measure_peaks(config, store, run_id, trials.client, logger)
+        # The timed window opens once the workers are up and warm (prepare_workers): the budget
+        # measures training, not start-up.
         started = time.time()
         deadline = started + budget_s
         store.start_search(run_id, started, deadline)
@@ -501,24 +504,49 @@ def describe_workers(
     return description
 
 
-def measure_peaks(
+def prepare_workers(
     config: BenchmarkConfig,
     store: Store,
     run_id: int,
     client: Any,
     logger: logging.Logger | logging.LoggerAdapter = log,
-) -> float | None:
-    """Every worker's peak (aiperf.train.peak), measured at once before the timed window in the
-    run's compute precision, and stored with the run: MFU's divisor is their sum. A probe that fails
-    costs the run its MFU, never the run."""
+    *,
+    resumed: bool = False,
+) -> BenchmarkConfig:
+    """Warm the workers up and probe their peaks (real trials only), resolve what the profile
+    leaves to the devices, and store the peaks in the resolved precision. Returns the config the
+    trials run with. Settings are resolved once, before the first trial: a resumed run whose trials
+    trained keeps the ones they trained with."""
+    peaks = None
+    if config.train.trainer == "keras":
+        client.run(warm_up)
+        peaks = probe_peaks(config, run_id, client, logger)
+    if not resumed or not store.get_run(run_id).trials:
+        config = resolve_settings(config, store, run_id, peaks, logger)
+    if peaks is not None:
+        record_peaks(config, store, run_id, peaks, logger)
+    return config
+
+
+def probe_peaks(
+    config: BenchmarkConfig,
+    run_id: int,
+    client: Any,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> list[dict[str, Any]] | None:
+    """Every worker's peak record (aiperf.train.worker.peak_on_worker), measured at once before the
+    timed window: in the run's precision, or with train.precision auto in each closed precision
+    its device supports. A probe that fails costs the run its MFU (and auto its choice: float32),
+    never the run."""
+    from aiperf.train.auto import allowed_precisions
     from aiperf.train.peak import compute_dtype, peak_seconds
     from aiperf.train.worker import peak_on_worker
 
-    dtype = compute_dtype(getattr(config.train, "precision", "float32"))
+    auto = config.train.precision == AUTO
+    dtype = compute_dtype("float32" if auto else config.train.precision)
+    candidates = list(allowed_precisions(config)) if auto else None
     try:
-        peaks = sorted(
-            client.run(peak_on_worker, dtype, peak_seconds()).values(), key=lambda p: p["worker"]
-        )
+        found = client.run(peak_on_worker, dtype, peak_seconds(), candidates=candidates)
     except Exception as exc:
         logger.warning(
             "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",
@@ -527,12 +555,83 @@ def measure_peaks(
             exc,
         )
         return None
+    return sorted(found.values(), key=lambda p: p["worker"])
+
+
+def resolve_settings(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    peaks: list[dict[str, Any]] | None,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> BenchmarkConfig:
+    """The config with train.precision auto and search.space.batch_per_gib resolved from the
+    workers' peak records (aiperf.train.auto), stored with the run in place of the one recorded,
+    with the precision, division and workload hash judged from it again (in the database and the
+    event log, whose latest config and division stand)."""
+    from pydantic import ValidationError
+
+    from aiperf.results import mllog
+    from aiperf.train.auto import resolved_settings
+
+    resolved = resolved_settings(config, peaks)
+    if not resolved:
+        return config
+    raw = config.model_dump()
+    for dotted, value in resolved.items():
+        *parents, leaf = dotted.split(".")
+        node = raw
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    shown = ", ".join(f"{dotted} {value}" for dotted, value in resolved.items())
+    try:
+        settled = BenchmarkConfig.model_validate(raw)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise UserError(
+            f"this run's devices give {shown}, which is not valid: {message}; set "
+            "search.space.batch_per_gib or train.precision to values that fit"
+        ) from None
+    division = classify(settled)
+    stored = settled.model_dump(mode="json")
+    store.record_resolved_settings(
+        run_id,
+        config=stored,
+        precision=settled.train.precision,
+        division=division.name,
+        deviations=division.deviations,
+        config_hash=division.config_hash,
+    )
+    events = event_log(config, run_id)
+    events.emit(
+        mllog.SUBMISSION_DIVISION,
+        division.name,
+        deviations=list(division.deviations),
+        config_hash=division.config_hash,
+    )
+    events.emit(mllog.CONFIG, stored)
+    logger.info("run %d: for its devices: %s (%s)", run_id, shown, division.name)
+    return settled
+
+
+def record_peaks(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    peaks: list[dict[str, Any]],
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> float:
+    """The workers' peaks in the run's precision, stored with the run: MFU's divisor is their sum."""
+    from aiperf.train.peak import compute_dtype, in_precision
+
+    peaks = [in_precision(peak, config.train.precision) for peak in peaks]
     store.record_peaks(run_id, peaks)
     total = sum(p["flops"] for p in peaks)
     logger.info(
         "measured peak: %sFLOP/s in %s over %d workers (%s)",
         format_ops(total),
-        dtype,
+        compute_dtype(config.train.precision),
         len(peaks),
         ", ".join(sorted({p["device"] for p in peaks})),
     )

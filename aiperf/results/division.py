@@ -12,6 +12,12 @@ The ruleset's choices (train.precision, train.backend, train.jit_compile) may di
 packaged profile's in a closed run, but only among the values the ruleset lists; another value makes
 the run open, the reason named.
 
+What a profile leaves to the devices is judged as the run resolved it (aiperf.train.auto): the run
+stores the precision train.precision auto chose (auto itself is closed: it resolves to a listed
+precision before the first trial), and search.space.batch_per_gib's batch sizes, which stay closed
+when they are its multipliers times a whole number of GiB; `batch_problem` checks that number
+against the GPU memory the workers recorded.
+
 The config hash identifies the workload: every setting but the settable ones and the implementation
 choices (see `config_hash`). Two runs with equal hashes ran the same workload; history, compare and
 the nightly baseline only put those together.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +77,10 @@ ADDED_LATER = {
     "train.warmup_epochs": 0.0,
     "train.weight_decay": 0.0,
     "train.label_smoothing": 0.0,
+    # the per-device batch from the devices' memory (aiperf.train.auto): unset, batch_size as listed
+    "search.space.batch_per_gib": None,
 }
+BATCH_SIZE = "search.space.batch_size"
 
 
 def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
@@ -153,6 +163,7 @@ def classify(config: BenchmarkConfig) -> Division:
         if run.get(key) != packaged.get(key)
         and not ruleset.is_settable(key)
         and key not in ruleset.choices
+        and not (key == BATCH_SIZE and sized_by_memory(run, packaged))
     )
     # A choice may differ from the profile's, among the values the ruleset lists.
     deviations += tuple(
@@ -161,3 +172,45 @@ def classify(config: BenchmarkConfig) -> Division:
         if key in run and (reason := ruleset.closed_choice(key, run[key])) is not None
     )
     return Division(OPEN if deviations else CLOSED, ruleset.name, deviations, digest)
+
+
+def sized_by_memory(run: dict[str, Any], packaged: dict[str, Any]) -> bool:
+    """Whether the run's batch sizes are its packaged profile's per-device batch for GPUs of some
+    whole number of GiB: search.space.batch_per_gib unchanged and batch_size each of its multipliers
+    times one GiB count (aiperf.train.auto.batch_sizes), as a run on GPUs resolves it. Which GiB
+    count the workers' memory gives is checked by `batch_problem` against the recorded devices."""
+    per_gib = packaged.get("search.space.batch_per_gib")
+    sizes = run.get(BATCH_SIZE)
+    if not per_gib or run.get("search.space.batch_per_gib") != per_gib or not sizes:
+        return False
+    gib, remainder = divmod(min(sizes), min(per_gib))
+    return remainder == 0 and gib >= 1 and sizes == sorted({m * gib for m in per_gib})
+
+
+def batch_problem(
+    config: BenchmarkConfig, worker_peaks: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why the run's batch sizes are not what search.space.batch_per_gib gives for the devices its
+    workers recorded in their peaks (None: they are, or nothing says otherwise). On GPUs: each
+    multiplier times the smallest GPU's whole GiB; on CPUs a closed run keeps its packaged
+    profile's list. A run without recorded devices (no probe ran) is not judged here."""
+    from aiperf.train.auto import DeviceFacts, batch_sizes, smallest_gib
+
+    per_gib = config.search.space.batch_per_gib
+    facts = [DeviceFacts.from_dict(p["device_facts"]) for p in worker_peaks if "device_facts" in p]
+    if not per_gib or not facts or len(facts) != len(worker_peaks):
+        return None
+    gib = smallest_gib(facts)
+    if gib is not None:
+        expected, why = batch_sizes(per_gib, gib), f"{per_gib} x {gib} GiB, its smallest GPU's"
+    else:
+        division = classify(config)
+        if not division.closed:
+            return None
+        ruleset = load_ruleset(division.ruleset)
+        expected = packaged_equivalent(config, ruleset).search.space.batch_size
+        why = "the profile's own list: its workers recorded no GPU memory"
+    actual = config.search.space.batch_size
+    if actual == expected:
+        return None
+    return f"search.space.batch_size {actual} is not {expected} ({why})"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from aiperf.config import BenchmarkConfig, ValidityConfig
-from aiperf.results.division import CLOSED, classify
+from aiperf.results.division import CLOSED, batch_problem, classify
 from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
@@ -387,6 +387,10 @@ def check_validity_rules(ev: Evidence) -> CheckRecord:
             problems.append(
                 f"precision {ev.config.train.precision} is not one of {ruleset.precisions}"
             )
+    # search.space.batch_per_gib: the batch sizes the run stored are those its recorded devices give
+    batch = batch_problem(ev.config, ev.run.worker_peaks)
+    if batch:
+        problems.append(batch)
     name = (
         division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
     )

@@ -22,6 +22,9 @@ from aiperf.units import parse_duration
 # The ruleset of a config that names none (a profile file's): such a run is open and judged by its own
 # settings; this ruleset only says which settings its workload hash leaves out.
 DEFAULT_RULESET = "aiperf-rules-1.0"
+PRECISION = "train.precision"
+# Not a precision but a request for one: aiperf.config.AUTO (this module is below the config).
+AUTO_PRECISION = "auto"
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,13 @@ class Ruleset:
         return self.choices.get("train.precision", ("float32",))
 
     def closed_choice(self, dotted: str, value: Any) -> str | None:
-        """Why `value` of the choice `dotted` makes a run open (None: a closed run may use it)."""
+        """Why `value` of the choice `dotted` makes a run open (None: a closed run may use it).
+
+        train.precision auto is closed wherever precisions are a choice: a run resolves it, before
+        its first trial, to one of the listed precisions (aiperf.train.auto) and stores that one,
+        so the run is judged by the precision it trained in."""
         allowed = self.choices[dotted]
-        if value in allowed:
+        if value in allowed or (dotted == PRECISION and value == AUTO_PRECISION):
             return None
         listed = ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in allowed)
         shown = str(value).lower() if isinstance(value, bool) else value

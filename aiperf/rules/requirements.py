@@ -1,27 +1,33 @@
 """What a closed result of one packaged profile requires and allows, as plain data.
 
 `aiperf rules PROFILE` shows it so that a site knows, before it spends a night, whether the run it
-plans can be closed and valid. It is read from the ruleset alone (no framework, no config
-validation), and its keys are a stable interface (`--json`, docs/rules.md): a key is added, never
-renamed or removed.
+plans can be closed and valid. It is read from the ruleset and the profile's search space alone
+(no framework, no config validation), and its keys are a stable interface (`--json`,
+docs/rules.md): a key is added, never renamed or removed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from aiperf.rules import Ruleset
-
-PRECISION = "train.precision"
+from aiperf.rules import PRECISION, Ruleset
 
 
-def closed_requirements(ruleset: Ruleset, profile: str) -> dict[str, Any]:
+def closed_requirements(
+    ruleset: Ruleset, profile: str, space: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The profile's figures under `ruleset`, its closed choices and what a valid result needs.
 
-    `precisions` is the closed choice of train.precision; `choices` holds every other closed choice
+    `precisions` is the closed choice of train.precision (a closed run may also give `auto`: the
+    fastest of them its devices support); `choices` holds every other closed choice
     (train.backend, train.jit_compile) by its dotted name; `settable` lists what a closed run may
-    change freely (a section name covers its keys)."""
+    change freely (a section name covers its keys). `batch_size`, from the profile's own
+    search.space section (`space`), is the batch sizes a closed run trains with: `per_gib`
+    (search.space.batch_per_gib, None when unset) times the smallest GPU's whole GiB on GPUs, and
+    `listed` (search.space.batch_size) on CPUs or without `per_gib`."""
     rules = ruleset.for_profile(profile)
+    space = space or {}
     return {
         "profile": profile,
         "ruleset": ruleset.name,
@@ -37,4 +43,5 @@ def closed_requirements(ruleset: Ruleset, profile: str) -> dict[str, Any]:
         "settable": list(ruleset.settable),
         "convention": ruleset.convention,
         "trainer": ruleset.trainer,
+        "batch_size": {"per_gib": space.get("batch_per_gib"), "listed": space.get("batch_size")},
     }

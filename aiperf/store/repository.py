@@ -455,6 +455,26 @@ class Store:
             )
 
     @_retried
+    def record_resolved_settings(
+        self,
+        run_id: int,
+        *,
+        config: dict[str, Any],
+        precision: str,
+        division: str,
+        deviations: list[str] | tuple[str, ...],
+        config_hash: str,
+    ) -> None:
+        """The run's config once the settings its profile left to the devices are resolved
+        (aiperf.train.auto: train.precision auto, search.space.batch_per_gib), before its first
+        trial, with the precision, division and workload hash judged from it."""
+        with self.session() as s:
+            run = self._get(s, Run, run_id, "run")
+            run.config, run.precision = dict(config), precision
+            run.division, run.deviations = division, list(deviations)
+            run.config_hash = config_hash
+
+    @_retried
     def search_state(self, run_id: int) -> dict[str, Any] | None:
         with self.session() as s:
             row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))

@@ -6,6 +6,11 @@ will use: the Keras backend, its thread pools (aiperf.train.trial.configure_thre
 it has one. The probe multiplies two square matrices over and over, through keras.ops so it runs on
 every backend: a warm-up product first (the backend's start-up, kernel selection), then products for
 $AIPERF_PEAK_SECONDS (default 2 s). Each product is 2 * n**3 floating-point operations.
+
+With train.precision auto the run has no precision yet: each worker probes every candidate its
+device supports (`probe_precisions`, aiperf.train.auto says which), the run chooses one from the
+rates, and each worker's record is then that precision's (`in_precision`), so the peak is measured
+in what the trials compute in, as with a precision given.
 """
 
 from __future__ import annotations
@@ -111,3 +116,33 @@ def measure_peak(
         "device": where,
         "seconds": elapsed,
     }
+
+
+def probe_precisions(
+    precisions: list[str] | tuple[str, ...],
+    seconds: float | None = None,
+    *,
+    size: int | None = None,
+    worker: str | None = None,
+) -> dict[str, Any]:
+    """The peak record of a worker asked to choose (train.precision auto): each precision's rate
+    under "probes" ({precision: {"flops", "dtype", "seconds"}}), measured one after another for
+    `seconds` each, and the record's own figures those of the first until the run has chosen
+    (`in_precision`)."""
+    probes: dict[str, dict[str, Any]] = {}
+    record: dict[str, Any] = {}
+    for precision in precisions:
+        peak = measure_peak(seconds, compute_dtype(precision), size=size, worker=worker)
+        probes[precision] = {k: peak[k] for k in ("flops", "dtype", "seconds")}
+        record = record or peak
+    return {**record, "probes": probes}
+
+
+def in_precision(peak: dict[str, Any], precision: str) -> dict[str, Any]:
+    """A worker's peak record in the run's resolved precision: MFU's divisor is the rate the
+    trials' precision reaches, which the worker probed among its candidates. A record without
+    probes (a precision given, not auto) was measured in it already."""
+    probes = peak.get("probes")
+    if not probes or precision not in probes:
+        return dict(peak)
+    return {**peak, **probes[precision]}

@@ -59,17 +59,29 @@ def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResul
 
 
 def peak_on_worker(
-    dtype: str = "float32", seconds: float | None = None, dask_worker: Any = None
+    dtype: str = "float32",
+    seconds: float | None = None,
+    dask_worker: Any = None,
+    candidates: list[str] | None = None,
 ) -> dict[str, Any]:
     """This worker's measured peak (aiperf.train.peak), on its own GPU (pinned when its process
-    started) and threads, named as its trials name their worker. Run on every worker with
-    Client.run, which passes `dask_worker`."""
-    from aiperf.train.peak import measure_peak
+    started) and threads, named as its trials name their worker, with the facts of its device
+    under "device_facts" (aiperf.train.auto: they size the per-device batch). `candidates`
+    (train.precision auto: the precisions the run may choose) probes each of them that the device
+    supports instead of `dtype`. Run on every worker with Client.run, which passes `dask_worker`."""
+    from aiperf.train.auto import device_facts, supported_precisions
+    from aiperf.train.peak import device, measure_peak, probe_precisions
     from aiperf.train.trial import configure_threads, worker_cores
 
     name = str(dask_worker.name) if dask_worker is not None else "local"
     configure_threads(worker_cores())
-    return measure_peak(seconds, dtype, worker=worker_label(name))
+    facts = device_facts(accelerated=device()[1])
+    if candidates:
+        wanted = [p for p in supported_precisions(facts) if p in candidates] or ["float32"]
+        peak = probe_precisions(wanted, seconds, worker=worker_label(name))
+    else:
+        peak = measure_peak(seconds, dtype, worker=worker_label(name))
+    return {**peak, "device_facts": facts.to_dict()}
 
 
 def received(event: tuple[float, dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,236 @@
+"""The settings a profile leaves to the workers' devices: train.precision auto and
+search.space.batch_per_gib, as AIPerf sets them per machine.
+
+AIPerf trains in the fastest precision the accelerator offers and sizes each device's batch by its
+memory. A profile asks for the same with `train.precision: auto` and `search.space.batch_per_gib`;
+the run resolves both once, before its first trial, from what its workers report in their peak
+probe (aiperf.train.peak, run on every worker before the timed window), and stores the resolved
+values in its config, so trials, the recorded precision, the peak MFU is measured in, `aiperf
+verify` and the division all see one precision and one list of batch sizes.
+
+Which precisions a device may probe is decided from the device itself, never from its name:
+
+- an NVIDIA GPU (nvidia-smi's compute capability, of the GPUs the worker trains on): bfloat16 from
+  8.0 (Ampere and later), float16 from 7.0 (Volta, Turing), float32 always;
+- a CPU (/proc/cpuinfo's flags): bfloat16 with AMX (amx_bf16) or AVX-512 BF16 (avx512_bf16),
+  float32 always;
+- anything else (another accelerator, a GPU whose driver does not report its capability, a MIG
+  instance): float32.
+
+The run then keeps the candidate with the highest summed probed rate among those every worker
+probed and the run's ruleset allows in the closed division (docs/rules.md says why the sum). The
+functions that decide are pure (device facts and probed rates in, a setting out); `device_facts`
+alone reads the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiperf.config import AUTO, BenchmarkConfig, visible_devices
+from aiperf.rules import DEFAULT_RULESET, load_ruleset
+
+GIB = 2**30
+# Tie order, and the order the probes run in: a faster precision must win outright over float32.
+PREFERENCE = ("float32", "mixed_bfloat16", "mixed_float16")
+BF16_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
+FP16_CAPABILITY = (7, 0)  # Volta: float16 tensor cores
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# Fields of `nvidia-smi --query-gpu` (compute_cap is reported by the drivers of 2022 and later).
+GPU_QUERY = ("--query-gpu=uuid,memory.total,compute_cap", "--format=csv,noheader,nounits")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What decides one worker's candidate precisions and per-device batch. With GPUs: how many it
+    trains on, and the smallest compute capability and memory among them (None where nvidia-smi
+    does not say); on a CPU, the bfloat16 instructions it has."""
+
+    accelerator: bool
+    gpus: int = 0
+    compute_capability: tuple[int, int] | None = None
+    memory_bytes: int | None = None
+    cpu_bf16: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the peak record stores it (JSON)."""
+        capability = self.compute_capability
+        return {
+            "accelerator": self.accelerator,
+            "gpus": self.gpus,
+            "compute_capability": None
+            if capability is None
+            else f"{capability[0]}.{capability[1]}",
+            "memory_bytes": self.memory_bytes,
+            "cpu_bf16": list(self.cpu_bf16),
+        }
+
+    @classmethod
+    def from_dict(cls, facts: Mapping[str, Any]) -> DeviceFacts:
+        return cls(
+            accelerator=bool(facts.get("accelerator")),
+            gpus=int(facts.get("gpus") or 0),
+            compute_capability=parse_capability(facts.get("compute_capability")),
+            memory_bytes=None if facts.get("memory_bytes") is None else int(facts["memory_bytes"]),
+            cpu_bf16=tuple(facts.get("cpu_bf16") or ()),
+        )
+
+
+def parse_capability(text: Any) -> tuple[int, int] | None:
+    """A compute capability as nvidia-smi writes it, "8.6", as (8, 6); anything else (None,
+    "[N/A]") as None."""
+    major, dot, minor = str(text).strip().partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        return None
+    return int(major), int(minor)
+
+
+def parse_gpu_query(csv: str) -> dict[str, tuple[int | None, tuple[int, int] | None]]:
+    """`--query-gpu=uuid,memory.total,compute_cap --format=csv,noheader,nounits` lines (memory in
+    MiB) as {uuid: (memory in bytes, compute capability)}; a field a board leaves "[N/A]" is None."""
+    gpus: dict[str, tuple[int | None, tuple[int, int] | None]] = {}
+    for line in csv.splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 3 or not parts[0]:
+            continue
+        uuid, memory, capability = parts
+        size = int(memory) * 2**20 if memory.isdigit() else None
+        gpus[uuid] = (size, parse_capability(capability))
+    return gpus
+
+
+def gpu_facts(query: str, listing: str, cuda_visible: str | None) -> DeviceFacts:
+    """The facts of the GPUs a worker trains on: those CUDA shows it (`nvidia-smi -L` narrowed by
+    CUDA_VISIBLE_DEVICES, as aiperf.config.visible_devices reads them), looked up in the query by
+    UUID. A GPU the query does not describe (a MIG instance, an old driver) leaves the capability
+    and the memory unknown: such a worker probes float32 only and keeps the listed batch sizes."""
+    shown = visible_devices(listing, cuda_visible)
+    described = parse_gpu_query(query)
+    known = [described.get(uuid, (None, None)) for uuid in shown]
+    memories = [memory for memory, _ in known]
+    capabilities = [capability for _, capability in known]
+    return DeviceFacts(
+        accelerator=True,
+        gpus=len(shown),
+        compute_capability=(
+            min(c for c in capabilities if c is not None)
+            if shown and None not in capabilities
+            else None
+        ),
+        memory_bytes=min(m for m in memories if m is not None)
+        if shown and None not in memories
+        else None,
+    )
+
+
+def cpu_bf16_flags(cpuinfo: str) -> tuple[str, ...]:
+    """The bfloat16 instructions among the first processor's flags in /proc/cpuinfo's text."""
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            flags = set(value.split())
+            return tuple(flag for flag in CPU_BF16_FLAGS if flag in flags)
+    return ()
+
+
+def _nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output, or "" where it is missing or fails (no driver, an unknown field)."""
+    if shutil.which("nvidia-smi") is None:
+        return ""
+    try:
+        return subprocess.run(
+            ["nvidia-smi", *args], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return ""
+
+
+def device_facts(accelerated: bool) -> DeviceFacts:
+    """This worker's facts. `accelerated`: its Keras backend computes on an accelerator
+    (aiperf.train.peak.device); a node's GPUs that the framework does not use do not count."""
+    if accelerated:
+        return gpu_facts(
+            _nvidia_smi(*GPU_QUERY), _nvidia_smi("-L"), os.environ.get("CUDA_VISIBLE_DEVICES")
+        )
+    try:
+        cpuinfo = CPUINFO.read_text()
+    except OSError:  # not Linux
+        cpuinfo = ""
+    return DeviceFacts(accelerator=False, cpu_bf16=cpu_bf16_flags(cpuinfo))
+
+
+def supported_precisions(facts: DeviceFacts) -> tuple[str, ...]:
+    """The precisions a device with these facts may probe, in PREFERENCE order."""
+    supported = {"float32"}
+    capability = facts.compute_capability
+    if facts.accelerator and capability is not None:
+        if capability >= BF16_CAPABILITY:
+            supported.add("mixed_bfloat16")
+        if capability >= FP16_CAPABILITY:
+            supported.add("mixed_float16")
+    if not facts.accelerator and facts.cpu_bf16:
+        supported.add("mixed_bfloat16")
+    return tuple(p for p in PREFERENCE if p in supported)
+
+
+def allowed_precisions(config: BenchmarkConfig) -> tuple[str, ...]:
+    """The precisions auto chooses among: those the run's ruleset allows in the closed division
+    (a profile file's run names no ruleset: the default one's), in PREFERENCE order."""
+    allowed = load_ruleset(config.ruleset or DEFAULT_RULESET).precisions
+    return tuple(p for p in PREFERENCE if p in allowed)
+
+
+def resolve_precision(probes: Sequence[Mapping[str, float]], allowed: Sequence[str]) -> str:
+    """The run's precision from each worker's probed rates ({precision: FLOP/s}): among the allowed
+    precisions every worker probed, the one with the highest sum over the workers (ties: the first
+    in PREFERENCE). Where one precision is the fastest on every worker, that is it. No probes (none
+    ran, or the probe failed): float32."""
+    common = [p for p in PREFERENCE if p in allowed and all(p in rates for rates in probes)]
+    if not probes or not common:
+        return "float32"
+    return max(common, key=lambda p: sum(float(rates[p]) for rates in probes))
+
+
+def smallest_gib(facts: Sequence[DeviceFacts]) -> int | None:
+    """The smallest GPU memory among the workers in whole GiB, or None unless every worker trains on
+    GPUs whose memory nvidia-smi reported (CPU workers keep the profile's batch sizes)."""
+    if not facts or any(not f.accelerator or f.memory_bytes is None for f in facts):
+        return None
+    gib = min(f.memory_bytes or 0 for f in facts) // GIB
+    return gib if gib >= 1 else None
+
+
+def batch_sizes(per_gib: Sequence[int], gib: int) -> list[int]:
+    """The per-device batch sizes for GPUs of `gib` GiB: each multiplier times it, ascending."""
+    return sorted({multiplier * gib for multiplier in per_gib})
+
+
+def resolved_settings(
+    config: BenchmarkConfig, peaks: Sequence[Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    """The dotted settings the run stores in place of auto: train.precision (when auto) and
+    search.space.batch_size (when batch_per_gib is set and every worker has a GPU), from the
+    workers' peak records (aiperf.train.worker.peak_on_worker: "probes" and "device_facts"), or
+    from none (a simulated run, a failed probe: float32 and the listed batch sizes)."""
+    peaks = list(peaks or ())
+    settings: dict[str, Any] = {}
+    if config.train.precision == AUTO:
+        probes = [
+            {p: float(probe["flops"]) for p, probe in (peak.get("probes") or {}).items()}
+            for peak in peaks
+        ]
+        settings["train.precision"] = resolve_precision(probes, allowed_precisions(config))
+    per_gib = config.search.space.batch_per_gib
+    if per_gib:
+        facts = [DeviceFacts.from_dict(peak.get("device_facts") or {}) for peak in peaks]
+        gib = smallest_gib(facts)
+        if gib is not None:
+            settings["search.space.batch_size"] = batch_sizes(per_gib, gib)
+    return settings
