@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -193,9 +193,8 @@ class ClusterConfig(_Strict):
         None, ge=1
     )  # per job; on a local cluster, per worker (default: split evenly)
     memory: str | None = None  # per job, e.g. "8GB"
-    gpus: int = Field(
-        0, ge=0
-    )  # per job, one worker per GPU; local: this machine's GPUs, one worker each
+    # Per job; local: this machine's. Each worker owns devices_per_trial of them (one by default).
+    gpus: int = Field(0, ge=0)
     workers_per_job: int | None = Field(
         None, ge=1
     )  # without GPUs; default 1 (one worker per node)
@@ -204,6 +203,11 @@ class ClusterConfig(_Strict):
     ] = []  # shell lines run before the worker starts (module loads, environment)
     interface: str | None = None  # network interface the workers and the scheduler talk on
     adaptive: bool = False  # scale between 1 and `workers` with demand instead of a fixed number
+    # Devices one trial trains across, data-parallel (AIPerf's unit is a node: every trial on all of
+    # its GPUs): a number, or `node` for all the GPUs of the worker's job or machine (one device,
+    # the CPU, where there are none). A worker owns that many devices: its GPUs, or on a machine
+    # without accelerators as many logical devices sharing the worker's cores.
+    devices_per_trial: Annotated[int, Field(ge=1)] | Literal["node"] = 1
     # kind scheduler: the running scheduler, and the PEM files of the CA that signed its certificate and of
     # the client certificate and key this run presents (Dask traffic is TLS only)
     address: str | None = None  # tls://HOST:PORT
@@ -375,8 +379,23 @@ class BenchmarkConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_fits_data(self) -> BenchmarkConfig:
-        if max(self.search.space.batch_size) > self.data.train_samples:
-            raise ValueError("search.space.batch_size: a batch is larger than data.train_samples")
+        devices = trial_devices(self.cluster)
+        if max(self.search.space.batch_size) * devices > self.data.train_samples:
+            raise ValueError(
+                "search.space.batch_size: a batch is larger than data.train_samples"
+                + (
+                    f" (a trial's batch is the batch size x its {devices} devices)"
+                    if devices > 1
+                    else ""
+                )
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _devices_fit(self) -> BenchmarkConfig:
+        problem = devices_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -387,6 +406,42 @@ class BenchmarkConfig(_Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+def trial_devices(cluster: ClusterConfig) -> int:
+    """Devices one trial trains across: cluster.devices_per_trial, with `node` resolved to the GPUs
+    of a worker's job or machine (cluster.gpus), or to one device, the CPU, where there are none."""
+    if cluster.devices_per_trial == "node":
+        return max(1, cluster.gpus)
+    return cluster.devices_per_trial
+
+
+def devices_problem(config: BenchmarkConfig) -> str | None:
+    """Why the run's devices per trial cannot be had, or None. Keras trains data-parallel through its
+    distribution API on JAX and through tf.distribute on TensorFlow, not on torch; with GPUs a
+    trial's devices come whole out of its job's (or machine's), and every worker gets as many."""
+    devices, gpus = trial_devices(config.cluster), config.cluster.gpus
+    if devices == 1 or config.train.trainer == "simulated":
+        return None
+    if config.train.backend == "torch":
+        return (
+            f"cluster.devices_per_trial {devices} needs train.backend jax or tensorflow: Keras "
+            "trains data-parallel on those, not on torch; set one, or devices_per_trial=1"
+        )
+    if gpus and gpus % devices:
+        return (
+            f"cluster.devices_per_trial {devices} does not divide cluster.gpus {gpus} (the GPUs of "
+            f"a job, or of this machine): every worker owns the same number; use a divisor or node"
+        )
+    if not gpus and config.cluster.kind == "local":
+        cores = config.cluster.cores or machine_cores() // config.workers
+        if devices > cores:
+            return (
+                f"cluster.devices_per_trial {devices} is more than a worker's {cores} cores: on a "
+                "machine without GPUs each device is a share of its worker's cores; use fewer "
+                "--workers or fewer devices"
+            )
+    return None
 
 
 def local_cores_problem(config: BenchmarkConfig) -> str | None:
@@ -571,8 +626,9 @@ def load_config(
         if found:
             gpus = found
             raw["cluster"] = {**(section or {}), "gpus": found}
+    per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
     raw["workers"] = _worker_count(
-        raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0
+        raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0, per_trial=per_trial
     )
     validity = raw.get("validity")
     if isinstance(validity, dict) and "min_budget" in validity:
@@ -615,29 +671,42 @@ def _budget_seconds(value: Any) -> float:
     return seconds
 
 
-def _worker_count(value: Any, local: bool = True, gpus: Any = None, found: bool = False) -> int:
-    """Workers for the local machine: 'auto' is one per core, or one per GPU with cluster.gpus
-    (given, or `found` on this machine by `visible_gpus`); more than the cores, or than the GPUs,
-    is refused. On a job queue the machine is the cluster and its GPUs are on the nodes, not here:
-    any count goes, and 'auto' means one worker (one job: cluster.gpus workers with GPUs)."""
+def _worker_count(
+    value: Any,
+    local: bool = True,
+    gpus: Any = None,
+    found: bool = False,
+    per_trial: Any = None,
+) -> int:
+    """Workers for the local machine: 'auto' is one per core, or with cluster.gpus (given, or
+    `found` on this machine by `visible_gpus`) one per `per_trial` GPUs (cluster.devices_per_trial:
+    one GPU by default, all of them for `node`); more than the cores, or than the GPUs hold, is
+    refused. On a job queue the machine is the cluster and its GPUs are on the nodes, not here: any
+    count goes, and 'auto' means one worker (one job: a worker per devices_per_trial GPUs)."""
     cores = machine_cores()
     try:
         gpus = int(gpus or 0)
     except (TypeError, ValueError):
         gpus = 0  # not a number: the config's validation names it
+    try:
+        per = gpus if per_trial == "node" else max(1, int(per_trial or 1))
+    except (TypeError, ValueError):
+        per = 1  # not a number: the config's validation names it
+    slots = max(1, gpus // per) if gpus > 0 else 0  # workers the GPUs hold
     if value in (None, "auto"):
-        return (min(gpus, cores) if gpus > 0 else cores) if local else 1
+        return (min(slots, cores) if gpus > 0 else cores) if local else 1
     try:
         count = int(value)
     except (TypeError, ValueError):
         raise UserError(f"--workers must be a whole number or 'auto', got {value!r}") from None
     if count < 1:
         raise UserError(f"--workers must be at least 1, got {count}")
-    if local and gpus > 0 and count > gpus:
+    if local and gpus > 0 and count > slots:
         where = f"the {gpus} GPUs nvidia-smi lists" if found else f"cluster.gpus {gpus}"
+        each = "one GPU" if per == 1 else f"{per} GPUs (cluster.devices_per_trial)"
         raise UserError(
-            f"--workers {count} is more than {where}: a local run has one worker per GPU; "
-            f"use --workers {gpus} or fewer"
+            f"--workers {count} is more than {where} hold: a local worker owns {each}; "
+            f"use --workers {slots} or fewer"
             + (" (or --cluster-opt gpus=0 to train on the CPUs)" if found else "")
         )
     if local and count > cores:

@@ -108,7 +108,14 @@ WORKER_LIFETIME = Variable(
     '"<lifetime>,<stagger>" seconds: when a batch worker stops taking trials',
     "worker",
 )
-JOB_GPUS = Variable("AIPERF_JOB_GPUS", "", "GPUs of the job, shared one per worker", "worker")
+JOB_GPUS = Variable("AIPERF_JOB_GPUS", "", "GPUs of the job, shared among its workers", "worker")
+WORKER_DEVICES = Variable(
+    "AIPERF_WORKER_DEVICES",
+    "",
+    "devices each worker owns and its trials train across, data-parallel (1 when unset): its "
+    "GPUs, or as many logical devices on its CPU cores",
+    "worker",
+)
 GPU_PINNED = Variable(
     "AIPERF_GPU_PINNED", "", "set once the worker process's GPU is chosen", "worker"
 )

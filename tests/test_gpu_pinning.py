@@ -203,7 +203,7 @@ def test_local_workers_are_one_per_gpu():
     from aiperf.errors import UserError
 
     assert load_config("quick", cluster={"gpus": 1}).workers == 1
-    with pytest.raises(UserError, match="one worker per GPU"):
+    with pytest.raises(UserError, match="a local worker owns one GPU"):
         load_config("quick", workers=2, cluster={"gpus": 1})
 
 

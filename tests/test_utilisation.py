@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from aiperf.cli.main import app
 from aiperf.config import ValidityConfig, load_config
 from aiperf.data.staging import stage_synthetic
+from aiperf.errors import UserError
 from aiperf.lifecycle import run
 from aiperf.report.phases import PARTS, worker_times
 from aiperf.results import verify
@@ -222,7 +223,7 @@ def test_precision_maps_to_a_compute_dtype_and_the_probe_length_to_the_environme
     monkeypatch.setenv("AIPERF_PEAK_SECONDS", "0.5")
     assert peak_seconds() == 0.5
     monkeypatch.setenv("AIPERF_PEAK_SECONDS", "0")
-    with pytest.raises(ValueError, match="AIPERF_PEAK_SECONDS"):
+    with pytest.raises(UserError, match="AIPERF_PEAK_SECONDS='0' is not a number more than 0"):
         peak_seconds()
     monkeypatch.delenv("AIPERF_PEAK_SECONDS")
     assert peak_seconds() == 2.0

@@ -21,6 +21,9 @@ LIFETIME_ENV = settings.WORKER_LIFETIME.name
 BACKEND_ENV = "KERAS_BACKEND"  # Keras reads it once, on its first import in the process
 PINNED_ENV = settings.GPU_PINNED.name
 CORES_ENV = settings.WORKER_CORES.name
+DEVICES_ENV = settings.WORKER_DEVICES.name
+# JAX's CPU platform shows this many devices when the flag is in XLA_FLAGS as JAX starts.
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
 # health tick every 20 ms, a system monitor every 500 ms and (in its nanny) a memory check every
 # 100 ms, and the statistical profiler samples the trial's thread every 10 ms, each taking the GIL:
@@ -58,11 +61,14 @@ def worker_environment(
     prefect_api_url: str | None = None,
     backend: str | None = None,
     gpus: int = 0,
+    devices: int = 1,
 ) -> dict[str, str]:
     """Environment of every worker process. Workers must report task runs to the flow's own
     Prefect API: without PREFECT_API_URL each would start a temporary server of its own. `backend`:
     the run's Keras backend (KERAS_BACKEND, read once, when Keras is first imported); `gpus`: the
-    GPUs the worker's job (or this machine) shares, one per worker (pinned by `pin_gpu`)."""
+    GPUs the worker's job (or this machine) shares, `devices` to a worker (pinned by `pin_gpu`).
+    Without GPUs, `devices` > 1 makes that many logical devices on the worker's cores: JAX's from
+    XLA_FLAGS as it starts, TensorFlow's as its trials configure it (aiperf.train.devices)."""
     env = {
         CORES_ENV: str(cores_per_worker),
         "OMP_NUM_THREADS": str(cores_per_worker),
@@ -79,6 +85,13 @@ def worker_environment(
         env[BACKEND_ENV] = backend
     if gpus:
         env[JOB_GPUS_ENV] = str(gpus)
+    if devices > 1:
+        env[DEVICES_ENV] = str(devices)
+        if not gpus:
+            flags = [
+                f for f in os.environ.get("XLA_FLAGS", "").split() if HOST_DEVICES_FLAG not in f
+            ]
+            env["XLA_FLAGS"] = " ".join([*flags, f"{HOST_DEVICES_FLAG}={devices}"])
     return env
 
 
@@ -102,22 +115,25 @@ def worker_end(worker_name: str) -> float | None:
 
 
 def pin_gpu(worker_name: str) -> str | None:
-    """One worker per GPU: the i-th worker of a job sees only the job's i-th GPU. dask-jobqueue
-    names a job's workers '<job>-0', '<job>-1', ...; a LocalCluster names them 0, 1, ... Runs when
-    the worker process starts (aiperf.cluster.preload), before any framework does. Returns the
-    device it pinned (None: no GPUs, or pinned already)."""
+    """Each worker its own GPUs: with D devices per worker (AIPERF_WORKER_DEVICES, 1 when unset),
+    the i-th worker of a job sees only the job's GPUs i*D to i*D + D - 1. dask-jobqueue names a
+    job's workers '<job>-0', '<job>-1', ...; a LocalCluster names them 0, 1, ... Runs when the
+    worker process starts (aiperf.cluster.preload), before any framework does. Returns the devices
+    it pinned, as CUDA_VISIBLE_DEVICES now lists them (None: no GPUs, or pinned already)."""
     gpus = int(os.environ.get(JOB_GPUS_ENV) or 0)
     if gpus < 1 or os.environ.get(PINNED_ENV):
         return None
+    per_worker = settings.count(settings.WORKER_DEVICES) or 1
     index = (
         int(worker_name.rsplit("-", 1)[-1])
-        if gpus > 1 and worker_name.rsplit("-", 1)[-1].isdigit()
+        if gpus > per_worker and worker_name.rsplit("-", 1)[-1].isdigit()
         else 0
     )
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [
         str(i) for i in range(gpus)
     ]
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
+    first = (index * per_worker) % len(visible)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible[first : first + per_worker])
     os.environ[PINNED_ENV] = "1"
     return os.environ["CUDA_VISIBLE_DEVICES"]
 

@@ -35,7 +35,7 @@ from aiperf.cluster.environment import (
 )
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES, format_walltime, parse_walltime, worker_lifetime
-from aiperf.config import BenchmarkConfig, ClusterConfig
+from aiperf.config import BenchmarkConfig, ClusterConfig, trial_devices
 from aiperf.errors import UserError
 
 TRIAL_RESOURCE = "trial"
@@ -140,7 +140,8 @@ def job_plan(
     settings = jobqueue_defaults(c.kind)
     cores = int(c.cores or settings.get("cores") or 1)
     memory = str(c.memory or settings.get("memory") or "2GB")
-    per_job = c.gpus if c.gpus else (c.workers_per_job or 1)
+    devices = trial_devices(c)  # a worker owns what one trial trains across
+    per_job = c.gpus // devices if c.gpus else (c.workers_per_job or 1)
     if per_job > cores:
         raise UserError(
             f"cluster: {per_job} workers per job need at least {per_job} cores per job, "
@@ -153,9 +154,9 @@ def job_plan(
         raise UserError(f"cluster.walltime: {exc}") from None
     lifetime, stagger = worker_lifetime(walltime_s)
     cores_per_worker = max(1, cores // per_job)
-    resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}=1" if c.gpus else "")
+    resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}={devices}" if c.gpus else "")
 
-    env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus)
+    env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus, devices=devices)
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
     # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
     prologue = (
@@ -239,5 +240,5 @@ def trial_resources(config: BenchmarkConfig) -> dict[str, int]:
     """What one trial asks of its worker, as Dask resources."""
     resources = {TRIAL_RESOURCE: 1}
     if config.cluster.kind != "local" and config.cluster.gpus:
-        resources[GPU_RESOURCE] = 1
+        resources[GPU_RESOURCE] = trial_devices(config.cluster)
     return resources

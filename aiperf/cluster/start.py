@@ -30,7 +30,7 @@ from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_clus
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
 from aiperf.cluster.started import StartedCluster
-from aiperf.config import BenchmarkConfig, local_cores_problem, machine_cores
+from aiperf.config import BenchmarkConfig, local_cores_problem, machine_cores, trial_devices
 from aiperf.errors import UserError
 
 WORKERS_TIMEOUT_S = settings.number(settings.WORKERS_TIMEOUT, positive=True)
@@ -59,12 +59,14 @@ def local_cluster(
     cores_per_worker: int | None = None,
     backend: str | None = None,
     gpus: int = 0,
+    devices: int = 1,
 ) -> Iterator[Any]:
     """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
     (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
     Simulated trials use no cores, so then many slots share a few processes as threads.
-    Every worker process starts with KERAS_BACKEND=`backend`; with `gpus`, worker i is pinned to
-    GPU i as it starts (aiperf.cluster.preload), before any framework does."""
+    Every worker process starts with KERAS_BACKEND=`backend`; each owns `devices` devices for its
+    trials: with `gpus`, worker i is pinned to GPUs i*devices on as it starts
+    (aiperf.cluster.preload), before any framework does; without, logical devices on its cores."""
     from distributed import LocalCluster
 
     _quiet()
@@ -87,7 +89,11 @@ def local_cluster(
             resources={TRIAL_RESOURCE: threads},
             preload=[PRELOAD],
             env=worker_environment(
-                cores, prefect_api_url, backend=backend, gpus=0 if simulated else gpus
+                cores,
+                prefect_api_url,
+                backend=backend,
+                gpus=0 if simulated else gpus,
+                devices=1 if simulated else devices,
             ),
             host="127.0.0.1",
             security=tls_credentials(),
@@ -207,6 +213,7 @@ def start_cluster(
             cores_per_worker=config.cluster.cores,
             backend=config.train.backend,
             gpus=config.cluster.gpus,
+            devices=trial_devices(config.cluster),
         ) as cluster:
             yield StartedCluster(
                 kind="local", cluster=cluster, workers=config.workers, security=cluster.security

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import keras_tuner as kt
 
 from aiperf import settings
-from aiperf.config import BenchmarkConfig
+from aiperf.config import BenchmarkConfig, trial_devices
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
 from aiperf.results.mllog import EventLog
@@ -528,6 +528,7 @@ class Orchestrator:
                         warmup_epochs=self.config.train.warmup_epochs,
                         weight_decay=self.config.train.weight_decay,
                         label_smoothing=self.config.train.label_smoothing,
+                        devices=trial_devices(self.config.cluster),
                     ),
                     proposal.operator,
                 )
@@ -541,7 +542,7 @@ class Orchestrator:
             log_start(trial_id=trial_id)
             handle = self.launch(request)
             self._wake_when_done(handle)
-            self.running[key] = _Running(trial_id, launch.trial, handle, request.batch_size)
+            self.running[key] = _Running(trial_id, launch.trial, handle, request.global_batch)
             log.info("trial %s started: %s", key, operator or launch.values)
 
     # --- what workers report ---------------------------------------------------------------------
@@ -628,6 +629,8 @@ class Orchestrator:
                 eval_ops=message.eval_ops,
                 tensor_train_ops=message.tensor_train_ops,
                 tensor_eval_ops=message.tensor_eval_ops,
+                devices=message.devices,
+                placement=message.placement,
             )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
             self._after_commit.append(
@@ -640,6 +643,8 @@ class Orchestrator:
                     eval_ops=message.eval_ops,
                     tensor_train_ops=message.tensor_train_ops,
                     tensor_eval_ops=message.tensor_eval_ops,
+                    devices=message.devices,
+                    placement=message.placement,
                 )
             )
             return

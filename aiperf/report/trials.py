@@ -35,6 +35,7 @@ def trial_table(run: RunRecord) -> FitTable:
         Col("operator", wrap=True),
         Col("status"),
         Col("worker", rank=3),
+        Col("devices", "right", rank=10),
         Col("convs", "right", rank=8),
         Col("skips", "right", rank=9),
         Col("params", "right", rank=4),
@@ -59,6 +60,7 @@ def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:
         _operator(t) or "-",
         str(t.status),
         t.worker or "-",
+        str(t.devices or 1),  # a trial recorded before devices were is a one-device trial
         str(net.conv_count),
         str(net.skip_count),
         f"{t.parameters:,}" if t.parameters else "-",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,7 +80,8 @@ SEARCH_STOP = (
 TRIAL_START = (
     "trial_start"  # INTERVAL_START; metadata: trial_id, trial_key, number, parent_trial_id, ...
 )
-TRIAL_PLACEMENT = "trial_placement"  # value: the worker; metadata: trial_key, parameters
+# value: the worker; metadata: trial_key, parameters, devices, placement
+TRIAL_PLACEMENT = "trial_placement"
 OPS_PER_SAMPLE = (
     "ops_per_sample"  # value: {"aiperf": {"train", "eval"}, "tensor": {"train", "eval"}}
 )
@@ -388,9 +389,19 @@ class EventLog:
         eval_ops: int,
         tensor_train_ops: int,
         tensor_eval_ops: int,
+        devices: int = 1,
+        placement: Sequence[str] = (),
     ) -> None:
         now = time.time()
-        self.emit(TRIAL_PLACEMENT, worker, at=now, trial_key=trial_key, parameters=parameters)
+        self.emit(
+            TRIAL_PLACEMENT,
+            worker,
+            at=now,
+            trial_key=trial_key,
+            parameters=parameters,
+            devices=devices,
+            placement=list(placement),
+        )
         self.emit(
             OPS_PER_SAMPLE,
             {
@@ -587,10 +598,14 @@ class _Rebuilder:
                 "parameters": None,
                 "ops": (None, None, None, None),
                 "phases": None,
+                "devices": None,
+                "placement": (),
             }
         elif e.key == TRIAL_PLACEMENT:
             trial = self._trial(md)
             trial["worker"], trial["parameters"] = str(value), md.get("parameters")
+            trial["devices"] = md.get("devices")
+            trial["placement"] = tuple(str(d) for d in md.get("placement") or ())
         elif e.key == OPS_PER_SAMPLE:
             self._trial(md)["ops"] = tuple(
                 _whole(value[convention][phase], f"{convention} {phase} ops per sample")
@@ -790,6 +805,8 @@ class _Rebuilder:
             message=t["message"],
             epochs=tuple(epochs),
             phases=t["phases"],
+            devices=t["devices"],
+            placement=t["placement"],
         )
 
 

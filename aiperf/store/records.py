@@ -199,6 +199,8 @@ class TrialRecord:
     phases: TrialPhases | None = (
         None  # where its seconds went; None for trials recorded before 0007
     )
+    devices: int | None = None  # what it trained across, data-parallel (None: before 0008, one)
+    placement: tuple[str, ...] = ()  # those devices, as its framework names them
 
 
 @dataclass(frozen=True)

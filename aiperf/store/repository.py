@@ -15,7 +15,7 @@ transient faults (aiperf.store.retry), and every write is idempotent under such 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -360,8 +360,11 @@ class Store:
         eval_ops: int,
         tensor_train_ops: int,
         tensor_eval_ops: int,
+        devices: int = 1,
+        placement: Sequence[str] = (),
     ) -> None:
-        """The worker built the model: record which worker runs it and its counted operations."""
+        """The worker built the model: record which worker runs it, on which of its devices, and its
+        counted operations."""
         batch = WriteBatch()
         batch.record_trial_built(
             trial_id,
@@ -371,6 +374,8 @@ class Store:
             eval_ops=eval_ops,
             tensor_train_ops=tensor_train_ops,
             tensor_eval_ops=tensor_eval_ops,
+            devices=devices,
+            placement=placement,
         )
         self.write(batch)
 
@@ -890,6 +895,8 @@ class WriteBatch:
         eval_ops: int,
         tensor_train_ops: int,
         tensor_eval_ops: int,
+        devices: int = 1,
+        placement: Sequence[str] = (),
     ) -> None:
         self._update_trial(
             trial_id,
@@ -899,6 +906,8 @@ class WriteBatch:
             eval_ops_per_sample=eval_ops,
             tensor_train_ops_per_sample=tensor_train_ops,
             tensor_eval_ops_per_sample=tensor_eval_ops,
+            devices=devices,
+            placement=list(placement),
         )
 
     def record_epoch(
@@ -1101,6 +1110,8 @@ def _trial_record(trial: Trial) -> TrialRecord:
         message=trial.message,
         epochs=tuple(_epoch_record(e) for e in trial.epochs),
         phases=_phases(trial),
+        devices=trial.devices,
+        placement=tuple(trial.placement or ()),
     )
 
 

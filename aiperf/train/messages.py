@@ -39,6 +39,14 @@ class TrialRequest:
     warmup_epochs: float = 0.0
     weight_decay: float = 0.0  # an L2 term on every kernel's gradient
     label_smoothing: float = 0.0
+    # Devices the trial trains across, data-parallel (aiperf.train.devices): batch_size is each
+    # device's, so a step trains batch_size * devices samples.
+    devices: int = 1
+
+    @property
+    def global_batch(self) -> int:
+        """Samples one training step takes, across all of the trial's devices."""
+        return self.batch_size * self.devices
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,8 @@ class TrialBuilt:
     tensor_train_ops: int
     tensor_eval_ops: int
     kind: str = "built"
+    devices: int = 1  # what the trial trains across, as its framework names them (`placement`)
+    placement: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,4 +112,7 @@ def from_event(data: dict[str, Any]) -> TrialBuilt | EpochReport:
     if cls is None:
         raise ValueError(f"unknown trial event {data.get('kind')!r}")
     names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    values = {k: v for k, v in data.items() if k in names}
+    if "placement" in values:  # a list once it has travelled
+        values["placement"] = tuple(values["placement"])
+    return cls(**values)

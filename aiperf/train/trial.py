@@ -13,10 +13,12 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from aiperf import settings
 from aiperf.status import TrialStatus
 from aiperf.train import recipe
+from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 
@@ -26,7 +28,9 @@ CORES_ENV = settings.WORKER_CORES.name
 
 
 def configure_threads(cores: int | None) -> None:
-    """Size TensorFlow's thread pools to this worker's cores, once, before TensorFlow starts."""
+    """Size TensorFlow's thread pools to this worker's cores, and make its logical CPU devices when
+    the worker owns several (aiperf.train.devices), once, before TensorFlow starts."""
+    configure_logical_cpus(worker_devices())
     if not cores:
         return
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(cores))
@@ -147,6 +151,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
     epochs: list[EpochReport] = []
     clock = PhaseClock()
     report = clock.timed(report)
+    scope = ExitStack()
     try:
         configure_threads(worker_cores())
         import keras
@@ -157,10 +162,14 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
 
         keras.utils.set_random_seed(request.seed)
         keras.mixed_precision.set_global_policy(request.precision)  # before the model is built
+        # Model, optimizer and steps are made inside the trial's devices' scope: one replica each.
+        placement = scope.enter_context(data_parallel(keras.backend.backend(), request.devices))
+        # Each step takes a batch per device: the counted samples are the global batch's.
+        batch = request.global_batch
         with clock.phase("build"):
             feed = open_feed(
                 request.data_path,
-                batch_size=request.batch_size,
+                batch_size=batch,
                 seed=request.seed,
                 input_shape=request.architecture["input_shape"],
                 threads=worker_cores(),
@@ -177,17 +186,20 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             eval_ops=counted.eval_per_sample,
             tensor_train_ops=tensor.train_per_sample,
             tensor_eval_ops=tensor.eval_per_sample,
+            devices=len(placement),
+            placement=tuple(placement),
         )
         report(built)
         with clock.phase("compile"):
             model.compile(
-                optimizer=_optimizer(request, feed.train_samples // request.batch_size),
+                optimizer=_optimizer(request, feed.train_samples // batch),
                 loss=recipe.loss(request.label_smoothing),
                 metrics=["accuracy"],
                 jit_compile=request.jit_compile,
             )
-            build_step_state(model)
-        n_train, n_val, batch = feed.train_samples, feed.val_samples, request.batch_size
+            if request.devices == 1:  # a strategy's replicas build theirs as they trace once
+                build_step_state(model)
+        n_train, n_val = feed.train_samples, feed.val_samples
 
         for epoch in range(request.epochs):
             if time.time() >= request.deadline:
@@ -269,3 +281,5 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             message=message,
             phases=clock.seconds(),
         )
+    finally:
+        scope.close()  # a distribution set for this trial is unset for the next

@@ -68,20 +68,39 @@ def peak_on_worker(
     started) and threads, named as its trials name their worker, with the facts of its device
     under "device_facts" (aiperf.train.auto: they size the per-device batch). `candidates`
     (train.precision auto: the precisions the run may choose) probes each of them that the device
-    supports instead of `dtype`. Run on every worker with Client.run, which passes `dask_worker`."""
+    supports instead of `dtype`. Run on every worker with Client.run, which passes `dask_worker`.
+
+    A worker that owns several accelerators (cluster.devices_per_trial) probes one and counts it
+    once per device: its trials run on all of them, so MFU's divisor is their summed peak. Logical
+    CPU devices share the worker's cores, which the probe already keeps busy: counted once."""
     from aiperf.train.auto import device_facts, supported_precisions
+    from aiperf.train.devices import worker_devices
     from aiperf.train.peak import device, measure_peak, probe_precisions
     from aiperf.train.trial import configure_threads, worker_cores
 
     name = str(dask_worker.name) if dask_worker is not None else "local"
     configure_threads(worker_cores())
-    facts = device_facts(accelerated=device()[1])
+    accelerated = device()[1]
+    facts = device_facts(accelerated=accelerated)
     if candidates:
         wanted = [p for p in supported_precisions(facts) if p in candidates] or ["float32"]
         peak = probe_precisions(wanted, seconds, worker=worker_label(name))
     else:
         peak = measure_peak(seconds, dtype, worker=worker_label(name))
-    return {**peak, "device_facts": facts.to_dict()}
+    devices = worker_devices() if accelerated else 1
+    return {**across_devices(peak, devices), "device_facts": facts.to_dict()}
+
+
+def across_devices(peak: dict[str, Any], devices: int) -> dict[str, Any]:
+    """One device's peak record as the sum over `devices` identical ones (every rate, the probes'
+    too), saying how many it counts."""
+    scaled = {**peak, "flops": peak["flops"] * devices, "devices": devices}
+    if peak.get("probes"):
+        scaled["probes"] = {
+            precision: {**probe, "flops": probe["flops"] * devices}
+            for precision, probe in peak["probes"].items()
+        }
+    return scaled
 
 
 def received(event: tuple[float, dict[str, Any]]) -> dict[str, Any]:
