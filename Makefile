@@ -83,5 +83,11 @@ bench-scaling: install
 	$(PY) benchmarks/bench_weak_scaling.py $(ARGS)
 	$(PY) benchmarks/bench_simulated_scale.py
 
+## make gpu-bundle: the wheels the GPU check needs on the H200 machine (Python 3.12, no registry),
+##   in .gpu-bundle/, with their size (benchmarks/gpu_bundle.sh; docs/performance.md, "One GPU")
+.PHONY: gpu-bundle
+gpu-bundle:
+	PYTHON=$(PYTHON) benchmarks/gpu_bundle.sh
+
 clean:
 	rm -rf aiperf-out .pytest_cache
