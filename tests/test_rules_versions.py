@@ -92,7 +92,7 @@ def test_imagenet_names_1_1_and_the_others_keep_1_0():
             overrides=PLACEHOLDER_SOURCE if profile == "imagenet" else None,
             check_backend=False,
         )
-        assert config.ruleset == (V11 if profile == "imagenet" else V10), profile
+        assert config.ruleset == (V11 if profile.startswith("imagenet") else V10), profile
     config = imagenet()
     assert (config.validity.accuracy_floor, config.validity.min_budget_s) == (0.7, 3600.0)
 
@@ -223,13 +223,13 @@ def test_rules_of_the_other_profiles_are_1_0s(profile):
     )
 
 
-@pytest.mark.parametrize("profile", ["quick", "nightly", "digits", "imagenet"])
+@pytest.mark.parametrize("profile", ["quick", "nightly", "digits", "imagenet", "imagenet-shaped"])
 def test_rules_plain_fits_80_columns(profile):
     result = CliRunner().invoke(app, ["rules", profile])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines and all(len(line) <= 80 for line in lines), lines
-    ruleset = V11 if profile == "imagenet" else V10
+    ruleset = V11 if profile.startswith("imagenet") else V10
     assert ruleset in lines[0] and any("seed network" in line for line in lines)
 
 
