@@ -31,15 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from aiperf.data.manifest import sha256_file, write_json_atomic
 from aiperf.data.pipeline import CENTRE_FRACTION
 from aiperf.data.tfrecord import (
     IMAGENET_LABEL_OFFSET,
     done_before,
     example_bytes,
     shard_name,
-    sidecar,
-    write_shard,
+    write_shard_with_record,
 )
 
 SPLITS = ("train", "validation")
@@ -167,19 +165,7 @@ def generate_shard(task: GenerateTask) -> dict[str, Any]:
                 "jpeg",
             )
         )
-    write_shard(path, records)
-    info = {
-        "name": task.name,
-        "split": task.split,
-        "file": task.name,
-        "images": len(records),
-        "size_bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
-        "input_digest": input_digest,
-        "per_class": {str(k): v for k, v in sorted(stored.items())},
-    }
-    write_json_atomic(sidecar(path), info)
-    return {**info, "problems": [], "skipped": False}
+    return write_shard_with_record(path, records, task.name, task.split, input_digest, stored)
 
 
 def plan(

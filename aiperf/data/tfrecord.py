@@ -161,18 +161,31 @@ def convert_shard(task: ConvertTask) -> dict[str, Any]:
         )
     if problems:
         return {"name": task.name, "split": task.split, "problems": problems, "skipped": False}
+    per_class = Counter(label for _r, label, _d in contents)
+    return write_shard_with_record(path, records, task.name, task.split, input_digest, per_class)
+
+
+def write_shard_with_record(
+    path: Path,
+    records: list[bytes],
+    name: str,
+    split: str,
+    input_digest: str,
+    per_class: Counter[int],
+) -> dict[str, Any]:
+    """Write a shard, then its sidecar record (checksum, the digest of what it was made from, images
+    per class): a shard without a sidecar is unfinished and is made again. Returns the record as a
+    converted shard's result."""
     write_shard(path, records)
     info = {
-        "name": task.name,
-        "split": task.split,
-        "file": task.name,
+        "name": name,
+        "split": split,
+        "file": name,
         "images": len(records),
         "size_bytes": path.stat().st_size,
         "sha256": sha256_file(path),
         "input_digest": input_digest,
-        "per_class": {
-            str(k): v for k, v in sorted(Counter(label for _r, label, _d in contents).items())
-        },
+        "per_class": {str(k): v for k, v in sorted(per_class.items())},
     }
     write_json_atomic(sidecar(path), info)
     return {**info, "problems": [], "skipped": False}
