@@ -86,6 +86,12 @@ JOBQUEUE_CONFIG = Variable(
     "",
     "a jobqueue.yaml of the site's batch-queue settings, over its dask config and under the profile's",
 )
+PROFILE_DIR = Variable(
+    "AIPERF_PROFILE_DIR",
+    "",
+    "a folder of profiles a flow run's `profile` may name (NAME for NAME.yaml); set where the "
+    "work pool's worker starts, since a flow parameter never takes a path",
+)
 SIMULATED_OPS_PER_S = Variable(
     "AIPERF_SIMULATED_OPS_PER_S",
     "5e10",

@@ -27,7 +27,7 @@ from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.lifecycle import run
-from aiperf.lifecycle.parameters import check_parameters
+from aiperf.lifecycle.parameters import check_parameters, check_resumed_config, flow_profile
 from aiperf.lifecycle.recovery import resume_config
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.score import ScoreResult
@@ -214,7 +214,8 @@ def benchmark(
     `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
     profile settings, as `aiperf run --set` takes them. `config` is a config already validated
     (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
-    never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
+    never carry a database password or a job setting, and `profile` is a packaged profile's name
+    or one of AIPERF_PROFILE_DIR's, never a path (aiperf.lifecycle.parameters)."""
     context = get_run_context()
     assert isinstance(context, EngineContext) and context.flow_run is not None  # a flow's own body
     flow_run = context.flow_run
@@ -223,9 +224,10 @@ def benchmark(
     )
     if config is None and resume is not None:
         config = resume_config(database_url(db), resume)
+        check_resumed_config(config, resume)  # the database `db` names may be anyone's
     if config is None:
         config = load_config(
-            profile,
+            flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
             budget=budget,
             workers=workers,
             db=db,

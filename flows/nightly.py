@@ -29,7 +29,7 @@ from aiperf.history.regression import (
     Thresholds,
     check_run,
 )
-from aiperf.lifecycle.parameters import check_parameters
+from aiperf.lifecycle.parameters import check_parameters, flow_profile
 from aiperf.store import Store
 from aiperf_flows.benchmark import benchmark
 
@@ -74,7 +74,13 @@ def nightly(
     if baseline_runs < 1:
         return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
     config = load_config(
-        profile, budget=budget, workers=workers, db=db, seed=seed, out=out, overrides=overrides
+        flow_profile(profile),
+        budget=budget,
+        workers=workers,
+        db=db,
+        seed=seed,
+        out=out,
+        overrides=overrides,
     )
     result = benchmark(config=config)
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)

@@ -104,7 +104,8 @@ def _shared_serve(request, tmp_path_factory):
 def served_prefect(_shared_serve):
     """`make serve` (infra/prefect/serve.sh, tests/prefect_serve.py): server, work pool `aiperf`,
     both deployments and a worker, one for every test that asks for it (starting one takes most of a
-    minute); each test runs and checks its own flow runs."""
+    minute); each test runs and checks its own flow runs. Its API needs the auth string serve.sh
+    made up (`.auth()`, `.headers()`), and its worker reads profiles by name from `.profiles`."""
     return _shared_serve.get()
 
 

@@ -1,6 +1,9 @@
 """`make serve` for tests: infra/prefect/serve.sh (Prefect server, work pool `aiperf`, the deployments
 of prefect.yaml, a worker) in its own process group, against a fresh PREFECT_HOME and a free port.
 Used by tests/test_deployments.py (through the API) and tests/test_prefect_ui.py (through the UI).
+As `make serve` does, serve.sh makes up the API's auth string and writes it to a file the tests
+read (`Served.auth`); the worker's AIPERF_PROFILE_DIR is a folder of the test session's
+(`Served.profiles`), so a test's own profile is a name there, as a flow run's profile must be.
 
 Starting it (server, work pool, `prefect deploy`, worker) and stopping it take most of a minute on
 a 2-core machine, so those tests share one: the `served_prefect` fixture (tests/conftest.py) hands
@@ -10,6 +13,7 @@ its own database and output folder, and checks them by their own ids."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
@@ -38,6 +42,25 @@ class Served:
     api: str  # http://127.0.0.1:PORT/api
     process: subprocess.Popen
     log: Path  # serve.sh's output (the server's own log is under PREFECT_HOME/aiperf-serve)
+    auth_file: Path  # where serve.sh keeps the API's auth string, user:password (made up by it)
+    profiles: (
+        Path  # the worker's AIPERF_PROFILE_DIR: a flow run's `profile` may name NAME.yaml here
+    )
+
+    def auth(self) -> str:
+        """The API's auth string, once serve.sh has written it (before it starts the server)."""
+        return str(
+            self.wait_for(
+                "serve.sh's auth string",
+                lambda: self.auth_file.is_file() and self.auth_file.read_text().strip(),
+                120,
+                0.2,
+            )
+        )
+
+    def headers(self) -> dict[str, str]:
+        """What a plain HTTP client sends: HTTP basic authentication with the auth string."""
+        return {"Authorization": "Basic " + base64.b64encode(self.auth().encode()).decode()}
 
     def wait_for(
         self, what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0
@@ -51,8 +74,11 @@ class Served:
 def serve(tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
     env.update(
         PREFECT_HOME=str(tmp_path / "prefect-home"),
+        AIPERF_PROFILE_DIR=str(profiles),
         AIPERF_PREFECT_PORT=str(port),
         PREFECT_WORKER_QUERY_SECONDS="2",
         PREFECT_WORKER_PREFETCH_SECONDS="5",
@@ -70,7 +96,14 @@ def serve(tmp_path: Path) -> Iterator[Served]:
             start_new_session=True,
         )
     try:
-        yield Served(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/api", process, log)
+        yield Served(
+            f"http://127.0.0.1:{port}",
+            f"http://127.0.0.1:{port}/api",
+            process,
+            log,
+            tmp_path / "prefect-home" / "aiperf-serve" / "api-auth",
+            profiles,
+        )
     finally:
         # Stopped as `make serve` is, with Ctrl-C: SIGINT to the whole group, which usually ends it in a
         # second. Prefect's worker may instead start a graceful shutdown that keeps sending events to

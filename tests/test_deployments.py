@@ -1,12 +1,16 @@
 """`make serve` for real: infra/prefect/serve.sh starts a Prefect server, creates the work pool,
 deploys prefect.yaml and starts a worker; a run of the `benchmark` deployment created through the
-API (as the UI's "Run" button does) completes with its task runs, logs and artifacts."""
+API (as the UI's "Run" button does) completes with its task runs, logs and artifacts. The API answers
+only requests with the session's auth string, which serve.sh made up (conftest.py's `served_prefect`,
+shared with tests/test_prefect_ui.py: serve.sh in its own process group, against a fresh
+PREFECT_HOME and a free port)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import TINY
 from prefect_serve import wait_for
@@ -14,14 +18,35 @@ from prefect_serve import wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def served(served_prefect):
-    """serve.sh in its own process group, against a fresh PREFECT_HOME and a free port (shared with
-    tests/test_prefect_ui.py: conftest.py's `served_prefect`)."""
-    return served_prefect.api, served_prefect.process, served_prefect.log
+def test_the_served_api_answers_only_with_its_auth_string(served_prefect):
+    api = served_prefect.api
+
+    def healthy() -> bool:  # /health answers anyone, as load balancers and serve.sh ask it
+        try:
+            return httpx.get(f"{api}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    served_prefect.wait_for("the API", healthy, 240)
+    mode = served_prefect.auth_file.stat().st_mode & 0o777
+    assert mode == 0o600, oct(mode)
+    user, _, password = served_prefect.auth().partition(":")
+    assert user == "aiperf" and len(password) >= 32
+    wrong = httpx.BasicAuth(user, password[::-1])
+    for auth in (None, wrong):
+        answer = httpx.post(f"{api}/deployments/filter", json={}, auth=auth, timeout=10)
+        assert answer.status_code == 401, answer.text
+    answer = httpx.post(
+        f"{api}/deployments/filter", json={}, headers=served_prefect.headers(), timeout=10
+    )
+    assert answer.status_code == 200, answer.text
+    settings = httpx.get(f"{served_prefect.ui}/ui-settings", timeout=10).json()
+    assert settings["auth"] == "BASIC"  # the UI asks for it on its login page
+    assert "Authorization" not in served_prefect.log.read_text()
+    assert password not in served_prefect.log.read_text()
 
 
-def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
+def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -32,8 +57,8 @@ def test_benchmark_deployment_runs_from_the_api(served, tmp_path):
         LogFilterFlowRunId,
     )
 
-    api, process, log = served
-    with SyncPrefectClient(api) as client:
+    api, process, log = served_prefect.api, served_prefect.process, served_prefect.log
+    with SyncPrefectClient(api, auth_string=served_prefect.auth()) as client:
 
         def deployed():
             try:

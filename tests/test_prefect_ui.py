@@ -9,7 +9,9 @@ its server may already hold that test's flow runs, as a user's server holds earl
 
 The UI is the one a browser opening the server's address gets: Prefect 3's V2 UI (React), under /v2.
 Its run form has no editor for a mapping parameter (`overrides`), so the custom profile is a profile
-file: the packaged `quick` profile with the tests' TINY settings, written to the temporary folder."""
+file: the packaged `quick` profile with the tests' TINY settings, written to the worker's
+AIPERF_PROFILE_DIR and named in the form (a flow run's profile is a name, never a path). The API
+takes basic authentication, so the walk starts on the UI's login page, with serve.sh's auth string."""
 
 from __future__ import annotations
 
@@ -241,7 +243,9 @@ class UI:
 def served_deployments(server: Served) -> dict[str, dict]:
     def deployments():
         try:
-            found = httpx.post(f"{server.api}/deployments/filter", json={}, timeout=5).json()
+            found = httpx.post(
+                f"{server.api}/deployments/filter", json={}, headers=server.headers(), timeout=5
+            ).json()
         except (httpx.HTTPError, ValueError):
             return None
         named = {d["name"]: d for d in found} if isinstance(found, list) else {}
@@ -251,7 +255,7 @@ def served_deployments(server: Served) -> dict[str, dict]:
 
 
 def test_a_benchmark_run_launched_and_followed_in_the_prefect_ui(served_prefect, tmp_path):
-    profile = tiny_profile(tmp_path)
+    profile = tiny_profile(served_prefect.profiles)
     db, out = tmp_path / "aiperf.db", tmp_path / "out"
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -293,6 +297,17 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     browser.navigate(
         server.ui + "/", timeout=120
     )  # the first load: the server sends the whole bundle
+    # The API needs the auth string, which the UI asks for on its login page. Until then the page it
+    # was sent to fails by design (401, "Something went wrong" as it redirects): checked from here on.
+    password = "document.querySelector('input[type=password]')"
+    browser.wait_until(f"!!{password}", 120, "the login page")
+    ui.shot("login")
+    browser.type_into(password, server.auth(), "the auth string")
+    browser.click(by_text("button", "Login"), "Login")
+    browser.wait_until(
+        f"location.pathname.startsWith('/v2/dashboard') && !{password}", 60, "login"
+    )
+    ui.seen_events = len(browser.events)
     ui.page(
         "dashboard",
         f"location.pathname.startsWith('/v2/dashboard') && {by_text('a', 'Deployments')}",
@@ -372,7 +387,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     run_name = f"document.getElementById({by_text('label', 'Run Name')}?.htmlFor)"
     ui.wait(run_name, "the run name field")
     browser.type_into(run_name, RUN_NAME, "Run Name")
-    ui.fill("profile (Optional)", str(profile))
+    ui.fill("profile (Optional)", profile.stem)  # a name in the worker's AIPERF_PROFILE_DIR
     ui.fill("budget (Optional)", BUDGET, "str")
     ui.fill("workers (Optional)", "1", "int")
     ui.fill("db (Optional)", f"sqlite:///{db}", "str")
@@ -420,7 +435,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     )
     parameters = json.loads(re.search(r"\{[\s\S]*\}", ui.text(ACTIVE_PANEL)).group(0))
     assert {k: parameters[k] for k in ("profile", "budget", "workers", "db", "seed", "out")} == {
-        "profile": str(profile),
+        "profile": profile.stem,
         "budget": BUDGET,
         "workers": 1,
         "db": f"sqlite:///{db}",

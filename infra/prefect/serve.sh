@@ -7,9 +7,18 @@
 #   3. registers the deployments of prefect.yaml (`benchmark`, `nightly-regression`);
 #   4. runs a worker on the pool in the foreground until Ctrl-C, then stops what it started.
 #
-# Open http://127.0.0.1:4200, pick Deployments -> benchmark -> Run -> Custom run, and watch the
-# flow run's task runs, logs and artifacts. Runs start in this checkout (AIPERF_REPO, the pull
-# step of prefect.yaml), so relative paths such as sqlite:///aiperf.db land here.
+# The API takes HTTP basic authentication (Prefect's own): the server it starts requires
+# PREFECT_SERVER_API_AUTH_STRING, "user:password", taken from the environment (or from
+# PREFECT_API_AUTH_STRING) or else made up afresh for the session, and written, readable by this
+# user only, to $state/api-auth; the work pool, `prefect deploy` and the worker get it as
+# PREFECT_API_AUTH_STRING, which clients set too. Anyone who holds it can start flow runs as this
+# user, so it is never printed: the UI's login page and clients take it from that file.
+#
+# Open http://127.0.0.1:4200, log in with the auth string, pick Deployments -> benchmark -> Run ->
+# Custom run, and watch the flow run's task runs, logs and artifacts. Runs start in this checkout
+# (AIPERF_REPO, the pull step of prefect.yaml), so relative paths such as sqlite:///aiperf.db land
+# here. A run's `profile` is a packaged profile's name or NAME for NAME.yaml in AIPERF_PROFILE_DIR,
+# which the worker inherits from this script's environment.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 prefect="${PREFECT_BIN:-$repo/.venv/bin/prefect}"
@@ -21,6 +30,7 @@ export DO_NOT_TRACK="${DO_NOT_TRACK:-1}"
 export PREFECT_SERVER_ANALYTICS_ENABLED="${PREFECT_SERVER_ANALYTICS_ENABLED:-false}"
 export PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
 mkdir -p "$state"
+auth_file="$state/api-auth"
 
 healthy() {  # the API answers /health (python, not curl: the venv is all a fresh machine has)
   "$repo/.venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=3)' \
@@ -35,13 +45,27 @@ stop_children() {
 trap stop_children EXIT
 trap 'exit 130' INT TERM
 
+save_auth() {  # the session's auth string, for clients and the UI's login, readable by this user only
+  (umask 077 && printf '%s\n' "$PREFECT_API_AUTH_STRING" >"$auth_file.new" && mv "$auth_file.new" "$auth_file")
+}
+
+auth="${PREFECT_SERVER_API_AUTH_STRING:-${PREFECT_API_AUTH_STRING:-}}"
 if [ -z "${PREFECT_API_URL:-}" ]; then
   export PREFECT_API_URL="http://127.0.0.1:$port/api"
   if healthy; then
     echo "serve: a Prefect server already answers on $PREFECT_API_URL; using it" >&2
+    if [ -z "$auth" ] && [ -r "$auth_file" ]; then auth="$(cat "$auth_file")"; fi
+    export PREFECT_API_AUTH_STRING="$auth"
+    [ -z "$auth" ] || save_auth
   else
+    if [ -z "$auth" ]; then  # a fresh secret for this session: 192 random bits
+      auth="aiperf:$("$repo/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))')"
+    fi
+    export PREFECT_API_AUTH_STRING="$auth"
+    save_auth
     echo "serve: starting a Prefect server on 127.0.0.1:$port (log: $state/server.log)" >&2
-    "$prefect" server start --host 127.0.0.1 --port "$port" >"$state/server.log" 2>&1 &
+    PREFECT_SERVER_API_AUTH_STRING="$auth" \
+      "$prefect" server start --host 127.0.0.1 --port "$port" >"$state/server.log" 2>&1 &
     children+=("$!")
     for _ in $(seq 1 240); do
       healthy && break
@@ -53,8 +77,18 @@ if [ -z "${PREFECT_API_URL:-}" ]; then
 else
   echo "serve: using the Prefect server at $PREFECT_API_URL" >&2
   healthy || { echo "serve: no Prefect server answers at $PREFECT_API_URL/health; check PREFECT_API_URL" >&2; exit 1; }
+  export PREFECT_API_AUTH_STRING="$auth"  # that server's, from the environment (none: an open server)
 fi
+[ -n "$PREFECT_API_AUTH_STRING" ] || unset PREFECT_API_AUTH_STRING
+unset PREFECT_SERVER_API_AUTH_STRING  # the server's own; the worker and its flow runs are clients
 
+# /health answers anyone; this needs the auth string (a 401 is the likely failure, so say so)
+if ! "$prefect" work-pool ls >"$state/work-pools.log" 2>&1; then
+  echo "serve: the API at $PREFECT_API_URL refused this script's requests; set PREFECT_API_AUTH_STRING" \
+    "to its user:password (a server make serve started keeps it in $auth_file)" >&2
+  tail -n 5 "$state/work-pools.log" >&2
+  exit 1
+fi
 if ! "$prefect" work-pool inspect "$pool" >/dev/null 2>&1; then
   "$prefect" work-pool create "$pool" --type process >/dev/null
   echo "serve: created the process work pool $pool" >&2
@@ -67,6 +101,11 @@ echo "serve: deployed $(grep -c '^  - name:' "$repo/prefect.yaml") deployments f
 
 ui="${PREFECT_API_URL%/api}"
 echo "serve: open $ui and run Deployments -> aiperf-benchmark/benchmark; Ctrl-C stops the worker" >&2
+if [ -n "${PREFECT_API_AUTH_STRING:-}" ] && [ "${PREFECT_API_URL}" = "http://127.0.0.1:$port/api" ]; then
+  echo "serve: the API needs basic authentication: log in to the UI with the contents of $auth_file;" \
+    "clients and other workers: export PREFECT_API_URL=$PREFECT_API_URL" \
+    "PREFECT_API_AUTH_STRING=\"\$(cat $auth_file)\"" >&2
+fi
 # One flow run at a time: a benchmark run uses every core, two at once would measure each other.
 "$prefect" worker start --pool "$pool" --name "aiperf-$(hostname -s)" --type process --limit 1 &
 children+=("$!")
