@@ -30,7 +30,7 @@ from aiperf import settings
 from aiperf.errors import UserError
 from aiperf.rules import AUTO_PRECISION, load_ruleset
 from aiperf.units import parse_duration
-from aiperf.urls import DEFAULT_DB_URL, withhold_password
+from aiperf.urls import DEFAULT_DB_URL, environment_value, withhold_password
 
 CUSTOM_PREFIX = "custom-"  # the name of every profile read from a file
 
@@ -392,20 +392,34 @@ class BenchmarkConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _devices_fit(self) -> BenchmarkConfig:
-        problem = devices_problem(self)
+    def _devices_fit(self, info: ValidationInfo) -> BenchmarkConfig:
+        """A trial's devices must be had: against this machine's cores only when a run starts here
+        (`CHECK_MACHINE`), so a stored config validates on any machine."""
+        problem = devices_problem(self, this_machine=_checks_machine(info))
         if problem:
             raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
-    def _local_cores_fit(self) -> BenchmarkConfig:
-        """On this machine, cores per worker times workers must fit its cores (checked here, before
-        anything is recorded, and again where the local cluster starts)."""
-        problem = local_cores_problem(self)
+    def _local_cores_fit(self, info: ValidationInfo) -> BenchmarkConfig:
+        """Cores per worker times workers must fit this machine's cores, checked only when a run
+        starts here (load_config passes `CHECK_MACHINE`, before anything is recorded; the local
+        cluster checks again as it starts): a run recorded on a bigger machine must still validate
+        where its records are verified, reported or resumed from."""
+        problem = local_cores_problem(self) if _checks_machine(info) else None
         if problem:
             raise ValueError(problem)
         return self
+
+
+# The validation context of a config for a run that starts on this machine (load_config): only then
+# are the machine's cores checked. A stored config is validated without it, wherever it is read.
+CHECK_MACHINE: dict[str, bool] = {"check_machine": True}
+
+
+def _checks_machine(info: ValidationInfo) -> bool:
+    """Whether this validation is for a run starting on this machine (context `CHECK_MACHINE`)."""
+    return isinstance(info.context, dict) and bool(info.context.get("check_machine"))
 
 
 def trial_devices(cluster: ClusterConfig) -> int:
@@ -416,10 +430,12 @@ def trial_devices(cluster: ClusterConfig) -> int:
     return cluster.devices_per_trial
 
 
-def devices_problem(config: BenchmarkConfig) -> str | None:
+def devices_problem(config: BenchmarkConfig, this_machine: bool = True) -> str | None:
     """Why the run's devices per trial cannot be had, or None. Keras trains data-parallel through its
     distribution API on JAX and through tf.distribute on TensorFlow, not on torch; with GPUs a
-    trial's devices come whole out of its job's (or machine's), and every worker gets as many."""
+    trial's devices come whole out of its job's (or machine's), and every worker gets as many.
+    `this_machine`: the run starts here, so a local worker's share of this machine's cores counts
+    too (off when a stored config is validated, wherever that is)."""
     devices, gpus = trial_devices(config.cluster), config.cluster.gpus
     if devices == 1 or config.train.trainer == "simulated":
         return None
@@ -433,7 +449,7 @@ def devices_problem(config: BenchmarkConfig) -> str | None:
             f"cluster.devices_per_trial {devices} does not divide cluster.gpus {gpus} (the GPUs of "
             f"a job, or of this machine): every worker owns the same number; use a divisor or node"
         )
-    if not gpus and config.cluster.kind == "local":
+    if not gpus and config.cluster.kind == "local" and (config.cluster.cores or this_machine):
         cores = config.cluster.cores or machine_cores() // config.workers
         if devices > cores:
             return (
@@ -582,11 +598,14 @@ def load_config(
     A packaged profile's validity rules come from its ruleset. A profile file is named
     custom-<sha256 of its text, 12 digits> whatever it says inside, so no file can pass for a
     packaged profile; `profile` and `ruleset` cannot be overridden. `check_backend`: refuse a
-    train.backend this Python cannot import (off where a config is only judged, not run)."""
+    train.backend this Python cannot import, and cores this machine lacks (`CHECK_MACHINE`); off
+    where a config is only judged, not run (aiperf.results.division), so judging a run never
+    depends on the judging machine."""
     raw, name = _read_profile(profile)
     raw["profile"] = name
-    if settings.text(settings.DB_URL):  # over the profile's; a `db` override and --db win over it
-        raw["db"] = settings.text(settings.DB_URL)
+    from_environment = environment_value(settings.DB_URL.name)  # kept out of workers: aiperf.urls
+    if from_environment:  # over the profile's; a `db` override and --db win over it
+        raw["db"] = from_environment
     _apply_ruleset(raw)
     for key, value in (overrides or {}).items():
         if key.split(".", 1)[0] in ("profile", "ruleset"):
@@ -637,7 +656,9 @@ def load_config(
         except ValueError as exc:
             raise UserError(f"validity.min_budget: {exc}") from None
     try:
-        config = BenchmarkConfig.model_validate(raw)
+        config = BenchmarkConfig.model_validate(
+            raw, context=CHECK_MACHINE if check_backend else None
+        )
     except ValidationError as exc:
         raise UserError(_first_error(exc)) from None
     if check_backend:

@@ -38,3 +38,82 @@ def test_quick_profile_defaults():
 def test_bad_values_name_the_problem(kwargs, fragment):
     with pytest.raises(UserError, match=fragment.replace("(", r"\(").replace("+", r"\+")):
         load_config(**{"profile": "quick", **kwargs})
+
+
+# --- verify anywhere: this machine is checked where a run starts, not where a config is read ------
+
+
+# Cores, or devices a trial, beyond any machine this suite runs on (a worker's device is a core).
+MANY = 4096
+
+
+@pytest.mark.parametrize(
+    "settings, fragment",
+    [
+        ({"cluster.cores": MANY}, "more than this machine's"),
+        (
+            {
+                "cluster.devices_per_trial": MANY,
+                "train.backend": "jax",
+                "data.train_samples": 10**7,
+            },
+            "more than a worker's",
+        ),
+    ],
+)
+def test_a_stored_config_validates_on_any_machine_and_a_run_here_is_refused(settings, fragment):
+    from aiperf.cluster.start import start_cluster
+    from aiperf.config import BenchmarkConfig, devices_problem, local_cores_problem
+
+    stored = load_config("quick", workers=1).model_dump(mode="json")
+    for dotted, value in settings.items():  # as a run on a far bigger machine recorded it
+        section, key = dotted.split(".")
+        stored[section][key] = value
+    config = BenchmarkConfig.model_validate(stored)  # as verify, report and resume read it
+    assert config.model_dump(mode="json") == stored
+    problem = local_cores_problem(config) or devices_problem(config)
+    assert problem and fragment in problem
+    with pytest.raises(UserError, match=fragment):  # a run that would start here
+        load_config("quick", workers=1, overrides=settings)
+    with pytest.raises(UserError) as refused, start_cluster(config):  # a resumed or flow's run
+        pass
+    assert str(refused.value) == problem
+
+
+def test_judging_a_run_does_not_depend_on_the_judging_machine():
+    """Its division is judged by loading its profile with its settings (aiperf.results.division):
+    no check of this machine's cores there either."""
+    from aiperf.config import BenchmarkConfig
+    from aiperf.results.division import classify
+
+    stored = load_config("quick", workers=1).model_dump(mode="json")
+    stored["cluster"]["cores"] = MANY
+    assert classify(BenchmarkConfig.model_validate(stored)).name == "closed"
+
+
+@pytest.mark.slow
+def test_aiperf_verify_passes_a_run_recorded_on_a_bigger_machine(tmp_path):
+    """A real run's stored config edited to say MANY cores a worker, as a run on a bigger machine
+    records it: `aiperf verify` on this machine passes every check."""
+    import json
+    import sqlite3
+
+    from conftest import TINY
+    from typer.testing import CliRunner
+
+    from aiperf.cli.main import app
+    from aiperf.lifecycle import run
+
+    db = f"sqlite:///{tmp_path / 'run.db'}"
+    config = load_config(
+        "quick", budget="3s", workers=1, db=db, out=str(tmp_path), seed=1, overrides=TINY
+    )
+    assert run.run_benchmark(config).verified
+    with sqlite3.connect(tmp_path / "run.db") as sql:
+        (stored,) = sql.execute("SELECT config FROM runs WHERE id = 1").fetchone()
+        stored = json.loads(stored)
+        stored["cluster"]["cores"] = MANY
+        sql.execute("UPDATE runs SET config = ? WHERE id = 1", (json.dumps(stored),))
+    result = CliRunner().invoke(app, ["verify", "1", "--db", db], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "more than this machine" not in result.output

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 import typer
@@ -226,3 +227,181 @@ def test_withheld_passwords_stay_in_this_process(monkeypatch):
     monkeypatch.delenv("PGPASSWORD", raising=False)
     withhold_password("postgresql+psycopg://u:kept-here@h/db")
     assert "kept-here" not in json.dumps(dict(os.environ))
+
+
+# --- secrets in the query, and in URLs that do not parse ------------------------------------------
+
+SECRET = "s3cret-q"
+# libpq takes a secret from each of these query parameters; the last two URLs do not parse.
+QUERY_SECRETS = [
+    f"postgresql+psycopg://u@127.0.0.1:1/x?password={SECRET}",
+    f"postgresql+psycopg://u@127.0.0.1:1/x?sslmode=prefer&sslpassword={SECRET}",
+    f"postgresql+psycopg://u@127.0.0.1:1/x?passfile=/home/u/{SECRET}",
+    f"postgresql+psycopg://u:pw@127.0.0.1:1/x?pass%77ord={SECRET}",  # the key's name encoded
+]
+MALFORMED_SECRETS = [
+    f"postgresql+psycopg://u:{SECRET}@127.0.0.1:notaport/x",
+    f"postgresql+psycopg://u@127.0.0.1:notaport/x?password={SECRET}",
+]
+
+
+@pytest.mark.parametrize("url", QUERY_SECRETS)
+def test_query_string_secrets_are_withheld_shown_masked_and_still_used_here(url):
+    from aiperf.store import database
+
+    bare, taken = split_password(url)
+    assert taken is not None and SECRET not in bare and bare.startswith("postgresql+psycopg://u@")
+    assert SECRET not in safe_url(url) and "***" in safe_url(url)
+    config = load_config("quick", workers=1, db=url)
+    assert config.db == bare and SECRET not in config.model_dump_json()
+    connects_with = database._parse_url(config.db)  # this process's own connections
+    assert SECRET in connects_with.render_as_string(hide_password=False)
+    with pytest.raises(UserError, match="holds a database password") as refused:
+        check_parameters(db=url)  # a flow-run parameter, which Prefect stores
+    assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", MALFORMED_SECRETS)
+def test_a_url_that_does_not_parse_and_holds_a_password_is_refused_wherever_it_is_given(url):
+    """Nothing could take its password out reliably, so it is never stored, passed or shown."""
+    assert SECRET not in safe_url(url)
+    for give in (
+        lambda: split_password(url),
+        lambda: load_config("quick", workers=1, db=url),
+        lambda: check_parameters(db=url),
+        lambda: check_parameters(overrides={"db": url}),
+    ):
+        with pytest.raises(UserError, match="is malformed and holds a password") as refused:
+            give()
+        assert SECRET not in str(refused.value) and "\n" not in str(refused.value)
+    assert split_password("postgresql+psycopg://u@h:notaport/x") == (
+        "postgresql+psycopg://u@h:notaport/x",
+        None,
+    )  # nothing to withhold: opening it says it is malformed
+
+
+READ_COMMANDS = [["runs"], ["history"], ["show", "1"], ["compare", "1", "2"]]
+
+
+@pytest.mark.parametrize("url", QUERY_SECRETS + MALFORMED_SECRETS)
+@pytest.mark.parametrize(
+    "command", [*READ_COMMANDS, ["run", "--workers", "1", "--budget", "5s"]], ids=" ".join
+)
+def test_no_command_prints_a_query_string_or_malformed_url_password(command, url, capfd):
+    for given, env in ((["--db", url], {}), ([], {"AIPERF_DB_URL": url})):
+        result = _cli(*command, *given, env=env)
+        printed = result.output + "".join(capfd.readouterr())
+        assert result.exit_code == 2, printed
+        assert "127.0.0.1" in printed and SECRET not in printed, printed
+
+
+# --- worker and job environments --------------------------------------------------------------
+
+ENV_SECRETS = {
+    "AIPERF_DB_URL": f"postgresql+psycopg://u:{SECRET}-url@h/db",
+    "PGPASSWORD": f"{SECRET}-pgpassword",
+    "PGPASSFILE": f"/home/u/{SECRET}-pgpass",
+}
+
+
+def _environ_of(pid: int) -> str:
+    """A process's environment as it was when it started: what it inherited, whatever it unset."""
+    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux's /proc")
+def test_a_local_worker_process_starts_without_the_database_secrets(monkeypatch):
+    from distributed import Client
+
+    from aiperf.cluster.start import local_cluster
+    from aiperf.urls import with_withheld_password
+
+    for name, value in ENV_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    with local_cluster(1) as cluster:
+        # While the cluster lives this process still connects as libpq would, and reads its URL.
+        here = with_withheld_password(make_url("postgresql+psycopg://u@h/env-only"))
+        assert here.query["password"] == ENV_SECRETS["PGPASSWORD"]
+        assert here.query["passfile"] == ENV_SECRETS["PGPASSFILE"]
+        assert load_config("quick", workers=1).db == "postgresql+psycopg://u@h/db"
+        with Client(cluster, security=cluster.security, set_as_default=False) as client:
+            environs = {w: _environ_of(pid) for w, pid in client.run(os.getpid).items()}
+            client.restart()  # its nanny spawns the worker process anew, later in the run
+            environs.update(
+                {f"{w} restarted": _environ_of(pid) for w, pid in client.run(os.getpid).items()}
+            )
+    assert len(environs) == 2
+    for worker, environ in environs.items():
+        assert SECRET not in environ, f"worker {worker} inherited a database secret"
+        assert "AIPERF_DB_URL=" not in environ and "PGPASSWORD=" not in environ
+    assert {name: os.environ.get(name) for name in ENV_SECRETS} == ENV_SECRETS  # given back
+
+
+def _environment_of_a_child() -> str:
+    """`env` as a process this worker starts sees it (a trial's subprocess, say)."""
+    import subprocess
+
+    return subprocess.run(["env"], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_worker_given_the_secrets_drops_them_as_it_starts():
+    """A worker that got them anyway (started by hand for --cluster scheduler, or by a prologue that
+    exports one) drops them in aiperf's preload, before any task: nothing it starts inherits them."""
+    from distributed import Client, LocalCluster
+
+    from aiperf.cluster.preload import PRELOAD
+
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            preload=[PRELOAD],
+            env=ENV_SECRETS,  # set in the worker process as it starts, before the preload runs
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        seen = client.run(lambda: {n: os.environ.get(n) for n in ENV_SECRETS})
+        children = client.run(_environment_of_a_child)
+    assert list(seen.values()) == [dict.fromkeys(ENV_SECRETS)]
+    assert all(SECRET not in child for child in children.values())
+
+
+def test_a_job_script_unsets_the_database_secrets_before_anything_else(monkeypatch, tmp_path):
+    """A batch system copies the submitting shell's environment into the job by default (sbatch
+    --export=ALL): the script's first line drops the secrets, so its worker never sees them."""
+    import subprocess
+
+    from aiperf.cluster.plan import job_plan
+
+    monkeypatch.setenv("SLURM_SUBMIT_DIR", str(tmp_path))
+    config = load_config("quick", workers=1, out=str(tmp_path), cluster="slurm")
+    prologue = job_plan(config, None).kwargs["job_script_prologue"]
+    assert prologue[0].startswith("unset ")
+    shell = "\n".join([*prologue, "env"])
+    job_env = {**os.environ, **ENV_SECRETS}  # as --export=ALL hands the job
+    seen = subprocess.run(
+        ["bash", "-c", shell], env=job_env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert seen.returncode == 0, seen.stderr
+    assert SECRET not in seen.stdout and "KERAS_BACKEND=" in seen.stdout
+
+
+def test_this_process_connects_with_pgpassword_while_it_is_kept_from_children(
+    postgres_db, monkeypatch
+):
+    """The password only in PGPASSWORD, a URL without one: connections made while a cluster keeps
+    it out of the environment (a pool's new connection mid-run) still log in."""
+    from sqlalchemy import text as sql_text
+
+    from aiperf.store import Store
+    from aiperf.urls import secrets_kept_from_children
+
+    bare = split_password(postgres_db)[0].replace("127.0.0.1", "localhost")  # nothing withheld
+    monkeypatch.setenv("PGPASSWORD", make_url(postgres_db).password)
+    monkeypatch.delenv("PGPASSFILE", raising=False)
+    with secrets_kept_from_children():
+        assert "PGPASSWORD" not in os.environ
+        with Store.open(bare) as store, store.engine.connect() as connection:
+            assert connection.execute(sql_text("SELECT 1")).scalar() == 1

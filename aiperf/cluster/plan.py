@@ -37,6 +37,7 @@ from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES, format_walltime, parse_walltime, worker_lifetime
 from aiperf.config import BenchmarkConfig, ClusterConfig, trial_devices
 from aiperf.errors import UserError
+from aiperf.urls import SECRET_ENVIRONMENT
 
 TRIAL_RESOURCE = "trial"
 GPU_RESOURCE = "GPU"
@@ -159,9 +160,11 @@ def job_plan(
     env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus, devices=devices)
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
     # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
-    prologue = (
-        [queue_kind.workdir_line] if queue_kind.workdir_line else []
-    )  # relative data paths resolve
+    # The very first line drops the database's secrets, which a batch system copies from the
+    # submitting shell by default (sbatch --export=ALL, qsub -V): workers never connect to it.
+    prologue = [f"unset {' '.join(SECRET_ENVIRONMENT)}"]
+    if queue_kind.workdir_line:
+        prologue.append(queue_kind.workdir_line)  # relative data paths resolve
     prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
     prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")

@@ -10,6 +10,12 @@ worker of a node on the same GPU.
 
 What is the same for every worker (KERAS_BACKEND, thread counts) is in the environment the
 worker process starts with (environment.worker_environment). Nothing here imports a framework.
+
+A worker never connects to the database, so it also drops the variables that carry its secrets
+(aiperf.urls.SECRET_ENVIRONMENT) from its environment, in case its process was given them (a worker
+started by hand for --cluster scheduler, a job prologue that exports one): nothing the worker
+starts, a trial's subprocess included, inherits them. The worker processes aiperf starts never had
+them (aiperf.urls.secrets_kept_from_children, and the job script's `unset` line).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import sys
 from typing import Any
 
 from aiperf.cluster.environment import FRAMEWORKS, JOB_GPUS_ENV, pin_gpu
+from aiperf.urls import SECRET_ENVIRONMENT
 
 PRELOAD = __name__
 
@@ -27,7 +34,10 @@ log = logging.getLogger(__name__)
 
 
 def dask_setup(worker: Any) -> None:
-    """Pin this worker's GPU (when its job or machine has GPUs), before any framework starts."""
+    """Pin this worker's GPU (when its job or machine has GPUs), before any framework starts, and
+    drop the database's secrets from this process's environment."""
+    for name in SECRET_ENVIRONMENT:
+        os.environ.pop(name, None)
     started = [name for name in FRAMEWORKS if name in sys.modules]
     device = pin_gpu(str(worker.name))
     if device is not None:

@@ -30,8 +30,15 @@ from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_clus
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
 from aiperf.cluster.started import StartedCluster
-from aiperf.config import BenchmarkConfig, local_cores_problem, machine_cores, trial_devices
+from aiperf.config import (
+    BenchmarkConfig,
+    devices_problem,
+    local_cores_problem,
+    machine_cores,
+    trial_devices,
+)
 from aiperf.errors import UserError
+from aiperf.urls import secrets_kept_from_children
 
 WORKERS_TIMEOUT_S = settings.number(settings.WORKERS_TIMEOUT, positive=True)
 
@@ -78,30 +85,33 @@ def local_cluster(
         processes, threads = workers, 1
         cores = cores_per_worker or max(1, machine_cores() // workers)
     memory = int(psutil.virtual_memory().total * 0.9 / processes)
-    # The scheduler and nannies read QUIET_DASK here; the workers, from their environment.
-    with dask.config.set({**QUIET_DASK, "distributed.scheduler.allowed-failures": 0}):
-        cluster = LocalCluster(
-            n_workers=processes,
-            threads_per_worker=threads,
-            processes=True,
-            memory_limit=memory,
-            dashboard_address=None,
-            resources={TRIAL_RESOURCE: threads},
-            preload=[PRELOAD],
-            env=worker_environment(
-                cores,
-                prefect_api_url,
-                backend=backend,
-                gpus=0 if simulated else gpus,
-                devices=1 if simulated else devices,
-            ),
-            host="127.0.0.1",
-            security=tls_credentials(),
-        )
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    # Its worker processes copy this process's environment as they start (and as the nannies
+    # restart them): the database's secrets are out of it while the cluster lives.
+    with secrets_kept_from_children():
+        # The scheduler and nannies read QUIET_DASK here; the workers, from their environment.
+        with dask.config.set({**QUIET_DASK, "distributed.scheduler.allowed-failures": 0}):
+            cluster = LocalCluster(
+                n_workers=processes,
+                threads_per_worker=threads,
+                processes=True,
+                memory_limit=memory,
+                dashboard_address=None,
+                resources={TRIAL_RESOURCE: threads},
+                preload=[PRELOAD],
+                env=worker_environment(
+                    cores,
+                    prefect_api_url,
+                    backend=backend,
+                    gpus=0 if simulated else gpus,
+                    devices=1 if simulated else devices,
+                ),
+                host="127.0.0.1",
+                security=tls_credentials(),
+            )
+        try:
+            yield cluster
+        finally:
+            cluster.close()
 
 
 def _private_folder(path: Path) -> Path:
@@ -153,7 +163,10 @@ def jobqueue_cluster(
         # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
         "distributed.deploy.lost-worker-timeout": "3s",
     }
-    with dask.config.set(settings):
+    # The submit command copies this process's environment, and a batch system by default copies
+    # it into the job (sbatch --export=ALL): the database's secrets are out of it while the jobs are
+    # submitted and resubmitted; the job script unsets them too (plan.py).
+    with dask.config.set(settings), secrets_kept_from_children():
         cluster = new_jobqueue_cluster(plan, logs)
         keeper = Keeper(cluster, plan)
         try:
@@ -203,7 +216,7 @@ def start_cluster(
     if config.cluster.kind == "local":
         simulated = config.train.trainer == "simulated"
         # Checked with the config too, but that may have been on another machine.
-        problem = local_cores_problem(config)
+        problem = local_cores_problem(config) or devices_problem(config)
         if problem:
             raise UserError(problem)
         with local_cluster(
