@@ -707,10 +707,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def failed(summary: dict[str, Any]) -> bool:
-    """Whether the check failed: stopped by its time limit, or a run that did not complete."""
+    """Whether the check failed: stopped by its time limit, or a run that did not complete. Its run
+    is shorter than any ruleset's minimum, so a verified but invalid result (exit status 3,
+    aiperf.cli.main.EXIT_INVALID) is what a good check gives."""
+    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
+
     run = summary.get("run")
     return bool(summary.get("stopped")) or (
-        run is not None and (run["exit"] != 0 or run.get("status") != "completed")
+        run is not None
+        and (run["exit"] not in (EXIT_VALID, EXIT_INVALID) or run.get("status") != "completed")
     )
 
 

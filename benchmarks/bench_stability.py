@@ -42,6 +42,16 @@ def threshold_for(cv: float, sigmas: float = 3.0) -> float:
     return math.ceil(100 * sigmas * cv) / 100
 
 
+def _run(command: list[str]) -> None:
+    """One `aiperf run`: valid (exit 0), or verified and invalid (3: a --budget under the
+    profile's minimum) still measures the machine; any other status stops the series."""
+    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
+
+    code = subprocess.run(command, stdout=subprocess.DEVNULL).returncode
+    if code not in (EXIT_VALID, EXIT_INVALID):
+        raise SystemExit(f"bench_stability: `aiperf run` failed (exit status {code})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -72,7 +82,7 @@ def main() -> None:
         ]
         command += ["--budget", args.budget] if args.budget else []
         print(f"run {n + 1} of {args.runs}: {' '.join(command)}", flush=True)
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        _run(command)
     with Store.open_existing(db) as store:
         runs = [store.get_run(r.id) for r in reversed(store.list_runs(args.runs))]
     ops = [r.score.ops for r in runs]

@@ -107,6 +107,7 @@ def _steady_rate(epochs: list[tuple[str, int, float, float]]) -> tuple[float, in
 
 
 def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates:
+    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
     from aiperf.store import Store
 
     db = f"sqlite:///{folder / f'{case.name}.db'}"
@@ -124,7 +125,9 @@ def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates
         str(folder / "out"),
         *case.overrides(),
     ]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    code = subprocess.run(command, stdout=subprocess.DEVNULL).returncode
+    if code not in (EXIT_VALID, EXIT_INVALID):  # a short run is verified and invalid: exit 3
+        raise SystemExit(f"bench_trial_efficiency: `aiperf run` failed (exit status {code})")
     with Store.open_existing(db) as store:
         run_id = max(r.id for r in store.list_runs())
         run = store.get_run(run_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
+from aiperf.cli.main import EXIT_INVALID
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
 
@@ -191,7 +192,8 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
         copy_url,
         AIPERF_HEARTBEAT_TIMEOUT="2",
     )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # A simulated trainer's result is verified and invalid (aiperf.cli.main's exit status)
+    assert resumed.returncode == EXIT_INVALID, resumed.stderr[-3000:]
     with Store.open_existing(copy_url) as store:
         record = store.get_run(1)
     assert record.status is RunStatus.COMPLETED and len(record.windows) == 2

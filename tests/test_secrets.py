@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from aiperf.cli.main import app
+from aiperf.cli.main import EXIT_INVALID, app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
 from aiperf.lifecycle.parameters import check_parameters
@@ -195,7 +195,7 @@ def test_a_run_on_postgresql_keeps_its_password_out_of_records_parameters_and_lo
         *settings,
     )
     printed = result.output + "".join(capfd.readouterr())
-    assert result.exit_code == 0, printed
+    assert result.exit_code == EXIT_INVALID, printed  # 15 s: under the profile's minimum
     assert "regulated score" in printed
 
     rows = _rows_as_text(postgres_db)

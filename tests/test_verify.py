@@ -3,6 +3,7 @@ tampered copy of that run's database it fails, naming the broken check, for ever
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -13,11 +14,15 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
+from typer.testing import CliRunner
 
-from aiperf.config import load_config
+from aiperf import paths
+from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app, run_exit_code
+from aiperf.config import BenchmarkConfig, load_config
 from aiperf.lifecycle import run
 from aiperf.results import verify
-from aiperf.store import Store
+from aiperf.results.mllog import read_run
+from aiperf.store import RunRecord, Store
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -177,7 +182,78 @@ def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
     assert clean.returncode == 0 and f"all {len(verify.CHECKS)} checks pass" in clean.stdout, (
         clean.stdout + clean.stderr
     )
-    broken = cli(tampered(real_run, tmp_path, TAMPERS[verify.ELAPSED_TIME]))
+    copy = tampered(real_run, tmp_path, TAMPERS[verify.ELAPSED_TIME])
+    broken = cli(copy)
     assert broken.returncode == 1 and "FAILED elapsed_time" in broken.stdout, (
         broken.stdout + broken.stderr
     )
+    assert "│ elapsed_time" in broken.stdout and "FAIL " in broken.stdout, "its line says FAIL"
+    # `aiperf verify` only reads: the verdict the run stored on itself stands (docs/rules.md).
+    with Store.open_existing(f"sqlite:///{copy}") as store:
+        assert store.get_run(1).verified is True
+
+
+def _run_verify_stage(real_run: Path, copy: Path, out: Path) -> RunRecord:
+    """The run's own verify stage (aiperf.lifecycle.run.verify_and_record) on a copy of its
+    database, appending to a copy of its event log."""
+    url = f"sqlite:///{copy}"
+    with Store.open_existing(url) as store:
+        stored = store.get_run(1).config
+    config = BenchmarkConfig.model_validate({**stored, "db": url, "out": str(out)})
+    log = paths.event_log_path(config.out, config.db, 1)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(paths.event_log_path(str(real_run.parent), f"sqlite:///{real_run}", 1), log)
+    run.verify_and_record(config, 1)
+    with Store.open_existing(url) as store:
+        return store.get_run(1)
+
+
+def test_a_failed_verification_makes_the_stored_result_invalid(real_run, tmp_path):
+    """Issue 25 item 4: a result is valid only when every check passes. Records that disagree with
+    their score at the verify stage leave a stored verdict that says so, which `aiperf runs`, the
+    exit status and the event log carry; the validity rules' own verdict is kept beside it."""
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        before = store.get_run(1).score
+    assert before is not None
+    copy = tampered(real_run, tmp_path, TAMPERS[verify.TOTAL_OPERATIONS])
+    record = _run_verify_stage(real_run, copy, tmp_path / "out")
+    assert record.score is not None and record.verification is not None
+    failed = [c.check for c in record.verification if not c.passed]
+    assert verify.TOTAL_OPERATIONS in failed and record.verified is False
+    assert not record.score.valid
+    assert record.score.reasons == [*before.reasons, "verification failed: " + ", ".join(failed)]
+    assert record.score.ops == before.ops, "only the verdict changed"
+    assert run_exit_code(record) == EXIT_VERIFICATION_FAILED
+    # Verified again, the same checks fail, and the verdict with that reason is still the rules'.
+    assert failed_checks(copy) == set(failed)
+    # The event log's last score is the one that stands: a package verifies it from the log alone.
+    logged = read_run(paths.event_log_path(str(tmp_path / "out"), f"sqlite:///{copy}", 1))
+    assert logged.run.score is not None and logged.run.score.reasons == record.score.reasons
+    from_log = verify.verify_records(logged.run, logged.dataset)
+    assert all(c.passed for c in from_log), "the log was not tampered with, and agrees with itself"
+    listing = CliRunner().invoke(
+        app, ["runs", "--db", f"sqlite:///{copy}"], env={"COLUMNS": "200"}
+    )
+    assert listing.exit_code == 0, listing.output
+    (row,) = [line for line in listing.output.splitlines() if line.strip().startswith("1 ")]
+    assert row.split()[-1] == "no", row
+
+
+def test_a_verdict_naming_a_failed_verification_must_say_invalid(real_run, tmp_path):
+    """The verification's reason is set aside when the verdict is recomputed, but a score that
+    carries it and says valid is caught."""
+
+    def veto(valid: int) -> Callable[[sqlite3.Connection], None]:
+        def change(sql: sqlite3.Connection) -> None:
+            (reasons,) = sql.execute("SELECT reasons FROM scores").fetchone()
+            vetoed = {"invalid": [*json.loads(reasons)["invalid"], "verification failed: x"]}
+            sql.execute("UPDATE scores SET reasons = ?, valid = ?", (json.dumps(vetoed), valid))
+
+        return change
+
+    assert verify.VALIDITY_RULES not in failed_checks(tampered(real_run, tmp_path, veto(0)))
+    copy = tampered(real_run, tmp_path, veto(1))
+    with Store.open_existing(f"sqlite:///{copy}") as store:
+        checks = {c.check: c for c in verify.verify_run(store, 1)}
+    assert not checks[verify.VALIDITY_RULES].passed
+    assert "says valid, and that its verification failed" in checks[verify.VALIDITY_RULES].detail

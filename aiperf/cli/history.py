@@ -75,8 +75,9 @@ def history(
 
 
 def _history_row(r: RunScoreRow) -> list[str]:
-    """One scored run's cells for `aiperf history`."""
+    """One scored run's cells for `aiperf history`; valid is yes only when verified too."""
     from aiperf.report.phases import percent
+    from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 
     return [
@@ -93,7 +94,7 @@ def _history_row(r: RunScoreRow) -> list[str]:
         f"{format_ops(r.regulated_score)}OPS",
         percent(r.mfu),
         "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
-        "yes" if r.valid else "no",
+        validity_label(r.valid, r.verified),
     ]
 
 
@@ -105,6 +106,7 @@ def compare(
     """Two runs side by side, with B's percent difference from A."""
     from aiperf.history.query import compare as compare_runs
     from aiperf.report.tables import Col, FitTable
+    from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 
     with open_existing(db) as store:
@@ -130,7 +132,12 @@ def compare(
             "",
         ],
         ["profile", pair.a.profile, pair.b.profile, ""],
-        ["valid", "yes" if pair.a.valid else "no", "yes" if pair.b.valid else "no", ""],
+        [
+            "valid",
+            validity_label(pair.a.valid, pair.a.verified),
+            validity_label(pair.b.valid, pair.b.verified),
+            "",
+        ],
     ]
     rows += [
         [f.figure, show(f.a, f.unit), show(f.b, f.unit), _pct(f.change_pct)] for f in pair.figures

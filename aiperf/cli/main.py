@@ -53,6 +53,14 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 
+# `aiperf run`'s exit status, so a script or a scheduler can tell a result it may publish from one
+# it may not without reading the output (README "Command line", docs/rules.md "Validity"). Besides
+# these: 1 is a crash (a traceback), 2 a user's mistake (one line, nothing recorded), 130 a run
+# interrupted by SIGINT or SIGTERM.
+EXIT_VALID = 0  # scored, valid by its rules, and every check of its verification passed
+EXIT_INVALID = 3  # scored and verified, but it breaks a validity rule (too short, simulated, ...)
+EXIT_VERIFICATION_FAILED = 4  # a check of its verification failed (or it was never verified)
+
 # The benchmark flow by module path: flows/benchmark.py of the checkout, installed as aiperf_flows (see
 # pyproject.toml), so it loads from an editable install or a wheel in any folder.
 BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark"
@@ -133,7 +141,10 @@ def run(
         "budget); give only --db with it.",
     ),
 ) -> None:
-    """Run the benchmark for a fixed wall-clock budget on every worker and print its score."""
+    """Run the benchmark for a fixed wall-clock budget on every worker and print its score.
+
+    Exit status: 0 valid and verified; 3 invalid by its rules; 4 its verification failed; 2 a
+    mistake in the command (nothing recorded); 1 a crash; 130 interrupted."""
     from aiperf.config import load_config
 
     machine: int | None = None  # the local-run lock, held while this run runs
@@ -221,7 +232,37 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
             raise typer.Exit(130) from None
         finally:
             live.set_display(None)
-    _print_score(_load_run(result["run_id"], config.db))
+    record = _load_run(result["run_id"], config.db)
+    _print_score(record)
+    code = run_exit_code(record)
+    if code != EXIT_VALID:
+        err.print(
+            f"[bold red]run {record.id}:[/] {_why_not_valid(record)} (exit status {code})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code)
+
+
+def run_exit_code(record: RunRecord) -> int:
+    """0 only for a valid result whose every check passed; 4 when its verification failed (or
+    never ran), whatever the rules say, since then not even its verdict can be trusted; else 3."""
+    if record.score is None or record.verified is not True:
+        return EXIT_VERIFICATION_FAILED
+    return EXIT_VALID if record.score.valid else EXIT_INVALID
+
+
+def _why_not_valid(record: RunRecord) -> str:
+    """One line: the checks that failed, or the rules the result breaks."""
+    if record.score is None or record.verification is None:
+        return "the result was not verified, so it is not valid"
+    failed = [c.check for c in record.verification if not c.passed]
+    if failed:
+        return (
+            f"verification FAILED ({', '.join(failed)}), so the result is invalid; "
+            f"`aiperf verify {record.id}` shows each check"
+        )
+    return "the result is invalid: " + "; ".join(record.score.reasons)
 
 
 def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> int | None:
@@ -350,7 +391,9 @@ def runs(db: str = db_option(), limit: int = typer.Option(50, "--limit", min=1))
 
 
 def _run_row(r: RunRecord) -> list[str]:
-    """One run's cells for `aiperf runs`; "-" for the figures of a run without a score."""
+    """One run's cells for `aiperf runs`; "-" for the figures of a run without a score. Valid is
+    yes only when its verification passed too (aiperf.results.score.validity_label)."""
+    from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 
     s = r.score
@@ -364,7 +407,7 @@ def _run_row(r: RunRecord) -> list[str]:
         f"{format_ops(s.ops)}OPS" if s else "-",
         f"{format_ops(s.regulated_score)}OPS" if s else "-",
         f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
-        ("yes" if s.valid else "no") if s else "-",
+        validity_label(s.valid, r.verified) if s else "-",
     ]
 
 

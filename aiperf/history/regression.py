@@ -6,7 +6,8 @@ regression when its OPS or its regulated score falls below the baseline by more 
 threshold. Each figure has its own, because they are not equally noisy: OPS is the machine's speed,
 while the regulated score also carries which trials happened to finish inside the window. The first
 run on a system has no baseline: it passes and becomes the baseline. An invalid run is never a
-baseline, and a nightly run that is invalid fails the check.
+baseline, and a nightly run that is invalid fails the check; so does one whose verification failed
+(it is invalid: aiperf.results.score.verified_score).
 
 Prefect-free: the nightly flow calls check_run() and turns the verdict into a flow state and a
 markdown artifact.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from aiperf.results.score import is_verification_reason
 from aiperf.status import RunStatus
 from aiperf.store import RunScoreRow, Store
 from aiperf.units import format_ops
@@ -208,7 +210,7 @@ def judge(
         system_id=run.system_id,
         ops=ops,
         regulated_score=regulated,
-        valid=run.valid,
+        valid=run.valid and run.verified is not False,
         reasons=list(reasons or []),
         baseline=base,
         thresholds=thresholds,
@@ -231,4 +233,6 @@ def check_run(
     history = store.run_scores(system_id=run.system_id, profile=run.profile)
     score = store.get_run(run_id).score
     reasons = list(score.reasons) if score else []
+    if run.verified is False and not any(is_verification_reason(r) for r in reasons):
+        reasons.append("verification failed")  # a run verified before failures made it invalid
     return judge(run, baseline(history, run, window), thresholds=thresholds, reasons=reasons)

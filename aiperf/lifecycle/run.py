@@ -8,7 +8,8 @@
              train.precision auto, search.space.batch_per_gib) and stored with the run
     search   every worker kept busy with trials until the deadline: the timed window
     score    OPS and the regulated score, from the records alone
-    verify   the score recomputed from the records, nothing stored trusted (aiperf.results.verify)
+    verify   the score recomputed from the records, nothing stored trusted (aiperf.results.verify);
+             a result is valid only when every check passes
     finish   the run marked completed (or failed, or interrupted), then its report published
 
 What each step records also goes, as it happens, to the run's event log (aiperf.results.mllog: MLLOG lines
@@ -41,7 +42,7 @@ from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
-from aiperf.results.score import ScoreResult, compute_score
+from aiperf.results.score import ScoreResult, compute_score, verified_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
 from aiperf.store import CheckRecord, RecordNotFound, RunRecord, Store, window_seconds
@@ -65,7 +66,7 @@ class TrialRunner:
 @dataclass(frozen=True)
 class RunOutcome:
     run_id: int
-    score: ScoreResult
+    score: ScoreResult  # as stored after its verification: invalid when a check failed
     verified: bool  # every check of the recomputation passed
 
 
@@ -229,13 +230,27 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
 
 
 def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
-    """Every check of `aiperf verify`, stored with the score: the run's verdict on itself."""
+    """Every check of `aiperf verify`, stored with the score: the run's verdict on itself. A result
+    is valid only when every check passes: when one fails, the stored score is made invalid with the
+    reason naming the failed checks (aiperf.results.score.verified_score), before the checks are
+    stored, so no reader ever sees a failed verification beside a valid verdict; and the event log
+    gets the score again with that verdict after the checks (its last score is the one that
+    stands)."""
     from aiperf.results.verify import verify_run
 
     with Store.open(config.db, migrate=False) as store:
         checks = verify_run(store, run_id)
+        stored = store.get_run(run_id).score
+        assert stored is not None  # verify_run refuses a run without a score
+        score = verified_score(stored, checks)
+        ruleset = classify(config).ruleset
+        if score is not stored:
+            store.save_score(run_id, score, ruleset=ruleset)
         store.save_verification(run_id, checks)
-    event_log(config, run_id).verification(checks)
+    events = event_log(config, run_id)
+    events.verification(checks)
+    if score is not stored:
+        events.score(score, ruleset)
     return checks
 
 
@@ -362,9 +377,8 @@ def run_benchmark(
                 raise
             store.finish_run(run_id, status=RunStatus.COMPLETED)
             event_log(config, run_id).run_stopped(RunStatus.COMPLETED)
-    for check in checks:
-        if not check.passed:
-            logger.warning("run %d failed verification: %s: %s", run_id, check.check, check.detail)
+        score = verified_score(score, checks)  # as verify_and_record stored it
+    log_outcome(run_id, score, checks, logger)
     try:  # the run is scored and completed: a report that fails to publish does not undo that
         stages.publish(config, run_id, score)
     except Exception as exc:
@@ -375,6 +389,23 @@ def run_benchmark(
             exc,
         )
     return RunOutcome(run_id, score, all(c.passed for c in checks))
+
+
+def log_outcome(
+    run_id: int,
+    score: ScoreResult,
+    checks: list[CheckRecord],
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> None:
+    """Every failed check, then one line saying whether the result is valid: a run whose result is
+    invalid must not read as a success in its log."""
+    for check in checks:
+        if not check.passed:
+            logger.warning("run %d: FAIL %s: %s", run_id, check.check, check.detail)
+    if score.valid:
+        logger.info("run %d: result valid and verified (%d checks pass)", run_id, len(checks))
+    else:
+        logger.warning("run %d: result INVALID: %s", run_id, "; ".join(score.reasons))
 
 
 def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:

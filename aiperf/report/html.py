@@ -23,6 +23,7 @@ from aiperf.report.summary import score_rows
 from aiperf.report.system import system_section
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
 from aiperf.report.tree import search_tree_svg
+from aiperf.results.score import validity_label
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, Store
 from aiperf.units import format_ops
@@ -445,7 +446,7 @@ def _history(store: Store, run: RunRecord) -> str:
                 f"{format_ops(r.ops)}OPS",
                 "-" if r.ops_change_pct is None else f"{r.ops_change_pct:+.1f}%",
                 f"{format_ops(r.regulated_score)}OPS",
-                "yes" if r.valid else "no",
+                validity_label(r.valid, r.verified),
             ]
             for r in rows
         ],

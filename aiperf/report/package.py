@@ -30,6 +30,7 @@ from pathlib import Path
 from aiperf import __version__, paths
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
+from aiperf.report.summary import verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
@@ -121,7 +122,9 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
     files.append(VERIFICATION_FILE)
     (to / REPORT_FILE).write_text(report, encoding="utf-8")
     files.append(REPORT_FILE)
-    (to / README_FILE).write_text(_readme(record, files, from_log, ruleset), encoding="utf-8")
+    (to / README_FILE).write_text(
+        _readme(record, files, from_records, from_log, ruleset), encoding="utf-8"
+    )
     files.append(README_FILE)
     _write_json(
         to / PACKAGE_FILE,
@@ -188,12 +191,23 @@ def verify_package(folder: Path) -> tuple[LoggedRun, list[CheckRecord]]:
 
 
 def _readme(
-    record: RunRecord, files: list[str], checks: list[CheckRecord], ruleset: str | None
+    record: RunRecord,
+    files: list[str],
+    from_records: list[CheckRecord],
+    checks: list[CheckRecord],
+    ruleset: str | None,
 ) -> str:
+    """The package's README. Its `valid` line is the stored verdict (aiperf.report.summary.
+    verdict_text), unless a check run as the package was written fails: a result is valid only
+    while every check passes, and records changed since the run would otherwise ship as valid."""
     score = record.score
     assert score is not None
     accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
     passed = sum(c.passed for c in checks)
+    failed = sorted({c.check for c in [*from_records, *checks] if not c.passed})
+    verdict = verdict_text(record)
+    if failed and score.valid and record.verified:
+        verdict = "invalid: verification failed when packaged: " + ", ".join(failed)
     described = {
         EVENT_LOG: "the run's event log, one `:::MLLOG {json}` line per event (MLPerf's format), written as "
         "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
@@ -222,8 +236,9 @@ def _readme(
         f"- OPS: {format_ops(score.ops)}OPS ({score.total_ops} operations in {score.elapsed_s:.3f} s)",
         f"- regulated score: {format_ops(score.regulated_score)}OPS (best validation accuracy {accuracy} on "
         f"{score.val_samples} samples)",
-        f"- valid: {'yes' if score.valid else 'no: ' + '; '.join(score.reasons)}",
-        f"- verification from the event log when packaged: {passed} of {len(checks)} checks pass",
+        f"- verdict: {verdict}",
+        f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "
+        f"of {len(from_records)} checks pass, from the event log {passed} of {len(checks)}",
         "",
         "## What is here",
         "",

@@ -18,6 +18,22 @@ def verification_text(run: RunRecord) -> str:
     return f"passed ({len(run.verification)} checks)"
 
 
+def verdict_text(run: RunRecord) -> str:
+    """valid; invalid with every reason (a failed verification is one: aiperf.results.score.
+    verified_score); or why a result its rules find valid is not: a result is valid only when every
+    check of its verification passed."""
+    score = run.score
+    if score is None:
+        return "no score"
+    if not score.valid:
+        return "invalid: " + "; ".join(score.reasons)
+    if run.verified is False:  # verified before a failed check made the stored verdict invalid
+        return "invalid: verification failed"
+    if run.verified is None:
+        return "not valid until verified (its rules find nothing wrong)"
+    return "valid"
+
+
 def peak_text(run: RunRecord) -> str:
     """The workers' summed peak, how many measured it and in what dtype; or why there is none."""
     if run.peak_flops is None:
@@ -47,7 +63,6 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
     if score is None:
         raise ValueError(f"run {run.id} has no score")
     accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
-    verdict = "valid" if score.valid else "invalid: " + "; ".join(score.reasons)
     division = run.division or "-"
     rows = [
         {"figure": "run", "value": str(run.id)},
@@ -77,7 +92,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
             "figure": "samples trained / evaluated",
             "value": f"{score.samples_trained} / {score.samples_evaluated}",
         },
-        {"figure": "verdict", "value": verdict},
+        {"figure": "verdict", "value": verdict_text(run)},
         {"figure": "verification", "value": verification_text(run)},
     ]
     if run.deviations:

@@ -6,11 +6,12 @@ trial, the timed window), so anyone can recompute a published score from SQL alo
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from aiperf.config import ValidityConfig
-from aiperf.store.records import EpochWork, ScoreResult
+from aiperf.store.records import CheckRecord, EpochWork, ScoreResult
 
 
 def capped_accuracy(accuracy: float, val_samples: int) -> float:
@@ -78,6 +79,42 @@ def verdict(
             f"< {rules.accuracy_floor:g}"
         )
     return broken
+
+
+# A result is valid only when every check of its verification passes: a failed verification adds
+# this reason to the stored verdict, naming the checks. The validity rules alone never give it, so
+# `aiperf verify` compares the stored verdict with the rules' after setting it aside (rules_reasons).
+VERIFICATION_FAILED = "verification failed: "
+
+
+def is_verification_reason(reason: str) -> bool:
+    """Whether a verdict's reason is the one a failed verification adds (not a validity rule)."""
+    return reason.startswith(VERIFICATION_FAILED)
+
+
+def rules_reasons(reasons: Iterable[str]) -> list[str]:
+    """A stored verdict's reasons without the verification's: what the validity rules gave."""
+    return [r for r in reasons if not is_verification_reason(r)]
+
+
+def verified_score(score: ScoreResult, checks: Sequence[CheckRecord]) -> ScoreResult:
+    """The score as its verification leaves it: unchanged when every check passed; else invalid,
+    with the reason naming the checks that failed (replacing any earlier one), so a score whose
+    records disagree with it is never shown, compared or packaged as valid."""
+    failed = [c.check for c in checks if not c.passed]
+    if not failed:
+        return score
+    reasons = [*rules_reasons(score.reasons), VERIFICATION_FAILED + ", ".join(failed)]
+    return dataclasses.replace(score, valid=False, reasons=reasons)
+
+
+def validity_label(valid: bool, verified: bool | None) -> str:
+    """One word for a table's `valid` column: yes only for a valid result whose every check passed;
+    no for an invalid one or a failed verification; unverified for a valid one never verified
+    (it stopped before its verification, or was recorded before runs verified themselves)."""
+    if not valid or verified is False:
+        return "no"
+    return "yes" if verified else "unverified"
 
 
 def compute_score(

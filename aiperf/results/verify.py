@@ -1,7 +1,8 @@
 """`aiperf verify`: recompute a run's score from its records alone and check every figure.
 
 Nothing stored as a total is trusted. Each trial's operations per sample are counted again from its
-stored architecture with the counter; every epoch's samples are checked against the staged
+stored architecture with the counter (a simulated trainer's are modelled, so taken as stored: such a
+result is invalid anyway); every epoch's samples are checked against the staged
 dataset, its times against the timed window and the other epochs of its worker; the totals, the
 rates, the best accuracy, the regulated score and the verdict are recomputed and compared with what
 the score says (operations to the unit, rates to 1e-9 relative), and so are its model FLOPs
@@ -22,7 +23,7 @@ from datetime import timedelta
 
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.results.division import CLOSED, batch_problem, classify
-from aiperf.results.score import EpochWork, ScoreResult, compute_score
+from aiperf.results.score import EpochWork, ScoreResult, compute_score, rules_reasons
 from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
@@ -113,6 +114,9 @@ def gather_records(
     counts = {}
     for trial in run.trials:
         if trial.train_ops_per_sample is not None:
+            if _simulated(config):
+                counts[trial.id] = _stored_counts(trial)
+                continue
             key = json.dumps(trial.architecture, sort_keys=True)
             if key not in cache:
                 cache[key] = counter(trial.architecture)
@@ -145,6 +149,23 @@ def gather_records(
         workers=run.workers,
     )
     return Evidence(run, config, dataset, counts, elapsed, recomputed)
+
+
+def _simulated(config: BenchmarkConfig) -> bool:
+    """A simulated trainer's trials report modelled operations per sample (aiperf.train.simulated):
+    no model was built, so there is nothing to recount. Everything else is still checked, and such a
+    result is invalid by every ruleset (aiperf.results.score.verdict), so trusting them here cannot
+    make a result valid."""
+    return config.train.trainer == "simulated"
+
+
+def _stored_counts(trial: TrialRecord) -> Counts:
+    return (
+        trial.train_ops_per_sample or 0,
+        trial.eval_ops_per_sample or 0,
+        trial.tensor_train_ops_per_sample or 0,
+        trial.tensor_eval_ops_per_sample or 0,
+    )
 
 
 def _peak_flops(run: RunRecord) -> float | None:
@@ -180,6 +201,13 @@ def _close(a: float, b: float) -> bool:
 
 
 def check_operations_per_sample(ev: Evidence) -> CheckRecord:
+    if _simulated(ev.config):
+        return CheckRecord(
+            OPERATIONS_PER_SAMPLE,
+            True,
+            f"simulated trainer: {len(ev.counts)} trials' operations were modelled, not counted "
+            "(nothing to recount; the result is invalid)",
+        )
     problems = []
     for t in ev.run.trials:
         if t.id not in ev.counts:
@@ -326,9 +354,12 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
         problems.append(
             f"score says {stored.val_samples} validation samples, the dataset has {again.val_samples}"
         )
-    return _result(
-        BEST_ACCURACY, problems, f"{again.best_val_accuracy!r} on {again.val_samples} samples"
+    measured = (
+        "no complete epoch measured a validation accuracy"
+        if again.best_val_accuracy is None
+        else f"{again.best_val_accuracy!r} on {again.val_samples} samples"
     )
+    return _result(BEST_ACCURACY, problems, measured)
 
 
 def check_regulated_score(ev: Evidence) -> CheckRecord:
@@ -362,11 +393,19 @@ def check_division(ev: Evidence) -> CheckRecord:
 
 
 def check_validity_rules(ev: Evidence) -> CheckRecord:
+    """The stored verdict is the rules' verdict, recomputed. A failed verification's reason
+    (aiperf.results.score.verified_score) is set aside for the comparison, as no rule gives it;
+    but a verdict carrying it must say invalid."""
     stored, again = ev.stored, ev.recomputed
     problems = []
-    if (stored.valid, list(stored.reasons)) != (again.valid, list(again.reasons)):
+    by_rules = rules_reasons(stored.reasons)
+    vetoed = len(by_rules) != len(stored.reasons)
+    if vetoed and stored.valid:
+        problems.append("score says valid, and that its verification failed")
+    stored_valid = not by_rules if vetoed else stored.valid
+    if (stored_valid, by_rules) != (again.valid, list(again.reasons)):
         problems.append(
-            f"score says {'valid' if stored.valid else 'invalid'} {list(stored.reasons)}, the rules give "
+            f"score says {'valid' if stored_valid else 'invalid'} {by_rules}, the rules give "
             f"{'valid' if again.valid else 'invalid'} {list(again.reasons)}"
         )
     if stored.trials_completed != again.trials_completed:
@@ -394,7 +433,12 @@ def check_validity_rules(ev: Evidence) -> CheckRecord:
     name = (
         division.ruleset if division.name == CLOSED else "the run's own settings (open division)"
     )
-    return _result(VALIDITY_RULES, problems, f"{'valid' if again.valid else 'invalid'} by {name}")
+    # The detail of a passing check says what was checked (the verdict was recomputed and agrees),
+    # so an invalid result does not read as a passing one.
+    verdict = "valid" if again.valid else "INVALID (" + "; ".join(again.reasons) + ")"
+    return _result(
+        VALIDITY_RULES, problems, f"the recorded verdict is what {name} gives: {verdict}"
+    )
 
 
 def _same(stored: float | None, again: float | None) -> bool:

@@ -1,0 +1,85 @@
+"""`aiperf run`'s exit status is 0 only for a valid, verified result (issue 25 item 4, issue 26
+item 2). A real short run of the CLI, through the Prefect flow, whose records are made to disagree
+with its score between the score and the verify stage, exits 4 and is listed invalid."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import TINY
+from typer.testing import CliRunner
+
+from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app
+from aiperf.store import Store
+
+pytestmark = pytest.mark.slow
+
+# `aiperf run` with one hook: the real score stage, then one epoch's samples changed behind its back,
+# so the records no longer add up to the score the verify stage then checks.
+TAMPERING_AIPERF = """
+from sqlalchemy import text
+
+from aiperf.cli.main import main
+from aiperf.lifecycle import run
+from aiperf.store import Store
+
+scored = run.score_run
+
+
+def score_then_tamper(config, run_id, recovered=False):
+    score = scored(config, run_id, recovered)
+    with Store.open(config.db, migrate=False) as store, store.engine.begin() as sql:
+        sql.execute(text(
+            "UPDATE epochs SET samples_trained = samples_trained - 1 "
+            "WHERE id = (SELECT MIN(id) FROM epochs)"
+        ))
+    return score
+
+
+run.score_run = score_then_tamper  # the flow's score task calls it
+main()
+"""
+
+
+def tampering_aiperf(*args: str) -> subprocess.CompletedProcess:
+    """`aiperf ARGS` in its own process, as a user runs it, with the tampering hook."""
+    from prefect.settings import PREFECT_API_URL
+
+    return subprocess.run(
+        [sys.executable, "-c", TAMPERING_AIPERF, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # The session's Prefect API (conftest.prefect_api): no server of its own to start.
+        env={**os.environ, "COLUMNS": "250", "PREFECT_API_URL": str(PREFECT_API_URL.value())},
+    )
+
+
+def test_a_run_whose_verification_fails_exits_4_and_is_listed_invalid(prefect_api, tmp_path):
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    # Keras trials: the simulated trainer's modelled operations never match a recount, so its
+    # runs fail verification without any tampering.
+    args = ["run", "--budget", "3s", "--workers", "1", "--seed", "3", "--db", db]
+    args += ["--out", str(tmp_path / "out"), *settings]
+    result = tampering_aiperf(*args)
+    assert result.returncode == EXIT_VERIFICATION_FAILED, result.stdout + result.stderr
+    (said,) = [line for line in result.stderr.splitlines() if "verification FAILED" in line]
+    assert said.startswith("run 1: ") and "total_operations" in said, said
+    assert said.endswith("(exit status 4)"), said
+
+    with Store.open_existing(db) as store:
+        record = store.get_run(1)
+    assert record.status == "completed" and record.verified is False
+    assert record.score is not None and not record.score.valid
+    vetoed = record.score.reasons[-1]
+    assert vetoed.startswith("verification failed: ") and "total_operations" in vetoed
+
+    listing = CliRunner().invoke(app, ["runs", "--db", db], env={"COLUMNS": "200"})
+    assert listing.exit_code == 0, listing.output
+    (row,) = [line for line in listing.output.splitlines() if line.strip().startswith("1 ")]
+    assert row.split()[-1] == "no", row
