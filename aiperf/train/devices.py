@@ -16,8 +16,10 @@ TensorFlow from a logical device configuration that must be set before its runti
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aiperf import settings
 
@@ -72,6 +74,17 @@ def available(backend: str) -> list[str]:
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())] or ["cpu"]
 
 
+@functools.cache
+def _mirrored(placement: tuple[str, ...]) -> Any:
+    """One MirroredStrategy per set of devices for the life of the worker process, shared by its
+    trials: each strategy numbers its all-reduces from the same start, so a second strategy's
+    collectives would meet the first's in TensorFlow's runtime under the same keys and abort on the
+    other model's shapes."""
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(devices=list(placement))
+
+
 @contextmanager
 def data_parallel(backend: str, devices: int) -> Iterator[list[str]]:
     """Build, compile and train the trial's model inside this: it yields the devices the trial
@@ -99,9 +112,7 @@ def data_parallel(backend: str, devices: int) -> Iterator[list[str]]:
             keras.distribution.set_distribution(None)
         return
     if backend == "tensorflow":
-        import tensorflow as tf
-
-        with tf.distribute.MirroredStrategy(devices=placement).scope():
+        with _mirrored(tuple(placement)).scope():
             yield placement
         return
     raise ValueError(
