@@ -591,16 +591,16 @@ def load_config(
     out: str | None = None,
     cluster: str | dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
-    check_backend: bool = True,
+    runs_here: bool = True,
 ) -> BenchmarkConfig:
     """Profile + overrides -> a validated config, or a UserError naming the bad value.
 
     A packaged profile's validity rules come from its ruleset. A profile file is named
     custom-<sha256 of its text, 12 digits> whatever it says inside, so no file can pass for a
-    packaged profile; `profile` and `ruleset` cannot be overridden. `check_backend`: refuse a
-    train.backend this Python cannot import, and cores this machine lacks (`CHECK_MACHINE`); off
-    where a config is only judged, not run (aiperf.results.division), so judging a run never
-    depends on the judging machine."""
+    packaged profile; `profile` and `ruleset` cannot be overridden. `runs_here`: the config is for
+    a run that starts on this machine, so refuse a train.backend this Python cannot import and
+    cores it lacks (`CHECK_MACHINE`); off where a config is only judged (aiperf.results.division),
+    so judging a run never depends on the judging machine."""
     raw, name = _read_profile(profile)
     raw["profile"] = name
     from_environment = environment_value(settings.DB_URL.name)  # kept out of workers: aiperf.urls
@@ -656,12 +656,10 @@ def load_config(
         except ValueError as exc:
             raise UserError(f"validity.min_budget: {exc}") from None
     try:
-        config = BenchmarkConfig.model_validate(
-            raw, context=CHECK_MACHINE if check_backend else None
-        )
+        config = BenchmarkConfig.model_validate(raw, context=CHECK_MACHINE if runs_here else None)
     except ValidationError as exc:
         raise UserError(_first_error(exc)) from None
-    if check_backend:
+    if runs_here:
         _check_backend(config.train)
     return config
 

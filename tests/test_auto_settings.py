@@ -73,7 +73,7 @@ def imagenet(**overrides) -> BenchmarkConfig:
         "imagenet",
         workers=1,
         overrides={"data.source": "/data", **overrides},
-        check_backend=False,
+        runs_here=False,
     )
 
 

@@ -19,7 +19,7 @@ from aiperf.train.messages import TrialBuilt, from_event, to_event
 
 def _slurm(**cluster):
     return load_config(
-        "quick", budget="60s", cluster={"kind": "slurm", **cluster}, check_backend=False
+        "quick", budget="60s", cluster={"kind": "slurm", **cluster}, runs_here=False
     )
 
 
@@ -57,7 +57,7 @@ def test_devices_that_cannot_be_had_are_one_line(cluster, backend, expected):
             workers=1,
             cluster=cluster,
             overrides={"train.backend": backend},
-            check_backend=False,
+            runs_here=False,
         )
     assert "\n" not in str(caught.value)
 

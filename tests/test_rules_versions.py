@@ -43,7 +43,7 @@ def imagenet(precision: str = "float32") -> BenchmarkConfig:
         "imagenet",
         workers=1,
         overrides={**PLACEHOLDER_SOURCE, "train.precision": precision},
-        check_backend=False,
+        runs_here=False,
     )
 
 
@@ -90,7 +90,7 @@ def test_imagenet_names_1_1_and_the_others_keep_1_0():
             profile,
             workers=1,
             overrides=PLACEHOLDER_SOURCE if profile == "imagenet" else None,
-            check_backend=False,
+            runs_here=False,
         )
         assert config.ruleset == (V11 if profile.startswith("imagenet") else V10), profile
     config = imagenet()

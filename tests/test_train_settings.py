@@ -102,7 +102,7 @@ def _division(**train):
             "quick",
             workers=1,
             overrides={f"train.{k}": v for k, v in train.items()},
-            check_backend=False,
+            runs_here=False,
         )
     )
 

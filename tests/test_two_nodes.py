@@ -440,7 +440,7 @@ def test_a_running_scheduler_is_used_once_its_workers_offer_a_trial_slot(
         jax = load_config(
             "quick",
             workers=1,
-            check_backend=False,
+            runs_here=False,
             overrides=_scheduler_overrides(
                 ready.scheduler_address, tls, **{"train.backend": "jax"}
             ),

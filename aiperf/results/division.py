@@ -142,7 +142,7 @@ def _packaged(
     # The worker count is copied in after loading, so that judging a run never depends on how many
     # cores the judging machine has.
     packaged = load_config(
-        config.profile, budget=budget, workers=1, overrides=overrides, check_backend=False
+        config.profile, budget=budget, workers=1, overrides=overrides, runs_here=False
     )
     return packaged.model_copy(update={"workers": workers})
 
