@@ -257,3 +257,28 @@ def test_a_verdict_naming_a_failed_verification_must_say_invalid(real_run, tmp_p
         checks = {c.check: c for c in verify.verify_run(store, 1)}
     assert not checks[verify.VALIDITY_RULES].passed
     assert "says valid, and that its verification failed" in checks[verify.VALIDITY_RULES].detail
+
+
+def test_a_run_recorded_on_a_bigger_machine_verifies_here(real_run, tmp_path):
+    """Its stored config says 4096 cores a worker, as a run on a bigger machine records it: every
+    check passes on this machine, and so does `aiperf verify` (verification depends on the records,
+    never on the verifier's machine)."""
+
+    def bigger(sql: sqlite3.Connection) -> None:
+        (stored,) = sql.execute("SELECT config FROM runs WHERE id = 1").fetchone()
+        config = json.loads(stored)
+        config["cluster"]["cores"] = 4096
+        sql.execute("UPDATE runs SET config = ? WHERE id = 1", (json.dumps(config),))
+
+    copy = tampered(real_run, tmp_path, bigger)
+    assert failed_checks(copy) == set()
+    done = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{copy}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0 and "more than this machine" not in done.stdout, (
+        done.stdout + done.stderr
+    )
