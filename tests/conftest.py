@@ -72,9 +72,18 @@ def _uses_served_prefect(item) -> bool:
     return SERVED_PREFECT in getattr(item, "fixturenames", ())
 
 
+# Module fixtures that train a real run (Dask workers, Keras trials): every test that reads one is an
+# integration test, out of `make test-fast` like those marked slow by hand.
+REAL_RUN_FIXTURES = {"real_run", "quick_run"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tests that use the served Prefect (`served_prefect`) run one after another, from where the
-    first of them was collected, so the serve.sh they share runs only while they do."""
+    """Tests that read a real run are slow. The tests that use the served Prefect (`served_prefect`)
+    run one after another, from where the first of them was collected, so the serve.sh they share
+    runs only while they do."""
+    for item in items:
+        if REAL_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     users = [item for item in items if _uses_served_prefect(item)]
     if len(users) > 1:
         first = items.index(users[0])

@@ -14,6 +14,8 @@ from aiperf.lifecycle import run
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
 
+pytestmark = pytest.mark.slow  # every test here runs the lifecycle on a real Dask cluster
+
 
 def _config(tmp_path: Path, **overrides):
     return load_config(
