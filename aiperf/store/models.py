@@ -124,6 +124,17 @@ class Run(Base):
     staging_s: Mapped[float | None] = mapped_column(
         Float, doc="seconds the dataset took to stage, before and outside the timed window"
     )
+    best_weights: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON,
+        doc="{'trial', 'epoch', 'file', 'sha256', 'val_accuracy'}: the best trial's weights, kept for verify",
+    )
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON,
+        doc="what ran: {'prologue', 'scheduler', 'submit_files', 'workers': {worker: {'env', 'files'}}}",
+    )
+    owner: Mapped[str | None] = mapped_column(
+        String(36), doc="token of the process that owns the running run (recover takes it by compare-and-set)"
+    )
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")
