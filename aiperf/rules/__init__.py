@@ -48,6 +48,9 @@ class Ruleset:
     profiles: dict[str, ProfileRules]
     # dotted settings a closed run may set to any of the listed values (train.precision, ...)
     choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # How far the best trial's accuracy, evaluated again by verify from its kept weights, may be
+    # from the recorded one (absolute). None: the ruleset keeps no weights (1.0, 1.1).
+    accuracy_tolerance: float | None = None
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -122,6 +125,11 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
         trainer=raw["valid"]["trainer"],
         profiles=profiles,
         choices=choices,
+        accuracy_tolerance=(
+            float(raw["valid"]["accuracy_tolerance"])
+            if raw["valid"].get("accuracy_tolerance") is not None
+            else None
+        ),
     )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")
