@@ -29,7 +29,7 @@ from pydantic import (
 from aiperf import settings
 from aiperf.errors import UserError
 from aiperf.rules import AUTO_PRECISION, load_ruleset
-from aiperf.units import parse_duration
+from aiperf.units import parse_duration, parse_walltime
 from aiperf.urls import DEFAULT_DB_URL, environment_value, withhold_password
 
 CUSTOM_PREFIX = "custom-"  # the name of every profile read from a file
@@ -49,6 +49,47 @@ def _one_line(value: str | None) -> str | None:
     shell line of its own, so one is refused wherever the value came from."""
     if value is not None and any(c in value for c in "\n\r\0"):
         raise ValueError("must be one line (it is written into job scripts)")
+    return value
+
+
+def _utf8(value: str | None) -> str | None:
+    """A path given with a byte that is not UTF-8 (Python keeps it as a lone surrogate) cannot be
+    stored, logged or sent to Prefect: it is refused here, with the config, not deep in a client."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ValueError(
+                f"{shown!r} holds a byte that is not UTF-8; rename the folder or give another path"
+            ) from None
+    return value
+
+
+def _memory(value: str | None) -> str | None:
+    """A job's memory as dask-jobqueue reads it (8GB, 512MiB): read now, so a typo stops the run
+    before anything is recorded rather than when the cluster starts."""
+    if value is not None:
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"{value!r} is not an amount of memory; give one such as 8GB or 512MiB"
+            ) from None
+    return value
+
+
+def _walltime(value: str | None) -> str | None:
+    """A job's walltime as the queues take it ([D-]HH:MM[:SS], or a duration such as 2h)."""
+    if value is not None:
+        try:
+            parse_walltime(value)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a walltime; give HH:MM:SS, D-HH:MM:SS or a duration such as 2h"
+            ) from None
     return value
 
 
@@ -226,6 +267,8 @@ class ClusterConfig(_Strict):
         "tls_cert",
         "tls_key",
     )(_one_line)
+    _memory_amount = field_validator("memory")(_memory)
+    _walltime_format = field_validator("walltime")(_walltime)
 
     @model_validator(mode="after")
     def _scheduler_settings(self) -> ClusterConfig:
@@ -369,6 +412,7 @@ class BenchmarkConfig(_Strict):
     cluster: ClusterConfig = ClusterConfig()
 
     _out_one_line = field_validator("out")(_one_line)  # job logs and TLS certificates go under it
+    _out_utf8 = field_validator("out")(_utf8)
 
     @field_validator("db")
     @classmethod
@@ -494,7 +538,15 @@ def _read_profile(name_or_path: str) -> tuple[dict[str, Any], str]:
                 f"profile file {name_or_path} does not exist; give a YAML file or one of: "
                 f"{', '.join(available_profiles())}"
             )
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = (
+                "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror
+            )
+            raise UserError(
+                f"profile file {name_or_path} cannot be read ({reason}); give a YAML profile file"
+            ) from None
         name = f"{CUSTOM_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     elif name_or_path in available_profiles():
         text = (resources.files("aiperf") / "profiles" / f"{name_or_path}.yaml").read_text()

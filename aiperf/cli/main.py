@@ -178,16 +178,9 @@ def run(
                 out=out,
                 overrides=overrides,
             )
-        from aiperf.data.staging import preflight
+        from aiperf.lifecycle.preflight import check_before_recording
 
-        preflight(
-            config.data
-        )  # a missing or misshapen dataset fails here, before anything is recorded
-        from aiperf.cluster import preflight as cluster_preflight
-
-        cluster_preflight(
-            config
-        )  # so does a running scheduler (--cluster scheduler) that does not answer
+        check_before_recording(config)  # --out, the data, a running scheduler: before any record
         machine = _claim_machine(
             config.cluster.kind, allow_concurrent
         )  # refused before anything is written

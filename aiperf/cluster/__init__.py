@@ -53,7 +53,6 @@ from aiperf.cluster.queues import (
     QUEUES,
     QueueKind,
     format_walltime,
-    parse_walltime,
     staggered_lifetime,
     worker_lifetime,
 )
@@ -64,6 +63,7 @@ from aiperf.cluster.start import (
     start_cluster,
 )
 from aiperf.cluster.started import StartedCluster
+from aiperf.units import parse_walltime
 
 __all__ = [
     "GPU_RESOURCE",

@@ -34,9 +34,10 @@ from aiperf.cluster.environment import (
     worker_environment,
 )
 from aiperf.cluster.preload import PRELOAD
-from aiperf.cluster.queues import QUEUES, format_walltime, parse_walltime, worker_lifetime
+from aiperf.cluster.queues import QUEUES, format_walltime, worker_lifetime
 from aiperf.config import BenchmarkConfig, ClusterConfig, trial_devices
 from aiperf.errors import UserError
+from aiperf.units import parse_walltime
 from aiperf.urls import SECRET_ENVIRONMENT
 
 TRIAL_RESOURCE = "trial"

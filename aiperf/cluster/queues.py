@@ -11,8 +11,6 @@ import math
 import zlib
 from dataclasses import dataclass
 
-from aiperf.units import parse_duration
-
 
 @dataclass(frozen=True)
 class QueueKind:
@@ -53,26 +51,6 @@ QUEUES: dict[str, QueueKind] = {
         'cd "${SGE_O_WORKDIR:-$PWD}"',
     ),
 }
-
-
-def parse_walltime(text: str | int | float) -> float:
-    """Seconds from a queue's walltime ([D-]HH:MM[:SS]) or an aiperf duration (90m, 2h)."""
-    value = str(text).strip()
-    days = 0
-    if "-" in value:
-        day_part, value = value.split("-", 1)
-        days = int(day_part)
-    if ":" in value:
-        parts = [float(p) for p in value.split(":")]
-        if len(parts) not in (2, 3):
-            raise ValueError(f"not a walltime: {text!r} (use HH:MM:SS)")
-        hours, minutes, seconds = (parts + [0.0])[:3]
-        total = days * 86400 + hours * 3600 + minutes * 60 + seconds
-    else:
-        total = days * 86400 + parse_duration(value)
-    if total <= 0:
-        raise ValueError(f"walltime must be positive, got {text!r}")
-    return total
 
 
 def format_walltime(seconds: float, fields: int = 3) -> str:

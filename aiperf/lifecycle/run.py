@@ -40,6 +40,7 @@ from aiperf.data.staging import Manifest, OnProgress, preflight, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
 from aiperf.results.score import ScoreResult, compute_score, verified_score
@@ -95,17 +96,30 @@ def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = 
         backend=config.train.backend,
         jit_compile=config.train.jit_compile,
     )
-    event_log(config, run_id).run_started(
-        run_id=run_id,
-        config=settings,
-        system_id=system_id,
-        system=facts,
-        division=division.name,
-        ruleset=division.ruleset,
-        deviations=division.deviations,
-        config_hash=division.config_hash,
-    )
+    with failed_on_error(store, run_id):
+        event_log(config, run_id).run_started(
+            run_id=run_id,
+            config=settings,
+            system_id=system_id,
+            system=facts,
+            division=division.name,
+            ruleset=division.ruleset,
+            deviations=division.deviations,
+            config_hash=division.config_hash,
+        )
     return run_id
+
+
+@contextmanager
+def failed_on_error(store: Store, run_id: int) -> Iterator[None]:
+    """A run that fails before its search (its event log cannot be written, a stage cannot start)
+    is closed as failed with the reason, never left running: a running row without a search
+    could not be recovered or resumed."""
+    try:
+        yield
+    except BaseException as exc:
+        store.finish_run(run_id, status=RunStatus.FAILED, message=f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def _client(scheduler_address: str, security: Any) -> Any:
@@ -343,6 +357,7 @@ def run_benchmark(
     """Run the benchmark for the config's budget and return its score. `resume`: a lost or
     interrupted run to continue instead (its own config: aiperf.lifecycle.recovery.resume_config)."""
     stages = stages or Stages()
+    check_before_recording(config)  # a user's mistake is one line, and nothing is recorded
     with Store.open(config.db) as store:
         run_id = (
             record_run(store, config, flow_run_id)
@@ -355,9 +370,10 @@ def run_benchmark(
             "recorded" if resume is None else "resumed",
             safe_url(config.db),
         )
-        stages.recorded(
-            config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()
-        )
+        with failed_on_error(store, run_id):
+            stages.recorded(
+                config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()
+            )
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
         with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
             try:

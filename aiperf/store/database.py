@@ -262,8 +262,11 @@ def upgrade(engine: Engine) -> None:
     The check here only skips Alembic when nothing is pending. Concurrent migrators are safe:
     migration_transaction takes a lock first, and Alembic reads the revision again inside it, so
     the second migrator finds the work done."""
-    if current_revision(engine) == head_revision():
+    revision = current_revision(engine)
+    if revision == head_revision():
         return
+    if revision is not None and revision not in _known_revisions():
+        _require_head(engine, engine.url.render_as_string(hide_password=False))  # one line: newer
     command.upgrade(_alembic_config(engine), "head")
 
 
