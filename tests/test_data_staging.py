@@ -279,14 +279,16 @@ def test_the_workers_of_one_node_share_one_verified_copy(tmp_path):
         assert set(placed.copies) <= workers
         copy = Path(placed.path)
         assert list(placed.copies.values()) == [f"{socket.gethostname()}:{copy.parent}"]
-        assert sha256_file(copy) == placed.sha256 and (copy.parent / LOCK_FILE).is_file()
+        # The copy is the staged file, byte for byte (placed.sha256 digests the arrays it holds).
+        shared = next((tmp_path / "out").glob("synthetic-*.npz"))
+        assert sha256_file(copy) == sha256_file(shared) and (copy.parent / LOCK_FILE).is_file()
 
         # What each worker did in one staging: exactly one copied and verified, the other reused.
         files = [
             {
                 "src": str(copy),
                 "file": "again.npz",
-                "sha256": placed.sha256,
+                "sha256": sha256_file(shared),
                 "size_bytes": placed.size_bytes,
             }
         ]
@@ -299,4 +301,4 @@ def test_the_workers_of_one_node_share_one_verified_copy(tmp_path):
         # A copy that fails verification is made again by the next staging, still once per node.
         copy.write_bytes(b"damaged")
         again = stage(config, 0, tmp_path / "out", client=client)
-        assert len(again.copies) == 1 and sha256_file(copy) == placed.sha256
+        assert len(again.copies) == 1 and sha256_file(copy) == sha256_file(shared)

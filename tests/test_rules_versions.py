@@ -1,9 +1,9 @@
-"""aiperf-rules-1.1 (AIPerf's closed ImageNet workload) beside 1.0, and `aiperf rules PROFILE`.
+"""aiperf-rules-1.1 (AIPerf's closed ImageNet workload) and 1.2 beside 1.0, and `aiperf rules PROFILE`.
 
-1.1 closes mixed_float16 and raises imagenet's accuracy floor to AIPerf's 0.7; the packaged imagenet
-profile names it, the others keep naming 1.0. A run is judged by the version it recorded: a run
-stored under 1.0 keeps 1.0's verdict, read back through the Store and judged again as `aiperf verify`
-judges it. No framework is imported and nothing trains."""
+1.1 closes mixed_float16 and raises imagenet's accuracy floor to AIPerf's 0.7; 1.2 keeps 1.1's
+figures and pins every profile's dataset; every packaged profile names 1.2. A run is judged by the
+version it recorded: a run stored under 1.0 keeps 1.0's verdict, read back through the Store and
+judged again as `aiperf verify` judges it. No framework is imported and nothing trains."""
 
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
 from aiperf.store import Store
 
-V10, V11 = "aiperf-rules-1.0", "aiperf-rules-1.1"
+V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
 RULES = Path(__file__).resolve().parent.parent / "aiperf" / "rules"
 # aiperf-rules-1.0.yaml as published: runs recorded under it are judged by it, so it never changes.
 V10_SHA256 = "8dc87b5fe6ef68ed8c0b83035303de8bae53734eefd22dff70af4527f1790647"
+V11_SHA256 = "18175eeec923646610ca60c1a449c48c4594e66ecfe4e9ee0d30560609392478"
 PLACEHOLDER_SOURCE = {"data.source": "/data"}  # imagenet needs one to load; never read here
 
 
@@ -84,7 +85,27 @@ def test_1_0_stays_as_published_and_1_1_is_beside_it():
     }
 
 
-def test_imagenet_names_1_1_and_the_others_keep_1_0():
+def test_1_1_stays_as_published_and_1_2_keeps_its_figures_and_pins_the_data():
+    text = (RULES / f"{V11}.yaml").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == V11_SHA256, "a published ruleset is never edited"
+    old, new = load_ruleset(V11), load_ruleset(V12)
+    for profile in old.profiles:
+        was, now = old.for_profile(profile), new.for_profile(profile)
+        assert was.data is None and now.data is not None, profile
+        assert (was.min_budget_s, was.accuracy_floor, was.seed_architecture) == (
+            now.min_budget_s,
+            now.accuracy_floor,
+            now.seed_architecture,
+        ), profile
+    assert (new.settable, new.choices, new.convention) == (
+        old.settable,
+        old.choices,
+        old.convention,
+    )
+    assert (old.accuracy_tolerance, new.accuracy_tolerance) == (None, 0.01)
+
+
+def test_every_profile_names_1_2():
     for profile in available_profiles():
         config = load_config(
             profile,
@@ -92,7 +113,7 @@ def test_imagenet_names_1_1_and_the_others_keep_1_0():
             overrides=PLACEHOLDER_SOURCE if profile == "imagenet" else None,
             runs_here=False,
         )
-        assert config.ruleset == (V11 if profile.startswith("imagenet") else V10), profile
+        assert config.ruleset == V12, profile
     config = imagenet()
     assert (config.validity.accuracy_floor, config.validity.min_budget_s) == (0.7, 3600.0)
 
@@ -100,9 +121,9 @@ def test_imagenet_names_1_1_and_the_others_keep_1_0():
 # --- the division: by the ruleset the run names ----------------------------------------------------
 
 
-def test_closed_imagenet_with_mixed_float16_is_closed_under_1_1_open_under_1_0():
+def test_closed_imagenet_with_mixed_float16_is_closed_under_1_2_open_under_1_0():
     now = classify(imagenet("mixed_float16"))
-    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V11, ())
+    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V12, ())
     then = classify(recorded_under_1_0(imagenet("mixed_float16")))
     assert (then.name, then.ruleset) == (OPEN, V10)
     assert then.deviations == (
@@ -185,7 +206,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
 
 def test_rules_imagenet_json_is_aiperfs_closed_workload():
     shown = rules_json("imagenet")
-    assert shown["ruleset"] == V11
+    assert shown["ruleset"] == V12
     assert shown["accuracy_floor"] >= 0.70 and shown["min_budget_s"] >= 3600
     assert "mixed_float16" in shown["precisions"]
     assert shown["seed_architecture"] == "resnet50"
@@ -201,7 +222,16 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "convention",
         "trainer",
         "batch_size",
+        "data",
     }, "the keys docs/rules.md documents"
+    assert shown["data"] == {
+        "kind": "tfrecord",
+        "classes": 1000,
+        "train_samples": 1281167,
+        "val_samples": 50000,
+        "sha256": None,
+        "name": "ImageNet-1k",
+    }
     assert shown["batch_size"] == {"per_gib": [12, 13, 14], "listed": [192, 208, 224]}
     assert shown["choices"] == {
         "train.backend": ["tensorflow", "jax", "torch"],
@@ -212,10 +242,11 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
 
 
 @pytest.mark.parametrize("profile", ["quick", "nightly", "digits"])
-def test_rules_of_the_other_profiles_are_1_0s(profile):
+def test_rules_of_the_other_profiles_keep_1_0s_figures(profile):
     shown = rules_json(profile)
-    assert shown["ruleset"] == V10 and shown["profile"] == profile
-    assert "mixed_float16" not in shown["precisions"]
+    assert shown["ruleset"] == V12 and shown["profile"] == profile
+    assert "mixed_float16" in shown["precisions"]
+    assert shown["data"]["sha256"], "generated data is pinned by its content digest"
     rules = load_ruleset(V10).for_profile(profile)
     assert (shown["min_budget_s"], shown["accuracy_floor"]) == (
         rules.min_budget_s,
@@ -229,8 +260,8 @@ def test_rules_plain_fits_80_columns(profile):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines and all(len(line) <= 80 for line in lines), lines
-    ruleset = V11 if profile.startswith("imagenet") else V10
-    assert ruleset in lines[0] and any("seed network" in line for line in lines)
+    assert V12 in lines[0] and any("seed network" in line for line in lines)
+    assert any(line.strip().startswith("data") for line in lines), "the pinned dataset is shown"
 
 
 def test_rules_imagenet_plain_says_the_figures():

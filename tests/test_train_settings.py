@@ -120,8 +120,17 @@ def test_closed_precisions_and_backends_are_the_rulesets():
         assert _division(**train).name == CLOSED and _division(**train).deviations == (), train
 
 
+def _recorded_under_1_0(config):
+    """A quick run as recorded under aiperf-rules-1.0 (quick named it until 1.2): judged by it."""
+    return config.model_copy(update={"ruleset": DEFAULT_RULESET})
+
+
 def test_mixed_float16_is_open_for_a_named_reason():
-    division = _division(precision="mixed_float16")
+    config = load_config(
+        "quick", workers=1, overrides={"train.precision": "mixed_float16"}, runs_here=False
+    )
+    assert classify(config).name == CLOSED, "closed from aiperf-rules-1.1 on"
+    division = classify(_recorded_under_1_0(config))
     assert division.name == OPEN
     assert division.deviations == (
         "train.precision: mixed_float16 is not allowed in the closed division by "
@@ -131,7 +140,9 @@ def test_mixed_float16_is_open_for_a_named_reason():
 
 def test_a_choice_outside_the_rules_is_open_beside_other_deviations():
     division = classify(
-        load_config("quick", workers=1, seed=3, overrides={"train.precision": "mixed_float16"})
+        _recorded_under_1_0(
+            load_config("quick", workers=1, seed=3, overrides={"train.precision": "mixed_float16"})
+        )
     )
     assert (
         division.name == OPEN

@@ -96,6 +96,16 @@ def _batch(batch: dict[str, Any]) -> str:
     return f"{per_gib} x the smallest GPU's GiB per device; {listed} on CPUs"
 
 
+def _pinned(data: dict) -> str:
+    """The ruleset's pin of the dataset, in words."""
+    what = data.get("name") or data["kind"]
+    digest = f", content sha256 {data['sha256']}" if data.get("sha256") else ""
+    return (
+        f"{what}: {data['classes']} classes, each in both splits; {data['train_samples']} train "
+        f"and {data['val_samples']} validation images, none in both{digest}"
+    )
+
+
 def plain(required: dict[str, Any]) -> list[str]:
     """The requirements as lines of at most WIDTH characters: a label, then its value."""
     settable = [
@@ -114,6 +124,9 @@ def plain(required: dict[str, Any]) -> list[str]:
             f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
         ),
         ("seed network", required["seed_architecture"]),
+        *(
+            [("data", _pinned(required["data"]))] if required.get("data") else []
+        ),  # rulesets from 1.2 pin the dataset
         (
             "train.precision",
             ", ".join(required["precisions"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiperf.data.images import MAX_IMAGE_BYTES
 from aiperf.data.problems import DataError
 
 LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image>"
@@ -37,12 +38,47 @@ def _visible(path: Path) -> bool:
     return not path.name.startswith(".")  # .DS_Store and friends are not data
 
 
+def shown_name(rel: str) -> str:
+    """A path as one printable line: a name that is not UTF-8 (Python keeps its bytes as
+    surrogates) shows its bad bytes escaped, as \\xff."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _not_utf8(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _file_problem(item: Path, rel: str) -> str | None:
+    """Why a class folder's entry cannot be an image file (None: it can be read)."""
+    if _not_utf8(rel):
+        return (
+            f"{shown_name(rel)} has a name that is not UTF-8 (ImageNet-format shards store names "
+            "as UTF-8); rename it"
+        )
+    if not item.is_file():  # follows links; False for FIFOs, sockets and devices
+        return f"{rel} is not a regular file (a FIFO, socket, device or broken link); remove it"
+    size = item.stat().st_size
+    if size > MAX_IMAGE_BYTES:
+        return (
+            f"{rel} is {size >> 20} MiB, more than the {MAX_IMAGE_BYTES >> 20} MiB an image may "
+            "be; shrink or remove it"
+        )
+    return None
+
+
 def _split_classes(root: Path, split_dir: Path, problems: list[str]) -> dict[str, list[str]]:
     """class name -> sorted file paths under root; problems for everything out of place."""
     classes: dict[str, list[str]] = {}
     entries = sorted(p for p in split_dir.iterdir() if _visible(p))
     for entry in entries:
         rel = entry.relative_to(root).as_posix()
+        if _not_utf8(rel):
+            problems.append(f"{shown_name(rel)} has a name that is not UTF-8; rename it")
+            continue
         if not entry.is_dir():
             problems.append(f"{rel} is not inside a class folder (the layout is {LAYOUT})")
             continue
@@ -51,8 +87,13 @@ def _split_classes(root: Path, split_dir: Path, problems: list[str]) -> dict[str
             item_rel = item.relative_to(root).as_posix()
             if item.is_dir():
                 problems.append(
-                    f"{item_rel} is a folder inside a class folder (the layout is {LAYOUT})"
+                    f"{shown_name(item_rel)} is a folder inside a class folder (the layout is "
+                    f"{LAYOUT})"
                 )
+                continue
+            problem = _file_problem(item, item_rel)
+            if problem:
+                problems.append(problem)
             else:
                 files.append(item_rel)
         if not files:

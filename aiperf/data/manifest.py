@@ -25,7 +25,9 @@ class Manifest:
     name: str
     kind: str
     path: str
-    sha256: str  # of the .npz, or of the sorted shard checksums: one digest for the whole dataset
+    # One digest for the whole dataset, computed from what staging read: the arrays' content
+    # (synthetic: pins.arrays_digest), or the shards' names and checksums (dataset_digest).
+    sha256: str
     size_bytes: int
     image_shape: tuple[int, int, int]  # what models see, after the input pipeline
     classes: int
@@ -47,6 +49,9 @@ class Manifest:
     copies: dict[str, str] = field(
         default_factory=dict
     )  # one per node: the worker that made it -> "host:path"
+    # The overlap check (aiperf.data.pins.overlap): images_hashed, rate, overlaps, examples. None
+    # in manifests of an older aiperf, which never compared the splits.
+    overlap: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -130,40 +130,72 @@ def settings_key(config: DataConfig, seed: int) -> str:
 
 
 def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
-    """Generate the profile's synthetic data into `folder` (once) and return its manifest."""
+    """Generate the profile's synthetic data into `folder` (once) and return its manifest.
+
+    A cached .npz is used again, but never on the word of the .json beside it: its arrays are
+    loaded and digested, each image hashed, and the manifest (its sha256 the content digest, the
+    classes in each split, the overlap check) is made from what the file holds."""
     folder.mkdir(parents=True, exist_ok=True)
     key = settings_key(config, seed)
     name = f"synthetic-{config.image_size}px-{config.classes}c-{key}"
     path = folder / f"{name}.npz"
     meta_path = folder / f"{name}.json"
-    if path.is_file() and meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("sha256") == sha256_file(path):
-            return Manifest.from_dict(meta)
-    arrays = synthetic.generate(config, seed)
-    tmp = path.with_name(path.name + ".partial.npz")
-    np.savez(
-        tmp, x_train=arrays.x_train, y_train=arrays.y_train, x_val=arrays.x_val, y_val=arrays.y_val
-    )
-    os.replace(tmp, path)  # a crash never leaves a file that looks complete
-    counts = np.bincount(arrays.y_train, minlength=config.classes)
-    val_counts = np.bincount(arrays.y_val, minlength=config.classes)
-    manifest = Manifest(
+    arrays = _cached_arrays(path)
+    if arrays is None:
+        arrays = synthetic.generate(config, seed)
+        tmp = path.with_name(path.name + ".partial.npz")
+        np.savez(
+            tmp,
+            x_train=arrays.x_train,
+            y_train=arrays.y_train,
+            x_val=arrays.x_val,
+            y_val=arrays.y_val,
+        )
+        os.replace(tmp, path)  # a crash never leaves a file that looks complete
+    manifest = arrays_manifest(arrays, name, path, config.classes)
+    write_json_atomic(meta_path, manifest.to_dict())  # for people; staging never reads it
+    return manifest
+
+
+def _cached_arrays(path: Path) -> ImageArrays | None:
+    """The arrays of an earlier staging's .npz, or None when there is none or it does not load."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as data:
+            return ImageArrays(data["x_train"], data["y_train"], data["x_val"], data["y_val"])
+    except (OSError, ValueError, KeyError):  # unreadable or not ours: made again
+        return None
+
+
+def arrays_manifest(arrays: ImageArrays, name: str, path: Path, classes: int) -> Manifest:
+    """The manifest of synthetic arrays, every figure computed from the arrays themselves."""
+    from aiperf.data.pins import arrays_digest, overlap, row_keys
+
+    labels = (arrays.y_train, arrays.y_val)
+    if any(len(y) and (int(y.min()) < 0 or int(y.max()) >= classes) for y in labels):
+        raise DataError(str(path), [f"{path.name} holds labels outside 0..{classes - 1}"])
+    counts = np.bincount(arrays.y_train, minlength=classes)
+    val_counts = np.bincount(arrays.y_val, minlength=classes)
+    return Manifest(
         name=name,
         kind="synthetic",
         path=str(path.resolve()),
-        sha256=sha256_file(path),
+        sha256=arrays_digest(
+            [("train", arrays.x_train, arrays.y_train), ("validation", arrays.x_val, arrays.y_val)]
+        ),
         size_bytes=path.stat().st_size,
         image_shape=arrays.image_shape,
-        classes=config.classes,
+        classes=classes,
         train_samples=len(arrays.y_train),
         val_samples=len(arrays.y_val),
         images_per_class={str(c): int(n) for c, n in enumerate(counts)},
         val_images_per_class={str(c): int(n) for c, n in enumerate(val_counts)},
-        class_names=[str(c) for c in range(config.classes)],
+        class_names=[str(c) for c in range(classes)],
+        overlap=overlap(
+            [("train", row_keys(arrays.x_train))], [("validation", row_keys(arrays.x_val))]
+        ),
     )
-    write_json_atomic(meta_path, manifest.to_dict())
-    return manifest
 
 
 @lru_cache(maxsize=2)
@@ -192,8 +224,17 @@ def _sharded_manifest(
     label_offset: int,
     preprocess: str,
 ) -> Manifest:
-    """Sum the shard entries into the manifest, write manifest.json last, drop stale files."""
+    """Sum the shard entries into the manifest, write manifest.json last, drop stale files.
+
+    `shards` are fresh scans (tfrecord.scan_shard): checksums, per-class counts and image keys read
+    from the shard files now, so the dataset digest is recomputed, never copied from a sidecar."""
+    from aiperf.data.pins import overlap
+
     shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))
+    checked = overlap(
+        [(s["name"], s["keys"]) for s in shards if s["split"] == "train"],
+        [(s["name"], s["keys"]) for s in shards if s["split"] == "validation"],
+    )
     per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
     for shard in shards:
         counts = per_split[shard["split"]]
@@ -222,6 +263,7 @@ def _sharded_manifest(
         label_offset=label_offset,
         preprocess=preprocess,
         shards=entries,
+        overlap=checked,
     )
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
     keep = (
@@ -267,6 +309,37 @@ def _collect(
     return shards, problems
 
 
+def _scan(
+    out: Path,
+    shards: list[dict[str, Any]],
+    classes: int,
+    label_offset: int,
+    client: Any | None,
+    progress: OnProgress,
+) -> list[dict[str, Any]]:
+    """Read every shard afresh on the workers (tfrecord.scan_shard): their checksums, per-class
+    counts and image keys. A shard that cannot be read is a DataError."""
+    from aiperf.data.tfrecord import ScanTask, scan_shard
+
+    tasks = [
+        ScanTask(
+            path=shard_path(out, s),
+            name=s["name"],
+            split=s["split"],
+            file=s["file"],
+            label_offset=label_offset,
+            classes=classes,
+        )
+        for s in shards
+    ]
+    scans, problems = _collect(
+        _run(client, scan_shard, tasks), len(tasks), lambda _r: 1, "hashing images", progress
+    )
+    if problems:
+        raise DataError(str(out), sorted(problems))
+    return scans
+
+
 def _name(prefix: str, source: Path) -> str:
     return (
         f"{prefix}-{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
@@ -281,11 +354,12 @@ def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
 
     name = f"digits-{config.train_samples}-{config.val_samples}-seed{seed}"
     out = folder / name
-    existing = _intact(out)
-    if existing is not None:
-        return replace(existing, image_shape=_image_shape(config))
-    out.mkdir(parents=True, exist_ok=True)
-    entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
+    classes = len(digits.CLASS_NAMES)
+    scans = _intact(out, classes, 1, None, _no_progress)
+    if scans is None:
+        out.mkdir(parents=True, exist_ok=True)
+        entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
+        scans = _scan(out, entries, classes, 1, None, _no_progress)
     return _sharded_manifest(
         config=config,
         name=name,
@@ -293,26 +367,34 @@ def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
         out=out,
         source="sklearn.datasets.load_digits",
         class_names=digits.CLASS_NAMES,
-        shards=entries,
+        shards=scans,
         label_offset=1,
         preprocess="resize",
     )
 
 
-def _intact(out: Path) -> Manifest | None:
-    """The manifest of a finished staging whose shards still have their checksums."""
+def _intact(
+    out: Path, classes: int, label_offset: int, client: Any | None, progress: OnProgress
+) -> list[dict[str, Any]] | None:
+    """Fresh scans of a finished staging's shards, when every one is there with the checksum its
+    manifest.json lists (None: stage it again). The manifest only says which shards to read and
+    whether they changed; what is recorded comes from the scans."""
     if not (out / MANIFEST_FILE).is_file():
         return None
-    data = read_manifest(out)
-    for shard in data["shards"]:
-        path = Path(shard_path(out, shard))
-        if (
-            not path.is_file()
-            or path.stat().st_size != shard["size_bytes"]
-            or sha256_file(path) != shard["sha256"]
-        ):
-            return None
-    return Manifest.from_dict(data)
+    try:
+        listed = read_manifest(out)["shards"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(Path(shard_path(out, s)).is_file() for s in listed):
+        return None
+    try:
+        scans = _scan(out, listed, classes, label_offset, client, progress)
+    except DataError:
+        return None
+    by_name = {s["name"]: s["sha256"] for s in listed}
+    if any(by_name.get(s["name"]) != s["sha256"] for s in scans):
+        return None
+    return scans
 
 
 # --- generated, ImageNet-shaped -----------------------------------------------------------------
@@ -330,9 +412,29 @@ def stage_generated(
     key = settings_key(config, seed)
     name = f"generated-imagenet-{config.image_size}px-{config.classes}c-{key}"
     out = folder / name
-    existing = _intact(out)
-    if existing is not None:
-        return existing
+    scans = _intact(out, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
+    if scans is None:
+        scans = _generate(config, seed, key, out, client, progress)
+    return _sharded_manifest(
+        config=config,
+        name=name,
+        kind="generated-imagenet",
+        out=out,
+        source=f"aiperf.data.generated, seed {seed}",
+        class_names=generated.class_names(config.classes),
+        shards=scans,
+        label_offset=IMAGENET_LABEL_OFFSET,
+        preprocess="imagenet",
+    )
+
+
+def _generate(
+    config: DataConfig, seed: int, key: str, out: Path, client: Any | None, progress: OnProgress
+) -> list[dict[str, Any]]:
+    """Make the generated shards (those not made before) and scan them."""
+    from aiperf.data import generated
+    from aiperf.data.tfrecord import IMAGENET_LABEL_OFFSET
+
     out.mkdir(parents=True, exist_ok=True)
     tasks = generated.plan(
         out,
@@ -354,17 +456,7 @@ def stage_generated(
         "generating JPEG shards",
         progress,
     )
-    return _sharded_manifest(
-        config=config,
-        name=name,
-        kind="generated-imagenet",
-        out=out,
-        source=f"aiperf.data.generated, seed {seed}",
-        class_names=generated.class_names(config.classes),
-        shards=shards,
-        label_offset=IMAGENET_LABEL_OFFSET,
-        preprocess="imagenet",
-    )
+    return _scan(out, shards, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
 
 
 # --- an ImageNet-layout image folder ------------------------------------------------------------
@@ -413,6 +505,7 @@ def stage_folder(
             missing_ok=True
         )  # what is staged no longer matches the source
         raise DataError(config.source, sorted(problems))
+    shards = _scan(out, shards, len(layout.class_names), 1, client, progress)
     return _sharded_manifest(
         config=config,
         name=name,
@@ -541,7 +634,9 @@ def place(manifest: Manifest, stage_to: str, client: Any | None, progress: OnPro
             {
                 "src": manifest.path,
                 "file": Path(manifest.path).name,
-                "sha256": manifest.sha256,
+                "sha256": sha256_file(
+                    manifest.path
+                ),  # the file's; manifest.sha256 is its content's
                 "size_bytes": manifest.size_bytes,
             }
         ]

@@ -17,18 +17,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf.data.images import check_image, image_format
+from aiperf.data.images import MAX_IMAGE_BYTES, check_image, image_format
 from aiperf.data.manifest import sha256_file, write_json_atomic
+from aiperf.data.pins import image_key
 
 ENCODED, LABEL, SYNSET = "image/encoded", "image/class/label", "image/class/synset"
 SPLITS = ("train", "validation")
 IMAGENET_LABEL_OFFSET = 1
+# A record is one image and its features: one larger than this is a corrupt or hostile shard,
+# refused before its bytes are read.
+MAX_RECORD_BYTES = MAX_IMAGE_BYTES + (1 << 20)
 
 
 def shard_name(split: str, index: int, total: int) -> str:
@@ -105,6 +110,19 @@ def done_before(path: Path, input_digest: str) -> dict[str, Any] | None:
     return info if sha256_file(path) == info.get("sha256") else None
 
 
+def _read_image_file(path: Path, rel: str) -> bytes:
+    """An image file's bytes; b"" for anything but a regular file of at most MAX_IMAGE_BYTES (the
+    folder was checked when it was scanned: this only keeps a file swapped since from hanging a
+    worker on a FIFO or filling its memory; check_image then names the empty file)."""
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_IMAGE_BYTES:
+            return b""
+        with open(path, "rb") as handle:
+            return handle.read(MAX_IMAGE_BYTES + 1)
+    except OSError:
+        return b""
+
+
 @dataclass(frozen=True)
 class ConvertTask:
     """One shard's share of an image folder."""
@@ -131,7 +149,7 @@ def convert_shard(task: ConvertTask) -> dict[str, Any]:
     contents: list[tuple[str, int, bytes]] = []
     digest = hashlib.sha256()
     for rel, label in task.files:
-        data = (root / rel).read_bytes()
+        data = _read_image_file(root / rel, rel)
         contents.append((rel, label, data))
         digest.update(f"{rel}\0{label}\0{len(data)}\0".encode())
         digest.update(data)
@@ -191,6 +209,107 @@ def write_shard_with_record(
     return {**info, "problems": [], "skipped": False}
 
 
+class _HashingReader:
+    """A shard's bytes, read once: its sha256 grows as its records are read."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def read(self, n: int) -> bytes:
+        data: bytes = self.handle.read(n)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+    def rest(self) -> None:
+        for _chunk in iter(lambda: self.read(1 << 20), b""):
+            pass
+
+
+def _records(reader: _HashingReader) -> Iterator[bytes]:
+    """The records of a TFRecord file: an 8-byte length, its 4-byte CRC, the data, its CRC. The
+    CRCs are not checked here (the shard's sha256 is; TensorFlow checks them when it reads)."""
+    while True:
+        head = reader.read(12)
+        if not head:
+            return
+        if len(head) < 12:
+            raise ValueError("it ends inside a record's header")
+        (length,) = struct.unpack("<Q", head[:8])
+        if length > MAX_RECORD_BYTES:
+            raise ValueError(
+                f"a record says it holds {length} bytes, more than {MAX_RECORD_BYTES}"
+            )
+        data = reader.read(length)
+        if len(data) < length or len(reader.read(4)) < 4:
+            raise ValueError("it ends inside a record")
+        yield data
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One shard to read afresh: its checksum, labels and image keys (run on a Dask worker)."""
+
+    path: str
+    name: str
+    split: str
+    file: str  # as the manifest names it (relative to the staged folder, or absolute)
+    label_offset: int
+    classes: int
+
+
+def scan_shard(task: ScanTask) -> dict[str, Any]:
+    """Read a shard once: its sha256 and size, each record's label (images per class, from 0) and
+    the key of each record's encoded image (aiperf.data.pins.image_key), packed in `keys`. What a
+    manifest records of a shard comes from here each time a run uses it, never from a sidecar."""
+    import tensorflow as tf
+
+    path = Path(task.path)
+    per_class: Counter[int] = Counter()
+    keys: list[bytes] = []
+    problems: list[str] = []
+    with open(path, "rb") as handle:
+        reader = _HashingReader(handle)
+        try:
+            for index, record in enumerate(_records(reader)):
+                try:
+                    feature = tf.train.Example.FromString(record).features.feature
+                    encoded = feature[ENCODED].bytes_list.value[0]
+                    label = int(feature[LABEL].int64_list.value[0]) - task.label_offset
+                except Exception:  # a protobuf DecodeError or a missing feature
+                    problems.append(
+                        f"{task.name} record {index} is not an ImageNet-format example"
+                    )
+                    continue
+                if not 0 <= label < task.classes:
+                    low = task.label_offset
+                    problems.append(
+                        f"{task.name} record {index} has label {label + low}, outside "
+                        f"{low}..{low + task.classes - 1} (data.classes {task.classes}, "
+                        f"data.label_offset {low}); fix the shard or those settings"
+                    )
+                    continue
+                per_class[label] += 1
+                keys.append(image_key(encoded))
+        except ValueError as exc:
+            read = sum(per_class.values()) + len(problems)
+            problems.append(
+                f"{task.name} is corrupt or truncated after record {read} ({exc}); re-copy it"
+            )
+        reader.rest()
+    return {
+        "name": task.name,
+        "split": task.split,
+        "file": task.file,
+        "images": sum(per_class.values()),
+        "size_bytes": reader.size,
+        "sha256": reader.digest.hexdigest(),
+        "per_class": {str(k): v for k, v in sorted(per_class.items())},
+        "keys": b"".join(keys),
+        "problems": problems,
+    }
+
+
 @dataclass(frozen=True)
 class CheckTask:
     """One shard a user brought, to check in place."""
@@ -209,7 +328,18 @@ def check_shard(task: CheckTask) -> dict[str, Any]:
     import tensorflow as tf
 
     path = Path(task.path)
-    checksum = sha256_file(path)
+    # Read afresh every time: the checksum, the labels and the image keys the manifest records.
+    scan = scan_shard(
+        ScanTask(str(path), path.name, task.split, str(path), task.label_offset, task.classes)
+    )
+    if scan["problems"]:
+        return {
+            "name": path.name,
+            "split": task.split,
+            "problems": scan["problems"],
+            "skipped": False,
+        }
+    checksum = scan["sha256"]
     record_file = Path(task.checks) / f"{path.name}.json"
     if record_file.is_file():
         info = json.loads(record_file.read_text())
@@ -218,7 +348,8 @@ def check_shard(task: CheckTask) -> dict[str, Any]:
             and info.get("classes") == task.classes
             and info.get("label_offset") == task.label_offset
         ):
-            return {**info, "problems": [], "skipped": True}
+            fresh = {k: scan[k] for k in ("images", "size_bytes", "per_class", "keys")}
+            return {**info, **fresh, "problems": [], "skipped": True}
     spec = {
         ENCODED: tf.io.FixedLenFeature([], tf.string),
         LABEL: tf.io.FixedLenFeature([], tf.int64),
@@ -276,4 +407,4 @@ def check_shard(task: CheckTask) -> dict[str, Any]:
         "synsets": {str(k): v for k, v in sorted(synsets.items())},
     }
     write_json_atomic(record_file, info)
-    return {**info, "problems": [], "skipped": False}
+    return {**info, "keys": scan["keys"], "problems": [], "skipped": False}

@@ -41,6 +41,7 @@ from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
+from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
 from aiperf.results.score import ScoreResult, compute_score, verified_score
@@ -162,6 +163,9 @@ def stage_dataset(
         record_manifest(store, run_id, manifest)
         store.record_staging(run_id, seconds)
     events.dataset(manifest.to_dict())
+    # Recorded first, then judged: a closed run on data other than its ruleset's pin (or with an
+    # image in both splits, or a class missing from one) stops here, before its search.
+    refuse_unpinned(config, manifest.to_dict())
     logger.info(
         "run %d: data staged in %.1f s, before the timed window (not counted in it)",
         run_id,

@@ -572,6 +572,7 @@ class _Rebuilder:
                 train_samples=_whole(value["train_samples"], "train_samples"),
                 val_samples=_whole(value["val_samples"], "val_samples"),
                 classes=_whole(value["classes"], "classes"),
+                manifest=dict(value),
             )
         elif e.key == STAGING_STOP:
             self.staging_s = _number(md["staging_s"], "staging_s")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from aiperf.config import BenchmarkConfig, ValidityConfig
+from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import CLOSED, batch_problem, classify
 from aiperf.results.score import EpochWork, ScoreResult, compute_score, rules_reasons
 from aiperf.rules import load_ruleset
@@ -514,4 +515,5 @@ CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
     VALIDITY_RULES: check_validity_rules,
     MODEL_FLOPS_UTILISATION: check_model_flops_utilisation,
     WINDOW_UTILISATION: check_window_utilisation,
+    DATASET_PINNED: check_dataset_pinned,
 }

@@ -28,12 +28,39 @@ AUTO_PRECISION = "auto"
 
 
 @dataclass(frozen=True)
+class DataPin:
+    """The dataset a closed result of one profile must have trained on (rulesets from 1.2).
+
+    Generated data (synthetic, digits, generated-imagenet) is pinned by `sha256`, the digest of its
+    content that staging computes afresh from the staged files each time a run uses them (never
+    read from a sidecar); user data (imagenet) cannot be, so it is pinned by its classes and the
+    images in each split. Either way every class must be in both splits and no image in both."""
+
+    kind: str  # data.kind of the profile
+    classes: int
+    train_samples: int
+    val_samples: int
+    sha256: str | None = None  # the content digest, for generated data
+    name: str | None = None  # what the data is called (ImageNet-1k)
+
+    def describe(self) -> str:
+        """One line for `aiperf rules` and the check details."""
+        what = self.name or self.kind
+        digest = f", sha256 {self.sha256[:12]}" if self.sha256 else ""
+        return (
+            f"{what}: {self.classes} classes, {self.train_samples} train / "
+            f"{self.val_samples} validation images{digest}"
+        )
+
+
+@dataclass(frozen=True)
 class ProfileRules:
     """What the ruleset requires of one packaged profile's results."""
 
     min_budget_s: float
     accuracy_floor: float
     seed_architecture: str
+    data: DataPin | None = None  # None: the ruleset pins no data (1.0, 1.1)
 
 
 @dataclass(frozen=True)
@@ -96,6 +123,20 @@ def available_rulesets() -> list[str]:
     )
 
 
+def _data_pin(raw: dict[str, Any] | None) -> DataPin | None:
+    """A profile's `data` entry, typed (None where the ruleset pins no data)."""
+    if raw is None:
+        return None
+    return DataPin(
+        kind=str(raw["kind"]),
+        classes=int(raw["classes"]),
+        train_samples=int(raw["train_samples"]),
+        val_samples=int(raw["val_samples"]),
+        sha256=str(raw["sha256"]) if raw.get("sha256") else None,
+        name=str(raw["name"]) if raw.get("name") else None,
+    )
+
+
 @cache
 def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     """A packaged ruleset by its id-version name."""
@@ -111,6 +152,7 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
             min_budget_s=parse_duration(rules["min_budget"]),
             accuracy_floor=float(rules["accuracy_floor"]),
             seed_architecture=str(rules["seed_architecture"]),
+            data=_data_pin(rules.get("data")),
         )
         for profile, rules in raw["profiles"].items()
     }

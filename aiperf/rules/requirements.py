@@ -9,6 +9,7 @@ docs/rules.md): a key is added, never renamed or removed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from aiperf.rules import PRECISION, Ruleset
@@ -25,7 +26,9 @@ def closed_requirements(
     change freely (a section name covers its keys). `batch_size`, from the profile's own
     search.space section (`space`), is the batch sizes a closed run trains with: `per_gib`
     (search.space.batch_per_gib, None when unset) times the smallest GPU's whole GiB on GPUs, and
-    `listed` (search.space.batch_size) on CPUs or without `per_gib`."""
+    `listed` (search.space.batch_size) on CPUs or without `per_gib`. `data` is the dataset a closed
+    result must train on (kind, classes, train_samples, val_samples, and the content sha256 of
+    generated data; None where the ruleset pins none)."""
     rules = ruleset.for_profile(profile)
     space = space or {}
     return {
@@ -44,4 +47,5 @@ def closed_requirements(
         "convention": ruleset.convention,
         "trainer": ruleset.trainer,
         "batch_size": {"per_gib": space.get("batch_per_gib"), "listed": space.get("batch_size")},
+        "data": asdict(rules.data) if rules.data is not None else None,
     }

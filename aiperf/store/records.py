@@ -96,6 +96,9 @@ class DatasetRecord:
     train_samples: int
     val_samples: int
     classes: int
+    # The whole manifest as staged (classes per split, the overlap check): verify's data checks
+    # (aiperf.results.data_checks) read it.
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -584,6 +584,7 @@ class Store:
                     train_samples=row.train_samples,
                     val_samples=row.val_samples,
                     classes=row.classes,
+                    manifest=dict(row.manifest or {}),
                 )
             )
 

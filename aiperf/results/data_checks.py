@@ -1,0 +1,96 @@
+"""verify's checks of the data a run trained on, against its ruleset (rulesets from 1.2 pin it).
+
+The dataset row of a run holds its manifest as staging computed it from the staged content: the
+content digest, the classes in each split, the overlap check between the splits. A closed run
+judged by a ruleset with a data pin must show the pinned data (its digest for generated data; its
+classes and images per split for user data), no image in both splits and every class in both. An
+open run, or one judged by a ruleset without pins (1.0, 1.1), passes with a detail saying so: its
+data is recorded, not held to a pin. Editing the recorded digest, the counts or the overlap record
+to agree with the pin does not help a forged dataset: the next run that stages it recomputes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiperf.config import BenchmarkConfig
+from aiperf.data.pins import closed_problems
+from aiperf.data.problems import DataError
+from aiperf.results.division import classify
+from aiperf.rules import DataPin, load_ruleset
+from aiperf.store import CheckRecord, DatasetRecord
+
+if TYPE_CHECKING:
+    from aiperf.results.verify import Evidence
+
+DATASET_PINNED = "dataset_pinned"
+
+
+def data_pin(config: BenchmarkConfig) -> tuple[str, DataPin | None, bool]:
+    """(ruleset name, its pin for the run's profile or None, closed) for a run's config."""
+    division = classify(config)
+    if not division.closed:
+        return division.ruleset, None, False
+    return division.ruleset, load_ruleset(division.ruleset).for_profile(config.profile).data, True
+
+
+def recorded_manifest(dataset: DatasetRecord) -> dict[str, Any]:
+    """The manifest as recorded, its row's columns over the JSON copy (both are the record)."""
+    return {
+        **dataset.manifest,
+        "kind": dataset.kind,
+        "sha256": dataset.sha256,
+        "classes": dataset.classes,
+        "train_samples": dataset.train_samples,
+        "val_samples": dataset.val_samples,
+    }
+
+
+def manifest_problems(config: BenchmarkConfig, manifest: dict[str, Any]) -> list[str]:
+    """Why this data cannot give a closed result of this config (empty: it can, or the run is
+    open, or its ruleset pins no data)."""
+    _ruleset, pin, _closed = data_pin(config)
+    return [] if pin is None else closed_problems(manifest, pin)
+
+
+def refuse_unpinned(config: BenchmarkConfig, manifest: dict[str, Any]) -> None:
+    """Before the search: a closed run on data other than its ruleset's is refused (DataError,
+    one line). Open runs go on with whatever data they staged; it is recorded with them."""
+    problems = manifest_problems(config, manifest)
+    if problems:
+        ruleset, _pin, _closed = data_pin(config)
+        raise DataError(
+            str(manifest.get("source") or manifest.get("name")),
+            [
+                *problems,
+                f"a closed {config.profile} run needs the data {ruleset} pins "
+                f"(`aiperf rules {config.profile}`)",
+            ],
+        )
+
+
+def check_dataset_pinned(ev: Evidence) -> CheckRecord:
+    """The recorded dataset is the one the run's ruleset pins, with no image in both splits and
+    every class in both (closed runs under a ruleset with pins)."""
+    ruleset, pin, closed = data_pin(ev.config)
+    if not closed:
+        return CheckRecord(
+            DATASET_PINNED, True, "open division: the data is recorded, not held to a pin"
+        )
+    if pin is None:
+        return CheckRecord(DATASET_PINNED, True, f"{ruleset} pins no dataset")
+    if ev.dataset is None:
+        return CheckRecord(DATASET_PINNED, False, "the run has no recorded dataset")
+    problems = closed_problems(recorded_manifest(ev.dataset), pin)
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        return CheckRecord(DATASET_PINNED, False, shown)
+    overlap = ev.dataset.manifest.get("overlap") or {}
+    return CheckRecord(
+        DATASET_PINNED,
+        True,
+        f"{pin.describe()}, as {ruleset} pins; {overlap.get('images_hashed', 0)} images hashed, "
+        "none in both splits; every class in both",
+    )
