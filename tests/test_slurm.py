@@ -93,21 +93,52 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
     from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("slurm")
+    # A site prologue line, as a site's jobqueue config gives one: the run must record it, and the
+    # variable it exports must show in what the workers say of their environment.
+    site = folder / "site-jobqueue.yaml"
+    site.write_text(f"jobqueue:\n  slurm:\n    job-script-prologue: ['{SITE_LINE}']\n")
     watch = QueueWatch()
     watch.start()
     try:
-        result = benchmark(
-            profile="quick",
-            budget="12s",
-            workers=2,
-            db=f"sqlite:///{folder / 'aiperf.db'}",
-            seed=5,
-            out=str(folder / "out"),
-            overrides={**TINY, "cluster.kind": "slurm"},
-        )
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("AIPERF_JOBQUEUE_CONFIG", str(site))
+            result = benchmark(
+                profile="quick",
+                budget="12s",
+                workers=2,
+                db=f"sqlite:///{folder / 'aiperf.db'}",
+                seed=5,
+                out=str(folder / "out"),
+                overrides={**TINY, "cluster.kind": "slurm"},
+            )
     finally:
         seen = watch.stop()
     return result, folder / "aiperf.db", seen
+
+
+SITE_LINE = "export AIPERF_SITE_MARK=from-the-prologue"
+
+
+def test_what_ran_on_the_jobs_is_recorded(slurm_run):
+    """Issue 25 item 6: the prologue lines, the workers' aiperf-relevant environment and the digest
+    of the code each worker imported, beside the submitting host's."""
+    from aiperf.system.provenance import code_digest, review_reasons
+
+    result, path, _ = slurm_run
+    with sqlite3.connect(path) as sql:
+        (stored,) = sql.execute(
+            "SELECT provenance FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
+    provenance = json.loads(stored)
+    assert provenance["prologue"] == [SITE_LINE] and provenance["scheduler"] == "slurm"
+    assert provenance["submit_files"] == code_digest()
+    workers = provenance["workers"]
+    assert len(workers) == 2 and all(JOB.search(w) for w in workers), workers
+    for part in workers.values():
+        assert part["files"] == provenance["submit_files"], "the jobs imported this checkout"
+        assert part["env"]["AIPERF_SITE_MARK"] == "from-the-prologue"
+        assert "AIPERF_DB_URL" not in part["env"]
+    assert review_reasons(provenance) == [f"job prologue ran before the workers: {SITE_LINE}"]
 
 
 def test_trials_ran_on_workers_that_were_slurm_jobs(slurm_run):

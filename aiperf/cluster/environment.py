@@ -104,6 +104,13 @@ def job_id() -> str | None:
     return None
 
 
+def worker_label(worker_name: str) -> str:
+    """How trials, the system description and the provenance name a worker: the Dask worker's
+    name, and its batch job when in one."""
+    job = job_id()
+    return f"{worker_name}@{job}" if job else worker_name
+
+
 def worker_end(worker_name: str) -> float | None:
     """Unix time this worker stops taking trials (its job's start plus its staggered lifetime),
     inside a job with a walltime; None elsewhere."""

@@ -133,6 +133,16 @@ def jobqueue_defaults(kind: str) -> dict[str, Any]:
     return settings
 
 
+def user_prologue(config: BenchmarkConfig) -> list[str]:
+    """The shell lines of the site's and the profile's that a run's job scripts run before the
+    worker starts (after aiperf's own): recorded with the run (aiperf.system.provenance). A local
+    cluster and a running scheduler start no job, so run none."""
+    if config.cluster.kind not in QUEUES:
+        return []
+    site = jobqueue_defaults(config.cluster.kind).get("job-script-prologue") or []
+    return [*site, *config.cluster.prologue]
+
+
 def job_plan(
     config: BenchmarkConfig, prefect_api_url: str | None, log_directory: str | None = None
 ) -> JobPlan:
@@ -169,7 +179,7 @@ def job_plan(
     prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
     prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
-    prologue += list(settings.get("job-script-prologue") or []) + list(c.prologue)
+    prologue += user_prologue(config)
     prologue.append(f"export {BACKEND_ENV}={shlex.quote(config.train.backend)}")
     directives = list(settings.get("job-extra-directives") or [])
     if c.gpus:

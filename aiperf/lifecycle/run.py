@@ -466,6 +466,7 @@ def search_until_deadline(
         # and the trials see the settings the run resolved from them.
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
         describe_workers(config, store, run_id, trials.client, logger)
+        record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
@@ -553,6 +554,31 @@ def describe_workers(
         description.get("system_name", ""),
     )
     return description
+
+
+def record_provenance(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    client: Any,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> dict[str, Any]:
+    """What ran (aiperf.system.provenance): the jobs' prologue, how the workers were started, and
+    each worker's aiperf-relevant environment and code digest beside this host's; stored, logged
+    and flagged where a closed result needs a person to look. Unlike the description, a run
+    whose workers cannot say what they run has no provenance to show, so a failure here fails it."""
+    from aiperf.cluster.plan import user_prologue
+    from aiperf.system import provenance as what_ran
+
+    recorded = what_ran.run_provenance(
+        user_prologue(config), config.cluster.kind, client.run(what_ran.describe_process)
+    )
+    store.save_provenance(run_id, recorded)
+    event_log(config, run_id).provenance(recorded)
+    if classify(config).closed:
+        for reason in what_ran.review_reasons(recorded):
+            logger.warning("run %d: for review: %s", run_id, reason)
+    return recorded
 
 
 def prepare_workers(

@@ -30,7 +30,7 @@ from pathlib import Path
 from aiperf import __version__, paths
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
-from aiperf.report.summary import verdict_text
+from aiperf.report.summary import for_review, verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
@@ -117,6 +117,7 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
             "from_records": _checks(from_records),
             "from_event_log": _checks(from_log),
             "stored": None if record.verification is None else _checks(list(record.verification)),
+            "review": for_review(record),  # what ran on the workers, for a person to look at
         },
     )
     files.append(VERIFICATION_FILE)

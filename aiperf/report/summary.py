@@ -4,7 +4,9 @@ and the HTML report."""
 from __future__ import annotations
 
 from aiperf.report.phases import percent
+from aiperf.results.division import CLOSED
 from aiperf.store import RunRecord
+from aiperf.system.provenance import review_reasons
 from aiperf.units import format_ops
 
 
@@ -31,7 +33,15 @@ def verdict_text(run: RunRecord) -> str:
         return "invalid: verification failed"
     if run.verified is None:
         return "not valid until verified (its rules find nothing wrong)"
-    return "valid"
+    review = for_review(run)
+    return "valid, for review: " + "; ".join(review) if review else "valid"
+
+
+def for_review(run: RunRecord) -> list[str]:
+    """Why a closed result needs a person to look at what ran on its workers (a prologue, workers
+    started outside aiperf, code that differs from the submitting host's): not a broken rule, so
+    the result stays valid, but every place that shows its verdict says so."""
+    return review_reasons(run.provenance) if run.division == CLOSED else []
 
 
 def peak_text(run: RunRecord) -> str:

@@ -66,6 +66,7 @@ SEED = "seed"
 CONFIG = "config"  # value: the effective config (no password)
 SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostname, cpu_model, ...)
 SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
+PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' env (aiperf.system.provenance)
 RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks
 DATASET = "dataset"  # value: name, kind, sha256, train_samples, val_samples, classes
 # the data's staging, before the window and not in it (MLPerf HPC's keys)
@@ -109,6 +110,7 @@ KEYS = (
     CONFIG,
     SYSTEM_FINGERPRINT,
     SYSTEM_DESCRIPTION,
+    PROVENANCE,
     RUN_RESOURCES,
     DATASET,
     STAGING_START,
@@ -328,6 +330,10 @@ class EventLog:
 
     def system_description(self, description: Mapping[str, Any]) -> None:
         self.emit(SYSTEM_DESCRIPTION, dict(description))
+
+    def provenance(self, provenance: Mapping[str, Any]) -> None:
+        """What ran on the workers (aiperf.system.provenance)."""
+        self.emit(PROVENANCE, dict(provenance))
 
     def resources(self, **resources: Any) -> None:
         """The run's precision, backend, XLA setting and measured peaks (MFU's divisor), when known."""
@@ -561,6 +567,7 @@ class _Rebuilder:
             CONFIG,
             SYSTEM_FINGERPRINT,
             SYSTEM_DESCRIPTION,
+            PROVENANCE,
             RUN_RESOURCES,
         ):
             self.facts[e.key] = (value, md)
@@ -690,6 +697,7 @@ class _Rebuilder:
         ruleset, _ = self.facts[RULESET]
         seed, _ = self.facts.get(SEED, (config.get("seed", 0), {}))
         description, _ = self.facts.get(SYSTEM_DESCRIPTION, (None, {}))
+        provenance, _ = self.facts.get(PROVENANCE, (None, {}))
         resources, _ = self.facts.get(RUN_RESOURCES, ({}, {}))
         system = SystemRecord(
             **{f.name: facts[f.name] for f in fields(SystemRecord) if f.name != "first_seen_at"},
@@ -736,6 +744,7 @@ class _Rebuilder:
             worker_peaks=tuple(resources.get("worker_peaks") or ()),
             system_description=description,
             staging_s=self.staging_s,
+            provenance=provenance if isinstance(provenance, dict) else None,
         )
         return LoggedRun(run, self.dataset, ())
 

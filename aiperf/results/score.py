@@ -108,13 +108,17 @@ def verified_score(score: ScoreResult, checks: Sequence[CheckRecord]) -> ScoreRe
     return dataclasses.replace(score, valid=False, reasons=reasons)
 
 
-def validity_label(valid: bool, verified: bool | None) -> str:
+def validity_label(valid: bool, verified: bool | None, review: bool = False) -> str:
     """One word for a table's `valid` column: yes only for a valid result whose every check passed;
     no for an invalid one or a failed verification; unverified for a valid one never verified
-    (it stopped before its verification, or was recorded before runs verified themselves)."""
+    (it stopped before its verification, or was recorded before runs verified themselves);
+    review for a valid, verified closed result whose workers ran something to look at
+    (aiperf.system.provenance.review_reasons: `aiperf show` says what)."""
     if not valid or verified is False:
         return "no"
-    return "yes" if verified else "unverified"
+    if not verified:
+        return "unverified"
+    return "review" if review else "yes"
 
 
 def compute_score(

@@ -506,6 +506,12 @@ class Store:
             self._get(s, Run, run_id, "run").staging_s = float(seconds)
 
     @_retried
+    def save_provenance(self, run_id: int, provenance: dict[str, Any]) -> None:
+        """What ran on the workers (aiperf.system.provenance); a resumed run records it again, and
+        the latest stands."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").provenance = dict(provenance)
+
     def save_system_description(self, run_id: int, description: dict[str, Any]) -> None:
         """The compute nodes as they described themselves (aiperf.system.description); a resumed run
         describes them again, and the latest description stands."""
@@ -1166,4 +1172,5 @@ def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
         worker_peaks=tuple(run.worker_peaks or ()),
         system_description=run.system_description,
         staging_s=run.staging_s,
+        provenance=run.provenance,
     )

@@ -13,20 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from aiperf.cluster.environment import worker_label
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, to_event
 
 # The scheduler overwrites an event's "worker" with the worker's address: ours travels aside.
 _LABEL_KEY = "worker_label"
 
 SIMULATED = "simulated"
-
-
-def worker_label(worker_name: str) -> str:
-    """How trials record their worker: the Dask worker's name, and its batch job when in one."""
-    from aiperf.cluster.environment import job_id
-
-    job = job_id()
-    return f"{worker_name}@{job}" if job else worker_name
 
 
 def train_on_worker(request: TrialRequest, trainer: str = "keras") -> TrialResult:
