@@ -220,3 +220,41 @@ def test_columns_go_by_rank_and_a_too_narrow_table_folds_rather_than_crops():
     tight = drawn(6)
     assert "…" not in tight
     assert "".join(tight.split()).endswith("anoteofsomelength"), tight
+
+
+
+FRAMEWORKS = ("tensorflow", "jax", "torch", "keras")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs", "--db", "{url}"],
+        ["show", "{hour0}", "--tree", "--db", "{url}"],
+        ["history", "--db", "{url}"],
+        ["compare", "{hour0}", "{hour1}", "--db", "{url}"],
+        ["report", "{hour0}", "-o", "{tmp}/report.html", "--db", "{url}"],
+        ["rules", "imagenet"],
+    ],
+)
+def test_read_commands_start_no_framework(db, tmp_path, command):
+    """Issue 26 item 8: reading records never imports a deep-learning framework (seconds and
+    log lines); only the commands that build models (verify, flops, run) load one."""
+    import subprocess
+    import sys
+
+    url, ids = db
+    args = [a.format(tmp=tmp_path, url=url, **ids) for a in command]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "aiperf.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert not imported & set(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
