@@ -269,6 +269,24 @@ def test_verify_fails_a_record_whose_digest_was_edited(tmp_path):
     assert not failed.passed and "content sha256 000000000000, the ruleset pins" in failed.detail
 
 
+def test_a_record_forged_to_the_pin_fails_on_the_data_still_staged(tmp_path):
+    """Trained on a swapped cache, then the record edited to say the pinned digest and no overlap:
+    the staged data is digested again by verify and does not match."""
+    config = closed("quick")
+    clean = stage(config.data, config.seed, tmp_path).to_dict()
+    check = check_dataset_pinned(evidence(config, record_of(clean)))
+    assert check.passed and check.detail.endswith("the staged data digested again"), check
+    _swap_validation_for_training(Path(clean["path"]))
+    swapped = stage(config.data, config.seed, tmp_path).to_dict()
+    forged = {**swapped, "sha256": clean["sha256"], "overlap": clean["overlap"]}
+    check = check_dataset_pinned(evidence(config, record_of(forged)))
+    assert not check.passed
+    assert check.detail == (
+        f"the data at {clean['path']} has content sha256 {swapped['sha256'][:12]}, "
+        f"the record says {clean['sha256'][:12]}"
+    )
+
+
 def test_rulesets_without_pins_pass_with_a_detail_saying_so():
     config = closed("quick").model_copy(update={"ruleset": "aiperf-rules-1.0"})
     check = check_dataset_pinned(evidence(config, None))

@@ -6,15 +6,18 @@ judged by a ruleset with a data pin must show the pinned data (its digest for ge
 classes and images per split for user data), no image in both splits and every class in both. An
 open run, or one judged by a ruleset without pins (1.0, 1.1), passes with a detail saying so: its
 data is recorded, not held to a pin. Editing the recorded digest, the counts or the overlap record
-to agree with the pin does not help a forged dataset: the next run that stages it recomputes them.
+to agree with the pin does not help a forged dataset: the next run that stages it recomputes them,
+and where generated data is still staged on the verifying machine, this check digests it again.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiperf.config import BenchmarkConfig
-from aiperf.data.pins import closed_problems
+from aiperf.data.manifest import dataset_digest, sha256_file, shard_path
+from aiperf.data.pins import arrays_digest, closed_problems
 from aiperf.data.problems import DataError
 from aiperf.results.division import classify
 from aiperf.rules import DataPin, load_ruleset
@@ -69,6 +72,34 @@ def refuse_unpinned(config: BenchmarkConfig, manifest: dict[str, Any]) -> None:
         )
 
 
+def digest_on_disk(manifest: dict[str, Any]) -> str | None:
+    """The content digest of the data now at the manifest's path (None: it is not on this
+    machine): a synthetic .npz's arrays, or the dataset digest of its shards hashed again."""
+    path = Path(str(manifest.get("path") or ""))
+    if manifest.get("format", "npz") == "npz":
+        if not path.is_file():
+            return None
+        import numpy as np
+
+        try:
+            with np.load(path) as data:
+                return arrays_digest(
+                    [
+                        ("train", data["x_train"], data["y_train"]),
+                        ("validation", data["x_val"], data["y_val"]),
+                    ]
+                )
+        except (OSError, ValueError, KeyError):
+            return "unreadable"
+    shards = manifest.get("shards") or []
+    files = [Path(shard_path(path, s)) for s in shards]
+    if not shards or not all(f.is_file() for f in files):
+        return None
+    return dataset_digest(
+        [{**s, "sha256": sha256_file(f)} for s, f in zip(shards, files, strict=True)]
+    )
+
+
 def check_dataset_pinned(ev: Evidence) -> CheckRecord:
     """The recorded dataset is the one the run's ruleset pins, with no image in both splits and
     every class in both (closed runs under a ruleset with pins)."""
@@ -82,6 +113,14 @@ def check_dataset_pinned(ev: Evidence) -> CheckRecord:
     if ev.dataset is None:
         return CheckRecord(DATASET_PINNED, False, "the run has no recorded dataset")
     problems = closed_problems(recorded_manifest(ev.dataset), pin)
+    # Generated data still where it was staged is digested again: a record edited to the pin
+    # does not hide other data trained on (user data is not re-read: ImageNet is too large).
+    again = digest_on_disk(ev.dataset.manifest) if pin.sha256 else None
+    if again is not None and again != ev.dataset.sha256:
+        problems.append(
+            f"the data at {ev.dataset.manifest.get('path')} has content sha256 {again[:12]}, "
+            f"the record says {ev.dataset.sha256[:12]}"
+        )
     if problems:
         shown = "; ".join(problems[:5]) + (
             f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -92,5 +131,6 @@ def check_dataset_pinned(ev: Evidence) -> CheckRecord:
         DATASET_PINNED,
         True,
         f"{pin.describe()}, as {ruleset} pins; {overlap.get('images_hashed', 0)} images hashed, "
-        "none in both splits; every class in both",
+        "none in both splits; every class in both"
+        + ("; the staged data digested again" if again is not None else ""),
     )
