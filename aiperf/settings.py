@@ -43,7 +43,8 @@ DB_URL = Variable(
 HEARTBEAT_TIMEOUT = Variable(
     "AIPERF_HEARTBEAT_TIMEOUT",
     "60",
-    "seconds without a heartbeat after which a reader takes a running run for lost",
+    "seconds without a heartbeat, on the database's clock, after which a running run is lost and "
+    "`aiperf recover` or `aiperf run --resume` may take it over; at least 15 (three heartbeats)",
 )
 DB_RETRY_S = Variable(
     "AIPERF_DB_RETRY_S",

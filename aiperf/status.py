@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from aiperf import settings
+from aiperf.errors import UserError
 
 
 class RunStatus(StrEnum):
@@ -42,11 +43,26 @@ class TrialStatus(StrEnum):
 HEARTBEAT_S = 5.0  # how often a running run's process writes runs.heartbeat_at
 
 
+HEARTBEATS_BEFORE_LOST = 3  # the timeout's floor, in heartbeats
+
+
 def heartbeat_timeout_s() -> float:
     """Seconds without a heartbeat after which a running run is lost ($AIPERF_HEARTBEAT_TIMEOUT).
     It is the reader's setting (the process that would write is gone), so it lives in the
-    environment of the command that reads, not in the run's config."""
-    return settings.number(settings.HEARTBEAT_TIMEOUT, positive=True)
+    environment of the command that reads, not in the run's config. It is at least three
+    heartbeats: below that a live run would look lost between two of its beats (or after one beat
+    slowed by a busy database) and `aiperf recover` could take it over while it runs; a lower
+    value is refused in one line rather than raised quietly, since the user asked for something
+    that cannot be had."""
+    timeout = settings.number(settings.HEARTBEAT_TIMEOUT, positive=True)
+    floor = HEARTBEATS_BEFORE_LOST * HEARTBEAT_S
+    if timeout < floor:
+        raise UserError(
+            f"{settings.HEARTBEAT_TIMEOUT.name}={settings.HEARTBEAT_TIMEOUT.raw()} is less than "
+            f"{HEARTBEATS_BEFORE_LOST} heartbeats ({floor:g} s, one every {HEARTBEAT_S:g} s), so a "
+            f"live run would look lost; set it to {floor:g} or more, or unset it"
+        )
+    return timeout
 
 
 def derived_status(

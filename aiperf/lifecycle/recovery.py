@@ -9,12 +9,17 @@ signal is `interrupted`. Either can be
   `interrupted`, so it can still be resumed;
 - resumed (`aiperf run --resume RUN_ID`): the same run, config and seed, for what is left of its
   budget, in a new segment of its window (aiperf.lifecycle.run.run_benchmark).
+
+Either first takes the run over (aiperf.lifecycle.liveness.take_over): compare-and-set on its owner
+token, on the database's clock, so a run whose process still beats is refused, and of two
+recoveries or resumptions at once only one writes.
 """
 
 from __future__ import annotations
 
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
+from aiperf.lifecycle.liveness import take_over
 from aiperf.lifecycle.run import (
     closable_run,
     event_log,
@@ -61,6 +66,9 @@ def recover(db: str, run_id: int) -> RunRecord:
             raise UserError(
                 f"run {run_id} stopped before its search started: there is nothing to score"
             )
+        # Compare-and-set on the token read above, on the database's clock: a run whose process
+        # still beats is refused, and of two recoveries at once one writes.
+        take_over(store, record, "recovered")
         store.interrupt_trials(run_id)
         store.close_window_at_last_epoch(run_id)
         message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")

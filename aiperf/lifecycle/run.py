@@ -47,7 +47,14 @@ from aiperf.results.mllog import EventLog
 from aiperf.results.score import ScoreResult, compute_score, verified_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import CheckRecord, RecordNotFound, RunRecord, Store, window_seconds
+from aiperf.store import (
+    CheckRecord,
+    RecordNotFound,
+    RunRecord,
+    RunTakenOver,
+    Store,
+    window_seconds,
+)
 from aiperf.system.fingerprint import fingerprint
 from aiperf.train.trial import warm_up
 from aiperf.train.worker import received, train_on_worker
@@ -96,6 +103,7 @@ def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = 
         precision=config.train.precision,
         backend=config.train.backend,
         jit_compile=config.train.jit_compile,
+        owner=liveness.new_owner(),  # this process writes the run until another takes it over
     )
     with failed_on_error(store, run_id):
         event_log(config, run_id).run_started(
@@ -386,6 +394,8 @@ def run_benchmark(
                 )
                 score = stages.score(config, run_id)
                 checks = stages.verify(config, run_id)
+            except RunTakenOver:  # another process writes the run now: not one more record
+                raise
             except BaseException as exc:
                 ended = (
                     RunStatus.INTERRUPTED
@@ -429,8 +439,9 @@ def log_outcome(
 
 
 def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
-    """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat."""
-    closable_run(store, run_id, config.db, "resumed")
+    """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat,
+    once this process took it over (liveness.take_over: refused while its process still beats)."""
+    liveness.take_over(store, closable_run(store, run_id, config.db, "resumed"), "resumed")
     store.interrupt_trials(run_id)  # a lost run's running trials: trained again
     store.close_window_at_last_epoch(run_id)  # a lost run's open segment ends at its last epoch
     store.reopen_run(run_id)

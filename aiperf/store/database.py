@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from functools import cache, partial
 from pathlib import Path
 from typing import cast
@@ -28,9 +29,10 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, DateTime, Engine, create_engine, event, func
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 
 from aiperf import settings
 from aiperf.errors import UserError
@@ -39,6 +41,24 @@ from aiperf.urls import DEFAULT_DB_URL, safe_url, sqlite_file, with_withheld_pas
 
 # pg_advisory_xact_lock key held by a migration on PostgreSQL ("aiperf" in ASCII): one migrator at a time.
 MIGRATION_LOCK_KEY = 0x616970657266
+
+
+# --- the database's clock -----------------------------------------------------------------------
+
+
+def clock(dialect: str, minus_s: float = 0.0) -> ColumnElement[datetime]:
+    """The database server's time now (less `minus_s` seconds), in UTC, as an SQL expression.
+
+    Whether a run is lost and who may take it over are judged on one clock, the database's, for
+    the writer's heartbeat and the reader's comparison alike: two machines' clocks may disagree,
+    the database has one. SQLite's `strftime(..., 'now')` is UTC with milliseconds, written as
+    SQLAlchemy writes a datetime there (so stored values compare as text in time order);
+    PostgreSQL's now() is a timestamptz, compared as an instant whatever the session's zone."""
+    if dialect == "sqlite":
+        shift = (f"-{minus_s:.3f} seconds",) if minus_s else ()
+        return func.strftime("%Y-%m-%d %H:%M:%f", "now", *shift, type_=DateTime(timezone=True))
+    now = func.now(type_=DateTime(timezone=True))
+    return now - timedelta(seconds=minus_s) if minus_s else now
 
 
 def migrations_dir() -> Path:

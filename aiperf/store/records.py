@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from aiperf.errors import UserError
 from aiperf.status import RunStatus, TrialStatus
 
 
@@ -65,6 +66,12 @@ class ScoreResult:
 
 class RecordNotFound(LookupError):
     """A run or trial that is not in the database. The CLI prints it as one line."""
+
+
+class RunTakenOver(UserError):
+    """The run's process no longer owns the run: `aiperf recover` or `aiperf run --resume` took it
+    over (its heartbeat had stopped for longer than the timeout, on the database's clock). The
+    process stops without writing another record (aiperf.lifecycle.liveness)."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +272,7 @@ class RunRecord:
     verification: tuple[CheckRecord, ...] | None  # None until verified
     trials: tuple[TrialRecord, ...] = ()
     heartbeat_at: datetime | None = None  # the process's last sign of life
+    owner: str | None = None  # the token of the process that writes the run (None before 0009)
     windows: tuple[WindowRecord, ...] = ()  # the timed window's segments, in order
     stored_status: RunStatus | None = (
         None  # what the row says; `status` is LOST when it says running in vain

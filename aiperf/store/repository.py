@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
+from aiperf import settings
 from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store import database
 from aiperf.store.models import (
@@ -60,6 +61,7 @@ from aiperf.store.records import (
     RecordNotFound,
     RunRecord,
     RunScoreRow,
+    RunTakenOver,
     ScoreResult,
     SystemRecord,
     TrialPhases,
@@ -94,6 +96,23 @@ def utc(moment: datetime | float | None) -> datetime | None:
 
 def now() -> datetime:
     return datetime.now(tz=UTC)
+
+
+# The runs this process writes, by (database URL without its password, run id): the owner token
+# it created or took each with. A Store opened anywhere in the process on that URL writes those
+# runs only while the row still carries the token (Store._as_owner), so a run taken over by
+# `aiperf recover` or `aiperf run --resume` gets no write from its old process, whichever of its
+# stores (the orchestrator's, the scorer's, the verifier's) makes it.
+_OWNED: dict[tuple[str, int], str] = {}
+
+
+def taken_over(run_id: int) -> RunTakenOver:
+    """The one line a process that lost its run stops with."""
+    return RunTakenOver(
+        f"run {run_id} was taken over by another process (`aiperf recover` or `aiperf run "
+        f"--resume`, after its heartbeat stopped for longer than ${settings.HEARTBEAT_TIMEOUT.name} "
+        "on the database's clock): this process stops without writing to it again"
+    )
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,69 @@ class Store:
             raise RecordNotFound(f"{what} {key} is not in the database")
         return row
 
+    # --- one writer per run: the owner token, on the database's clock ----------------------------
+
+    def _clock(self, minus_s: float = 0.0) -> Any:
+        """The database's time now (less `minus_s`), as SQL (aiperf.store.database.clock)."""
+        return database.clock(self.engine.dialect.name, minus_s)
+
+    def _database_now(self, s: Session) -> datetime:
+        """The database's time now, which a reader judges a heartbeat's age by (not its own)."""
+        moment = s.scalar(select(self._clock()))
+        assert moment is not None  # a clock always answers
+        return utc(moment)
+
+    def _owner_key(self, run_id: int) -> tuple[str, int]:
+        return (str(self.engine.url), run_id)
+
+    def _as_owner(self, s: Session, run_id: int) -> None:
+        """Before a write to run `run_id` in this transaction: RunTakenOver unless the row still
+        carries this process's token (a run this process neither created nor took is not checked).
+        A no-op UPDATE, not a SELECT: it locks the row until the commit, so a takeover waits for
+        this transaction on PostgreSQL (and SQLite's one writer) and then sees its fresh writes."""
+        owner = _OWNED.get(self._owner_key(run_id))
+        if owner is None:
+            return
+        mine = update(Run).where(Run.id == run_id, Run.owner == owner).values(owner=Run.owner)
+        if s.execute(mine.execution_options(synchronize_session=False)).rowcount == 0:  # type: ignore[attr-defined]
+            self._get(s, Run, run_id, "run")
+            raise taken_over(run_id)
+
+    def _as_owner_of_all(self, s: Session) -> None:
+        """_as_owner for every run this process writes in this database (a WriteBatch names trials,
+        not always their run; a process writes one run at a time)."""
+        url = str(self.engine.url)
+        for key_url, run_id in list(_OWNED):
+            if key_url == url:
+                self._as_owner(s, run_id)
+
+    @_retried
+    def take_over(
+        self, run_id: int, *, owner: str, seen_owner: str | None, timeout_s: float
+    ) -> bool:
+        """Compare-and-set: run `run_id` becomes `owner`'s (this process's) if it still carries the
+        token its taker saw and is interrupted, or running with a heartbeat older than `timeout_s`
+        on the database's clock (or none). One UPDATE decides, so of two takers one wins, and a
+        live run (its heartbeat fresh) is never taken. True when taken; the row's heartbeat is
+        then fresh, so no third process takes it before this one writes."""
+        seen = Run.owner.is_(None) if seen_owner is None else Run.owner == seen_owner
+        lost = (Run.status == RunStatus.RUNNING.value) & (
+            Run.heartbeat_at.is_(None) | (Run.heartbeat_at < self._clock(timeout_s))
+        )
+        take = (
+            update(Run)
+            .where(Run.id == run_id, seen, lost | (Run.status == RunStatus.INTERRUPTED.value))
+            .values(owner=owner, heartbeat_at=self._clock())
+            .execution_options(synchronize_session=False)
+        )
+        with self.session() as s:
+            taken = s.execute(take).rowcount == 1  # type: ignore[attr-defined]
+            # A retry after a commit whose acknowledgement was lost finds its own token there.
+            taken = taken or s.scalar(select(Run.owner).where(Run.id == run_id)) == owner
+        if taken:
+            _OWNED[self._owner_key(run_id)] = owner
+        return taken
+
     # --- writes, in the order a run makes them -------------------------------------------------
 
     @_retried
@@ -230,9 +312,12 @@ class Store:
         precision: str | None = None,
         backend: str | None = None,
         jit_compile: bool | None = None,
+        owner: str | None = None,
     ) -> int:
         """A new run. Its creation time, taken once, identifies it if a retry must find it.
-        `precision`, `backend`, `jit_compile`: how its trials train (the config's train section)."""
+        `precision`, `backend`, `jit_compile`: how its trials train (the config's train section).
+        `owner`: the creating process's token (aiperf.lifecycle.liveness.new_owner); this process
+        then writes the run only while it still owns it (see `take_over`)."""
         created_at = now()
 
         def create_run(s: Session, maybe_committed: bool) -> int:
@@ -256,7 +341,8 @@ class Store:
                 workers=workers,
                 status=RunStatus.RUNNING,
                 created_at=created_at,
-                heartbeat_at=created_at,
+                heartbeat_at=self._clock(),
+                owner=owner,
                 flow_run_id=flow_run_id,
                 ruleset=ruleset,
                 division=division,
@@ -270,7 +356,12 @@ class Store:
             s.flush()
             return run.id
 
-        return self._insert_once(create_run)
+        run_id = self._insert_once(create_run)
+        if owner is None:
+            _OWNED.pop(self._owner_key(run_id), None)  # a new database at a URL this process used
+        else:
+            _OWNED[self._owner_key(run_id)] = owner
+        return run_id
 
     def record_dataset(self, run_id: int | None, manifest: Mapping[str, Any]) -> int:
         """A staged dataset's manifest, for a run (or for `aiperf stage` alone: run_id None). Its
@@ -309,6 +400,7 @@ class Store:
     def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
         """Open the timed window, or, for a resumed run, its next segment (search_windows)."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             run = self._get(s, Run, run_id, "run")
             run.search_started_at = run.search_started_at or utc(started_at)
             run.deadline = utc(deadline)
@@ -444,6 +536,7 @@ class Store:
             return []
 
         def write_batch(s: Session, maybe_committed: bool) -> list[Any]:
+            self._as_owner_of_all(s)  # a run taken over gets none of its old process's reports
             return [work(s, maybe_committed) for work in batch]
 
         return self._insert_once(write_batch)
@@ -489,6 +582,7 @@ class Store:
     def finish_search(self, run_id: int, ended_at: float) -> None:
         """Close the window's open segment (and the run's window) at `ended_at`."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             self._get(s, Run, run_id, "run").search_ended_at = utc(ended_at)
             for window in s.scalars(
                 select(SearchWindow).where(
@@ -521,6 +615,7 @@ class Store:
     @_retried
     def finish_run(self, run_id: int, *, status: RunStatus, message: str | None = None) -> None:
         with self.session() as s:
+            self._as_owner(s, run_id)
             run = self._get(s, Run, run_id, "run")
             run.status, run.message = status, message
             # An interrupted run's running trials are retrained when it is resumed; others just stopped.
@@ -537,6 +632,7 @@ class Store:
     def save_score(self, run_id: int, score: ScoreResult, *, ruleset: str | None = None) -> None:
         """The run's score (replacing an older one), judged by `ruleset`; not yet verified."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             existing = s.scalar(select(Score).where(Score.run_id == run_id))
             if existing is not None:
                 s.delete(existing)
@@ -567,6 +663,7 @@ class Store:
     def save_verification(self, run_id: int, checks: list[CheckRecord]) -> None:
         """The result of recomputing the run's score from its records, with its stored score."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             score = s.scalar(select(Score).where(Score.run_id == run_id))
             if score is None:
                 raise RecordNotFound(f"run {run_id} has no score to verify")
@@ -599,15 +696,24 @@ class Store:
     @_retried
     def heartbeat(self, run_id: int) -> None:
         """The run's process is alive. A running run whose heartbeat is older than the timeout is
-        shown lost (aiperf.status.derived_status): no one needs to write that its process died."""
+        shown lost (aiperf.status.derived_status): no one needs to write that its process died.
+        Stamped with the database's clock, the one its readers and takers compare it with; only
+        while the run carries this process's token (RunTakenOver once another took it over)."""
+        owner = _OWNED.get(self._owner_key(run_id))
+        beat = update(Run).where(Run.id == run_id).values(heartbeat_at=self._clock())
+        if owner is not None:
+            beat = beat.where(Run.owner == owner)
         with self.session() as s:
-            self._get(s, Run, run_id, "run").heartbeat_at = now()
+            if s.execute(beat.execution_options(synchronize_session=False)).rowcount == 0:  # type: ignore[attr-defined]
+                self._get(s, Run, run_id, "run")
+                raise taken_over(run_id)
 
     @_retried
     def interrupt_trials(self, run_id: int) -> int:
         """End the run's running trials as interrupted, each at its last recorded epoch (or its
         start): their finished epochs count, and a resumed run trains them again. How many ended."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             trials = list(
                 s.scalars(
                     select(Trial).where(
@@ -628,6 +734,7 @@ class Store:
         """Close a segment a crash left open at the last epoch recorded in it (at its start when
         none was): the window covers the work the records prove, and no more."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             run = self._get(s, Run, run_id, "run")
             ends = [
                 utc(t)
@@ -649,13 +756,15 @@ class Store:
     @_retried
     def reopen_run(self, run_id: int) -> None:
         """A lost or interrupted run runs again (aiperf run --resume): status running, a fresh
-        heartbeat, and no score until the resumed search ends (a recovered score is out of date)."""
+        heartbeat, and no score until the resumed search ends (a recovered score is out of date).
+        Only by the process that took it over (`take_over`)."""
         with self.session() as s:
+            self._as_owner(s, run_id)
             run = self._get(s, Run, run_id, "run")
             run.status, run.message, run.heartbeat_at, run.search_ended_at = (
                 RunStatus.RUNNING,
                 None,
-                now(),
+                self._clock(),
                 None,
             )
             score = s.scalar(select(Score).where(Score.run_id == run_id))
@@ -733,7 +842,8 @@ class Store:
                 .order_by(Run.id.desc())
                 .limit(limit)
             )
-            return [_run_record(run) for run in s.scalars(query)]
+            at = self._database_now(s)
+            return [_run_record(run, at=at) for run in s.scalars(query)]
 
     @_retried
     def get_run(self, run_id: int) -> RunRecord:
@@ -751,7 +861,7 @@ class Store:
             )
             if run is None:
                 raise RecordNotFound(f"run {run_id} is not in the database")
-            return _run_record(run, with_trials=True)
+            return _run_record(run, with_trials=True, at=self._database_now(s))
 
     @_retried
     def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
@@ -1139,7 +1249,8 @@ def _window_record(window: SearchWindow) -> WindowRecord:
     )
 
 
-def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
+def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = None) -> RunRecord:
+    """`at`: the database's time now, which the heartbeat's age is judged by (the reader's without)."""
     return RunRecord(
         id=run.id,
         system=_system_record(run.system),
@@ -1148,9 +1259,10 @@ def _run_record(run: Run, *, with_trials: bool = False) -> RunRecord:
         seed=run.seed,
         budget_s=run.budget_s,
         workers=run.workers,
-        status=derived_status(run.status, utc(run.heartbeat_at), now()),
+        status=derived_status(run.status, utc(run.heartbeat_at), at or now()),
         stored_status=RunStatus(run.status),
         heartbeat_at=utc(run.heartbeat_at),
+        owner=run.owner,
         windows=tuple(_window_record(w) for w in run.windows),
         created_at=utc(run.created_at),
         search_started_at=utc(run.search_started_at),
