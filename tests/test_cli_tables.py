@@ -258,3 +258,30 @@ def test_read_commands_start_no_framework(db, tmp_path, command):
         if line.startswith("import time:")
     }
     assert not imported & set(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
+
+
+def test_read_commands_print_json_with_stable_keys(db):
+    """Issue 26 item 7: --json on runs, show, history and compare, for scripts (docs/json.md)."""
+    url, ids = db
+    listed = json.loads(_aiperf(80, "runs", "--json", "--db", url))
+    assert {r["run_id"] for r in listed} == set(ids.values())
+    hour0 = next(r for r in listed if r["run_id"] == ids["hour0"])
+    assert hour0["valid"] == "unverified" and hour0["division"] == "closed" and hour0["ops"] > 0
+    assert next(r for r in listed if r["run_id"] == ids["lost"])["ops"] is None
+    shown = json.loads(_aiperf(80, "show", str(ids["hour0"]), "--json", "--db", url))
+    assert shown["verdict"].startswith("not valid until verified") and shown["verified"] is None
+    assert shown["score"]["regulated_score"] > 0
+    assert len(shown["trials"]) == len(_hour_long_trials()) and shown["review"] == []
+    history = json.loads(_aiperf(80, "history", "--json", "--db", url))
+    assert [r["run_id"] for r in history] == [ids["hour0"], ids["hour1"], ids["short"]]
+    assert history[1]["ops_change_pct"] is not None, "the run_scores view's columns"
+    compared = json.loads(
+        _aiperf(80, "compare", str(ids["hour0"]), str(ids["hour1"]), "--json", "--db", url)
+    )
+    assert compared["a"]["run_id"] == ids["hour0"] and compared["figures"][0]["figure"]
+
+
+def test_version():
+    from aiperf import __version__
+
+    assert _aiperf(80, "--version").strip() == f"aiperf {__version__}"

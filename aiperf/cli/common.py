@@ -34,6 +34,12 @@ def db_option(help: str = "Database URL.") -> Any:
     )
 
 
+# --json on every read command: stable keys for scripts (aiperf.cli.as_json, docs/json.md).
+JSON_OPTION: Any = typer.Option(
+    False, "--json", help="Print JSON (stable keys, docs/json.md) instead of a table."
+)
+
+
 def fail(message: str) -> typer.Exit:
     """Print the error line; `raise fail(...)` ends the command with status 2."""
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)

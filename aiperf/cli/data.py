@@ -126,8 +126,9 @@ def stage(
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     db: str = db_option("Database URL the manifest is recorded in."),
 ) -> None:
-    """Check a dataset, convert it to TFRecord shards on Dask workers, write its manifest, and record
-    it in the database."""
+    """Check a dataset, convert it to TFRecord shards and record it in the database.
+
+    The shards are written on Dask workers, with a manifest beside them."""
     from aiperf.cli.common import err, fail, open_store
 
     with open_store(db) as store:  # a bad database URL fails before any work

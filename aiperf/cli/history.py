@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from aiperf.cli.common import console, db_option, fail, open_existing
+from aiperf.cli.common import JSON_OPTION, console, db_option, fail, open_existing
 from aiperf.errors import UserError
 from aiperf.urls import safe_url
 
@@ -26,6 +26,7 @@ def history(
     ),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Only runs of this profile."),
     db: str = db_option(),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Scored runs over time, oldest first, with each run's change from the previous one."""
     from aiperf.history.query import history as read_history
@@ -38,6 +39,11 @@ def history(
             rows = read_history(store, system=system, profile=profile)
         except UserError as exc:
             raise fail(str(exc)) from None
+    if as_json:
+        from aiperf.cli.as_json import dumps, history_json
+
+        print(dumps(history_json(rows)))
+        return
     scope = " ".join(
         filter(
             None, [f"system {system}" if system else "", f"profile {profile}" if profile else ""]
@@ -102,6 +108,7 @@ def compare(
     run_a: int = typer.Argument(..., help="The reference run."),
     run_b: int = typer.Argument(..., help="The run compared with it."),
     db: str = db_option(),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Two runs side by side, with B's percent difference from A."""
     from aiperf.history.query import compare as compare_runs
@@ -114,6 +121,11 @@ def compare(
             pair = compare_runs(store, run_a, run_b)
         except UserError as exc:
             raise fail(str(exc)) from None
+    if as_json:
+        from aiperf.cli.as_json import compare_json, dumps
+
+        print(dumps(compare_json(pair)))
+        return
 
     def show(value: float | None, unit: str) -> str:
         if value is None:

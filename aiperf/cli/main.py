@@ -21,7 +21,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from aiperf.cli.common import console, db_option, err, fail, open_existing
+from aiperf.cli.common import JSON_OPTION, console, db_option, err, fail, open_existing
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
@@ -43,7 +43,6 @@ for _key, _value in {
 
 # A traceback never shows local variables: they can hold a database URL with its password.
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.",
@@ -52,6 +51,27 @@ db_app = typer.Typer(
     no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database."
 )
 app.add_typer(db_app, name="db")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from aiperf import __version__
+
+        console.print(f"aiperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print aiperf's version and exit.",
+    ),
+) -> None:
+    """aiperf: an AutoML benchmark for AI machines, scored in operations per second."""
 
 # `aiperf run`'s exit status, so a script or a scheduler can tell a result it may publish from one
 # it may not without reading the output (README "Command line", docs/rules.md "Validity"). Besides
@@ -360,13 +380,24 @@ def _print_score(record: RunRecord) -> None:
 
 
 @app.command()
-def runs(db: str = db_option(), limit: int = typer.Option(50, "--limit", min=1)) -> None:
-    """List runs, newest first. A narrow terminal leaves out the regulated score, budget and
-    workers first (`aiperf show RUN` has them all)."""
+def runs(
+    db: str = db_option(),
+    limit: int = typer.Option(50, "--limit", min=1),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """List runs, newest first.
+
+    A narrow terminal leaves out the regulated score, budget and workers first (`aiperf show RUN`
+    has them all)."""
     from aiperf.report.tables import Col, FitTable
 
     with open_existing(db) as store:
         records = store.list_runs(limit)
+    if as_json:
+        from aiperf.cli.as_json import dumps, run_json
+
+        print(dumps([run_json(r) for r in records]))
+        return
     columns = (
         Col("run", "right"),
         Col("created (UTC)"),
@@ -415,12 +446,17 @@ def show(
     phases: bool = typer.Option(
         False, "--phases", help="List each trial's phases (build ... report) in seconds."
     ),
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Print one run's score, where each worker's time went, and its trials (or, with --tree, how the
-    search grew them; with --phases, each trial's phases)."""
-    record = _load_run(
-        run_id, db
-    )  # before the import below starts the framework: errors stay one line
+    """Print one run's score, where its workers' time went, and its trials.
+
+    With --tree, how the search grew them; with --phases, each trial's phases."""
+    record = _load_run(run_id, db)
+    if as_json:
+        from aiperf.cli.as_json import dumps, run_json
+
+        print(dumps(run_json(record, with_trials=True)))
+        return
     from aiperf.report.trials import phase_table, search_tree, time_table, trial_table
 
     _print_score(record)
@@ -469,9 +505,11 @@ def recover(
     ),
     db: str = db_option(),
 ) -> None:
-    """Close a lost or interrupted run and score it from what it recorded: its running trials become
-    interrupted, its window ends at its last recorded epoch, and the score is invalid ("recovered
-    after a crash"). The run can still be resumed afterwards (`aiperf run --resume`)."""
+    """Close a lost or interrupted run and score it from what it recorded.
+
+    Its running trials become interrupted, its window ends at its last recorded epoch, and the
+    score is invalid ("recovered after a crash"). The run can still be resumed afterwards
+    (`aiperf run --resume`)."""
     from aiperf.lifecycle.recovery import recover as recover_run
 
     try:
@@ -492,8 +530,9 @@ def verify(
         "without a database, instead of a run.",
     ),
 ) -> None:
-    """Recompute a run's score from its records alone (or a package's from its event log alone) and
-    check every figure; exit 0 only if all pass."""
+    """Recompute a run's score from its records and check every figure; exit 0 only if all pass.
+
+    With --package, a package's from its event log alone."""
     from aiperf.results.verify import verify_run
     from aiperf.store import RecordNotFound
 
@@ -564,9 +603,10 @@ def package(
         "(relative to where the run was started).",
     ),
 ) -> None:
-    """Write one folder a reviewer can take away: the event log, the system description, the effective
-    config and its ruleset, the verification, the HTML report and a README; `aiperf verify --package
-    DIR` checks it without the database."""
+    """Write one folder a reviewer can take away, checkable without the database.
+
+    The event log, the system description, the effective config and its ruleset, the
+    verification, the HTML report and a README; `aiperf verify --package DIR` checks it."""
     from aiperf.report.package import write_package
     from aiperf.store import RecordNotFound
 
@@ -586,8 +626,10 @@ def package(
 
 @db_app.command("upgrade")
 def db_upgrade(db: str = db_option()) -> None:
-    """Create the database if needed and apply pending migrations (runs do this themselves; use it
-    to prepare a shared database, or to bring an older one up to date for the read-only commands)."""
+    """Create the database if needed and apply pending migrations.
+
+    Runs do this themselves; use it to prepare a shared database, or to bring an older one up to
+    date for the read-only commands."""
     from aiperf.store import database
 
     try:

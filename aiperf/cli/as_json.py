@@ -1,0 +1,112 @@
+"""`--json` of the read commands: what scripts read instead of tables, with stable keys.
+
+A key is added, never renamed or removed (docs/json.md lists them). Figures are plain numbers in
+base units (operations, seconds, shares of 1), times are ISO 8601 in UTC, and `valid` is the same
+word as the tables' column (aiperf.results.score.validity_label), so a script and a person read
+one verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from aiperf.history.query import RunPair
+from aiperf.report.summary import for_review, verdict_text
+from aiperf.results.score import validity_label
+from aiperf.store import CheckRecord, RunRecord, RunScoreRow
+
+
+def dumps(value: Any) -> str:
+    """JSON text for stdout: datetimes as ISO 8601, enums as their values."""
+    return json.dumps(value, indent=2, default=_plain, sort_keys=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
+    """One run: what `aiperf runs` lists, and with `with_trials` what `aiperf show` adds."""
+    score = record.score
+    out: dict[str, Any] = {
+        "run_id": record.id,
+        "created_at": record.created_at,
+        "profile": record.profile,
+        "status": str(record.status),
+        "workers": record.workers,
+        "budget_s": record.budget_s,
+        "division": record.division,
+        "ruleset": record.ruleset,
+        "ops": score.ops if score else None,
+        "regulated_score": score.regulated_score if score else None,
+        "best_val_accuracy": score.best_val_accuracy if score else None,
+        "valid": validity_label(score.valid, record.verified, bool(for_review(record)))
+        if score
+        else None,
+        "verified": record.verified,
+        "reasons": list(score.reasons) if score else [],
+        "review": for_review(record),
+    }
+    if not with_trials:
+        return out
+    out |= {
+        "verdict": verdict_text(record),
+        "message": record.message,
+        "score": score.to_dict() if score else None,
+        "precision": record.precision,
+        "backend": record.backend,
+        "peak_flops": record.peak_flops,
+        "staging_s": record.staging_s,
+        "verification": checks_json(record.verification or ()),
+        "trials": [
+            {
+                "number": t.number,
+                "status": str(t.status),
+                "worker": t.worker,
+                "operator": t.operator,
+                "parameters": t.parameters,
+                "best_val_accuracy": t.best_val_accuracy,
+                "epochs": len(t.epochs),
+                "train_ops_per_sample": t.train_ops_per_sample,
+                "devices": t.devices,
+            }
+            for t in record.trials
+        ],
+    }
+    return out
+
+
+def checks_json(checks: Iterable[CheckRecord]) -> list[dict[str, Any]]:
+    return [{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks]
+
+
+def history_json(rows: Sequence[RunScoreRow]) -> list[dict[str, Any]]:
+    """The run_scores view's rows, every column under its SQL name (README "SQL")."""
+    return [dataclasses.asdict(row) for row in rows]
+
+
+def compare_json(pair: RunPair) -> dict[str, Any]:
+    """Both runs' rows and every compared figure with B's percent change from A."""
+    return {
+        "a": dataclasses.asdict(pair.a),
+        "b": dataclasses.asdict(pair.b),
+        "figures": [
+            {
+                "figure": f.figure,
+                "unit": f.unit,
+                "a": f.a,
+                "b": f.b,
+                "change_pct": f.change_pct,
+            }
+            for f in pair.figures
+        ],
+    }
