@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
+from test_physical_limits import PHYSICAL_TAMPERS
 from typer.testing import CliRunner
 
 from aiperf import paths
@@ -120,6 +121,7 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
     verify.WINDOW_UTILISATION: lambda sql: sql.execute(
         "UPDATE scores SET utilisation = utilisation * 1.01"
     ),
+    **PHYSICAL_TAMPERS,  # issue 25 item 3: epochs within devices, workers within peaks and described
 }
 
 

@@ -24,6 +24,7 @@ from datetime import timedelta
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import CLOSED, batch_problem, classify
+from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
 from aiperf.results.score import EpochWork, ScoreResult, compute_score, rules_reasons
 from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
@@ -516,4 +517,5 @@ CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
     MODEL_FLOPS_UTILISATION: check_model_flops_utilisation,
     WINDOW_UTILISATION: check_window_utilisation,
     DATASET_PINNED: check_dataset_pinned,
+    **PHYSICAL_CHECKS,  # epochs within devices, workers within their peaks and in the system
 }

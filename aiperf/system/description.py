@@ -124,8 +124,10 @@ def _job() -> dict[str, str] | None:
     return None
 
 
-def describe_node() -> dict[str, Any]:
-    """This machine, as the process that runs on it sees it (run on every worker by `collect`)."""
+def describe_node(dask_worker: Any = None) -> dict[str, Any]:
+    """This machine, as the process that runs on it sees it (run on every worker by `collect`).
+    `dask_worker` (Client.run passes it): the worker, named as its trials record their worker, so
+    verify can find every trial's worker in the description (aiperf.results.physical)."""
     memory = int(psutil.virtual_memory().total)
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
@@ -165,7 +167,17 @@ def describe_node() -> dict[str, Any]:
         },
         "keras_backend": keras_backend(),
         "job": _job(),
+        "worker": _worker_name(dask_worker),
     }
+
+
+def _worker_name(dask_worker: Any) -> str | None:
+    """The worker's name as its trials record it (aiperf.cluster.environment.worker_label)."""
+    if dask_worker is None:
+        return None
+    from aiperf.cluster.environment import worker_label
+
+    return worker_label(str(dask_worker.name))
 
 
 def _joined(values: Iterable[str | None]) -> str:
@@ -196,9 +208,16 @@ def describe_system(
     for worker, node in sorted(by_worker.items()):
         entry = nodes.setdefault(
             node["hostname"],
-            {**{k: v for k, v in node.items() if k != "job"}, "workers": [], "jobs": []},
+            {
+                **{k: v for k, v in node.items() if k not in ("job", "worker")},
+                "workers": [],
+                "worker_names": [],  # as the trials name them
+                "jobs": [],
+            },
         )
         entry["workers"].append(worker)
+        if node.get("worker"):
+            entry["worker_names"].append(node["worker"])
         job = node.get("job")
         if job and job not in entry["jobs"]:
             entry["jobs"].append(job)
