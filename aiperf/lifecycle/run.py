@@ -44,7 +44,7 @@ from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
-from aiperf.results.score import ScoreResult, compute_score, verified_score
+from aiperf.results.score import ScoreResult, compute_score, known_in_advance, verified_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
 from aiperf.store import (
@@ -382,6 +382,17 @@ def run_benchmark(
             "recorded" if resume is None else "resumed",
             safe_url(config.db),
         )
+        foreseen = known_in_advance(
+            budget_s=config.budget_s,
+            rules=config.validity,
+            simulated=config.train.trainer == "simulated",
+        )
+        if foreseen:
+            logger.warning(
+                "run %d: its result will be INVALID whatever it measures: %s",
+                run_id,
+                "; ".join(foreseen),
+            )
         with failed_on_error(store, run_id):
             stages.recorded(
                 config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()

@@ -81,6 +81,19 @@ def verdict(
     return broken
 
 
+def known_in_advance(*, budget_s: float, rules: ValidityConfig, simulated: bool) -> list[str]:
+    """The rules a result breaks whatever its trials measure (a budget under the minimum, a
+    simulated trainer): a run says them before it stages anything, so nobody waits for an invalid
+    result unawares. It still runs: a smoke test of seconds is a short run on purpose."""
+    return verdict(
+        budget_s=budget_s,
+        best_val_accuracy=rules.accuracy_floor,
+        trials_completed=1,
+        rules=rules,
+        simulated=simulated,
+    )
+
+
 # A result is valid only when every check of its verification passes: a failed verification adds
 # this reason to the stored verdict, naming the checks. The validity rules alone never give it, so
 # `aiperf verify` compares the stored verdict with the rules' after setting it aside (rules_reasons).
