@@ -285,3 +285,15 @@ def test_version():
     from aiperf import __version__
 
     assert _aiperf(80, "--version").strip() == f"aiperf {__version__}"
+
+
+def test_reports_of_two_databases_never_overwrite_each_other(db, tmp_path, monkeypatch):
+    """`aiperf report RUN` without --to names its file after the database and the run."""
+    from aiperf.paths import database_label
+
+    url, ids = db
+    monkeypatch.chdir(tmp_path)
+    _aiperf(80, "report", str(ids["hour0"]), "--db", url)
+    assert [p.name for p in tmp_path.iterdir()] == [
+        f"aiperf-report-{database_label(url)}-{ids['hour0']}.html"
+    ]

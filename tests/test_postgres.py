@@ -61,5 +61,5 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
         "compare", str(first["run_id"]), str(second["run_id"]), "--db", postgres_db
     )
     page = tmp_path / "report.html"
-    cli("report", str(second["run_id"]), "--db", postgres_db, "--output", str(page))
+    cli("report", str(second["run_id"]), "--db", postgres_db, "--to", str(page))
     assert 'id="plot-history"' in page.read_text()

@@ -462,7 +462,7 @@ def test_show_history_and_the_report_give_the_new_figures(real_run, tmp_path):
         history.output
     )
     page = tmp_path / "report.html"
-    made = cli.invoke(app, ["report", str(record.id), "--db", db, "--output", str(page)])
+    made = cli.invoke(app, ["report", str(record.id), "--db", db, "--to", str(page)])
     assert made.exit_code == 0, made.output
     html = page.read_text()
     assert 'id="plot-worker-phases"' in html and mfu in html

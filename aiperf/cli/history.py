@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from aiperf.cli.common import JSON_OPTION, console, db_option, fail, open_existing
+from aiperf.paths import report_path
 from aiperf.errors import UserError
 from aiperf.urls import safe_url
 
@@ -167,7 +168,11 @@ def report(
     run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
     db: str = db_option(),
     output: Path | None = typer.Option(
-        None, "--output", "-o", help="HTML file (default aiperf-report-RUN.html)."
+        None,
+        "--to",
+        "-o",
+        help="HTML file (default aiperf-report-DATABASE-RUN.html: reports of two databases "
+        "never overwrite each other).",
     ),
 ) -> None:
     """Write one self-contained HTML page about a run: score over time, trials, workers, history."""
@@ -176,7 +181,9 @@ def report(
 
     with open_existing(db) as store:
         try:
-            path = write_report(store, run_id, output or Path(f"aiperf-report-{run_id}.html"))
+            path = write_report(
+                store, run_id, output or Path(report_path(".", db, run_id).name)
+            )
         except RecordNotFound as exc:
             raise fail(f"{exc}; list runs with `aiperf runs --db {safe_url(db)}`") from None
         except UserError as exc:

@@ -496,7 +496,7 @@ def write_report(store: Store, run_id: int, path: Path) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(
-            f"--output {path}: folder {path.parent} does not exist; create it or choose another path"
+            f"--to {path}: folder {path.parent} does not exist; create it or choose another path"
         )
     path.write_text(build_report(store, run_id), encoding="utf-8")
     return path
