@@ -4,7 +4,9 @@ modelled plans that end on a timer, as a Dask future does when its task returns.
 
 from __future__ import annotations
 
+import logging
 import queue
+import re
 import threading
 import time
 
@@ -47,7 +49,7 @@ class _Timed:
         pass
 
 
-def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
+def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path, caplog):
     config = load_config(
         "quick",
         budget="3s",
@@ -86,10 +88,18 @@ def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path):
             poll_s=30.0,
             grace_s=60.0,
             dataset_samples=(384, 128),
+            logger=logging.getLogger("test-orchestrator"),
         )
         started = time.time()
-        summary = orchestrator.run(started, started + 1.5)
+        with caplog.at_level(logging.INFO, logger="test-orchestrator"):
+            summary = orchestrator.run(started, started + 1.5)
         took = time.time() - started
     # Polling every 30 s, one trial would have started and the loop would have slept past the deadline.
     assert summary.trials >= 4, f"{summary.trials} trials in 1.5 s of {TRIAL_S} s trials"
     assert took < 10, f"the loop took {took:.1f} s to see its last trial end"
+    # Issue 26 item 3: one line per trial as it ends, in the logger the run passes (the flow's).
+    ended = [r.getMessage() for r in caplog.records if r.name == "test-orchestrator"]
+    assert len(ended) == summary.trials, ended
+    assert all(
+        re.fullmatch(r"trial \S+ \w+: .+, \d+ epoch\(s\), val acc .+ s left", e) for e in ended
+    )

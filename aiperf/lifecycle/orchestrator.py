@@ -99,6 +99,8 @@ class _Running:
     eval_ops: int | None = None
     epochs_seen: set[int] = field(default_factory=set)
     sender: str | None = None  # the Dask worker whose live events this trial accepts
+    best_val_accuracy: float | None = None  # of its complete epochs, for the line its end logs
+    operator: str | None = None  # how the search made it (a morphism, "seed"), for that line
 
 
 # Where a report came from: a Dask worker's address, the trial's own result (trusted: it is the
@@ -292,12 +294,17 @@ class Orchestrator:
         dataset_samples: tuple[int, int] | None = None,
         event_log: EventLog | None = None,
         ahead: int | None = None,
+        logger: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
-        """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers))."""
+        """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers)).
+        `logger`: where each trial's end is told in one line (the flow's run logger, so the Prefect
+        UI shows the search's progress; this module's logger otherwise)."""
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
+        self.logger = logger or log
+        self.deadline: float | None = None  # set by run(): the budget left, in each trial's line
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
         self.event_log = event_log or EventLog(
             None
@@ -377,6 +384,7 @@ class Orchestrator:
                 line()
 
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
+        self.deadline = deadline
         slots = self.config.workers
         shown = 0.0
         while True:
@@ -542,7 +550,9 @@ class Orchestrator:
             log_start(trial_id=trial_id)
             handle = self.launch(request)
             self._wake_when_done(handle)
-            self.running[key] = _Running(trial_id, launch.trial, handle, request.global_batch)
+            self.running[key] = _Running(
+                trial_id, launch.trial, handle, request.global_batch, operator=operator
+            )
             log.info("trial %s started: %s", key, operator or launch.values)
 
     # --- what workers report ---------------------------------------------------------------------
@@ -671,6 +681,11 @@ class Orchestrator:
             )
             if self.best_val_accuracy is None or message.val_accuracy > self.best_val_accuracy:
                 self.best_val_accuracy = message.val_accuracy
+            if (
+                running.best_val_accuracy is None
+                or message.val_accuracy > running.best_val_accuracy
+            ):
+                running.best_val_accuracy = message.val_accuracy
 
     def _finish(self, key: str) -> None:
         running = self.running[key]
@@ -707,6 +722,7 @@ class Orchestrator:
             partial(self.event_log.trial_stopped, key, status, ended_at, message)
         )
         self.counts[status] += 1
+        self.logger.info("%s", self._ended_line(key, running, status, ended_at))
         # The oracle learns of the end on its thread; the state stored with the next proposal has it
         # (a resumed run rebuilds the trials themselves from the records: aiperf.search.resume).
         assert self.proposals is not None
@@ -716,6 +732,21 @@ class Orchestrator:
                 "trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else ""
             )
         self._count_failure(status, message)
+
+    def _ended_line(
+        self, key: str, running: _Running, status: TrialStatus, ended_at: float
+    ) -> str:
+        """One line per trial as it ends, for a person following the run: how it was made, its
+        epochs, its accuracy beside the run's best, and the budget left."""
+        accuracy = "-" if running.best_val_accuracy is None else f"{running.best_val_accuracy:.4f}"
+        best = "-" if self.best_val_accuracy is None else f"{self.best_val_accuracy:.4f}"
+        left = (
+            "" if self.deadline is None else f"; {max(0.0, self.deadline - ended_at):.0f} s left"
+        )
+        return (
+            f"trial {key} {status}: {running.operator or 'seed'}, "
+            f"{len(running.epochs_seen)} epoch(s), val acc {accuracy} (run best {best}){left}"
+        )
 
     def _count_failure(self, status: TrialStatus, message: str | None) -> None:
         """Fail fast: after max_failures failed trials in a row with none completed, nothing will

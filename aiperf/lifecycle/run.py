@@ -505,6 +505,7 @@ def search_until_deadline(
             on_figures=live.show,
             dataset_samples=(manifest.train_samples, manifest.val_samples),
             event_log=event_log(config, run_id),
+            logger=logger,
         )
         budget_s = (
             resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
