@@ -318,6 +318,37 @@ def test_a_decompression_bomb_is_refused_from_its_header():
     assert "30000x30000 pixels" in problem
 
 
+def test_jpeg_and_png_sizes_are_read_from_their_headers(tmp_path, make_image_folder):
+    from PIL import Image
+
+    from aiperf.data.images import header_size
+
+    root = make_image_folder(tmp_path / "img", ("cat",), train_per_class=3, val_per_class=1)
+    for path in sorted((root / "train" / "cat").iterdir()):
+        with Image.open(path) as image:
+            width, height = image.size
+        assert header_size(path.read_bytes()) == (height, width), path
+    assert header_size(_png_header(7, 5)) == (5, 7)
+    real = next((root / "train" / "cat").iterdir()).read_bytes()
+    at = real.index(b"\xff\xc0")  # baseline start of frame: length, precision, height, width
+    bomb = real[: at + 5] + (40000).to_bytes(2, "big") * 2 + real[at + 9 :]
+    problem, _shape = check_image("train/cat/bomb.jpg", bomb)
+    assert problem is not None and "40000x40000 pixels" in problem
+
+
+def test_a_shard_named_in_other_bytes_than_utf8_is_named_in_one_line(tmp_path):
+    shards = Path(os.fsdecode(os.fsencode(tmp_path) + b"/shards"))
+    shards.mkdir()
+    (shards / "validation-00000-of-00001").write_bytes(b"")
+    Path(os.fsdecode(os.fsencode(shards) + b"/train-\xff-of-00001")).write_bytes(b"")
+    with pytest.raises(DataError) as caught:
+        stage(DataConfig(kind="tfrecord", source=str(shards), classes=2), 0, tmp_path / "out")
+    assert caught.value.problems == [
+        "train-\\xff-of-00001 has a name that is not UTF-8; rename it"
+    ]
+    assert str(caught.value).encode("utf-8")  # printable as it is
+
+
 def _aiperf_stage(folder: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(Path(sys.executable).parent / "aiperf"), "stage", str(folder), "--to", str(out)],

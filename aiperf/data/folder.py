@@ -109,6 +109,11 @@ def _split_classes(root: Path, split_dir: Path, problems: list[str]) -> dict[str
 def scan_folder(source: str | Path) -> FolderLayout:
     """The folder's classes and files, or a DataError naming every structural problem."""
     root = Path(source).expanduser()
+    if _not_utf8(str(root)):
+        raise DataError(
+            shown_name(str(source)),
+            [f"the folder's path {shown_name(str(root))} is not UTF-8; rename it"],
+        )
     if not root.exists():
         raise DataError(
             str(source), [f"folder {root} does not exist; give a folder laid out as {LAYOUT}"]

@@ -531,7 +531,16 @@ def _user_shards(source: Path) -> dict[str, list[Path]]:
                 "train-*-of-* and validation-*-of-* TFRecord shards"
             ],
         )
+    from aiperf.data.folder import shown_name
+
+    # Regular files only (is_file follows links; a FIFO or device is never opened), named in UTF-8.
     files = [p for p in sorted(source.iterdir()) if p.is_file() and not p.name.startswith(".")]
+    bad = [p.name for p in files if p.name != p.name.encode("utf-8", "replace").decode()]
+    if bad:
+        raise DataError(
+            str(source),
+            [f"{shown_name(name)} has a name that is not UTF-8; rename it" for name in bad],
+        )
     found = {
         "train": [p for p in files if p.name.startswith("train-")],
         "validation": [p for p in files if p.name.startswith(("validation-", "val-"))],
