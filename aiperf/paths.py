@@ -4,6 +4,7 @@ Everything a run writes lives under its --out folder, named for its database and
 run 1 of two databases sharing one --out never share a file:
 
     <out>/run-<database>-<run>/events.log         the run's event log (and the oracle's files)
+    <out>/run-<database>-<run>/weights/           the best trial's weights (verify evaluates them)
     <out>/reports/aiperf-report-<database>-<run>.html
 
 Locks are flock(2) locks, which die with their process, so a crashed run never blocks the next
@@ -32,6 +33,20 @@ def run_folder(out: str, db: str, run_id: int) -> Path:
 
 def event_log_path(out: str, db: str, run_id: int) -> Path:
     return run_folder(out, db, run_id) / EVENT_LOG
+
+
+WEIGHTS_FOLDER = "weights"  # the trials' kept weights, in the run's folder and in a package
+
+
+def weights_file(number: int) -> str:
+    """A trial's weights file, relative to the run's folder: weights/trial-<number>.weights.h5
+    (Keras' weights-only format, which names its extension)."""
+    return f"{WEIGHTS_FOLDER}/trial-{number}.weights.h5"
+
+
+def weights_path(out: str, db: str, run_id: int, number: int) -> Path:
+    """Where trial `number` writes the weights of its best complete epoch."""
+    return run_folder(out, db, run_id) / weights_file(number)
 
 
 def report_path(out: str, db: str, run_id: int) -> Path:

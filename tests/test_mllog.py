@@ -287,6 +287,28 @@ def test_an_event_that_does_not_fit_is_named(tmp_path):
         mllog.read_run(path)
 
 
+def test_the_kept_weights_are_read_back_and_checked_for_shape(tmp_path):
+    """The best trial's weights file and its sha256 (issue 25 item 2): what `verify --package`
+    evaluates again. The latest event stands; none kept is null; a malformed one is named."""
+    path = tmp_path / "events.log"
+    log = write_run(path)
+    assert mllog.read_run(path).run.best_weights is None, "no event: none kept"
+    kept = {
+        "trial": 0,
+        "epoch": 1,
+        "file": "weights/trial-0.weights.h5",
+        "sha256": "a" * 64,
+        "val_accuracy": 0.5,
+    }
+    log.best_weights(kept)
+    assert mllog.read_run(path).run.best_weights == kept
+    log.best_weights(None)
+    assert mllog.read_run(path).run.best_weights is None, "the latest stands"
+    log.best_weights({"trial": 0, "file": "w.h5"})
+    with pytest.raises(mllog.EventLogError, match="a best_weights event that does not fit"):
+        mllog.read_run(path)
+
+
 # --- a real run, interrupted and resumed: one log, appended --------------------------------------------
 
 SIMULATED = {

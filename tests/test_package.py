@@ -21,9 +21,10 @@ from conftest import TINY
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.report import package
-from aiperf.results import mllog, verify
+from aiperf.results import mllog, remeasure, verify
 from aiperf.results.score import capped_accuracy
-from aiperf.store import Store
+from aiperf.rules import load_ruleset
+from aiperf.store import CheckRecord, Store
 from aiperf.system.fingerprint import cpu_model
 
 
@@ -119,7 +120,9 @@ def test_the_log_alone_recomputes_ops_and_the_regulated_score_exactly(quick_run)
 def test_the_records_rebuilt_from_the_log_pass_every_check(quick_run):
     config, run_id, path = quick_run
     logged = mllog.read_run(path)
-    checks = verify.verify_records(logged.run, logged.dataset)
+    checks = verify.verify_records(
+        logged.run, logged.dataset, folder=path.parent, data_folder=Path(config.out) / "data"
+    )
     assert [c.check for c in checks] == list(verify.CHECKS) and all(c.passed for c in checks), (
         checks
     )
@@ -183,8 +186,13 @@ def test_package_holds_what_a_reviewer_needs(packaged, quick_run):
         "report.html",
         "README.md",
         "package.json",
+        "weights",
     }
     assert (packaged / "events.log").read_bytes() == path.read_bytes()
+    kept = mllog.read_run(path).run.best_weights
+    assert kept is not None, "the run kept its best trial's weights"
+    assert remeasure.sha256_file(packaged / kept["file"]) == kept["sha256"]
+    assert kept["file"] in json.loads((packaged / "package.json").read_text())["files"]
     verification = json.loads((packaged / "verification.json").read_text())
     assert verification["verified"] is True and len(verification["from_event_log"]) == len(
         verify.CHECKS
@@ -291,3 +299,152 @@ def test_bad_package_commands_are_one_line_errors(quick_run, packaged, tmp_path)
         "event log is not at",
     )
     assert not (tmp_path / "p").exists(), "nothing is written when the package cannot be made"
+
+
+# --- issue 25 item 2: the package carries the weights, and verify --package evaluates them again --
+
+
+def _remeasured(copy: Path) -> CheckRecord:
+    """accuracy_remeasured of `aiperf verify --package` on the package `copy`."""
+    logged, checks = package.verify_package(copy)
+    assert logged is not None
+    assert load_ruleset(logged.run.ruleset or "").accuracy_tolerance == 0.01, "1.2 keeps weights"
+    return {c.check: c for c in checks}[verify.ACCURACY_REMEASURED]
+
+
+def test_verify_package_evaluates_the_weights_on_data_generated_again(packaged, tmp_path):
+    """Nothing but the package: its synthetic data is generated again from the run's seed."""
+    copy = shutil.copytree(packaged, tmp_path / "elsewhere")
+    check = _remeasured(copy)
+    assert check.passed and "difference 0.00" in check.detail, check.detail
+
+
+def _perturb(copy: Path) -> None:
+    """Rewrite the package's weights with noise added to every kernel, and its digest in the log
+    to match: a log and weights edited together."""
+    import keras
+    import numpy as np
+
+    from aiperf.arch import build_model, network_from_dict
+
+    logged = mllog.read_run(copy / "events.log")
+    kept = logged.run.best_weights
+    assert kept is not None
+    (trial,) = [t for t in logged.run.trials if t.number == kept["trial"]]
+    model = build_model(
+        network_from_dict(trial.architecture),
+        dropout=float(trial.hyperparameters.get("dropout") or 0.0),
+    )
+    model.load_weights(str(copy / kept["file"]))
+    rng = np.random.default_rng(0)
+    model.set_weights(
+        [w + rng.normal(0, 0.5, w.shape) if w.ndim > 1 else w for w in model.get_weights()]
+    )
+    (copy / kept["file"]).unlink()
+    model.save_weights(str(copy / kept["file"]))
+    digest = remeasure.sha256_file(copy / kept["file"])
+    _edit(copy, mllog.BEST_WEIGHTS, lambda value: {**value, "sha256": digest})
+    keras.backend.clear_session()
+
+
+def test_weights_edited_with_their_digest_fail_verify_package(packaged, tmp_path):
+    copy = shutil.copytree(packaged, tmp_path / "edited")
+    _perturb(copy)
+    check = _remeasured(copy)
+    assert not check.passed and "tolerance 0.01" in check.detail, check.detail
+    result = aiperf("verify", "--package", str(copy))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured")
+
+
+def test_weights_edited_without_their_digest_fail_on_the_digest(packaged, tmp_path):
+    copy = shutil.copytree(packaged, tmp_path / "edited")
+    kept = mllog.read_run(copy / "events.log").run.best_weights
+    assert kept is not None
+    with open(copy / kept["file"], "r+b") as weights:
+        weights.seek(-1, 2)
+        last = weights.read(1)
+        weights.seek(-1, 2)
+        weights.write(bytes([last[0] ^ 1]))
+    check = _remeasured(copy)
+    assert not check.passed and "has sha256" in check.detail, check.detail
+
+
+# --- issue 25 item 10: a package is untrusted input -------------------------------------------------
+
+
+def _one_failed_check(copy: Path, fragment: str) -> None:
+    """verify --package: exit 1, one failed check (PACKAGE_CHECKED) whose detail is one line."""
+    _logged, checks = package.verify_package(copy)
+    failed = [c for c in checks if not c.passed]
+    assert [c.check for c in failed] == [package.PACKAGE_CHECKED], checks
+    assert fragment in failed[0].detail and "\n" not in failed[0].detail, failed[0].detail
+    result = aiperf("verify", "--package", str(copy))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert f"FAILED {package.PACKAGE_CHECKED}" in result.stdout.strip().splitlines()[-1]
+
+
+def test_an_oversized_log_is_not_read(packaged, tmp_path):
+    copy = shutil.copytree(packaged, tmp_path / "big")
+    with open(copy / "events.log", "r+b") as log:
+        log.truncate(package.MAX_LOG_BYTES + 1)  # sparse: nothing written, only its size
+    _one_failed_check(copy, "over the")
+
+
+@pytest.mark.parametrize(
+    "grow, fragment",
+    [
+        (
+            lambda md: {
+                **md,
+                "architecture": {
+                    **md["architecture"],
+                    "nodes": md["architecture"]["nodes"] * (package.MAX_LAYERS // 4),
+                },
+            },
+            "layers, over the",
+        ),
+        (
+            lambda md: {
+                **md,
+                "architecture": {
+                    **md["architecture"],
+                    "nodes": [
+                        {**n, "params": {**n.get("params", {}), "filters": 200_000}}
+                        if n.get("kind") == "conv"
+                        else n
+                        for n in md["architecture"]["nodes"]
+                    ],
+                },
+            },
+            "parameters, over the",
+        ),
+    ],
+    ids=["layers", "parameters"],
+)
+def test_an_architecture_over_the_caps_is_not_built(packaged, tmp_path, grow, fragment):
+    copy = shutil.copytree(packaged, tmp_path / "huge")
+    lines = (copy / "events.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        event = json.loads(line.removeprefix(":::MLLOG "))
+        if event["key"] == mllog.TRIAL_START:
+            event["metadata"] = grow(event["metadata"])
+            lines[i] = ":::MLLOG " + json.dumps(event)
+            break
+    (copy / "events.log").write_text("\n".join(lines) + "\n")
+    _one_failed_check(copy, fragment)
+
+
+def test_a_log_that_breaks_the_checker_is_one_failed_check(packaged, tmp_path):
+    """Not a ValueError: a worker's peak that is a number where a record is expected raises
+    AttributeError inside the checks; it is a failed check, not a traceback."""
+    copy = shutil.copytree(packaged, tmp_path / "odd")
+    lines = (copy / "events.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        event = json.loads(line.removeprefix(":::MLLOG "))
+        if event["key"] == mllog.RUN_RESOURCES:  # every one: the latest stands
+            event["value"] = {**event["value"], "worker_peaks": [1]}
+            lines[i] = ":::MLLOG " + json.dumps(event)
+    (copy / "events.log").write_text("\n".join(lines) + "\n")
+    _one_failed_check(copy, "AttributeError")

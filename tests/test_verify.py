@@ -21,8 +21,10 @@ from aiperf import paths
 from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app, run_exit_code
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.lifecycle import run
-from aiperf.results import verify
+from aiperf.results import remeasure, verify
+from aiperf.results.division import classify
 from aiperf.results.mllog import read_run
+from aiperf.rules import load_ruleset
 from aiperf.store import RunRecord, Store
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
@@ -126,8 +128,9 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
 
 
 def test_every_check_has_a_tamper_test():
+    # accuracy_remeasured is judged by a ruleset's tolerance: its forgeries are tested below;
     # dataset_pinned judges closed runs' data (this run is open): tests/test_data_pinning.py.
-    assert set(TAMPERS) | {verify.DATASET_PINNED} == set(verify.CHECKS)
+    assert set(TAMPERS) | {verify.ACCURACY_REMEASURED, verify.DATASET_PINNED} == set(verify.CHECKS)
 
 
 def test_a_real_run_passes_and_its_verdict_is_stored(real_run):
@@ -232,7 +235,12 @@ def test_a_failed_verification_makes_the_stored_result_invalid(real_run, tmp_pat
     # The event log's last score is the one that stands: a package verifies it from the log alone.
     logged = read_run(paths.event_log_path(str(tmp_path / "out"), f"sqlite:///{copy}", 1))
     assert logged.run.score is not None and logged.run.score.reasons == record.score.reasons
-    from_log = verify.verify_records(logged.run, logged.dataset)
+    from_log = verify.verify_records(
+        logged.run,
+        logged.dataset,
+        folder=paths.run_folder(str(real_run.parent), f"sqlite:///{real_run}", 1),  # its weights
+        data_folder=real_run.parent / "data",
+    )
     assert all(c.passed for c in from_log), "the log was not tampered with, and agrees with itself"
     listing = CliRunner().invoke(
         app, ["runs", "--db", f"sqlite:///{copy}"], env={"COLUMNS": "200"}
@@ -285,3 +293,131 @@ def test_a_run_recorded_on_a_bigger_machine_verifies_here(real_run, tmp_path):
     assert done.returncode == 0 and "more than this machine" not in done.stdout, (
         done.stdout + done.stderr
     )
+
+
+# --- issue 25 item 2: the accuracy measured again from the best trial's kept weights -----------------
+
+
+def tolerance(path: Path) -> float | None:
+    """The accuracy tolerance of the ruleset the run in the database at `path` is judged by."""
+    with Store.open_existing(f"sqlite:///{path}") as store:
+        config = BenchmarkConfig.model_validate(store.get_run(1).config)
+    return load_ruleset(classify(config).ruleset).accuracy_tolerance
+
+
+def forge_best_accuracy(sql: sqlite3.Connection, raise_by: float = 0.15) -> None:
+    """A consistent forgery, as issue 25 tried it: the best complete epoch's val_accuracy raised,
+    and the trial's best, the score's best, the kept weights' record and the regulated score and
+    verdict (recomputed from the forged records) updated to match."""
+    epoch_id, trial_id, best = sql.execute(
+        "SELECT id, trial_id, val_accuracy FROM epochs WHERE complete AND val_accuracy IS NOT NULL "
+        "ORDER BY val_accuracy DESC, id LIMIT 1"
+    ).fetchone()
+    forged = min(1.0, best + raise_by)
+    sql.execute("UPDATE epochs SET val_accuracy = ? WHERE id = ?", (forged, epoch_id))
+    sql.execute("UPDATE trials SET best_val_accuracy = ? WHERE id = ?", (forged, trial_id))
+    sql.execute("UPDATE scores SET best_val_accuracy = ?", (forged,))
+    (kept,) = sql.execute("SELECT best_weights FROM runs WHERE id = 1").fetchone()
+    sql.execute(
+        "UPDATE runs SET best_weights = ? WHERE id = 1",
+        (json.dumps({**json.loads(kept), "val_accuracy": forged}),),
+    )
+
+
+def _forged(real_run: Path, tmp_path: Path) -> Path:
+    copy = tampered(real_run, tmp_path, forge_best_accuracy)
+    with Store.open_existing(f"sqlite:///{copy}") as store:
+        again = verify.gather(store, 1).recomputed
+    with sqlite3.connect(copy) as sql:
+        sql.execute(
+            "UPDATE scores SET regulated_score = ?, valid = ?, reasons = ?",
+            (again.regulated_score, again.valid, json.dumps({"invalid": again.reasons})),
+        )
+    return copy
+
+
+def test_a_real_run_keeps_only_its_best_trials_weights(real_run):
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        record = store.get_run(1)
+    kept = record.best_weights
+    assert kept is not None and record.score is not None
+    assert kept["val_accuracy"] == record.score.best_val_accuracy
+    folder = paths.run_folder(record.config["out"], record.config["db"], 1)
+    assert [p.name for p in (folder / paths.WEIGHTS_FOLDER).iterdir()] == [
+        f"trial-{kept['trial']}.weights.h5"
+    ], "the other trials' weights were deleted"
+    assert remeasure.sha256_file(folder / kept["file"]) == kept["sha256"]
+    (trial,) = [t for t in record.trials if t.number == kept["trial"]]
+    assert trial.best_val_accuracy == kept["val_accuracy"]
+    assert remeasure.best_epoch(trial).epoch == kept["epoch"]
+    # The event log says the same: a package carries it.
+    logged = read_run(paths.event_log_path(record.config["out"], record.config["db"], 1))
+    assert logged.run.best_weights == kept
+
+
+def test_the_kept_weights_give_the_recorded_accuracy_again(real_run):
+    assert tolerance(real_run) == 0.01, "the run's ruleset (1.2) keeps weights"
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        checks = {c.check: c for c in verify.verify_run(store, 1)}
+    check = checks[verify.ACCURACY_REMEASURED]
+    assert check.passed, check.detail
+    assert "difference 0.00" in check.detail and "tolerance 0.01" in check.detail
+
+
+def test_a_consistent_forgery_of_the_best_accuracy_fails_only_the_remeasured_accuracy(
+    real_run, tmp_path
+):
+    """Issue 25 item 2's Done-when: the forgery agrees with itself, so every check of the records
+    passes (as all 13 did before this check); the weights, evaluated again, do not give the forged
+    accuracy, and `aiperf verify` fails naming the check."""
+    copy = _forged(real_run, tmp_path)
+    with Store.open_existing(f"sqlite:///{copy}") as store:
+        checks = {c.check: c for c in verify.verify_run(store, 1)}
+    assert [name for name, c in checks.items() if not c.passed] == [verify.ACCURACY_REMEASURED]
+    detail = checks[verify.ACCURACY_REMEASURED].detail
+    assert "tolerance 0.01" in detail, detail
+    done = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{copy}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured"), done.stdout
+
+
+def test_a_ruleset_without_a_tolerance_does_not_require_weights(real_run):
+    """1.0 and 1.1 keep no weights: judged by one of them, the check passes saying so."""
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        evidence = verify.gather(store, 1)
+    check = remeasure.check_accuracy_remeasured(evidence, load_ruleset("aiperf-rules-1.1"))
+    assert check.passed and check.detail.startswith("not required by aiperf-rules-1.1"), check
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ("UPDATE runs SET best_weights = NULL", "kept no weights"),
+        (
+            "UPDATE runs SET best_weights = json_set(best_weights, '$.sha256', '"
+            + "0" * 64
+            + "')",
+            "has sha256",
+        ),
+        (
+            "UPDATE runs SET best_weights = json_set(best_weights, '$.file', '../../etc/passwd')",
+            "not a path inside the run's folder",
+        ),
+        (
+            "UPDATE runs SET best_weights = json_set(best_weights, '$.file', 'weights/trial-999.weights.h5')",
+            "is missing",
+        ),
+    ],
+)
+def test_kept_weights_that_cannot_be_trusted_fail_the_check(real_run, tmp_path, change, fragment):
+    copy = tampered(real_run, tmp_path, lambda sql: sql.execute(change))
+    with Store.open_existing(f"sqlite:///{copy}") as store:
+        checks = {c.check: c for c in verify.verify_run(store, 1)}
+    check = checks[verify.ACCURACY_REMEASURED]
+    assert not check.passed and fragment in check.detail, check.detail

@@ -162,8 +162,15 @@ def _load_keras(path: Path, classes: int | None) -> Any:
     import keras
 
     try:
-        model = keras.saving.load_model(path, compile=False)
+        # safe_mode: a user's file never runs its own Python (a Lambda layer's code, a pickled
+        # function); Keras >= 3.11.3 closes the known ways around it (pyproject's floor).
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as error:  # a corrupt or foreign file: Keras raises many types
+        if "safe_mode" in str(error):
+            raise _BadInput(
+                f"cannot load {path}: it holds Python code (a Lambda layer or a custom function), "
+                "which aiperf never runs from a file; save the model without it"
+            ) from None
         raise _BadInput(
             f"cannot load {path}: {_first_line(error)}; pass a model saved with model.save()"
         ) from None

@@ -547,9 +547,10 @@ def verify(
             logged, checks = verify_package(Path(package))
         except UserError as exc:
             raise fail(str(exc)) from None
+        run = "?" if logged is None else logged.run.id  # None: a log too big to read
         _print_checks(
-            f"verification of run {logged.run.id} (recomputed from the event log in {package})",
-            f"package {package} (run {logged.run.id})",
+            f"verification of run {run} (recomputed from the event log in {package})",
+            f"package {package} (run {run})",
             checks,
         )
         return

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import keras_tuner as kt
 
-from aiperf import settings
+from aiperf import paths, settings
 from aiperf.config import BenchmarkConfig, trial_devices
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
@@ -537,6 +537,7 @@ class Orchestrator:
                         weight_decay=self.config.train.weight_decay,
                         label_smoothing=self.config.train.label_smoothing,
                         devices=trial_devices(self.config.cluster),
+                        weights_path=self._weights_path(number),
                     ),
                     proposal.operator,
                 )
@@ -554,6 +555,14 @@ class Orchestrator:
                 trial_id, launch.trial, handle, request.global_batch, operator=operator
             )
             log.info("trial %s started: %s", key, operator or launch.values)
+
+    def _weights_path(self, number: int) -> str | None:
+        """Where trial `number` keeps its best epoch's weights, for verify to evaluate again
+        (aiperf.results.remeasure): in the run's folder, beside its event log; none without a run
+        folder (an orchestrator driven by tests) or for a trainer that trains nothing."""
+        if self.event_log.path is None or self.config.train.trainer == "simulated":
+            return None
+        return str((self.event_log.path.parent / paths.weights_file(number)).absolute())
 
     # --- what workers report ---------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
+from aiperf.results.remeasure import keep_best_weights
 from aiperf.results.score import ScoreResult, compute_score, known_in_advance, verified_score
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
@@ -235,7 +236,13 @@ def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> 
             workers=work.workers,
         )
         store.save_score(run_id, score, ruleset=classify(config).ruleset)
-        log_result_inputs(event_log(config, run_id), store.get_run(run_id), score)
+        record = store.get_run(run_id)
+        # Only the best trial's weights stay, for verify to evaluate again (issue 25 item 2).
+        kept = keep_best_weights(record, paths.run_folder(config.out, config.db, run_id))
+        store.save_best_weights(run_id, kept)
+        events = event_log(config, run_id)
+        log_result_inputs(events, record, score)
+        events.best_weights(kept)
     return score
 
 

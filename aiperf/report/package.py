@@ -11,17 +11,24 @@
     report.html              the run's HTML report
     README.md                what is there and how to check it
     package.json             the package's format, run and files
+    weights/trial-N.weights.h5  the best trial's weights (their sha256 is in the event log), when kept
 
 `aiperf verify --package DIR` rebuilds the run's records from DIR/events.log alone (aiperf.results.mllog.rebuild)
 and runs the same checks as `aiperf verify RUN_ID` on them (aiperf.results.verify.verify_records): each
 trial's operations per sample are recounted from the architecture in the log, every epoch's samples
-and times checked, and every figure of the score recomputed.
+and times checked, every figure of the score recomputed, and the best trial's weights evaluated again
+on the run's data (generated data regenerated from the seed into a temporary folder).
+
+A package is untrusted input: its log is read only up to MAX_LOG_BYTES, no architecture over
+MAX_LAYERS layers or MAX_PARAMETERS parameters is built, and whatever goes wrong while checking
+(any exception, not only the ones foreseen) is a failed check (PACKAGE_CHECKED) with one line.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
@@ -42,6 +49,16 @@ CONFIG_FILE = "config.json"
 VERIFICATION_FILE = "verification.json"
 REPORT_FILE = "report.html"
 README_FILE = "README.md"
+
+# Limits on what `verify --package` reads and builds from a package (untrusted input).
+MAX_LOG_BYTES = 64 * 1024 * 1024  # a day's run with thousands of trials logs a few MiB
+MAX_LAYERS = 2_000  # ResNet-50 has under 200; the search deepens by a few blocks per trial
+MAX_PARAMETERS = 500_000_000  # 2 GB of float32 weights; ResNet-50 has 25.6 million
+PACKAGE_CHECKED = "package_checked"  # the failed check of a package that could not be checked
+
+
+class PackageLimit(ValueError):
+    """What a package asks to build is over MAX_LAYERS or MAX_PARAMETERS."""
 
 
 def default_log_path(record: RunRecord) -> Path:
@@ -94,12 +111,16 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
         raise UserError(f"{log} is the event log of run {logged.run.id}, not of run {run_id}")
     counter = _memo(count_architecture)
     from_records = verify_run(store, run_id, counter)
-    from_log = _verify(logged, str(log), counter)
+    data = Path(record.config.get("out") or ".") / "data"
+    from_log = _verify(logged, str(log), counter, log.parent, data)
     report = build_report(store, run_id)
 
     to.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(log, to / EVENT_LOG)
     files = [EVENT_LOG]
+    weights = _copy_weights(logged.run.best_weights, log.parent, to)
+    if weights is not None:
+        files.append(weights)
     description = record.system_description or logged.run.system_description
     if description is not None:
         _write_json(to / SYSTEM_DESCRIPTION, description)
@@ -144,6 +165,23 @@ def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
+def _copy_weights(kept: dict | None, folder: Path, to: Path) -> str | None:
+    """The best trial's weights file, at the same path in the package as in the run's folder (its
+    sha256 is in the event log, so `verify --package` checks the copy); None when the run kept none
+    or its file is gone (the package's verification then says so)."""
+    from aiperf.results.remeasure import inside_folder
+
+    if not kept:
+        return None
+    source = inside_folder(folder, str(kept.get("file")))
+    if source is None or not source.is_file():
+        return None
+    target = to / str(kept["file"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return str(kept["file"])
+
+
 def _copy_ruleset(name: str | None, to: Path) -> str | None:
     from aiperf.rules import available_rulesets
 
@@ -155,9 +193,49 @@ def _copy_ruleset(name: str | None, to: Path) -> str | None:
     return f"{name}.yaml"
 
 
+def capped(counter: Callable[[dict], tuple]) -> Callable[[dict], tuple]:
+    """`counter`, refusing (PackageLimit) an architecture over MAX_LAYERS layers or MAX_PARAMETERS
+    parameters, both counted from its description before anything is built."""
+    from aiperf.arch import network_from_dict
+    from aiperf.arch.graph import count_params
+
+    def count(architecture: dict) -> tuple:
+        nodes = architecture.get("nodes") if isinstance(architecture, dict) else None
+        if isinstance(nodes, list) and len(nodes) > MAX_LAYERS:
+            raise PackageLimit(
+                f"an architecture has {len(nodes)} layers, over the {MAX_LAYERS} a package may build"
+            )
+        network = network_from_dict(architecture)
+        if len(network.nodes) > MAX_LAYERS:
+            raise PackageLimit(
+                f"an architecture has {len(network.nodes)} layers, over the {MAX_LAYERS} a "
+                "package may build"
+            )
+        parameters = count_params(network)
+        if parameters > MAX_PARAMETERS:
+            raise PackageLimit(
+                f"an architecture has {parameters} parameters, over the {MAX_PARAMETERS} a "
+                "package may build"
+            )
+        return counter(architecture)
+
+    return count
+
+
+def _one_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _verify(
-    logged: LoggedRun, where: str, counter: Callable[[dict], tuple] | None = None
+    logged: LoggedRun,
+    where: str,
+    counter: Callable[[dict], tuple] | None = None,
+    folder: Path | None = None,
+    data_folder: Path | None = None,
 ) -> list[CheckRecord]:
+    """Every check on the log's records; anything that breaks the checking (a config the rules
+    cannot read, an architecture over the limits, any exception) is one failed check, one line."""
     from aiperf.results.verify import count_architecture, verify_records
 
     if logged.run.score is None:
@@ -165,13 +243,22 @@ def _verify(
             f"{where} has no score: the run was not scored, so there is nothing to verify"
         )
     try:
-        return verify_records(logged.run, logged.dataset, counter or count_architecture)
-    except ValueError as exc:  # a config the rules cannot read, a window that never closed
-        raise UserError(f"{where} cannot be verified: {str(exc).splitlines()[0]}") from None
+        return verify_records(
+            logged.run,
+            logged.dataset,
+            capped(counter or count_architecture),
+            folder,
+            data_folder,
+        )
+    except Exception as exc:  # noqa: BLE001 - untrusted input: whatever it breaks fails the check
+        return [
+            CheckRecord(PACKAGE_CHECKED, False, f"{where} cannot be checked: {_one_line(exc)}")
+        ]
 
 
-def verify_package(folder: Path) -> tuple[LoggedRun, list[CheckRecord]]:
-    """The run in a package, and every check of `aiperf verify` on it, from its event log alone."""
+def verify_package(folder: Path) -> tuple[LoggedRun | None, list[CheckRecord]]:
+    """The run in a package, and every check of `aiperf verify` on it, from its event log alone
+    (and the weights beside it); no run when the log was too big to read."""
     folder = Path(folder)
     if not folder.exists():
         raise UserError(
@@ -187,8 +274,26 @@ def verify_package(folder: Path) -> tuple[LoggedRun, list[CheckRecord]]:
             f"{folder} is not an aiperf package: it has no {EVENT_LOG} (write one with "
             f"`aiperf package RUN_ID --to {folder}`)"
         )
-    logged = read_run(log)
-    return logged, _verify(logged, str(log))
+    size = log.stat().st_size
+    if size > MAX_LOG_BYTES:
+        return None, [
+            CheckRecord(
+                PACKAGE_CHECKED,
+                False,
+                f"{log} is {size} bytes, over the {MAX_LOG_BYTES} a package's log may have: not read",
+            )
+        ]
+    try:
+        logged = read_run(log)
+    except UserError:
+        raise  # a line that is not an event: named with its number, one line, exit 2
+    except Exception as exc:  # noqa: BLE001 - untrusted input: whatever it breaks fails the check
+        return None, [
+            CheckRecord(PACKAGE_CHECKED, False, f"{log} cannot be read: {_one_line(exc)}")
+        ]
+    # Generated data is generated again from the run's seed, here, and removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="aiperf-verify-data-") as data:
+        return logged, _verify(logged, str(log), folder=folder, data_folder=Path(data))
 
 
 def _readme(

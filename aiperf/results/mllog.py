@@ -98,6 +98,8 @@ EVAL_ACCURACY = "eval_accuracy"  # value: validation accuracy (null: not evaluat
 EPOCH_STOP = "epoch_stop"  # INTERVAL_END; metadata: time_s, complete, loss, accuracy, val_loss
 # the result
 SCORE = "score"  # value: the ScoreResult's fields; metadata: ruleset
+# value: the best trial's kept weights {trial, epoch, file, sha256, val_accuracy} (none kept: null)
+BEST_WEIGHTS = "best_weights"
 VERIFICATION = "verification"  # value: verified (bool); metadata: checks [{check, passed, detail}]
 
 KEYS = (
@@ -128,6 +130,7 @@ KEYS = (
     EVAL_ACCURACY,
     EPOCH_STOP,
     SCORE,
+    BEST_WEIGHTS,
     VERIFICATION,
 )
 
@@ -478,6 +481,11 @@ class EventLog:
     def score(self, score: ScoreResult, ruleset: str | None) -> None:
         self.emit(SCORE, score.to_dict(), ruleset=ruleset)
 
+    def best_weights(self, kept: Mapping[str, Any] | None) -> None:
+        """The best trial's weights file kept with the run (aiperf.results.remeasure), with its
+        sha256: what `verify --package` evaluates again from the package's copy."""
+        self.emit(BEST_WEIGHTS, None if kept is None else dict(kept))
+
     def verification(self, checks: Iterable[CheckRecord]) -> None:
         checks = list(checks)
         self.emit(
@@ -543,6 +551,7 @@ class _Rebuilder:
         self.dataset: DatasetRecord | None = None
         self.staging_s: float | None = None
         self.score: ScoreResult | None = None
+        self.best_weights: dict[str, Any] | None = None
         self.checks: tuple[CheckRecord, ...] | None = None
 
     def apply(self, e: Event) -> None:
@@ -633,6 +642,8 @@ class _Rebuilder:
             self._epoch(e)
         elif e.key == SCORE:
             self.score = _score(value)
+        elif e.key == BEST_WEIGHTS:
+            self.best_weights = _best_weights(value)
         elif e.key == VERIFICATION:
             self.checks = tuple(
                 CheckRecord(str(c["check"]), bool(c["passed"]), str(c["detail"]))
@@ -744,6 +755,7 @@ class _Rebuilder:
             worker_peaks=tuple(resources.get("worker_peaks") or ()),
             system_description=description,
             staging_s=self.staging_s,
+            best_weights=self.best_weights,
             provenance=provenance if isinstance(provenance, dict) else None,
         )
         return LoggedRun(run, self.dataset, ())
@@ -818,6 +830,19 @@ class _Rebuilder:
             devices=t["devices"],
             placement=t["placement"],
         )
+
+
+def _best_weights(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("best_weights is not an object")
+    missing = [k for k in ("trial", "epoch", "file", "sha256", "val_accuracy") if k not in value]
+    if missing:
+        raise ValueError(f"best_weights has no {', '.join(missing)}")
+    if not isinstance(value["file"], str) or not isinstance(value["sha256"], str):
+        raise ValueError("best_weights' file and sha256 must be text")
+    return dict(value)
 
 
 def _score(value: Any) -> ScoreResult:

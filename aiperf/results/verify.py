@@ -20,11 +20,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
+from aiperf import paths
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import CLOSED, batch_problem, classify
 from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
+from aiperf.results.remeasure import ACCURACY_REMEASURED, check_accuracy_remeasured
 from aiperf.results.score import EpochWork, ScoreResult, compute_score, rules_reasons
 from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
@@ -77,6 +80,10 @@ class Evidence:
     counts: dict[int, Counts]  # trial id -> recounted operations per sample, for every built trial
     elapsed_s: float
     recomputed: ScoreResult
+    # Where the run's files are (its kept weights: aiperf.results.remeasure), and where its data
+    # is staged, or staged again; None: not known, so the weights cannot be evaluated.
+    folder: Path | None = None
+    data_folder: Path | None = None
 
     @property
     def stored(self) -> ScoreResult:
@@ -94,20 +101,34 @@ def verify_run(
 
 
 def verify_records(
-    run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture
+    run: RunRecord,
+    dataset: DatasetRecord | None,
+    counter: Counter = count_architecture,
+    folder: Path | None = None,
+    data_folder: Path | None = None,
 ) -> list[CheckRecord]:
     """The same checks on records that come from elsewhere: a result package's event log
-    (aiperf.report.package), rebuilt without a database (aiperf.results.mllog.rebuild)."""
-    evidence = gather_records(run, dataset, counter)
+    (aiperf.report.package), rebuilt without a database (aiperf.results.mllog.rebuild); `folder`
+    holds its files (the package's), `data_folder` is where its data is staged again."""
+    evidence = gather_records(run, dataset, counter, folder, data_folder)
     return [check(evidence) for check in CHECKS.values()]
 
 
 def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> Evidence:
-    return gather_records(store.get_run(run_id), store.run_dataset(run_id), counter)
+    """A run of the database, its files where its stored config says (its folder under --out)."""
+    run = store.get_run(run_id)
+    out, db = run.config.get("out"), run.config.get("db")
+    folder = paths.run_folder(out, db, run.id) if out and db else None
+    data = Path(out) / "data" if out else None
+    return gather_records(run, store.run_dataset(run_id), counter, folder, data)
 
 
 def gather_records(
-    run: RunRecord, dataset: DatasetRecord | None, counter: Counter = count_architecture
+    run: RunRecord,
+    dataset: DatasetRecord | None,
+    counter: Counter = count_architecture,
+    folder: Path | None = None,
+    data_folder: Path | None = None,
 ) -> Evidence:
     if run.score is None or run.search_started_at is None or run.search_ended_at is None:
         raise ValueError(f"run {run.id} has no score to verify (it is {run.status})")
@@ -150,7 +171,7 @@ def gather_records(
         stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None,
         workers=run.workers,
     )
-    return Evidence(run, config, dataset, counts, elapsed, recomputed)
+    return Evidence(run, config, dataset, counts, elapsed, recomputed, folder, data_folder)
 
 
 def _simulated(config: BenchmarkConfig) -> bool:
@@ -517,5 +538,6 @@ CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
     MODEL_FLOPS_UTILISATION: check_model_flops_utilisation,
     WINDOW_UTILISATION: check_window_utilisation,
     DATASET_PINNED: check_dataset_pinned,
+    ACCURACY_REMEASURED: check_accuracy_remeasured,
     **PHYSICAL_CHECKS,  # epochs within devices, workers within their peaks and in the system
 }

@@ -284,6 +284,9 @@ class RunRecord:
     worker_peaks: tuple[dict[str, Any], ...] = ()  # each worker's measured peak
     system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
     staging_s: float | None = None  # the data's staging, before the window (None: not recorded)
+    # The best trial's kept weights: {"trial", "epoch", "file" (relative to the run's folder),
+    # "sha256", "val_accuracy"}; verify evaluates them again (aiperf.results.remeasure).
+    best_weights: dict[str, Any] | None = None
     # What ran: {"prologue", "scheduler", "submit_files", "workers": {worker: {"env", "files"}}}
     # (aiperf.system.provenance; None: recorded before it existed, or the workers never answered).
     provenance: dict[str, Any] | None = None

@@ -600,6 +600,13 @@ class Store:
             self._get(s, Run, run_id, "run").staging_s = float(seconds)
 
     @_retried
+    def save_best_weights(self, run_id: int, weights: dict[str, Any] | None) -> None:
+        """The best trial's kept weights file (aiperf.results.remeasure.keep_best_weights): which
+        trial and epoch, where, its sha256 and recorded accuracy; the latest scoring stands."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").best_weights = weights
+
+    @_retried
     def save_provenance(self, run_id: int, provenance: dict[str, Any]) -> None:
         """What ran on the workers (aiperf.system.provenance); a resumed run records it again, and
         the latest stands."""
@@ -1284,5 +1291,6 @@ def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = No
         worker_peaks=tuple(run.worker_peaks or ()),
         system_description=run.system_description,
         staging_s=run.staging_s,
+        best_weights=run.best_weights,
         provenance=run.provenance,
     )

@@ -42,6 +42,9 @@ class TrialRequest:
     # Devices the trial trains across, data-parallel (aiperf.train.devices): batch_size is each
     # device's, so a step trains batch_size * devices samples.
     devices: int = 1
+    # Where the trial writes the weights of its best complete epoch when it ends (the run's
+    # folder, aiperf.paths.weights_path), for verify to evaluate again; None: keep none.
+    weights_path: str | None = None
 
     @property
     def global_batch(self) -> int:

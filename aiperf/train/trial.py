@@ -14,6 +14,8 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
 
 from aiperf import settings
 from aiperf.status import TrialStatus
@@ -144,6 +146,50 @@ def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
     return min(losses[-patience:]) >= min(losses[:-patience])
 
 
+def _one_model(model: Any) -> None:
+    """Make a MirroredStrategy's replicas one model again before an evaluation. Each replica
+    updates its own copy of the batch normalisation statistics from its share of a batch, so the
+    replicas drift apart, an evaluation then mixes their copies, and no one set of weights (what
+    `get_weights()` reads, and what verify evaluates again) gives its accuracy. Writing back what
+    `get_weights()` reads sets every replica to it: the model evaluated is the model kept."""
+    model.set_weights(model.get_weights())
+
+
+class BestWeights:
+    """The weights of the trial's best complete epoch, the ones that earned the accuracy the score
+    may use, kept so that `aiperf verify` can evaluate them again (aiperf.results.remeasure).
+
+    At each new best (a complete epoch whose validation accuracy beats every earlier one) they are
+    copied in memory with `get_weights()`, between epochs, outside the timed steps; the file is
+    written once, when the trial ends. The first epoch of equal accuracy wins, as the first
+    occurrence of the trial's best does in the records."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = None if path is None else Path(path)
+        self.accuracy: float | None = None
+        self.epoch: int | None = None
+        self.weights: list[Any] | None = None
+
+    def offer(self, model: Any, report: EpochReport) -> None:
+        if self.path is None or not report.complete or report.val_accuracy is None:
+            return
+        if self.accuracy is None or report.val_accuracy > self.accuracy:
+            self.accuracy, self.epoch = report.val_accuracy, report.epoch
+            self.weights = model.get_weights()
+
+    def write(self, model: Any) -> Path | None:
+        """Load the kept weights into `model` and save them (Keras' .weights.h5 format) under a
+        temporary name, then rename: a file at `path` is always whole. None when nothing is kept."""
+        if self.path is None or self.weights is None:
+            return None
+        model.set_weights(self.weights)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
+        model.save_weights(str(partial))
+        os.replace(partial, self.path)
+        return self.path
+
+
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
     """Build, count, train and evaluate; every epoch is reported the moment it ends. Where the
     trial's seconds went (aiperf.train.phases) comes back in TrialResult.phases."""
@@ -152,6 +198,8 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
     clock = PhaseClock()
     report = clock.timed(report)
     scope = ExitStack()
+    best = BestWeights(request.weights_path)
+    model: Any = None
     try:
         configure_threads(worker_cores())
         import keras
@@ -220,6 +268,8 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             diverged = _diverged(logs.get("loss"))
             evaluation: dict = {}
             if not watch.hit_deadline and not diverged:
+                if request.devices > 1 and keras.backend.backend() == "tensorflow":
+                    _one_model(model)
                 with clock.steps("evaluate"):
                     evaluation = model.evaluate(
                         **feed.val,
@@ -245,7 +295,9 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             )
             epochs.append(epoch_report)
             report(epoch_report)
+            best.offer(model, epoch_report)
             if diverged:
+                best.write(model)
                 return TrialResult(
                     request.trial_key,
                     TrialStatus.DIVERGED,
@@ -264,6 +316,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience)
             )
         )
+        best.write(model)
         return TrialResult(
             request.trial_key,
             TrialStatus.COMPLETED if done else TrialStatus.STOPPED,
@@ -273,6 +326,11 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         )
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        if model is not None:  # its complete epochs still count: so do the weights that made them
+            try:
+                best.write(model)
+            except Exception:  # noqa: BLE001 - the trial's own failure is the one to report
+                pass
         return TrialResult(
             request.trial_key,
             TrialStatus.FAILED,

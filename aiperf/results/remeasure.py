@@ -1,0 +1,251 @@
+"""The best trial's accuracy, measured again from the weights it kept.
+
+Every other check of `aiperf verify` proves that the records agree with each other; records edited
+together (a better accuracy in the epoch, the trial and the score at once) would agree too. So a
+run keeps the weights that earned its best accuracy: each trial copies its weights in memory at
+each new best complete epoch and writes them when it ends (aiperf.train.trial.BestWeights), and
+when the run is scored only the best trial's file is kept, its sha256 recorded (runs.best_weights)
+and logged (aiperf.results.mllog BEST_WEIGHTS), the other trials' files deleted
+(`keep_best_weights`).
+
+`check_accuracy_remeasured` loads that file, once its sha256 is the recorded one, into the best
+trial's architecture, evaluates it once on the run's validation set (staged again from the run's
+config when the staged copy is gone: generated data is regenerated from the seed), with the trial's
+own input pipeline, precision and loss, and fails when the accuracy it measures is further from the
+recorded one than the ruleset's `accuracy_tolerance`. A ruleset without one (1.0, 1.1) keeps no
+weights, and a simulated trainer has none: the check passes saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from aiperf import paths
+from aiperf.store import CheckRecord, EpochRecord, RunRecord, TrialRecord
+
+if TYPE_CHECKING:
+    from aiperf.results.verify import Evidence
+    from aiperf.rules import Ruleset
+
+ACCURACY_REMEASURED = "accuracy_remeasured"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def best_epoch(trial: TrialRecord) -> EpochRecord | None:
+    """The trial's first complete epoch of its best validation accuracy: the one whose weights it
+    kept (a later epoch of equal accuracy is no new best)."""
+    complete = [e for e in trial.epochs if e.complete and e.val_accuracy is not None]
+    if not complete:
+        return None
+    top = max(e.val_accuracy for e in complete if e.val_accuracy is not None)
+    return next(e for e in complete if e.val_accuracy == top)
+
+
+def best_candidates(run: RunRecord) -> list[tuple[TrialRecord, EpochRecord]]:
+    """The trials whose best complete epoch is the run's best accuracy (the score's), by number."""
+    found = [(t, e) for t in run.trials if (e := best_epoch(t)) is not None]
+    if not found:
+        return []
+    top = max(e.val_accuracy for _t, e in found if e.val_accuracy is not None)
+    return sorted(
+        [(t, e) for t, e in found if e.val_accuracy == top], key=lambda pair: pair[0].number
+    )
+
+
+def keep_best_weights(run: RunRecord, folder: Path) -> dict[str, Any] | None:
+    """Keep the weights of the run's best trial (the first by number of those that reached the
+    run's best accuracy and wrote their file) and delete every other file of the run's weights
+    folder; what to record in runs.best_weights and the event log, or None when no trial of the
+    best accuracy kept weights (a simulated trainer, a run without a complete epoch)."""
+    kept: dict[str, Any] | None = None
+    for trial, epoch in best_candidates(run):
+        relative = paths.weights_file(trial.number)
+        if (folder / relative).is_file():
+            kept = {
+                "trial": trial.number,
+                "epoch": epoch.epoch,
+                "file": relative,
+                "sha256": sha256_file(folder / relative),
+                "val_accuracy": epoch.val_accuracy,
+            }
+            break
+    weights = folder / paths.WEIGHTS_FOLDER
+    if weights.is_dir():
+        for path in weights.iterdir():
+            if kept is None or path.name != PurePosixPath(kept["file"]).name:
+                if path.is_file() or path.is_symlink():
+                    path.unlink()
+    return kept
+
+
+def tolerance_of(ev: Evidence, ruleset: Ruleset | None = None) -> tuple[float | None, str]:
+    """The tolerance the run's ruleset states (None: it keeps no weights), and the ruleset's name."""
+    from aiperf.results.division import classify
+    from aiperf.rules import load_ruleset
+
+    rules = ruleset or load_ruleset(classify(ev.config).ruleset)
+    return rules.accuracy_tolerance, rules.name
+
+
+def check_accuracy_remeasured(ev: Evidence, ruleset: Ruleset | None = None) -> CheckRecord:
+    """The best trial's kept weights, evaluated again on the validation set, give its recorded
+    accuracy within the ruleset's tolerance. `ruleset`: judge by this one instead of the run's."""
+    tolerance, name = tolerance_of(ev, ruleset)
+    if tolerance is None:
+        return CheckRecord(
+            ACCURACY_REMEASURED, True, f"not required by {name} (it keeps no weights)"
+        )
+    if ev.config.train.trainer == "simulated":
+        return CheckRecord(
+            ACCURACY_REMEASURED,
+            True,
+            "simulated trainer: no weights to evaluate (the result is invalid)",
+        )
+    best = ev.recomputed.best_val_accuracy
+    if best is None:
+        return CheckRecord(
+            ACCURACY_REMEASURED, True, "no complete epoch measured an accuracy: nothing to measure"
+        )
+    try:
+        problem, detail = _remeasure(ev, best, tolerance)
+    except Exception as exc:  # noqa: BLE001 - whatever breaks the evaluation fails the check
+        first = (str(exc).strip().splitlines() or [""])[0]
+        problem, detail = f"the weights could not be evaluated: {type(exc).__name__}: {first}", ""
+    return CheckRecord(ACCURACY_REMEASURED, problem is None, problem or detail)
+
+
+def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None, str]:
+    """(what is wrong, or None; what was measured)."""
+    kept = ev.run.best_weights
+    if not kept:
+        return "the run kept no weights of its best trial to evaluate again", ""
+    trial = next((t for t in ev.run.trials if t.number == kept.get("trial")), None)
+    if trial is None:
+        return (
+            f"the kept weights name trial number {kept.get('trial')!r}, not one of the run's",
+            "",
+        )
+    epoch = best_epoch(trial)
+    recorded = kept.get("val_accuracy")
+    if epoch is None or epoch.epoch != kept.get("epoch") or epoch.val_accuracy != recorded:
+        return (
+            f"the kept weights say trial {trial.number} epoch {kept.get('epoch')} at "
+            f"{recorded!r}, its records say epoch {None if epoch is None else epoch.epoch} at "
+            f"{None if epoch is None else epoch.val_accuracy!r}",
+            "",
+        )
+    if recorded != best:
+        return f"the kept weights are of accuracy {recorded!r}, the run's best is {best!r}", ""
+    if ev.folder is None:
+        return "the run's folder is not known: its weights file cannot be found", ""
+    path = inside_folder(ev.folder, str(kept.get("file")))
+    if path is None:
+        return f"the weights file {kept.get('file')!r} is not a path inside the run's folder", ""
+    if not path.is_file():
+        return (
+            f"the weights file {path} is missing (the run's folder is under its --out, relative "
+            "to where the run was started)",
+            "",
+        )
+    digest = sha256_file(path)
+    if digest != kept.get("sha256"):
+        return (
+            f"{path} has sha256 {digest[:12]}, the records say {str(kept.get('sha256'))[:12]}",
+            "",
+        )
+    data_path = _staged_data(ev)
+    measured, samples = evaluate_weights(
+        trial,
+        path,
+        data_path,
+        precision=ev.run.precision or _precision(ev),
+        label_smoothing=ev.config.train.label_smoothing,
+    )
+    difference = abs(measured - recorded)
+    detail = (
+        f"trial {trial.number} epoch {epoch.epoch}: {measured!r} on {samples} samples, recorded "
+        f"{recorded!r} (difference {difference:.6f}, tolerance {tolerance:g})"
+    )
+    if not math.isfinite(difference) or difference > tolerance:  # NaN is never within
+        return detail, ""
+    return None, detail
+
+
+def _precision(ev: Evidence) -> str:
+    precision = ev.config.train.precision
+    return "float32" if precision == "auto" else precision
+
+
+def inside_folder(folder: Path, relative: str) -> Path | None:
+    """`folder/relative` when `relative` is a relative path that stays inside `folder`."""
+    pure = PurePosixPath(relative)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        return None
+    return folder.joinpath(*pure.parts)
+
+
+def _staged_data(ev: Evidence) -> str:
+    """The run's dataset where a trial reads it: staged (or found staged) again from the run's
+    config into the evidence's data folder, and refused unless it is the data the run recorded."""
+    from aiperf.data.staging import stage
+
+    if ev.data_folder is None:
+        raise ValueError("no folder to stage the run's data into")
+    manifest = stage(ev.config.data, ev.config.seed, ev.data_folder)
+    if ev.dataset is not None and manifest.sha256 != ev.dataset.sha256:
+        raise ValueError(
+            f"the data staged now (sha256 {manifest.sha256[:12]}) is not the run's "
+            f"(sha256 {ev.dataset.sha256[:12]})"
+        )
+    return manifest.path
+
+
+def evaluate_weights(
+    trial: TrialRecord,
+    weights: Path,
+    data_path: str,
+    *,
+    precision: str = "float32",
+    label_smoothing: float = 0.0,
+) -> tuple[float, int]:
+    """One evaluation of `weights` in `trial`'s architecture on the validation split of the data at
+    `data_path`, fed as the trial was fed (aiperf.data.feed.open_feed), built under the trial's
+    precision and dropout: (accuracy, validation samples)."""
+    import keras
+
+    from aiperf.arch import build_model, network_from_dict
+    from aiperf.data.feed import open_feed
+    from aiperf.train import recipe
+
+    values = trial.hyperparameters
+    batch = int(values.get("batch_size") or 32) * max(1, int(trial.devices or 1))
+    before = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = build_model(
+            network_from_dict(trial.architecture), dropout=float(values.get("dropout") or 0.0)
+        )
+        model.load_weights(str(weights))
+        model.compile(loss=recipe.loss(label_smoothing), metrics=["accuracy"])
+        feed = open_feed(
+            data_path,
+            batch_size=batch,
+            seed=0,
+            input_shape=trial.architecture["input_shape"],
+            threads=os.cpu_count(),
+        )
+        result = model.evaluate(**feed.val, verbose=0, return_dict=True)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    return float(result["accuracy"]), feed.val_samples
