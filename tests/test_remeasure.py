@@ -111,3 +111,33 @@ def test_flops_refuses_a_keras_file_with_python_code_in_one_line(tmp_path: Path)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "holds Python code" in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_sharded_data_still_staged_is_read_where_it_is(tmp_path: Path) -> None:
+    """A staged folder whose manifest.json carries the recorded digest is evaluated on as it is
+    (staging it again would re-read every shard); one with another digest is not, and without a
+    folder to stage into that is an error naming it."""
+    import json
+    from types import SimpleNamespace
+
+    from aiperf.store import DatasetRecord
+
+    staged = tmp_path / "digits"
+    staged.mkdir()
+    (staged / "manifest.json").write_text(json.dumps({"sha256": "d" * 64}))
+
+    def evidence(sha256: str) -> object:
+        dataset = DatasetRecord(
+            name="digits",
+            kind="digits",
+            sha256=sha256,
+            train_samples=1,
+            val_samples=1,
+            classes=10,
+            manifest={"path": str(staged)},
+        )
+        return SimpleNamespace(dataset=dataset, data_folder=None, config=None)
+
+    assert remeasure._staged_data(evidence("d" * 64)) == str(staged)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no folder to stage"):
+        remeasure._staged_data(evidence("e" * 64))  # type: ignore[arg-type]

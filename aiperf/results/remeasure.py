@@ -196,17 +196,32 @@ def inside_folder(folder: Path, relative: str) -> Path | None:
 
 
 def _staged_data(ev: Evidence) -> str:
-    """The run's dataset where a trial reads it: staged (or found staged) again from the run's
-    config into the evidence's data folder, and refused unless it is the data the run recorded."""
+    """The run's dataset where a trial reads it, refused unless it is the data the run recorded.
+
+    Sharded data still staged where the run staged it is read there: its manifest.json (written
+    last, after every shard) must carry the recorded digest, and the shards' own content is what
+    the data checks (aiperf.results.data_checks) and every run's staging digest; staging them again
+    here would re-read a whole ImageNet for one evaluation. Otherwise (a synthetic .npz, whose
+    staging digests a few arrays; data no longer there; a package) it is staged (or found staged)
+    again from the run's config into the evidence's data folder: generated data from its seed."""
+    from aiperf.data.manifest import read_manifest
     from aiperf.data.staging import stage
 
+    recorded = ev.dataset.sha256 if ev.dataset is not None else None
+    staged = (ev.dataset.manifest or {}).get("path") if ev.dataset is not None else None
+    if recorded and isinstance(staged, str) and Path(staged).is_dir():
+        try:
+            if read_manifest(staged).get("sha256") == recorded:
+                return staged
+        except (OSError, ValueError):
+            pass  # not (or no longer) a staged folder: staged again below
     if ev.data_folder is None:
         raise ValueError("no folder to stage the run's data into")
     manifest = stage(ev.config.data, ev.config.seed, ev.data_folder)
-    if ev.dataset is not None and manifest.sha256 != ev.dataset.sha256:
+    if recorded is not None and manifest.sha256 != recorded:
         raise ValueError(
             f"the data staged now (sha256 {manifest.sha256[:12]}) is not the run's "
-            f"(sha256 {ev.dataset.sha256[:12]})"
+            f"(sha256 {recorded[:12]})"
         )
     return manifest.path
 
