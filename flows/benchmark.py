@@ -21,6 +21,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.context import EngineContext, get_run_context
+from prefect.states import Failed, State
 from prefect_dask import DaskTaskRunner
 
 from aiperf.cluster import trial_resources
@@ -207,8 +208,10 @@ def benchmark(
     overrides: dict[str, Any] | None = None,
     config: BenchmarkConfig | None = None,
     resume: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Run the benchmark for a fixed wall-clock budget and return its score.
+    A scored result that is not valid and verified ends the flow run in a failed state named
+    Invalid or Unverified (its message says why), whose exception carries the score.
     `resume` continues a lost or interrupted run instead, with its own stored config, seed and
     remaining budget (only `db` is read with it; aiperf.lifecycle.recovery).
     `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
@@ -243,4 +246,9 @@ def benchmark(
         logger=get_run_logger(),
         resume=resume,
     )
-    return {"run_id": outcome.run_id, **outcome.score.to_dict(), "verified": outcome.verified}
+    not_valid = outcome.not_valid()
+    if not_valid is None:
+        return outcome.to_dict()
+    # Scored, but no result to publish: a failed state named for why, never a green Completed.
+    name, message = not_valid
+    return Failed(name=name, message=message, data=run.ResultNotValid(message, outcome.to_dict()))

@@ -14,6 +14,7 @@ is validated once, here, and the benchmark subflow takes it as it is.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -30,6 +31,7 @@ from aiperf.history.regression import (
     check_run,
 )
 from aiperf.lifecycle.parameters import check_parameters, flow_profile
+from aiperf.lifecycle.run import ResultNotValid
 from aiperf.store import Store
 from aiperf_flows.benchmark import benchmark
 
@@ -82,7 +84,11 @@ def nightly(
         out=out,
         overrides=overrides,
     )
-    result = benchmark(config=config)
+    night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
+    try:
+        result = benchmark.with_options(flow_run_name=night)(config=config)
+    except ResultNotValid as not_valid:  # its regression check says so, as for any invalid run
+        result = not_valid.outcome
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)
     summary = {
         "run_id": verdict.run_id,
@@ -95,4 +101,18 @@ def nightly(
     }
     if verdict.passed:
         return Completed(message=verdict.message(), data=summary)
-    return Failed(message=verdict.message(), data=summary)
+    # A failed state's data must be an exception (Prefect raises it to a caller); this one carries
+    # the summary, as a completed night's result does.
+    return Failed(message=verdict.message(), data=Regressed(verdict.message(), summary))
+
+
+class Regressed(Exception):
+    """A night whose score fell below its baseline (or whose result is not valid): the flow run
+    ends Failed with its message, and a caller gets the summary with it."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message, summary)  # both in args: it pickles with its summary
+        self.message, self.summary = message, summary
+
+    def __str__(self) -> str:
+        return self.message

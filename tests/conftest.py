@@ -207,3 +207,14 @@ def make_image_folder():
         return root
 
     return write
+
+
+def scored(flow_fn, **parameters):
+    """The benchmark flow's result, valid or not. A test run of seconds is invalid (too short): the
+    flow run then ends in a failed state named Invalid whose exception carries the score."""
+    from aiperf.lifecycle.run import ResultNotValid
+
+    try:
+        return flow_fn(**parameters)
+    except ResultNotValid as not_valid:
+        return not_valid.outcome

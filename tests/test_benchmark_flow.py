@@ -7,7 +7,7 @@ import sqlite3
 from datetime import datetime
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 from typer.testing import CliRunner
 
 from aiperf.arch import network_from_dict
@@ -18,13 +18,16 @@ from aiperf.store import Store
 pytestmark = pytest.mark.slow
 
 
+FINAL_STATE: dict = {}  # the module's flow run's state, as the fixture got it
+
+
 @pytest.fixture(scope="module")
 def finished_run(prefect_api, tmp_path_factory):
     from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("run")
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    result = benchmark(
+    state = benchmark(
         profile="quick",
         budget="30s",
         workers=2,
@@ -32,8 +35,24 @@ def finished_run(prefect_api, tmp_path_factory):
         seed=3,
         out=str(folder / "out"),
         overrides=TINY,
+        return_state=True,
     )
-    return result, db, folder / "aiperf.db"
+    FINAL_STATE["run"] = state  # for the test of the run's final state, below
+    return scored(state.result), db, folder / "aiperf.db"
+
+
+def test_a_scored_run_too_short_to_be_valid_ends_failed_named_invalid(finished_run):
+    """Issue 26 item 2: a dashboard never counts an invalid result a success; whoever runs the
+    flow still gets its score, with the exception its state carries."""
+    from aiperf.lifecycle.run import ResultNotValid
+
+    result, _db, _path = finished_run
+    state = FINAL_STATE["run"]
+    assert state.is_failed() and state.name == "Invalid", state
+    assert state.message.startswith(f"run {result['run_id']}: invalid: too short: budget 30 s")
+    with pytest.raises(ResultNotValid) as raised:
+        state.result()
+    assert raised.value.outcome == result and result["valid"] is False and result["ops"] > 0
 
 
 def test_run_is_recorded_with_trials_and_epochs(finished_run):

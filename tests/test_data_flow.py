@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,8 @@ def folder_run(prefect_api, make_image_folder, tmp_path_factory):
         "data.shard_images": 16,
         "data.stage_to": str(folder / "node-local"),
     }
-    result = benchmark(
+    result = scored(
+        benchmark,
         profile="quick",
         budget="12s",
         workers=2,

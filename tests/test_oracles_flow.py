@@ -4,7 +4,7 @@ covered end to end by test_benchmark_flow.py.)"""
 import sqlite3
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +14,8 @@ def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
     from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
-    result = benchmark(
+    result = scored(
+        benchmark,
         profile="quick",
         budget="10s",
         workers=2,

@@ -4,7 +4,7 @@ flow records into a real PostgreSQL server, and the CLI reads it back (show, his
 from __future__ import annotations
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
@@ -24,11 +24,23 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
     # As on a deployment's worker: the URL, password included, comes from the environment, never from a
     # flow parameter (Prefect stores those).
     monkeypatch.setenv("AIPERF_DB_URL", postgres_db)
-    first = benchmark(
-        profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY
+    first = scored(
+        benchmark,
+        profile="quick",
+        budget="8s",
+        workers=1,
+        seed=1,
+        out=str(tmp_path / "out"),
+        overrides=TINY,
     )
-    second = benchmark(
-        profile="quick", budget="8s", workers=1, seed=1, out=str(tmp_path / "out"), overrides=TINY
+    second = scored(
+        benchmark,
+        profile="quick",
+        budget="8s",
+        workers=1,
+        seed=1,
+        out=str(tmp_path / "out"),
+        overrides=TINY,
     )
     engine = create_engine(postgres_db)
     try:

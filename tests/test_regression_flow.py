@@ -122,3 +122,11 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
         store.close()
     assert f"OPS {format_ops(measured.ops)}OPS" in message  # ... and this run's
     assert "REGRESSION" in regression_artifact(state)
+    # A failed night carries its summary in an exception, not a dict Prefect cannot raise
+    # ("Unexpected result for failed state", a traceback on every failed night: issue 26 item 5).
+    from aiperf_flows.nightly import Regressed
+
+    with pytest.raises(Regressed) as raised:
+        state.result()
+    assert raised.value.summary["run_id"] == 6 and raised.value.summary["regressions"]
+    assert str(raised.value) == message

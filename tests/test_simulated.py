@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 
 from aiperf.config import ValidityConfig, load_config
 from aiperf.results.score import compute_score
@@ -156,7 +156,8 @@ def test_flow_with_the_simulated_trainer_on_dask(prefect_api, tmp_path):
 
     db = tmp_path / "aiperf.db"
     # The window includes each worker process importing the flow (seconds): a budget to cover it.
-    result = benchmark(
+    result = scored(
+        benchmark,
         profile="quick",
         budget="20s",
         workers=8,

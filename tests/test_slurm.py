@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,8 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
     try:
         with pytest.MonkeyPatch.context() as env:
             env.setenv("AIPERF_JOBQUEUE_CONFIG", str(site))
-            result = benchmark(
+            result = scored(
+                benchmark,
                 profile="quick",
                 budget="12s",
                 workers=2,
@@ -228,7 +229,8 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
     }
     # The cancel comes with the first epoch (10-20 s into the window even on a loaded machine), the
     # lost worker is recorded and the next trial starts seconds later: 35 s leaves room for all of it.
-    result = benchmark(
+    result = scored(
+        benchmark,
         profile="quick",
         budget="35s",
         workers=2,
@@ -254,10 +256,10 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
             "WHERE trial_key = ?)",
             (cancelled["trial"],),
         ).fetchall()
-        scored = sql.execute(
+        with_score = sql.execute(
             "SELECT COUNT(*) FROM scores WHERE run_id = ?", (result["run_id"],)
         ).fetchone()[0]
-    assert run_status == "completed" and scored == 1
+    assert run_status == "completed" and with_score == 1
     assert status == "failed" and "worker lost" in (message or ""), (status, message)
     assert kept >= cancelled["epochs"] >= 1, "the epochs it finished before the cancel are kept"
     assert later, "the run went on after the lost worker"
@@ -275,7 +277,8 @@ def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
     from aiperf_flows.benchmark import benchmark
 
     db = tmp_path / "aiperf.db"
-    result = benchmark(
+    result = scored(
+        benchmark,
         profile="quick",
         budget="45s",
         workers=2,

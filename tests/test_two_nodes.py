@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, scored
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -695,7 +695,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
         ):
             patch.setattr("aiperf.cluster.start.WORKERS_TIMEOUT_S", float(STEP_TIMEOUT_S))
             try:
-                result = benchmark(config=config)
+                result = scored(benchmark, config=config)
             except BaseException:
                 for name, (_process, log) in processes.started.items():
                     print(f"--- {name}\n{log.read_text()[-2000:]}")

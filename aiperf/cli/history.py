@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from aiperf.cli.common import JSON_OPTION, console, db_option, fail, open_existing
-from aiperf.paths import report_path
 from aiperf.errors import UserError
+from aiperf.paths import report_path
 from aiperf.urls import safe_url
 
 if TYPE_CHECKING:

@@ -223,6 +223,7 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
     from prefect.flows import Flow, load_flow_from_entrypoint
 
     from aiperf.lifecycle import live
+    from aiperf.lifecycle.run import ResultNotValid
 
     benchmark: Flow[..., dict[str, Any]] = load_flow_from_entrypoint(
         BENCHMARK_FLOW, use_placeholder_flow=False
@@ -232,6 +233,8 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
         live.set_display(lambda figures: display.update(render(figures)))
         try:
             result = benchmark(config=config, resume=resume)
+        except ResultNotValid as exc:  # scored; its exit status and reason are printed below
+            result = exc.outcome
         except UserError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the run is recorded interrupted

@@ -45,7 +45,13 @@ from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.mllog import EventLog
 from aiperf.results.remeasure import keep_best_weights
-from aiperf.results.score import ScoreResult, compute_score, known_in_advance, verified_score
+from aiperf.results.score import (
+    ScoreResult,
+    compute_score,
+    is_verification_reason,
+    known_in_advance,
+    verified_score,
+)
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
 from aiperf.store import (
@@ -78,6 +84,39 @@ class RunOutcome:
     run_id: int
     score: ScoreResult  # as stored after its verification: invalid when a check failed
     verified: bool  # every check of the recomputation passed
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the benchmark flow returns: the run id, every stored figure, verified or not."""
+        return {"run_id": self.run_id, **self.score.to_dict(), "verified": self.verified}
+
+    def not_valid(self) -> tuple[str, str] | None:
+        """(state name, one line) for a result that is not valid and verified: Unverified when a
+        check failed (then not even its verdict can be trusted), else Invalid with the rules it
+        breaks; None for a valid, verified result."""
+        if not self.verified:
+            failed = [r for r in self.score.reasons if is_verification_reason(r)]
+            return UNVERIFIED, f"run {self.run_id}: {'; '.join(failed) or 'verification failed'}"
+        if not self.score.valid:
+            return INVALID, f"run {self.run_id}: invalid: {'; '.join(self.score.reasons)}"
+        return None
+
+
+# The names of the failed states a scored run ends in when its result is not valid (the flow's
+# final state: a dashboard never counts such a run a success).
+INVALID, UNVERIFIED = "Invalid", "Unverified"
+
+
+class ResultNotValid(Exception):
+    """A run that ran to its end and was scored, but whose result is not valid and verified. Not a
+    crash: the flow run ends in a failed state named for it (INVALID, UNVERIFIED) with this as
+    its data, and whoever called the flow gets the outcome with it."""
+
+    def __init__(self, message: str, outcome: dict[str, Any]) -> None:
+        super().__init__(message, outcome)  # both in args: it pickles with its outcome
+        self.message, self.outcome = message, outcome
+
+    def __str__(self) -> str:
+        return self.message
 
 
 # --- the steps, as plain functions ---------------------------------------------------------------
