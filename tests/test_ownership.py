@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from aiperf.cli.main import app
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
-from aiperf.status import HEARTBEAT_S, RunStatus, heartbeat_timeout_s
+from aiperf.status import HEARTBEAT_S, RunStatus, TrialStatus, heartbeat_timeout_s
 from aiperf.store import RunTakenOver, Store, WriteBatch
 from aiperf.store.database import clock
 from aiperf.store.models import Run
@@ -136,6 +136,21 @@ def test_the_process_that_lost_its_run_writes_nothing_more(store):
     assert record.stored_status is RunStatus.RUNNING and not record.trials[0].epochs, (
         "nothing of the old process's was written"
     )
+
+
+def test_a_run_this_process_has_ended_holds_back_none_of_its_later_runs(store):
+    earlier, _owner = _owned_run(store)
+    later, _ = _owned_run(store)
+    trial = new_trial(store, later, 0)
+    with store.session() as s:  # the earlier run, ended here, taken over since by another process
+        s.execute(update(Run).where(Run.id == earlier).values(owner=liveness.new_owner()))
+    batch = WriteBatch()
+    batch.finish_trial(trial, status=TrialStatus.COMPLETED, ended_at=time.time())
+    with pytest.raises(RunTakenOver):  # while this process still counts it as its own
+        store.write(batch)
+    store.disown(earlier)  # as the end of its heartbeat (its run) or of its recovery does
+    store.write(batch)
+    assert store.get_run(later).trials[0].status is TrialStatus.COMPLETED
 
 
 def test_the_heartbeat_timeout_is_at_least_three_heartbeats(monkeypatch, tmp_path):

@@ -115,6 +115,7 @@ def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator
         stop.set()
         thread.join(timeout=every_s + 5)
         _taken_over = None  # the run is over here: the next one this process runs starts owning
+        store.disown(run_id)  # and writes this one no more
 
 
 # --- signals ------------------------------------------------------------------------------------

@@ -69,6 +69,16 @@ def recover(db: str, run_id: int) -> RunRecord:
         # Compare-and-set on the token read above, on the database's clock: a run whose process
         # still beats is refused, and of two recoveries at once one writes.
         take_over(store, record, "recovered")
+    try:
+        return _close_and_score(db, record)
+    finally:
+        store.disown(run_id)  # this process wrote the run for its recovery only
+
+
+def _close_and_score(db: str, record: RunRecord) -> RunRecord:
+    """The recovery's writes, by the process that took the run over."""
+    run_id = record.id
+    with Store.open(db) as store:
         store.interrupt_trials(run_id)
         store.close_window_at_last_epoch(run_id)
         message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")

@@ -236,9 +236,15 @@ class Store:
             self._get(s, Run, run_id, "run")
             raise taken_over(run_id)
 
+    def disown(self, run_id: int) -> None:
+        """This process has stopped writing run `run_id` (its run, or its recovery, ended): its
+        writes are no longer checked against the run's token, and a later run of the same
+        process is not held back by one another process took over since."""
+        _OWNED.pop(self._owner_key(run_id), None)
+
     def _as_owner_of_all(self, s: Session) -> None:
-        """_as_owner for every run this process writes in this database (a WriteBatch names trials,
-        not always their run; a process writes one run at a time)."""
+        """_as_owner for every run this process is writing in this database (a WriteBatch names
+        trials, not always their run; a process runs one run at a time, `disown`ing it after)."""
         url = str(self.engine.url)
         for key_url, run_id in list(_OWNED):
             if key_url == url:
