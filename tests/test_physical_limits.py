@@ -159,3 +159,24 @@ def test_the_system_description_names_its_workers_as_their_trials_do():
     described = describe_system({"tcp://a:1": node, "tcp://a:2": {**node, "worker": "1"}})
     assert physical.described_workers(described) == {"0", "1"}
     assert "worker" not in described["nodes"][0], "a node lists its workers, it is not one"
+
+
+def test_a_batch_job_resubmitted_under_its_name_is_the_same_worker():
+    """The keeper resubmits an ended job under the same worker name: its trials (NAME@NEW_JOB) are
+    judged by the peak and description of NAME's first job; a name that is not the run's is not."""
+    later = [_trial(1, "w0@job1", _epoch(0, 10)), _trial(2, "w0@job9", _epoch(10, 20))]
+    peaks = [{"worker": "w0@job1", "flops": 1e4}]
+    described = {"nodes": [{"worker_names": ["w0@job1"]}]}
+    ev = _evidence(later, peaks=peaks, description=described)
+    assert physical.check_worker_mfu_within_peak(ev).passed
+    assert physical.check_workers_in_system(ev).passed
+    stranger = _evidence(
+        [*later, _trial(3, "w7@job9", _epoch(0, 1)), _trial(4, "w0", _epoch(20, 21))],
+        peaks=peaks,
+        description=described,
+    )
+    check = physical.check_workers_in_system(stranger)
+    assert not check.passed and "w7@job9" in check.detail and "trials ran on w0," in check.detail
+    assert "worker w7@job9 trained, and has no measured peak" in (
+        physical.check_worker_mfu_within_peak(stranger).detail
+    )

@@ -22,6 +22,12 @@ agree. These three compare the records with the machine they claim to come from 
   trained without a peak while others have one fails.
 - WORKERS_IN_SYSTEM: every trial's worker is one the system description lists (its nodes'
   `worker_names`, as the workers named themselves when they described their nodes).
+
+A worker is named `NAME@JOB` in a batch job (aiperf.cluster.environment.worker_label). The keeper
+resubmits a job that ended under the same NAME (aiperf.cluster.keeper), so a long run's later
+trials may run on `NAME@ANOTHER_JOB`, which neither measured a peak nor described its node before
+the window: such a worker is the run's worker NAME, judged by NAME's peak and description. A name
+without a job must be there as it is.
 """
 
 from __future__ import annotations
@@ -39,6 +45,21 @@ if TYPE_CHECKING:
 EPOCHS_WITHIN_DEVICES = "epochs_within_devices"
 WORKER_MFU_WITHIN_PEAK = "worker_mfu_within_peak"
 WORKERS_IN_SYSTEM = "workers_in_system"
+
+
+def _slot(worker: str) -> str:
+    """The worker of the run's plan a label names: NAME of NAME@JOB (its job may be resubmitted)."""
+    return worker.split("@", 1)[0]
+
+
+def _find(worker: str, known: dict[str, float]) -> float | None:
+    """A value recorded for `worker`: its own, else (a batch worker) its NAME's, the highest."""
+    if worker in known:
+        return known[worker]
+    if "@" not in worker:
+        return None
+    same = [value for label, value in known.items() if _slot(label) == _slot(worker)]
+    return max(same) if same else None
 
 
 def _result(name: str, problems: list[str], passed_detail: str) -> CheckRecord:
@@ -116,7 +137,7 @@ def check_worker_mfu_within_peak(ev: Evidence) -> CheckRecord:
     problems = []
     highest: tuple[float, str] | None = None
     for worker, done in sorted(working.items()):
-        peak = peaks.get(worker, 0.0)
+        peak = _find(worker, peaks) or 0.0
         if not peak > 0:
             problems.append(f"worker {worker} trained, and has no measured peak")
             continue
@@ -160,9 +181,11 @@ def check_workers_in_system(ev: Evidence) -> CheckRecord:
             "the run's system description names no workers, so its trials' workers "
             f"({len(workers)}) cannot be found in it",
         )
+    listed = {name: 1.0 for name in named}
     problems = [
         f"trials ran on {worker}, which the system description does not list"
-        for worker in sorted(workers - named)
+        for worker in sorted(workers)
+        if _find(worker, listed) is None
     ]
     return _result(
         WORKERS_IN_SYSTEM,
