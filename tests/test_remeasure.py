@@ -45,11 +45,16 @@ def _epoch(number: int, accuracy: float | None, complete: bool = True) -> EpochR
     )
 
 
-def test_a_trial_writes_the_weights_of_its_first_best_complete_epoch(tmp_path: Path) -> None:
-    """Weights set to the epoch's number before each offer: the file holds epoch 1's, the first of
-    the best accuracy (epoch 2 ties it, epoch 3 is incomplete, epoch 4 is worse)."""
+def test_a_trial_writes_the_weights_of_each_new_best_complete_epoch_at_once(
+    tmp_path: Path,
+) -> None:
+    """Weights set to the epoch's number before each offer: the file is written at each new best,
+    and holds epoch 1's in the end, the first of the best accuracy (epoch 2 ties it, epoch 3 is
+    incomplete, epoch 4 is worse)."""
     model = _model()
     kept = BestWeights(str(tmp_path / paths.weights_file(7)))
+    path = tmp_path / "weights" / "trial-7.weights.h5"
+    written = []
     for number, accuracy, complete in [
         (0, 0.5, True),
         (1, 0.75, True),
@@ -58,24 +63,23 @@ def test_a_trial_writes_the_weights_of_its_first_best_complete_epoch(tmp_path: P
         (4, 0.6, True),
     ]:
         model.set_weights([np.full_like(w, number) for w in model.get_weights()])
-        kept.offer(model, _epoch(number, accuracy, complete))
-    written = kept.write(model)
-    assert written == tmp_path / "weights" / "trial-7.weights.h5" and written.is_file()
-    assert [p.name for p in written.parent.iterdir()] == [written.name], "no partial file left"
+        if kept.offer(model, _epoch(number, accuracy, complete)):
+            written.append(number)
+            assert path.is_file(), "written before the epoch is reported"
+    assert written == [0, 1]
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "no partial file left"
     again = _model()
-    again.load_weights(str(written))
+    again.load_weights(str(path))
     assert all(np.all(w == 1) for w in again.get_weights())
     assert (kept.epoch, kept.accuracy) == (1, 0.75)
 
 
 def test_a_trial_without_a_path_or_a_complete_epoch_writes_nothing(tmp_path: Path) -> None:
     model = _model()
-    nowhere = BestWeights(None)
-    nowhere.offer(model, _epoch(0, 0.9))
-    assert nowhere.write(model) is None
+    assert not BestWeights(None).offer(model, _epoch(0, 0.9))
     unfinished = BestWeights(str(tmp_path / "w.weights.h5"))
-    unfinished.offer(model, _epoch(0, None, complete=False))
-    assert unfinished.write(model) is None and not any(tmp_path.iterdir())
+    assert not unfinished.offer(model, _epoch(0, None, complete=False))
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(

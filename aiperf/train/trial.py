@@ -160,34 +160,29 @@ class BestWeights:
     may use, kept so that `aiperf verify` can evaluate them again (aiperf.results.remeasure).
 
     At each new best (a complete epoch whose validation accuracy beats every earlier one) they are
-    copied in memory with `get_weights()`, between epochs, outside the timed steps; the file is
-    written once, when the trial ends. The first epoch of equal accuracy wins, as the first
-    occurrence of the trial's best does in the records."""
+    written at once, between epochs and outside the timed steps, before the epoch is reported: a
+    recorded best epoch always has its weights on disk, even when the run then crashes and is
+    resumed (its interrupted trials never reach their end). The first epoch of equal accuracy
+    wins, as the first occurrence of the trial's best does in the records. The file is written
+    under a temporary name, then renamed: a file at `path` is always whole."""
 
     def __init__(self, path: str | None) -> None:
         self.path = None if path is None else Path(path)
         self.accuracy: float | None = None
         self.epoch: int | None = None
-        self.weights: list[Any] | None = None
 
-    def offer(self, model: Any, report: EpochReport) -> None:
+    def offer(self, model: Any, report: EpochReport) -> bool:
+        """Write `model`'s weights if `report` is a new best complete epoch; whether it was."""
         if self.path is None or not report.complete or report.val_accuracy is None:
-            return
-        if self.accuracy is None or report.val_accuracy > self.accuracy:
-            self.accuracy, self.epoch = report.val_accuracy, report.epoch
-            self.weights = model.get_weights()
-
-    def write(self, model: Any) -> Path | None:
-        """Load the kept weights into `model` and save them (Keras' .weights.h5 format) under a
-        temporary name, then rename: a file at `path` is always whole. None when nothing is kept."""
-        if self.path is None or self.weights is None:
-            return None
-        model.set_weights(self.weights)
+            return False
+        if self.accuracy is not None and report.val_accuracy <= self.accuracy:
+            return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
         model.save_weights(str(partial))
         os.replace(partial, self.path)
-        return self.path
+        self.accuracy, self.epoch = report.val_accuracy, report.epoch
+        return True
 
 
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
@@ -199,7 +194,6 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
     report = clock.timed(report)
     scope = ExitStack()
     best = BestWeights(request.weights_path)
-    model: Any = None
     try:
         configure_threads(worker_cores())
         import keras
@@ -294,10 +288,9 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 complete=complete,
             )
             epochs.append(epoch_report)
+            best.offer(model, epoch_report)  # before it is reported: a recorded best has its file
             report(epoch_report)
-            best.offer(model, epoch_report)
             if diverged:
-                best.write(model)
                 return TrialResult(
                     request.trial_key,
                     TrialStatus.DIVERGED,
@@ -316,7 +309,6 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience)
             )
         )
-        best.write(model)
         return TrialResult(
             request.trial_key,
             TrialStatus.COMPLETED if done else TrialStatus.STOPPED,
@@ -326,11 +318,6 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         )
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        if model is not None:  # its complete epochs still count: so do the weights that made them
-            try:
-                best.write(model)
-            except Exception:  # noqa: BLE001 - the trial's own failure is the one to report
-                pass
         return TrialResult(
             request.trial_key,
             TrialStatus.FAILED,
