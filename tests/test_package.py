@@ -199,6 +199,7 @@ def test_package_holds_what_a_reviewer_needs(packaged, quick_run):
     )
     readme = (packaged / "README.md").read_text()
     assert "aiperf verify --package" in readme and "events.log" in readme
+    assert f"`{kept['file']}`: the weights of the best trial's best epoch" in readme
     assert json.loads((packaged / "package.json").read_text())["run_id"] == run_id
 
 

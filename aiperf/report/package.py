@@ -333,6 +333,12 @@ def _readme(
         described[ruleset] = (
             "the ruleset the run is judged by (aiperf/rules/), as this aiperf ships it."
         )
+    for name in files:
+        if name.startswith(paths.WEIGHTS_FOLDER + "/"):
+            described[name] = (
+                "the weights of the best trial's best epoch (Keras' .weights.h5); their sha256 is in "
+                "`events.log`, and `aiperf verify --package` evaluates them again."
+            )
     lines = [
         f"# aiperf result package: run {record.id}",
         "",
@@ -360,8 +366,9 @@ def _readme(
         "rebuilds the run's records from `events.log` alone and runs the same checks as `aiperf verify RUN_ID`: "
         "each trial's operations per sample recounted from its architecture, every epoch's samples within the "
         "dataset and inside the timed window, no two epochs at once on a worker, the elapsed time, total "
-        "operations, OPS, best accuracy, regulated score, division and validity recomputed. It exits 0 when "
-        "every check passes, 1 naming each check that fails.",
+        "operations, OPS, best accuracy, regulated score, division and validity recomputed, and the best "
+        "trial's weights evaluated again on the run's data (generated data is generated again from the "
+        "seed). It exits 0 when every check passes, 1 naming each check that fails.",
         "",
     ]
     return "\n".join(lines)
