@@ -421,3 +421,38 @@ def test_kept_weights_that_cannot_be_trusted_fail_the_check(real_run, tmp_path, 
         checks = {c.check: c for c in verify.verify_run(store, 1)}
     check = checks[verify.ACCURACY_REMEASURED]
     assert not check.passed and fragment in check.detail, check.detail
+
+
+def test_verify_finds_the_weights_under_the_out_folder_it_is_given(real_run, tmp_path):
+    """`aiperf verify --out DIR`: the run's folder moved (or the run was started elsewhere with a
+    relative --out) is found under DIR; the data is staged again there."""
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        record = store.get_run(1)
+    folder = paths.run_folder(record.config["out"], record.config["db"], 1)
+    moved = tmp_path / "moved"
+    shutil.copytree(folder / paths.WEIGHTS_FOLDER, moved / folder.name / paths.WEIGHTS_FOLDER)
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        there = {c.check: c for c in verify.verify_run(store, 1, out=str(moved))}
+        empty = {c.check: c for c in verify.verify_run(store, 1, out=str(tmp_path / "empty"))}
+    assert there[verify.ACCURACY_REMEASURED].passed, there[verify.ACCURACY_REMEASURED].detail
+    assert not empty[verify.ACCURACY_REMEASURED].passed
+    assert "is missing" in empty[verify.ACCURACY_REMEASURED].detail
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiperf.cli.main",
+            "verify",
+            "1",
+            "--db",
+            f"sqlite:///{real_run}",
+            "--out",
+            str(tmp_path / "empty"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured"), done.stdout

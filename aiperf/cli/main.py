@@ -532,6 +532,12 @@ def verify(
         help="Verify a result package (`aiperf package`) from its event log alone, "
         "without a database, instead of a run.",
     ),
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        help="Where the run's --out folder is now, for its kept weights (default: as the run "
+        "was given it, relative to where it was started).",
+    ),
 ) -> None:
     """Recompute a run's score from its records and check every figure; exit 0 only if all pass.
 
@@ -560,7 +566,7 @@ def verify(
     assert run_id is not None  # one of the two was given, and it was not --package
     with open_existing(db) as store:
         try:
-            checks = verify_run(store, run_id)
+            checks = verify_run(store, run_id, out=out)
         except RecordNotFound:
             raise fail(
                 f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"

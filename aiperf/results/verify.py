@@ -93,10 +93,11 @@ class Evidence:
 
 
 def verify_run(
-    store: Store, run_id: int, counter: Counter = count_architecture
+    store: Store, run_id: int, counter: Counter = count_architecture, out: str | None = None
 ) -> list[CheckRecord]:
-    """Every check of one run, in order; the run passes when every one passes."""
-    evidence = gather(store, run_id, counter)
+    """Every check of one run, in order; the run passes when every one passes. `out`: where the
+    run's --out folder is now (default: as its config says, relative to where it was started)."""
+    evidence = gather(store, run_id, counter, out)
     return [check(evidence) for check in CHECKS.values()]
 
 
@@ -114,10 +115,13 @@ def verify_records(
     return [check(evidence) for check in CHECKS.values()]
 
 
-def gather(store: Store, run_id: int, counter: Counter = count_architecture) -> Evidence:
-    """A run of the database, its files where its stored config says (its folder under --out)."""
+def gather(
+    store: Store, run_id: int, counter: Counter = count_architecture, out: str | None = None
+) -> Evidence:
+    """A run of the database, its files where its stored config says (its folder under --out),
+    or under `out` when given."""
     run = store.get_run(run_id)
-    out, db = run.config.get("out"), run.config.get("db")
+    out, db = out or run.config.get("out"), run.config.get("db")
     folder = paths.run_folder(out, db, run.id) if out and db else None
     data = Path(out) / "data" if out else None
     return gather_records(run, store.run_dataset(run_id), counter, folder, data)
