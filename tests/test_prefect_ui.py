@@ -1,8 +1,9 @@
 """The Prefect UI in a real browser: infra/prefect/serve.sh (as `make serve` runs it) and Debian's
 headless Chromium over the DevTools protocol. Through the UI's own pages, as a user would: the
 `benchmark` and `nightly-regression` deployments and the nightly schedule; a `benchmark` run started
-from Run -> Custom run with its own budget and profile; its flow run page until Completed; its task
-runs and artifacts; and the HTML report it links, which shows the run completed. Every page is
+from Run -> Custom run with its own budget and profile; its flow run page until it ends Invalid (a
+run of seconds is too short to be valid, and the UI must not show it as a success); its task runs
+and artifacts; and the HTML report it links, which shows the run completed. Every page is
 saved as a screenshot under the test's temporary folder, and a page that shows an error fails it.
 The served Prefect is the one tests/test_deployments.py uses too (conftest.py's `served_prefect`):
 its server may already hold that test's flow runs, as a user's server holds earlier runs.
@@ -413,20 +414,21 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     ui.wait(f"location.pathname === {js(flow_run)} && {STATE_BADGE}", "the flow run's page")
     assert RUN_NAME in ui.text("document.querySelector('main nav')")
     final = ui.wait(
-        f"(s => ['Completed', 'Failed', 'Crashed', 'Cancelled'].includes(s) && s)({STATE_BADGE})",
+        f"(s => ['Completed', 'Failed', 'Crashed', 'Cancelled', 'Invalid', 'Unverified']"
+        f".includes(s) && s)({STATE_BADGE})",
         "the flow run to end",
         timeout=420,
         interval=1,
     )
     ui.shot(f"flow-run-{final.lower()}")
-    assert final == "Completed", (
+    assert final == "Invalid", (  # scored, but too short: a failed state named for why
         f"the flow run ended {final}:\n{ui.text()[-3000:]}\n{server.log.read_text()[-3000:]}"
     )
 
     # Opened afresh, the page draws the run's graph of task runs (what it loaded while the run went
     # on is not all redrawn).
     browser.navigate(server.ui + flow_run)
-    ui.page("flow-run", f"{STATE_BADGE} === 'Completed'", "the completed flow run's page")
+    ui.page("flow-run", f"{STATE_BADGE} === 'Invalid'", "the ended flow run's page")
 
     # Its parameters are the form's.
     ui.click(by_text("[role=tab]", "Parameters"), "the Parameters tab")
