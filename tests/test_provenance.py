@@ -41,13 +41,13 @@ def test_the_environment_kept_is_aiperfs_and_the_frameworks_with_secrets_withhel
             "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
             "LD_PRELOAD": "/lib/fast.so",
             "PREFECT_API_AUTH_STRING": "admin:pass",
-            "AIPERF_PG_PASSWORD_HINT": "s3cret",
+            "TF_PASSWORD_HINT": "s3cret",
             "HOME": "/root",
             "PGPASSWORD": "s3cret",
         }
     )
     assert kept == {
-        "AIPERF_PG_PASSWORD_HINT": WITHHELD,
+        "TF_PASSWORD_HINT": WITHHELD,
         "KERAS_BACKEND": "jax",
         "LD_PRELOAD": "/lib/fast.so",
         "PREFECT_API_AUTH_STRING": WITHHELD,

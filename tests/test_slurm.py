@@ -117,7 +117,7 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
     return result, folder / "aiperf.db", seen
 
 
-SITE_LINE = "export AIPERF_SITE_MARK=from-the-prologue"
+SITE_LINE = "export KERAS_SITE_MARK=from-the-prologue"
 
 
 def test_what_ran_on_the_jobs_is_recorded(slurm_run):
@@ -137,7 +137,7 @@ def test_what_ran_on_the_jobs_is_recorded(slurm_run):
     assert len(workers) == 2 and all(JOB.search(w) for w in workers), workers
     for part in workers.values():
         assert part["files"] == provenance["submit_files"], "the jobs imported this checkout"
-        assert part["env"]["AIPERF_SITE_MARK"] == "from-the-prologue"
+        assert part["env"]["KERAS_SITE_MARK"] == "from-the-prologue"
         assert "AIPERF_DB_URL" not in part["env"]
     assert review_reasons(provenance) == [f"job prologue ran before the workers: {SITE_LINE}"]
 
