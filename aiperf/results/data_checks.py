@@ -24,7 +24,7 @@ from aiperf.rules import DataPin, load_ruleset
 from aiperf.store import CheckRecord, DatasetRecord
 
 if TYPE_CHECKING:
-    from aiperf.results.verify import Evidence
+    from aiperf.results.evidence import Evidence
 
 DATASET_PINNED = "dataset_pinned"
 

@@ -40,7 +40,7 @@ from aiperf.results.division import classify
 from aiperf.store import CheckRecord
 
 if TYPE_CHECKING:
-    from aiperf.results.verify import Evidence
+    from aiperf.results.evidence import Evidence
 
 EPOCHS_WITHIN_DEVICES = "epochs_within_devices"
 WORKER_MFU_WITHIN_PEAK = "worker_mfu_within_peak"

@@ -28,7 +28,7 @@ from aiperf import paths
 from aiperf.store import CheckRecord, EpochRecord, RunRecord, TrialRecord
 
 if TYPE_CHECKING:
-    from aiperf.results.verify import Evidence
+    from aiperf.results.evidence import Evidence
     from aiperf.rules import Ruleset
 
 ACCURACY_REMEASURED = "accuracy_remeasured"

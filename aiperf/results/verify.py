@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,9 +25,10 @@ from aiperf import paths
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import CLOSED, batch_problem, classify
+from aiperf.results.evidence import Counter, Counts, Evidence
 from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
 from aiperf.results.remeasure import ACCURACY_REMEASURED, check_accuracy_remeasured
-from aiperf.results.score import EpochWork, ScoreResult, compute_score, rules_reasons
+from aiperf.results.score import EpochWork, compute_score, rules_reasons
 from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
@@ -49,9 +49,6 @@ WINDOW_UTILISATION = "window_utilisation"
 
 RELATIVE = 1e-9  # rates must agree to this
 CLOCK_SKEW_S = 1.0  # workers on other nodes stamp epochs with their own clocks
-# (train, eval, tensor train, tensor eval) operations per sample of an architecture
-Counts = tuple[int, int, int, int]
-Counter = Callable[[dict], Counts]
 
 
 def count_architecture(architecture: dict) -> Counts:
@@ -68,28 +65,6 @@ def count_architecture(architecture: dict) -> Counts:
         tensor.train_per_sample,
         tensor.eval_per_sample,
     )
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the checkers read: the records, and the figures recomputed from them."""
-
-    run: RunRecord
-    config: BenchmarkConfig
-    dataset: DatasetRecord | None
-    counts: dict[int, Counts]  # trial id -> recounted operations per sample, for every built trial
-    elapsed_s: float
-    recomputed: ScoreResult
-    # Where the run's files are (its kept weights: aiperf.results.remeasure), and where its data
-    # is staged, or staged again; None: not known, so the weights cannot be evaluated.
-    folder: Path | None = None
-    data_folder: Path | None = None
-
-    @property
-    def stored(self) -> ScoreResult:
-        """The run's stored score: there is one, as gather_records refuses a run without."""
-        assert self.run.score is not None
-        return self.run.score
 
 
 def verify_run(
