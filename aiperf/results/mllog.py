@@ -68,7 +68,7 @@ SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostnam
 SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
 PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' env (aiperf.system.provenance)
 RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks
-DATASET = "dataset"  # value: name, kind, sha256, train_samples, val_samples, classes
+DATASET = "dataset"  # value: the manifest (name, kind, sha256, sizes, classes, ...)
 # the data's staging, before the window and not in it (MLPerf HPC's keys)
 STAGING_START = "staging_start"  # INTERVAL_START; metadata: time_s
 STAGING_STOP = "staging_stop"  # INTERVAL_END; metadata: time_s, staging_s (wall seconds)
@@ -316,13 +316,10 @@ class EventLog:
         self.emit(RUN_STOP, str(status), event_type=INTERVAL_END, message=message)
 
     def dataset(self, manifest: Mapping[str, Any]) -> None:
-        self.emit(
-            DATASET,
-            {
-                k: manifest[k]
-                for k in ("name", "kind", "sha256", "train_samples", "val_samples", "classes")
-            },
-        )
+        """The staged dataset's whole manifest, as the run records it (datasets.manifest): a package
+        checks the data from the log as `aiperf verify` does from the database (its classes per
+        split, its overlap check, where it was staged)."""
+        self.emit(DATASET, dict(manifest))
 
     def staging_started(self, started: float) -> None:
         self.emit(STAGING_START, event_type=INTERVAL_START, at=started, time_s=started)
