@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dask
 from prefect import flow, get_run_logger, task
@@ -196,6 +196,10 @@ class PrefectStages(run.Stages):
         report(config, run_id, result)
 
 
+# Where a deployment's run may put its workers (a running scheduler needs TLS files: `aiperf run`).
+FlowCluster = Literal["local", "slurm", "pbs", "lsf", "sge"]
+
+
 @flow(name="aiperf-benchmark", log_prints=True)
 def benchmark(
     profile: str = "quick",
@@ -204,31 +208,37 @@ def benchmark(
     db: str | None = None,
     seed: int | None = None,
     out: str | None = None,
-    cluster: str | None = None,
+    cluster: FlowCluster | None = None,
     overrides: dict[str, Any] | None = None,
-    config: BenchmarkConfig | None = None,
     resume: int | None = None,
 ) -> dict[str, Any] | State:
-    """Run the benchmark for a fixed wall-clock budget and return its score.
+    """Run the aiperf benchmark for a fixed wall-clock budget on every worker and score it.
+
     A scored result that is not valid and verified ends the flow run in a failed state named
-    Invalid or Unverified (its message says why), whose exception carries the score.
-    `resume` continues a lost or interrupted run instead, with its own stored config, seed and
-    remaining budget (only `db` is read with it; aiperf.lifecycle.recovery).
-    `cluster` is where the workers run (local, slurm, pbs, lsf, sge); `overrides` are dotted
-    profile settings, as `aiperf run --set` takes them. `config` is a config already validated
-    (what `aiperf run` passes); when it is given, the other parameters are not read. Parameters
-    never carry a database password or a job setting, and `profile` is a packaged profile's name
-    or one of AIPERF_PROFILE_DIR's, never a path (aiperf.lifecycle.parameters)."""
-    context = get_run_context()
-    assert isinstance(context, EngineContext) and context.flow_run is not None  # a flow's own body
-    flow_run = context.flow_run
-    check_parameters(
-        db, overrides, config=config, from_deployment=flow_run.deployment_id is not None
-    )
-    if config is None and resume is not None:
+    Invalid or Unverified, its message saying why. Parameters never carry a database password or
+    a job setting (aiperf.lifecycle.parameters).
+
+    Args:
+        profile: A packaged profile (quick, nightly, digits, imagenet, imagenet-shaped) or NAME
+            for NAME.yaml in the worker's AIPERF_PROFILE_DIR; never a path.
+        budget: Wall-clock budget of the timed search, e.g. 90s, 3m, 1h (empty: the profile's).
+        workers: Dask workers, one trial each at a time (empty: one per core, or per GPU).
+        db: Database URL without a password (empty: the worker's AIPERF_DB_URL, else the
+            profile's, else sqlite:///aiperf.db).
+        seed: Seed of the data, the search and the weights (empty: the profile's).
+        out: Folder for staged data, the run's files and its report (empty: the profile's).
+        cluster: Where the workers run: this machine (local) or jobs on a batch queue.
+        overrides: Profile settings by dotted name, as `aiperf run --set` takes them, e.g.
+            {"train.epochs": [2, 4]} (job settings come from the profile only).
+        resume: A lost or interrupted run's id: continue it with its own config and remaining
+            budget (only db is read with it).
+    """
+    flow_run = _this_flow_run()
+    check_parameters(db, overrides, from_deployment=flow_run.deployment_id is not None)
+    if resume is not None:
         config = resume_config(database_url(db), resume)
         check_resumed_config(config, resume)  # the database `db` names may be anyone's
-    if config is None:
+    else:
         config = load_config(
             flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
             budget=budget,
@@ -239,12 +249,35 @@ def benchmark(
             cluster=cluster,
             overrides=overrides,
         )
+    return _run(config, resume, str(flow_run.id))
+
+
+@flow(name="aiperf-benchmark", log_prints=True)
+def benchmark_config(config: BenchmarkConfig, resume: int | None = None) -> dict[str, Any] | State:
+    """The benchmark of a config already validated, for `aiperf run` and the nightly flow (its
+    subflow), which check it where it is made. No deployment's entrypoint: a whole config is not
+    a parameter a form should offer, and a deployment's run of it is refused.
+
+    Args:
+        config: The run's whole, validated config.
+        resume: The run to continue with it (aiperf.lifecycle.recovery.resume_config).
+    """
+    flow_run = _this_flow_run()
+    check_parameters(config=config, from_deployment=flow_run.deployment_id is not None)
+    return _run(config, resume, str(flow_run.id))
+
+
+def _this_flow_run() -> Any:
+    context = get_run_context()
+    assert isinstance(context, EngineContext) and context.flow_run is not None  # a flow's own body
+    return context.flow_run
+
+
+def _run(config: BenchmarkConfig, resume: int | None, flow_run_id: str) -> dict[str, Any] | State:
+    """The story of one run (aiperf.lifecycle.run), its stages as Prefect tasks; the score, or a
+    failed state named for why the result is not valid, carrying it."""
     outcome = run.run_benchmark(
-        config,
-        PrefectStages(),
-        flow_run_id=str(flow_run.id),
-        logger=get_run_logger(),
-        resume=resume,
+        config, PrefectStages(), flow_run_id=flow_run_id, logger=get_run_logger(), resume=resume
     )
     not_valid = outcome.not_valid()
     if not_valid is None:

@@ -33,7 +33,7 @@ from aiperf.history.regression import (
 from aiperf.lifecycle.parameters import check_parameters, flow_profile
 from aiperf.lifecycle.run import ResultNotValid
 from aiperf.store import Store
-from aiperf_flows.benchmark import benchmark
+from aiperf_flows.benchmark import benchmark_config
 
 
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)
@@ -65,9 +65,24 @@ def nightly(
     regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score,
     baseline_runs: int = DEFAULT_WINDOW,
 ):
-    """Run the nightly profile and fail when its OPS fell more than `ops_threshold` below the baseline,
-    or its regulated score more than `regulated_threshold`.
-    Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters)."""
+    """Run the nightly profile and fail when its score fell below this system's baseline.
+
+    The baseline is the median of the last `baseline_runs` valid runs of this system and profile.
+    Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters).
+
+    Args:
+        profile: A packaged profile or NAME for NAME.yaml in the worker's AIPERF_PROFILE_DIR.
+        budget: Wall-clock budget of the timed search, e.g. 90s, 3m (empty: the profile's).
+        workers: Dask workers, one trial each at a time (empty: one per core, or per GPU).
+        db: Database URL without a password (empty: the worker's AIPERF_DB_URL, else the
+            profile's, else sqlite:///aiperf.db).
+        seed: Seed of the data, the search and the weights (empty: the profile's).
+        out: Folder for staged data, the run's files and its report (empty: the profile's).
+        overrides: Profile settings by dotted name, as `aiperf run --set` takes them.
+        ops_threshold: The share OPS may fall below the baseline before the night fails.
+        regulated_threshold: The share the regulated score may fall before the night fails.
+        baseline_runs: How many of the last valid runs make the baseline (their median).
+    """
     check_parameters(db, overrides)
     try:
         thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
@@ -86,7 +101,7 @@ def nightly(
     )
     night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
     try:
-        result = benchmark.with_options(flow_run_name=night)(config=config)
+        result = benchmark_config.with_options(flow_run_name=night)(config=config)
     except ResultNotValid as not_valid:  # its regression check says so, as for any invalid run
         result = not_valid.outcome
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)

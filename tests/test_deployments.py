@@ -7,6 +7,7 @@ PREFECT_HOME and a free port)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -74,6 +75,16 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
             "both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240, process, log
         )
         nightly = deployments["nightly-regression"]
+        # Issue 26 item 1: the run form says what to type: a description for every parameter, and
+        # no whole `config` (that is `aiperf run`'s own flow, aiperf_flows.benchmark:benchmark_config).
+        for name, deployment in deployments.items():
+            schema = deployment.parameter_openapi_schema["properties"]
+            assert "config" not in schema, name
+            assert all(p.get("description") for p in schema.values()), {
+                k: p for k, p in schema.items() if not p.get("description")
+            }
+        cluster = deployments["benchmark"].parameter_openapi_schema["properties"]["cluster"]
+        assert "slurm" in json.dumps(cluster), cluster
         assert (
             nightly.global_concurrency_limit is not None
             and nightly.global_concurrency_limit.limit == 1

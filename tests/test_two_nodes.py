@@ -547,7 +547,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from aiperf.config import load_config
-    from aiperf_flows.benchmark import benchmark
+    from aiperf_flows.benchmark import benchmark_config
 
     began = time.monotonic()
     tmp = tmp_path_factory.mktemp("two-nodes")
@@ -695,7 +695,7 @@ def two_node_run(prefect_api, tmp_path_factory) -> Iterator[TwoNodeRun]:
         ):
             patch.setattr("aiperf.cluster.start.WORKERS_TIMEOUT_S", float(STEP_TIMEOUT_S))
             try:
-                result = scored(benchmark, config=config)
+                result = scored(benchmark_config, config=config)
             except BaseException:
                 for name, (_process, log) in processes.started.items():
                     print(f"--- {name}\n{log.read_text()[-2000:]}")

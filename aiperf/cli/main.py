@@ -83,7 +83,7 @@ EXIT_VERIFICATION_FAILED = 4  # a check of its verification failed (or it was ne
 
 # The benchmark flow by module path: flows/benchmark.py of the checkout, installed as aiperf_flows (see
 # pyproject.toml), so it loads from an editable install or a wheel in any folder.
-BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark"
+BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark_config"
 
 
 def _live_view():
