@@ -40,16 +40,20 @@ def test_bad_input_is_one_line_and_records_nothing(tmp_path, recorded_db, case):
     (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
     if case == "newer database":
         _newer_database(recorded_db)
-    before = sqlite3.connect(recorded_db.removeprefix("sqlite:///")).execute(
-        "SELECT id, status FROM runs"
-    ).fetchall()
+    before = (
+        sqlite3.connect(recorded_db.removeprefix("sqlite:///"))
+        .execute("SELECT id, status FROM runs")
+        .fetchall()
+    )
     result = aiperf(
         "run", "--budget", "5s", "--db", recorded_db, *[a.format(tmp=tmp_path) for a in args]
     )
     one_line_error(result, fragment)
-    after = sqlite3.connect(recorded_db.removeprefix("sqlite:///")).execute(
-        "SELECT id, status FROM runs"
-    ).fetchall()
+    after = (
+        sqlite3.connect(recorded_db.removeprefix("sqlite:///"))
+        .execute("SELECT id, status FROM runs")
+        .fetchall()
+    )
     assert after == before, "nothing was recorded"
 
 

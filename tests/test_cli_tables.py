@@ -222,7 +222,6 @@ def test_columns_go_by_rank_and_a_too_narrow_table_folds_rather_than_crops():
     assert "".join(tight.split()).endswith("anoteofsomelength"), tight
 
 
-
 FRAMEWORKS = ("tensorflow", "jax", "torch", "keras")
 
 

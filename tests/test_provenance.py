@@ -77,7 +77,11 @@ def test_a_prologue_a_foreign_scheduler_and_different_code_are_each_flagged():
 def _code_digest_under(pythonpath: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     return subprocess.run(
-        [sys.executable, "-c", "from aiperf.system.provenance import code_digest as d; print(d())"],
+        [
+            sys.executable,
+            "-c",
+            "from aiperf.system.provenance import code_digest as d; print(d())",
+        ],
         capture_output=True,
         text=True,
         env=env,

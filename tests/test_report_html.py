@@ -98,9 +98,7 @@ def test_cli_writes_the_report(tmp_path, sqlite_url):
     )
     assert result.exit_code == 0, result.output
     assert target.read_text().startswith("<!DOCTYPE html>")
-    missing = CliRunner().invoke(
-        app, ["report", "999", "--db", sqlite_url, "--to", str(target)]
-    )
+    missing = CliRunner().invoke(app, ["report", "999", "--db", sqlite_url, "--to", str(target)])
     assert missing.exit_code == 2 and "run 999 is not in the database" in missing.output
     nowhere = CliRunner().invoke(
         app, ["report", str(run_id), "--db", sqlite_url, "--to", "/no/such/dir/r.html"]

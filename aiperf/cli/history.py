@@ -181,9 +181,7 @@ def report(
 
     with open_existing(db) as store:
         try:
-            path = write_report(
-                store, run_id, output or Path(report_path(".", db, run_id).name)
-            )
+            path = write_report(store, run_id, output or Path(report_path(".", db, run_id).name))
         except RecordNotFound as exc:
             raise fail(f"{exc}; list runs with `aiperf runs --db {safe_url(db)}`") from None
         except UserError as exc:

@@ -73,6 +73,7 @@ def _options(
 ) -> None:
     """aiperf: an AutoML benchmark for AI machines, scored in operations per second."""
 
+
 # `aiperf run`'s exit status, so a script or a scheduler can tell a result it may publish from one
 # it may not without reading the output (README "Command line", docs/rules.md "Validity"). Besides
 # these: 1 is a crash (a traceback), 2 a user's mistake (one line, nothing recorded), 130 a run

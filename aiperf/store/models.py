@@ -133,7 +133,8 @@ class Run(Base):
         doc="what ran: {'prologue', 'scheduler', 'submit_files', 'workers': {worker: {'env', 'files'}}}",
     )
     owner: Mapped[str | None] = mapped_column(
-        String(36), doc="token of the process that owns the running run (recover takes it by compare-and-set)"
+        String(36),
+        doc="token of the process that owns the running run (recover takes it by compare-and-set)",
     )
 
     system: Mapped[System] = relationship()
