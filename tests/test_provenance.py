@@ -44,6 +44,7 @@ def test_the_environment_kept_is_aiperfs_and_the_frameworks_with_secrets_withhel
             "TF_PASSWORD_HINT": "s3cret",
             "HOME": "/root",
             "PGPASSWORD": "s3cret",
+            "PYTHON_TEST_DB": "postgresql+psycopg://aiperf:s3cret@127.0.0.1:5432/aiperf",
         }
     )
     assert kept == {
@@ -52,6 +53,7 @@ def test_the_environment_kept_is_aiperfs_and_the_frameworks_with_secrets_withhel
         "LD_PRELOAD": "/lib/fast.so",
         "PREFECT_API_AUTH_STRING": WITHHELD,
         "PYTHONPATH": "/patched",
+        "PYTHON_TEST_DB": "postgresql+psycopg://aiperf:***@127.0.0.1:5432/aiperf",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
     }
 

@@ -27,13 +27,18 @@ def check_before_recording(config: BenchmarkConfig) -> None:
 
 
 def check_writable_folder(folder: str, what: str) -> None:
-    """`folder` exists or can be made, is a folder, and this user can create a file in it (the
-    run's event log, its staged data and its weights go there). os.access is not enough: root
-    passes it on a read-only mount, so a file is really created, then removed."""
-    path = Path(folder).expanduser()
+    """`folder` is a folder this user can create files in, or can be made (the run's event log,
+    its staged data and its weights go there), and nothing is left behind: a file is created and
+    removed in it, or in the nearest folder above it that exists, which must then be a folder
+    (os.access is not enough: root passes it on a read-only mount)."""
+    path = Path(folder).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".aiperf-write-check-", dir=path)
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(existing))
+        fd, probe = tempfile.mkstemp(prefix=".aiperf-write-check-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

@@ -217,7 +217,10 @@ def _staged_data(ev: Evidence) -> str:
             pass  # not (or no longer) a staged folder: staged again below
     if ev.data_folder is None:
         raise ValueError("no folder to stage the run's data into")
-    manifest = stage(ev.config.data, ev.config.seed, ev.data_folder)
+    # Into the data folder only: verification runs where the flow runs (the head node), which is
+    # no compute node, so it makes no node-local copy (data.stage_to), there or anywhere.
+    here = ev.config.data.model_copy(update={"stage_to": None})
+    manifest = stage(here, ev.config.seed, ev.data_folder)
     if recorded is not None and manifest.sha256 != recorded:
         raise ValueError(
             f"the data staged now (sha256 {manifest.sha256[:12]}) is not the run's "

@@ -21,6 +21,8 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from aiperf.urls import safe_url
+
 # The code whose digest is taken: the benchmark itself and its Prefect flows.
 PACKAGES = ("aiperf", "aiperf_flows")
 SUFFIXES = (".py", ".yaml", ".mako")
@@ -49,13 +51,18 @@ WITHHELD = "***"
 
 
 def relevant_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ENV_PREFIXES, secrets withheld, in name order."""
+    """The variables of ENV_PREFIXES, in name order, secrets withheld: the whole value of a name
+    that says it holds one, and the password of any URL (aiperf.urls.safe_url)."""
     environ = os.environ if environ is None else environ
     return {
-        name: WITHHELD if any(m in name.upper() for m in SECRET_MARKERS) else value
+        name: WITHHELD if any(m in name.upper() for m in SECRET_MARKERS) else _shown(value)
         for name, value in sorted(environ.items())
         if name.upper().startswith(ENV_PREFIXES)
     }
+
+
+def _shown(value: str) -> str:
+    return safe_url(value) if "://" in value else value
 
 
 @cache
