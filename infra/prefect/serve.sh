@@ -37,10 +37,23 @@ healthy() {  # the API answers /health (python, not curl: the venv is all a fres
     "$PREFECT_API_URL/health" >/dev/null 2>&1
 }
 
+# Each child (server, worker) runs in a session of its own (setsid), so its flow runs and helper
+# processes can be stopped as one group. On Ctrl-C or SIGTERM each group gets SIGTERM, then, after
+# STOP_GRACE_S, SIGKILL: Prefect's worker may otherwise go on reporting to a server already gone
+# for a minute, and `make serve` is gone within 10 s.
+STOP_GRACE_S=6
 children=()
 stop_children() {
-  for pid in "${children[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${children[@]}"; do wait "$pid" 2>/dev/null || true; done
+  trap - EXIT INT TERM
+  local pid i deadline=$((SECONDS + STOP_GRACE_S))
+  for ((i = ${#children[@]} - 1; i >= 0; i--)); do  # the worker first, the server last
+    kill -TERM -- "-${children[i]}" 2>/dev/null || true
+  done
+  for pid in "${children[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap stop_children EXIT
 trap 'exit 130' INT TERM
@@ -65,7 +78,7 @@ if [ -z "${PREFECT_API_URL:-}" ]; then
     save_auth
     echo "serve: starting a Prefect server on 127.0.0.1:$port (log: $state/server.log)" >&2
     PREFECT_SERVER_API_AUTH_STRING="$auth" \
-      "$prefect" server start --host 127.0.0.1 --port "$port" >"$state/server.log" 2>&1 &
+      setsid "$prefect" server start --host 127.0.0.1 --port "$port" >"$state/server.log" 2>&1 &
     children+=("$!")
     for _ in $(seq 1 240); do
       healthy && break
@@ -107,6 +120,6 @@ if [ -n "${PREFECT_API_AUTH_STRING:-}" ] && [ "${PREFECT_API_URL}" = "http://127
     "PREFECT_API_AUTH_STRING=\"\$(cat $auth_file)\"" >&2
 fi
 # One flow run at a time: a benchmark run uses every core, two at once would measure each other.
-"$prefect" worker start --pool "$pool" --name "aiperf-$(hostname -s)" --type process --limit 1 &
+setsid "$prefect" worker start --pool "$pool" --name "aiperf-$(hostname -s)" --type process --limit 1 &
 children+=("$!")
 wait "${children[-1]}"
