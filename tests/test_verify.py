@@ -175,9 +175,10 @@ def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(
 
 
 def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
-    def cli(path: Path) -> subprocess.CompletedProcess:
+    def cli(path: Path, *more: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"],
+            [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"]
+            + list(more),
             capture_output=True,
             text=True,
             timeout=300,
@@ -194,6 +195,10 @@ def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
         broken.stdout + broken.stderr
     )
     assert "│ elapsed_time" in broken.stdout and "FAIL " in broken.stdout, "its line says FAIL"
+    as_json = cli(copy, "--json")  # for scripts (issue 26 item 7): the same checks, same exit
+    listed = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and listed["verified"] is False, as_json.stderr
+    assert listed["failed"] == ["elapsed_time"] and len(listed["checks"]) == len(verify.CHECKS)
     # `aiperf verify` only reads: the verdict the run stored on itself stands (docs/rules.md).
     with Store.open_existing(f"sqlite:///{copy}") as store:
         assert store.get_run(1).verified is True

@@ -539,6 +539,7 @@ def verify(
         help="Where the run's --out folder is now, for its kept weights (default: as the run "
         "was given it, relative to where it was started).",
     ),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Recompute a run's score from its records and check every figure; exit 0 only if all pass.
 
@@ -562,6 +563,7 @@ def verify(
             f"verification of run {run} (recomputed from the event log in {package})",
             f"package {package} (run {run})",
             checks,
+            as_json,
         )
         return
     assert run_id is not None  # one of the two was given, and it was not --package
@@ -575,12 +577,24 @@ def verify(
         except ValueError as exc:
             raise fail(f"{exc}; only a scored run can be verified") from None
     _print_checks(
-        f"verification of run {run_id} (recomputed from its records)", f"run {run_id}", checks
+        f"verification of run {run_id} (recomputed from its records)",
+        f"run {run_id}",
+        checks,
+        as_json,
     )
 
 
-def _print_checks(title: str, what: str, checks: list) -> None:
-    """The checks as a table, then one line naming every check that failed; exit 1 if any did."""
+def _print_checks(title: str, what: str, checks: list, as_json: bool = False) -> None:
+    """The checks as a table, then one line naming every check that failed (or, as JSON,
+    `verified` and `checks`); exit 1 if any failed."""
+    failed = [c.check for c in checks if not c.passed]
+    if as_json:
+        from aiperf.cli.as_json import checks_json, dumps
+
+        print(dumps({"verified": not failed, "failed": failed, "checks": checks_json(checks)}))
+        if failed:
+            raise typer.Exit(1)
+        return
     table = Table(title=title)
     for column in ("check", "result", "detail"):
         table.add_column(column)
@@ -589,7 +603,6 @@ def _print_checks(title: str, what: str, checks: list) -> None:
             check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail
         )
     console.print(table)
-    failed = [c.check for c in checks if not c.passed]
     console.print(
         f"{what}: "
         + (
