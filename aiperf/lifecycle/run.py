@@ -36,7 +36,7 @@ from typing import Any
 from aiperf import paths, settings
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import AUTO, BenchmarkConfig
-from aiperf.data.staging import Manifest, OnProgress, preflight, stage
+from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
@@ -517,9 +517,6 @@ def search_until_deadline(
     """Start the workers, stage the data on them, then keep them busy with trials until the deadline.
     A resumed run restores its oracle, trains its interrupted trials again, and searches for what
     is left of its budget in a new segment of its window."""
-    preflight(
-        config.data
-    )  # a missing folder or an empty class fails here, before any worker starts
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()
     with (
