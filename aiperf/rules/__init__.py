@@ -54,6 +54,38 @@ class DataPin:
 
 
 @dataclass(frozen=True)
+class SeriesRule:
+    """How many runs a ranked closed result needs, and how their figures become the one that ranks
+    (rulesets from 1.3; aiperf.results.series.summarise applies it).
+
+    One run on a shared machine moves by a few percent from the next, so a ranking of single runs
+    orders noise: a result is a series of `runs` runs of one config (aiperf run --repeat), its
+    `drop` highest and `drop` lowest figures are set aside, and the `statistic` ("mean" or
+    "median") of the rest ranks it, in the manner of MLPerf HPC (N runs, fastest and slowest
+    dropped, mean of the rest)."""
+
+    runs: int
+    drop: int = 1
+    statistic: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.runs < 1 or self.drop < 0 or self.runs <= 2 * self.drop:
+            raise ValueError(
+                f"a series rule needs runs >= 1 and more runs than it drops; got runs={self.runs}, "
+                f"drop={self.drop}"
+            )
+        if self.statistic not in ("mean", "median"):
+            raise ValueError(f"a series statistic is mean or median; got {self.statistic!r}")
+
+    def describe(self) -> str:
+        """One line for `aiperf rules` and the series table."""
+        dropped = f", the {self.drop} highest and {self.drop} lowest dropped" if self.drop else ""
+        return (
+            f"{self.runs} runs of one config{dropped}, ranked by the {self.statistic} of the rest"
+        )
+
+
+@dataclass(frozen=True)
 class ProfileRules:
     """What the ruleset requires of one packaged profile's results."""
 
@@ -78,6 +110,9 @@ class Ruleset:
     # How far the best trial's accuracy, evaluated again by verify from its kept weights, may be
     # from the recorded one (absolute). None: the ruleset keeps no weights (1.0, 1.1).
     accuracy_tolerance: float | None = None
+    # How many runs a ranked closed result needs and how they are summarised. None: the ruleset
+    # ranks single runs (1.0-1.2).
+    series: SeriesRule | None = None
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -137,6 +172,15 @@ def _data_pin(raw: dict[str, Any] | None) -> DataPin | None:
     )
 
 
+def _series_rule(raw: dict[str, Any] | None) -> SeriesRule | None:
+    """A ruleset's `ranking` entry, typed (None where it has none)."""
+    if raw is None:
+        return None
+    return SeriesRule(
+        runs=int(raw["runs"]), drop=int(raw.get("drop", 0)), statistic=str(raw["statistic"])
+    )
+
+
 @cache
 def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     """A packaged ruleset by its id-version name."""
@@ -172,6 +216,7 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
             if raw["valid"].get("accuracy_tolerance") is not None
             else None
         ),
+        series=_series_rule(raw.get("ranking")),
     )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")

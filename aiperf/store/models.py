@@ -136,6 +136,14 @@ class Run(Base):
         String(36),
         doc="token of the process that owns the running run (recover takes it by compare-and-set)",
     )
+    series: Mapped[str | None] = mapped_column(
+        String(36),
+        index=True,
+        doc="id (uuid4 hex) of the series of repeated runs it belongs to (aiperf run --repeat)",
+    )
+    series_index: Mapped[int | None] = mapped_column(
+        Integer, doc="its place in its series, 1..N (None: not in a series)"
+    )
 
     system: Mapped[System] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.number")

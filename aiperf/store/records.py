@@ -290,6 +290,10 @@ class RunRecord:
     # What ran: {"prologue", "scheduler", "submit_files", "workers": {worker: {"env", "files"}}}
     # (aiperf.system.provenance; None: recorded before it existed, or the workers never answered).
     provenance: dict[str, Any] | None = None
+    # The series of repeated runs it belongs to (aiperf run --repeat): its id, a uuid4 hex shared by
+    # the series' runs, and its place in it, 1..N. None: a run of its own (or recorded before 0010).
+    series: str | None = None
+    series_index: int | None = None
 
     @property
     def verified(self) -> bool | None:

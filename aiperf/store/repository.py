@@ -319,11 +319,20 @@ class Store:
         backend: str | None = None,
         jit_compile: bool | None = None,
         owner: str | None = None,
+        series: str | None = None,
+        series_index: int | None = None,
     ) -> int:
         """A new run. Its creation time, taken once, identifies it if a retry must find it.
+        `series`, `series_index`: the series of repeated runs it is run `series_index` (1..N) of.
         `precision`, `backend`, `jit_compile`: how its trials train (the config's train section).
         `owner`: the creating process's token (aiperf.lifecycle.liveness.new_owner); this process
         then writes the run only while it still owns it (see `take_over`)."""
+        if (series is None) != (series_index is None) or (
+            series_index is not None and series_index < 1
+        ):
+            raise ValueError(
+                f"a run in a series needs its id and an index from 1; got {series!r}, {series_index!r}"
+            )
         created_at = now()
 
         def create_run(s: Session, maybe_committed: bool) -> int:
@@ -357,6 +366,8 @@ class Store:
                 precision=precision,
                 backend=backend,
                 jit_compile=jit_compile,
+                series=series,
+                series_index=series_index,
             )
             s.add(run)
             s.flush()
@@ -859,6 +870,22 @@ class Store:
             return [_run_record(run, at=at) for run in s.scalars(query)]
 
     @_retried
+    def series_runs(self, series: str) -> list[RunRecord]:
+        """The runs of one series (aiperf run --repeat), by their index, each with its system and
+        score (without trials); empty when no run carries that series id."""
+        with self.session() as s:
+            query = (
+                select(Run)
+                .where(Run.series == series)
+                .options(
+                    selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows)
+                )
+                .order_by(Run.series_index, Run.id)
+            )
+            at = self._database_now(s)
+            return [_run_record(run, at=at) for run in s.scalars(query)]
+
+    @_retried
     def get_run(self, run_id: int) -> RunRecord:
         """One run with its system, score, trials and their epochs."""
         with self.session() as s:
@@ -1299,4 +1326,6 @@ def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = No
         staging_s=run.staging_s,
         best_weights=run.best_weights,
         provenance=run.provenance,
+        series=run.series,
+        series_index=run.series_index,
     )
