@@ -393,6 +393,77 @@ class ValidityConfig(_Strict):
     accuracy_floor: float = Field(0.2, ge=0.0, le=1.0)
 
 
+# MLPerf's availability words (its system-description checker accepts only these), by the short
+# name a user types for system.status (or the words themselves).
+MLPERF_STATUS = {
+    "available": "Available on-premise",
+    "cloud": "Available cloud",
+    "preview": "Preview",
+    "rdi": "Research, Development, or Internal (RDI)",
+}
+# The site file in AIPERF_PROFILE_DIR: the machine's `system:` facts, under every profile's and --set.
+# Its leading underscore keeps it from being read as a profile (no profile name starts with one).
+SITE_FILE = "_site.yaml"
+
+
+class SystemConfig(_Strict):
+    """What only the machine's owner knows about it, for results lists and MLPerf's system
+    description (aiperf.system.mlperf): the name results show it by (unset: its nodes' hostnames,
+    aiperf.system.description.system_name), who submits it, its availability (`status`), its cooling
+    and free notes. Set in the site file, a profile's `system:` or `--set system.name=...`. Never
+    part of the workload (aiperf.results.division.DESCRIPTIVE): a machine's name changes nothing it
+    runs, so naming it keeps the run's hash and its division."""
+
+    name: str | None = None
+    submitter: str | None = None
+    status: str | None = None  # a key of MLPERF_STATUS, or MLPerf's words for it
+    cooling: str | None = None  # e.g. "air", "liquid"
+    hw_notes: str | None = None
+    sw_notes: str | None = None
+
+    _single_lines = field_validator(
+        "name", "submitter", "status", "cooling", "hw_notes", "sw_notes"
+    )(_one_line)
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, value: str | None) -> str | None:
+        return None if value is None else mlperf_status(value)
+
+
+def mlperf_status(value: str) -> str:
+    """A status as MLPerf writes it: a short name (available, cloud, preview, rdi) or MLPerf's
+    own words; anything else is refused naming the choices."""
+    if value.strip().lower() in MLPERF_STATUS:
+        return MLPERF_STATUS[value.strip().lower()]
+    if value in MLPERF_STATUS.values():
+        return value
+    raise ValueError(
+        f"{value!r} is not a status; give one of {', '.join(MLPERF_STATUS)} "
+        "(available on-premise, available cloud, preview, research/development/internal)"
+    )
+
+
+def site_system() -> dict[str, Any]:
+    """The `system:` facts of the site file (SITE_FILE in AIPERF_PROFILE_DIR); none when unset or
+    absent. A site file that is not a mapping with only a `system:` mapping is refused in one line."""
+    folder = settings.text(settings.PROFILE_DIR)
+    path = Path(folder) / SITE_FILE if folder else None
+    if path is None or not path.is_file():
+        return {}
+    fix = f"site file {path} must hold only a `system:` mapping (name, submitter, status, ...)"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        raise UserError(f"site file {path} cannot be read as YAML; {fix}") from None
+    if not isinstance(raw, dict) or set(raw) - {"system"}:
+        raise UserError(fix)
+    system = raw.get("system") or {}
+    if not isinstance(system, dict):
+        raise UserError(fix)
+    return system
+
+
 class BenchmarkConfig(_Strict):
     """Everything one run needs. Stored verbatim (as JSON) with the run."""
 
@@ -410,6 +481,7 @@ class BenchmarkConfig(_Strict):
     train: TrainConfig = TrainConfig()
     validity: ValidityConfig = ValidityConfig()
     cluster: ClusterConfig = ClusterConfig()
+    system: SystemConfig = SystemConfig()
 
     _out_one_line = field_validator("out")(_one_line)  # job logs and TLS certificates go under it
     _out_utf8 = field_validator("out")(_utf8)
@@ -659,6 +731,11 @@ def load_config(
     if from_environment:  # over the profile's; a `db` override and --db win over it
         raw["db"] = from_environment
     _apply_ruleset(raw)
+    site = site_system()
+    if site:  # under the profile's own system: facts and any --set
+        if not isinstance(raw.get("system", {}), dict):
+            raise UserError("system: must be a mapping of facts (name, submitter, status, ...)")
+        raw["system"] = {**site, **raw.get("system", {})}
     for key, value in (overrides or {}).items():
         if key.split(".", 1)[0] in ("profile", "ruleset"):
             raise UserError(

@@ -19,8 +19,11 @@ from nvidia_smi_samples import (
     stand_in,
 )
 
+from aiperf.config import load_config
+from aiperf.errors import UserError
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_svg
+from aiperf.results.division import classify
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
 from aiperf.system import accelerators
@@ -313,3 +316,53 @@ def test_the_description_is_stored_with_the_run(db_url):
             run_id, description
         )  # a retry, or a resumed run: the latest stands
         assert store.get_run(run_id).system_description == description
+
+
+def test_the_system_name_is_the_users_else_the_hostnames():
+    def described(*hosts: str) -> dict:
+        return {"nodes": [{"hostname": h} for h in hosts], "system_name": ", ".join(hosts)}
+
+    name = system_description.system_name
+    assert name(described("node1")) == "node1"
+    assert name(described("node2", "node1")) == "node1+node2"
+    eight = described(*(f"node{i}" for i in (10, 2, 3, 4, 5, 6, 7, 8, 9, 1)))
+    assert name(eight) == "node1..node10 (10 nodes)"
+    assert name(described("a"), {"system": {"name": "Frontier-lab"}}) == "Frontier-lab"
+    assert name(described("a"), {"system": {"name": None}}) == "a"
+    assert name(described("a"), load_config("quick", budget="10s", workers=1)) == "a"
+    assert name({"system_name": "old-host"}) == "old-host"  # recorded before nodes were listed
+    assert name(None) == "unknown system"
+
+
+def test_the_system_facts_come_from_the_site_file_a_profile_and_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIPERF_PROFILE_DIR", str(tmp_path))
+    plain = load_config("quick", budget="10s", workers=1)
+    (tmp_path / "_site.yaml").write_text(
+        "system:\n  name: lab-box\n  submitter: Lab\n  status: rdi\n  cooling: air\n"
+    )
+    site = load_config("quick", budget="10s", workers=1)
+    assert site.system.name == "lab-box" and site.system.submitter == "Lab"
+    assert site.system.status == "Research, Development, or Internal (RDI)"
+    named = load_config(
+        "quick",
+        budget="10s",
+        workers=1,
+        overrides={"system.name": "other", "system.status": "cloud"},
+    )
+    assert named.system.name == "other" and named.system.submitter == "Lab"
+    assert named.system.status == "Available cloud"
+    # A machine's name is no part of its workload: the hash and the division stay as they were.
+    for config in (site, named):
+        assert classify(config).config_hash == classify(plain).config_hash
+        assert classify(config).name == classify(plain).name == "closed"
+
+
+def test_bad_system_facts_are_refused_in_one_line(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match=r"system\.status: 'gold' is not a status; give one of"):
+        load_config("quick", budget="10s", workers=1, overrides={"system.status": "gold"})
+    with pytest.raises(UserError, match="system.name: must be one line"):
+        load_config("quick", budget="10s", workers=1, overrides={"system.name": "a\nb"})
+    monkeypatch.setenv("AIPERF_PROFILE_DIR", str(tmp_path))
+    (tmp_path / "_site.yaml").write_text("budget: 5m\n")
+    with pytest.raises(UserError, match="must hold only a `system:` mapping"):
+        load_config("quick", budget="10s", workers=1)

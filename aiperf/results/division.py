@@ -81,6 +81,9 @@ ADDED_LATER = {
     "search.space.batch_per_gib": None,
 }
 BATCH_SIZE = "search.space.batch_size"
+# Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
+# the hash nor a deviation, so naming a machine changes neither a run's workload nor its division.
+DESCRIPTIVE = "system."
 
 
 def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
@@ -93,6 +96,7 @@ def config_hash(config: BenchmarkConfig, ruleset: Ruleset) -> str:
         for k, v in flatten(config.model_dump(mode="json")).items()
         if not ruleset.is_settable(k)
         and k not in IMPLEMENTATION
+        and not k.startswith(DESCRIPTIVE)
         and not (k in ADDED_LATER and v == ADDED_LATER[k])
     }
     return hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()
@@ -163,6 +167,7 @@ def classify(config: BenchmarkConfig) -> Division:
         if run.get(key) != packaged.get(key)
         and not ruleset.is_settable(key)
         and key not in ruleset.choices
+        and not key.startswith(DESCRIPTIVE)
         and not (key == BATCH_SIZE and sized_by_memory(run, packaged))
     )
     # A choice may differ from the profile's, among the values the ruleset lists.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -261,6 +262,36 @@ def describe_system(
         "workers": sum(len(n["workers"]) for n in listed),
         "nodes": listed,
     }
+
+
+def system_name(description: Mapping[str, Any] | None, config: Any = None) -> str:
+    """The name a result shows its machine by: the user's (the config's system.name, from the site
+    file, a profile or --set) when set, else its nodes' hostnames: "node1", "node1+node2" (up to
+    three), "node1..node8 (8 nodes)" beyond. `config`: the run's config as stored (a mapping) or a
+    BenchmarkConfig. A run recorded before nodes were described falls back to the description's own
+    system_name, then to "unknown system"."""
+    if config is not None and not isinstance(config, Mapping):
+        config = config.model_dump(mode="json")
+    system = (config or {}).get("system") or {}
+    if isinstance(system, Mapping) and system.get("name"):
+        return str(system["name"])
+    nodes = (description or {}).get("nodes") or []
+    hosts = sorted(
+        {str(n["hostname"]) for n in nodes if isinstance(n, Mapping) and n.get("hostname")},
+        key=_natural,
+    )
+    if not hosts:
+        return str((description or {}).get("system_name") or "unknown system")
+    if len(hosts) <= 3:
+        return "+".join(hosts)
+    return f"{hosts[0]}..{hosts[-1]} ({len(hosts)} nodes)"
+
+
+def _natural(name: str) -> list[Any]:
+    """node2 before node10: digits compare as numbers."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)
+    ]
 
 
 def _link(link: Mapping[str, Any]) -> str:
