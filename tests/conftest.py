@@ -15,7 +15,9 @@ os.environ.setdefault("AIPERF_PEAK_SECONDS", "0.2")
 # Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.lifecycle.locks): a
 # developer's own run, or another test session, never gets a test's run refused. The lock's folder
 # goes when the session ends.
-if "AIPERF_RUN_LOCK" not in os.environ:
+# Under pytest-xdist every worker takes a lock of its own: the two workers of `make test` run tests
+# side by side, and a run in one must not have another's refused.
+if "AIPERF_RUN_LOCK" not in os.environ or os.environ.get("PYTEST_XDIST_WORKER"):
     _lock_folder = tempfile.mkdtemp(prefix="aiperf-tests-")
     atexit.register(shutil.rmtree, _lock_folder, ignore_errors=True)
     os.environ["AIPERF_RUN_LOCK"] = os.path.join(_lock_folder, "local-run.lock")
@@ -77,10 +79,16 @@ def _uses_served_prefect(item) -> bool:
 REAL_RUN_FIXTURES = {"real_run", "quick_run"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config, items):
     """Tests that read a real run are slow. The tests that use the served Prefect (`served_prefect`)
     run one after another, from where the first of them was collected, so the serve.sh they share
-    runs only while they do."""
+    runs only while they do.
+
+    Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) a file's tests stay on one
+    worker, so its module fixtures (a real run) are made once, and every test of the served Prefect
+    is on one worker, which starts one serve.sh. Files with slow tests are handed out first: the
+    longest pieces of work start early, and the short ones fill in the end on both workers."""
     for item in items:
         if REAL_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
@@ -89,6 +97,17 @@ def pytest_collection_modifyitems(config, items):
         first = items.index(users[0])
         others = [item for item in items if not _uses_served_prefect(item)]
         items[:] = others[:first] + users + others[first:]
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    groups: dict[str, list] = {}
+    for item in items:
+        group = SERVED_PREFECT if _uses_served_prefect(item) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    slow_first = sorted(
+        groups.values(), key=lambda g: not any(i.get_closest_marker("slow") for i in g)
+    )
+    items[:] = [item for group in slow_first for item in group]
 
 
 def pytest_runtest_teardown(item, nextitem):
