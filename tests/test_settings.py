@@ -52,6 +52,12 @@ def test_the_readme_lists_every_variable_a_user_sets() -> None:
     assert not missing, f"README.md's table of variables lacks {missing}"
 
 
+def test_docs_list_every_variable_aiperf_or_infra_sets() -> None:
+    documented = (ROOT / "docs" / "settings.md").read_text()
+    missing = [v.name for v in settings.VARIABLES if v.kind != "user" and v.name not in documented]
+    assert not missing, f"docs/settings.md's table of variables lacks {missing}"
+
+
 def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.DB_RETRY_S.name, "soon")
     with pytest.raises(UserError, match=r"^AIPERF_DB_RETRY_S='soon' is not a number 0 or more"):
