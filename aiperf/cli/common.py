@@ -1,14 +1,19 @@
-"""What every `aiperf` command shares: the consoles, the one-line error, opening the store.
+"""What every `aiperf` command shares: the app class, the consoles, the one-line error, opening
+the store.
 
 A user's mistake ends a command with one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from aiperf import settings
 from aiperf.errors import UserError
@@ -19,6 +24,55 @@ if TYPE_CHECKING:
 
 console = Console()
 err = Console(stderr=True)
+
+
+class _FlagsAsFlags:
+    """Help that shows a boolean flag as a flag (`--json`), not as an option taking a value
+    (`--json <bool>`): typer 0.29's rich help prints every option's type, a flag's included, while
+    its plain help leaves a flag's out. An empty metavar is the type column's text; a flag reads
+    none, so nothing else changes."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class FlagsCommand(_FlagsAsFlags, TyperCommand):
+    """A command whose help shows its boolean flags as flags, and whose line in `aiperf --help` is
+    its summary: the first sentence of its help up to a `;` or `:` (the rest, an exit status or a
+    list, is in its own --help), so the command list stays one line a command."""
+
+    def __init__(self, name: str | None, **kwargs: Any) -> None:
+        if kwargs.get("short_help") is None and kwargs.get("help"):
+            kwargs["short_help"] = summary(kwargs["help"])
+        super().__init__(name, **kwargs)
+
+
+def summary(help: str) -> str:
+    """A command's one-line summary: its help's first paragraph, up to its first `; ` or `: `."""
+    first = " ".join(inspect.cleandoc(help).split("\n\n")[0].split())
+    cut = re.split(r"[;:] ", first, maxsplit=1)
+    return cut[0] if len(cut) == 1 else cut[0].rstrip(".") + "."
+
+
+class FlagsGroup(_FlagsAsFlags, TyperGroup):
+    """A group (`aiperf`, `aiperf db`) whose help shows its boolean flags as flags."""
+
+
+class Typer(typer.Typer):
+    """typer.Typer whose every command and group shows boolean flags as flags (FlagsCommand,
+    FlagsGroup), so a command added later needs nothing of its own."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", FlagsGroup)
+        super().__init__(**kwargs)
+
+    def command(self, name: str | None = None, **kwargs: Any) -> Callable[[Any], Any]:
+        kwargs.setdefault("cls", FlagsCommand)
+        return super().command(name, **kwargs)
 
 
 def db_option(help: str = "Database URL.") -> Any:

@@ -21,7 +21,15 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from aiperf.cli.common import JSON_OPTION, console, db_option, err, fail, open_existing
+from aiperf.cli.common import (
+    JSON_OPTION,
+    Typer,
+    console,
+    db_option,
+    err,
+    fail,
+    open_existing,
+)
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
@@ -42,12 +50,12 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 # A traceback never shows local variables: they can hold a database URL with its password.
-app = typer.Typer(
+app = Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.",
 )
-db_app = typer.Typer(
+db_app = Typer(
     no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database."
 )
 app.add_typer(db_app, name="db")
