@@ -42,9 +42,60 @@ def parse_walltime(text: str | int | float) -> float:
     return total
 
 
+# SI prefixes, largest first: a figure takes the largest whose value is at least 1 (after rounding).
+_PREFIXES = (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0))
+
+
+def si_prefix(value: float) -> tuple[str, float]:
+    """The SI prefix and its scale for a figure of `value`'s size (("G", 1e9) for 18.3e9), so that
+    the figure shows at three significant digits between 1 and 999; ("", 1.0) below 1000."""
+    size = abs(value)
+    for prefix, scale in _PREFIXES:
+        # 999.96e6 rounds to 1000 M at three digits: it is shown as 1 G instead.
+        if size >= scale or float(f"{size / scale:.3g}") >= 1.0 and scale > 1.0:
+            return prefix, scale
+    return "", 1.0
+
+
+def _digits(scaled: float) -> str:
+    """Three significant digits, never an exponent (beyond the largest prefix, the whole number)."""
+    return f"{scaled:.3g}" if abs(scaled) < 1000 else f"{scaled:.0f}"
+
+
+def si(value: float, unit: str) -> str:
+    """A figure at three significant digits with an SI prefix on its unit: "18.3 GOPS"."""
+    prefix, scale = si_prefix(value)
+    return f"{_digits(value / scale)} {prefix}{unit}"
+
+
 def format_ops(value: float) -> str:
-    """1.23 GOPS-style figures for tables."""
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3f} {unit}"
-    return f"{value:.1f} "
+    """The figure and its prefix, for a caller that appends its own unit: format_ops(v) + "OPS" is
+    ops_rate(v). Prefer the function of the quantity (ops_rate, ops_per_sample, flop_rate)."""
+    prefix, scale = si_prefix(value)
+    return f"{_digits(value / scale)} {prefix}"
+
+
+def ops_rate(value: float) -> str:
+    """Operations per second, aiperf's OPS (and the regulated score): "18.3 GOPS", "1.83 TOPS"."""
+    return si(value, "OPS")
+
+
+def ops_per_sample(value: float) -> str:
+    """A model's operations per sample (trained or evaluated): "4.12 MOPS/sample"."""
+    return si(value, "OPS/sample")
+
+
+def flop_rate(value: float) -> str:
+    """Floating-point operations per second (tensor FLOP/s, a measured peak): "1.23 GFLOP/s"."""
+    return si(value, "FLOP/s")
+
+
+def operations(value: float) -> str:
+    """A count of operations (a run's total): "18.3 T operations"."""
+    prefix, scale = si_prefix(value)
+    return f"{_digits(value / scale)} {prefix + ' ' if prefix else ''}operations"
+
+
+def exact(value: float) -> str:
+    """A figure in full, for beside a rounded one where a reader needs it: 18333012345."""
+    return f"{value:.0f}" if abs(value) >= 1 else f"{value:.6g}"

@@ -152,7 +152,7 @@ def test_a_local_run_describes_this_machine(quick_run):
     assert written == description
     assert mllog.read_run(path).run.system_description == description
     page = run.write_report(config, run_id)[0].read_text()
-    assert cpu_model() in page and 'id="plot-search-tree"' in page
+    assert cpu_model() in page and 'id="search-tree"' in page
 
 
 def aiperf(*args: str) -> subprocess.CompletedProcess:

@@ -107,8 +107,8 @@ def test_message_and_artifact_give_both_figures():
     assert not verdict.passed
     assert verdict.regressions == ["OPS fell 50.0%", "regulated score fell 40.0%"]
     message = verdict.message()
-    assert "OPS 1.000 GOPS" in message and "OPS 2.000 GOPS" in message
-    assert "regulated 900.000 MOPS" in message and "regulated 1.500 GOPS" in message
+    assert "OPS 1 GOPS" in message and "OPS 2 GOPS" in message
+    assert "regulated 900 MOPS" in message and "regulated 1.5 GOPS" in message
     table = verdict.markdown()
     assert "REGRESSION" in table and "-50.00%" in table and "-40.00%" in table
 

@@ -1,5 +1,6 @@
 """`aiperf report`: one self-contained HTML page, checked for its figures and then opened in a real
-headless Chromium (Debian's), which must render every plot with its data points and fetch nothing."""
+headless Chromium (Debian's), which must render every plot with its data points, fetch nothing,
+show the result on its first screen and lay the search tree out to the page's width."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from chromium import Chromium
+from sqlalchemy import text
 from test_history_data import PlantedTrial, plant_run, scaled_trials, system_facts
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
-from aiperf.report.html import build_report, write_report
+from aiperf.report.html import MARGIN, build_report, write_report
+from aiperf.report.summary import score_rows
 from aiperf.report.timeline import aiperf_checkpoints, score_over_time
 from aiperf.store import Store
 
@@ -21,7 +24,6 @@ NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 PLOTS = [
     "plot-score-over-time",
     "plot-accuracy-vs-ops",
-    "plot-search-tree",
     "plot-worker-timeline",
     "plot-history",
 ]
@@ -48,6 +50,35 @@ def long_run(store: Store) -> int:
     return plant_run(
         store, system_facts(), started=NIGHT + timedelta(days=2), elapsed_s=900.0, trials=trials
     )
+
+
+TREE_TRIALS = 48
+LONG_OPERATOR = (
+    "widen stage {i} filters 64->128, deepen stage {i} block 2, add a skip connection from "
+    "stage 1 to stage 3, dropout 0.25->0.3 (trial {i})"
+)
+
+
+def tree_run(store: Store) -> int:
+    """A run whose search tree is deep and wide, its operators long: a 40-trial hill-climb, and
+    eight siblings of one of its trials."""
+    trials = [
+        PlantedTrial(f"w{i % 2}", 1_000_000 + i, 300_000, epochs=1, epoch_s=5.0, start_s=5.0 * i)
+        for i in range(TREE_TRIALS)
+    ]
+    run_id = plant_run(store, system_facts(), elapsed_s=300.0, trials=trials)
+    ids = [t.id for t in store.get_run(run_id).trials]
+    with store.engine.begin() as connection:
+        for i, trial_id in enumerate(ids[1:], 1):
+            connection.execute(
+                text("UPDATE trials SET parent_trial_id = :parent, operator = :op WHERE id = :id"),
+                {
+                    "parent": ids[i - 1] if i < 40 else ids[3],
+                    "op": LONG_OPERATOR.format(i=i),
+                    "id": trial_id,
+                },
+            )
+    return run_id
 
 
 def test_score_over_time_every_tenth_of_an_hour(db_url):
@@ -78,12 +109,84 @@ def test_page_is_self_contained_and_has_every_section(db_url, tmp_path):
         store.close()
     for plot in PLOTS:
         assert f'id="{plot}"' in page
+    assert 'id="search-tree"' in page and page.count('class="trial') == 6
     assert "Score over time" in page and "This system&#x27;s history" in page
     assert re.findall(r"<(?:script|link|img|iframe)\b", page) == []
     assert re.findall(r"https?://", page.replace("http://www.w3.org/2000/svg", "")) == []
     assert page.count('class="point trial"') == 6
     assert page.count('class="bar"') == 6
     assert "0.10</td><td class=num>360.0" in page and "0.25</td><td class=num>900.0" in page
+
+
+def _tick_labels(page: str, plot_id: str) -> tuple[list[str], str]:
+    """A plot's x tick labels, in order, and its x axis label."""
+    svg = page[page.index(f'id="{plot_id}"') :]
+    svg = svg[: svg.index("</svg>")]
+    height = int(re.search(r'height="(\d+)"', svg)[1])
+    tick_y, label_y = height - MARGIN["bottom"] + 18, height - 10
+    ticks = re.findall(rf'y="{tick_y}" text-anchor="middle">([^<]*)</text>', svg)
+    label = re.findall(rf'y="{label_y}" text-anchor="middle">([^<]*)</text>', svg)
+    return ticks, label[0]
+
+
+def test_the_page_leads_with_the_result_in_one_unit_style(sqlite_url):
+    store = Store.open(sqlite_url)
+    try:
+        run_id = long_run(store)
+        run = store.get_run(run_id)
+        page = build_report(store, run_id)
+    finally:
+        store.close()
+    ops = run.score.ops
+    shown = f"{ops / 1e6:.3g} MOPS"
+    # The title and the headline say the result: the system, OPS, the division, the verdict.
+    title = re.search(r"<title>(.*?)</title>", page)[1]
+    assert title == f"aiperf run {run_id} on node-a: {shown}, no division, unverified", title
+    headline = page[page.index("<header class=headline>") : page.index("</header>")]
+    for figure in (
+        "regulated score",
+        "verification",
+        "division",
+        "MFU",
+        "ruleset",
+        "budget 900 s",
+    ):
+        assert figure in headline, figure
+    assert f'<span class="ops">{shown}</span>' in headline
+    assert "not valid until verified" in headline and 'class="verdict warn"' in headline
+    assert page.index("</header>") < page.index("<h2>"), "the headline comes first"
+    # The score's table leads with the score, the verdict and the verification, then MFU.
+    figures = [r["figure"] for r in score_rows(run)]
+    assert figures[:5] == [
+        "regulated score",
+        "OPS (aiperf convention)",
+        "verdict",
+        "verification",
+        "MFU",
+    ]
+    assert f"{shown} ({ops:.0f} operations/s)" in page
+    # One unit style: no old spellings anywhere on the page.
+    for old in ("ops per sample", "Mops", "Tops", "e+1", "e+0"):
+        assert old not in page, old
+    assert "MOPS/sample" in page
+
+
+def test_the_plots_have_round_ticks(sqlite_url):
+    store = Store.open(sqlite_url)
+    try:
+        page = build_report(store, long_run(store))  # a 900 s window: 0, 5, 10, 15 min
+    finally:
+        store.close()
+    assert _tick_labels(page, "plot-score-over-time") == (
+        ["0", "5", "10", "15"],
+        "time into the timed window (min)",
+    )
+    assert _tick_labels(page, "plot-worker-timeline")[1] == "time into the timed window (min)"
+    ticks, label = _tick_labels(page, "plot-accuracy-vs-ops")
+    assert label == "training operations per sample (MOPS/sample)", label
+    steps = {round(float(b) - float(a), 9) for a, b in zip(ticks, ticks[1:], strict=False)}
+    assert len(steps) == 1 and float(ticks[0]) == 0.0, ticks  # one round step, from zero
+    assert "OPS, regulated score (MOPS)" in page
 
 
 def test_cli_writes_the_report(tmp_path, sqlite_url):
@@ -124,28 +227,76 @@ RENDERED = """
 """
 
 
+TREE = """
+(() => {
+  const tree = document.getElementById('search-tree');
+  const box = tree.getBoundingClientRect();
+  const lines = [...tree.querySelectorAll('.trial')].map(
+    t => t.matches('details') ? t.querySelector(':scope > summary') : t);
+  const cut = lines.filter(l => l.scrollWidth > l.clientWidth + 1
+    || l.getBoundingClientRect().right > box.right + 1 || l.getBoundingClientRect().left < box.left - 1);
+  return {page: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+          body: document.body.getBoundingClientRect().right, left: box.left, right: box.right,
+          treeScroll: tree.scrollWidth, treeClient: tree.clientWidth, lines: lines.length,
+          cut: cut.length, shown: lines.filter(l => l.checkVisibility()).length};
+})()
+"""
+
+HEADLINE = """
+(() => {
+  const h = document.querySelector('header.headline').getBoundingClientRect();
+  return {bottom: h.bottom, viewport: window.innerHeight,
+          text: document.querySelector('header.headline').innerText};
+})()
+"""
+
+
+def _open(browser: Chromium, page) -> None:
+    browser.call("Page.navigate", url=page.as_uri())
+    for _ in range(100):
+        if browser.evaluate("document.readyState") == "complete":
+            break
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium(tmp_path, sqlite_url):
     store = Store.open(sqlite_url)
     try:
         run_id = long_run(store)
         page = write_report(store, run_id, tmp_path / "report.html")
+        tree_page = write_report(store, tree_run(store), tmp_path / "tree.html")
     finally:
         store.close()
-    browser = Chromium(tmp_path / "chromium-profile")
+    browser = Chromium(tmp_path / "chromium-profile", window=(1280, 900))
     try:
         browser.call("Network.enable")
         browser.call("Page.enable")
-        browser.call("Page.navigate", url=page.as_uri())
-        for _ in range(100):
-            if browser.evaluate("document.readyState") == "complete":
-                break
-            time.sleep(0.1)
+        _open(browser, page)
         seen = browser.evaluate(RENDERED)
+        headline = browser.evaluate(HEADLINE)
         shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        requested = [
+            e["params"]["request"]["url"]
+            for e in browser.events
+            if e.get("method") == "Network.requestWillBeSent"
+        ]
+        _open(browser, tree_page)
+        tree = browser.evaluate(TREE)
+        browser.screenshot(tmp_path / "tree.png")
+        browser.click("document.querySelector('#search-tree > details > summary')", "the root")
+        folded = browser.evaluate(TREE)
     finally:
         browser.close()
-    assert seen["title"] == f"aiperf run {run_id}"
+    assert seen["title"].startswith(f"aiperf run {run_id} on node-a: "), seen["title"]
+    # The result is on the first screen.
+    assert headline["bottom"] <= headline["viewport"], headline
+    assert "regulated score" in headline["text"] and "MOPS" in headline["text"], headline
+    # The search tree fits the page at 1280 px: nothing wider than the page, no label cut.
+    assert tree["lines"] == TREE_TRIALS and tree["shown"] == TREE_TRIALS, tree
+    assert tree["scroll"] <= tree["page"] and tree["right"] <= tree["body"] + 1, tree
+    assert tree["treeScroll"] <= tree["treeClient"] and tree["cut"] == 0, tree
+    assert folded["shown"] == 1, "a click on the seed folds its descendants"
     assert seen["h2"] == [
         "Score",
         "Score over time",
@@ -164,13 +315,7 @@ def test_report_renders_in_headless_chromium(tmp_path, sqlite_url):
     )
     assert plots["plot-accuracy-vs-ops"]["marks"] == 6
     assert plots["plot-worker-timeline"]["marks"] == 6
-    assert plots["plot-search-tree"]["marks"] == 6, "a node per trial"
     assert plots["plot-history"]["marks"] == 6 and plots["plot-history"]["lines"] == 2
-    requested = [
-        e["params"]["request"]["url"]
-        for e in browser.events
-        if e.get("method") == "Network.requestWillBeSent"
-    ]
     assert requested == [page.as_uri()], "the page fetched something besides itself"
     import base64
 

@@ -22,7 +22,7 @@ from nvidia_smi_samples import (
 from aiperf.config import load_config
 from aiperf.errors import UserError
 from aiperf.report.system import system_section
-from aiperf.report.tree import generations, search_tree_svg
+from aiperf.report.tree import generations, search_tree_html
 from aiperf.results.division import classify
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import RunRecord, SystemRecord, TrialRecord
@@ -159,7 +159,7 @@ def _run(trials=(), description=None) -> RunRecord:
     )
 
 
-def test_the_search_tree_is_a_graph_by_generation():
+def test_the_search_tree_is_an_outline_by_parent():
     trials = [
         _trial(0, None, "seed", TrialStatus.COMPLETED),
         _trial(1, 0, "widen stage 1 <x>", TrialStatus.COMPLETED),
@@ -168,19 +168,21 @@ def test_the_search_tree_is_a_graph_by_generation():
     ]
     run = _run(trials)
     assert generations(run) == {100: 0, 101: 1, 102: 1, 103: 2}
-    svg = search_tree_svg(run)
-    assert svg.count('class="node trial"') == 4 and svg.count('class="edge"') == 3
-    assert 'data-parent="00" data-child="01" data-operator="widen stage 1 &lt;x&gt;"' in svg, (
-        "escaped operators"
+    tree = search_tree_html(run)
+    assert tree.count('class="trial') == 4 and tree.count("<details") == 2, (
+        "00 and 01 have children"
     )
-    assert 'data-parent="01" data-child="03" data-operator="add skip"' in svg
-    assert 'data-trial="02" data-status="failed"><rect' in svg and "#d62728" in svg
-    assert search_tree_svg(_run()) == "<p class=note>No trials.</p>"
+    assert "widen stage 1 &lt;x&gt;" in tree, "escaped operators"
+    where = [tree.index(f'data-trial="{key}"') for key in ("00", "01", "03", "02")]
+    assert where == sorted(where), "each trial under its parent, a subtree before the next sibling"
+    assert 'data-trial="02" data-status="failed"' in tree and "#d62728" in tree
+    assert search_tree_html(_run()) == "<p class=note>No trials.</p>"
 
 
 def test_a_parent_cycle_does_not_hang_the_tree():
     looped = [_trial(0, 1, "a", TrialStatus.COMPLETED), _trial(1, 0, "b", TrialStatus.COMPLETED)]
     assert set(generations(_run(looped))) == {100, 101}
+    assert search_tree_html(_run(looped)).count('class="trial') == 2
 
 
 def test_the_system_section_shows_the_nodes():

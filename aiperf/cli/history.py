@@ -115,7 +115,7 @@ def compare(
     from aiperf.history.query import compare as compare_runs
     from aiperf.report.tables import Col, FitTable
     from aiperf.results.score import validity_label
-    from aiperf.units import format_ops
+    from aiperf.units import flop_rate, operations, ops_rate
 
     with open_existing(db) as store:
         try:
@@ -131,8 +131,9 @@ def compare(
     def show(value: float | None, unit: str) -> str:
         if value is None:
             return "-"
-        if unit in ("OPS", "FLOP/s", "ops"):
-            return f"{format_ops(value)}{unit}"
+        shown = {"OPS": ops_rate, "FLOP/s": flop_rate, "ops": operations}.get(unit)
+        if shown is not None:  # one unit style (aiperf.units): 18.3 GOPS, 1.23 GFLOP/s
+            return shown(value)
         if unit == "s":
             return f"{value:.1f} s"
         return f"{value:.4f}" if not float(value).is_integer() else f"{value:g}"

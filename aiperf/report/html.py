@@ -2,8 +2,11 @@
 
 Inline SVG plots and inline CSS only: nothing is fetched when the page is opened, so it can be
 mailed, attached to a Prefect artifact or opened on a machine with no network. Sections:
-the score; the score over time (AIPerf's table every 0.1 h, and a plot); validation accuracy
-against operations per sample for every trial; the search tree as a graph (aiperf.report.tree);
+a headline with the result (the system, OPS, the regulated score, the verdict and why, the division,
+the verification, MFU against the measured peak, the ruleset, the date and the budget: the page's
+title says the same); the score's table, its first rows the score, the verdict and the verification;
+the score over time (AIPerf's table every 0.1 h, and a plot); validation accuracy against operations
+per sample for every trial; the search tree as a collapsible outline (aiperf.report.tree);
 a timeline of trials on each worker and where each worker's time went (a stacked bar of its
 trials' phases, idle last); the compute nodes' system description (aiperf.report.system); and this
 system's history for the run's profile.
@@ -12,21 +15,31 @@ system's history for the run's profile.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from aiperf.errors import UserError
+from aiperf.report.axes import round_ticks, si_axis, time_unit
 from aiperf.report.phases import PARTS, percent, worker_times
-from aiperf.report.summary import score_rows
+from aiperf.report.summary import (
+    mfu_text,
+    score_rows,
+    system_name,
+    title,
+    verdict_text,
+    verdict_word,
+    verification_text,
+)
 from aiperf.report.system import system_section
 from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
-from aiperf.report.tree import search_tree_svg
+from aiperf.report.tree import CSS as TREE_CSS
+from aiperf.report.tree import search_tree_html
 from aiperf.results.score import validity_label
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, Store
-from aiperf.units import format_ops
+from aiperf.units import operations, ops_per_sample, ops_rate
 
 WIDTH, HEIGHT = 720, 300
 MARGIN = {"left": 90, "right": 40, "top": 20, "bottom": 50}
@@ -49,6 +62,16 @@ svg .axis line, svg .axis path { stroke: #555; } svg text { font-size: 11px; fil
 svg .grid { stroke: #eee; } p.note { color: #666; font-size: 0.9em; }
 .legend span { display: inline-block; margin-right: 1em; font-size: 0.9em; }
 .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+header.headline { margin-bottom: 1.5em; } header.headline h1 { margin: 0.2em 0; font-size: 1.9em; }
+.headline .meta { color: #555; margin: 0; }
+.headline .verdict { display: inline-block; margin: 0.4em 0; padding: 4px 10px; border-radius: 4px;
+                     font-weight: 600; }
+.verdict.ok { background: #e3f4e1; color: #1b5e20; } .verdict.bad { background: #fde2e1; color: #8e1b17; }
+.verdict.warn { background: #fff3d6; color: #7a4f00; }
+.headline dl { display: grid; grid-template-columns: repeat(auto-fill, minmax(11em, 1fr)); gap: 0.6em 1.5em;
+               margin: 0.6em 0; }
+.headline dt { color: #666; font-size: 0.85em; } .headline dd { margin: 0; font-size: 1.15em; font-weight: 600; }
+.headline .details { color: #555; font-size: 0.9em; }
 """
 
 
@@ -87,12 +110,12 @@ class Scale:
     def __call__(self, value: float) -> float:
         return self.px_lo + (value - self.lo) / (self.hi - self.lo) * (self.px_hi - self.px_lo)
 
-    def ticks(self, count: int = 5) -> list[float]:
-        return [self.lo + (self.hi - self.lo) * i / count for i in range(count + 1)]
-
 
 class Plot:
-    """An SVG chart: axes with ticks and labels; marks are added by the caller."""
+    """An SVG chart: axes with round ticks (aiperf.report.axes) and labels; marks are added by the
+    caller. An axis of seconds (`x_time`) reads in s, min or h, whichever its step is round in; an
+    axis with a unit (`x_unit`, `y_unit`: OPS, OPS/sample) shares one SI prefix, named in its label
+    ("OPS (GOPS)": 0, 25, 50, 75)."""
 
     def __init__(
         self,
@@ -103,23 +126,46 @@ class Plot:
         *,
         x_label: str,
         y_label: str,
-        x_format=lambda v: f"{v:g}",
-        y_format=lambda v: f"{v:g}",
+        x_format: Callable[[float], str] | None = None,
+        y_format: Callable[[float], str] | None = None,
+        x_time: bool = False,
+        x_unit: str | None = None,
+        y_unit: str | None = None,
         y_zero: bool = True,
         height: int = HEIGHT,
         x_pad: float = 0.0,
         x_ticks: Sequence[float] | None = None,
     ) -> None:
         self.id, self.title, self.height = plot_id, title, height
-        self.x = Scale.fit(list(xs), MARGIN["left"], WIDTH - MARGIN["right"], pad=x_pad)
-        self.x_ticks = list(x_ticks) if x_ticks is not None else self.x.ticks()
-        self.y = Scale.fit(list(ys), height - MARGIN["bottom"], MARGIN["top"], zero=y_zero)
-        self.x_label, self.y_label, self.x_format, self.y_format = (
-            x_label,
-            y_label,
-            x_format,
-            y_format,
-        )
+        xs, ys = list(xs) or [0.0, 1.0], list(ys) or [0.0, 1.0]
+        if (
+            x_ticks is not None
+        ):  # ticks the caller chose (runs by number): a padded scale around them
+            self.x_ticks = list(x_ticks)
+            self.x = Scale.fit(xs, MARGIN["left"], WIDTH - MARGIN["right"], pad=x_pad)
+        else:
+            lo, hi = min(xs), max(xs)
+            margin = (hi - lo) * x_pad
+            lo = lo - margin if lo - margin >= 0 or lo < 0 else 0.0
+            self.x_ticks = round_ticks(lo, hi + margin, time=x_time)
+            self.x = Scale(
+                self.x_ticks[0], self.x_ticks[-1], MARGIN["left"], WIDTH - MARGIN["right"]
+            )
+        self.y_ticks = round_ticks(min(min(ys), 0.0) if y_zero else min(ys), max(ys))
+        self.y = Scale(self.y_ticks[0], self.y_ticks[-1], height - MARGIN["bottom"], MARGIN["top"])
+        self.x_format = x_format or (lambda v: f"{v:.12g}")
+        self.y_format = y_format or (lambda v: f"{v:.12g}")
+        if x_time:
+            unit, scale = time_unit(self.x_ticks)
+            self.x_format = lambda v: f"{v / scale:.12g}"
+            x_label = f"{x_label} ({unit})"
+        if x_unit:
+            unit_label, self.x_format = si_axis(self.x_ticks, x_unit)
+            x_label = f"{x_label} ({unit_label})"
+        if y_unit:
+            unit_label, self.y_format = si_axis(self.y_ticks, y_unit)
+            y_label = f"{y_label} ({unit_label})"
+        self.x_label, self.y_label = x_label, y_label
         self.marks: list[str] = []
 
     def add(self, svg: str) -> None:
@@ -134,7 +180,7 @@ class Plot:
             f"<title>{esc(self.title)}</title>",
             '<g class="axis">',
         ]
-        for v in self.y.ticks():
+        for v in self.y_ticks:
             py = self.y(v)
             parts.append(
                 f'<line class="grid" x1="{left}" x2="{right}" y1="{py:.1f}" y2="{py:.1f}"/>'
@@ -158,7 +204,14 @@ class Plot:
         return "".join(parts)
 
 
-def _line(plot: Plot, points: Sequence[tuple[float, float]], color: str, label: str) -> None:
+def _line(
+    plot: Plot,
+    points: Sequence[tuple[float, float]],
+    color: str,
+    label: str,
+    describe: Callable[[float, float], str],
+) -> None:
+    """A series: its line, and a point at each value with `describe(x, y)` as its tooltip."""
     if not points:
         return
     path = " ".join(
@@ -171,7 +224,7 @@ def _line(plot: Plot, points: Sequence[tuple[float, float]], color: str, label: 
     for x, y in points:
         plot.add(
             f'<circle class="point" data-series="{esc(label)}" cx="{plot.x(x):.1f}" cy="{plot.y(y):.1f}" r="2.5" '
-            f'fill="{color}"><title>{esc(label)}: {esc(plot.y_format(y))} at {esc(plot.x_format(x))}</title></circle>'
+            f'fill="{color}"><title>{esc(label)}: {esc(describe(x, y))}</title></circle>'
         )
 
 
@@ -190,16 +243,9 @@ def _table(
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _compact(value: float, unit: str) -> str:
-    """Axis labels: three significant digits and an SI prefix (e.g. 136 MOPS)."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}\u202f{prefix}{unit}"
-    return f"{value:.3g}\u202f{unit}"
-
-
-def _ops_axis(v: float) -> str:
-    return _compact(v, "OPS")
+def _at(x: float, y: float) -> str:
+    """A tooltip's text: OPS at a time into the window."""
+    return f"{ops_rate(y)} at {x:.1f} s"
 
 
 def _score_over_time(run: RunRecord, val_samples: int) -> str:
@@ -214,10 +260,10 @@ def _score_over_time(run: RunRecord, val_samples: int) -> str:
             [
                 f"{c.t_s / 3600:.2f}",
                 f"{c.t_s:.1f}",
-                f"{c.total_ops:.4g}",
-                f"{format_ops(c.ops)}OPS",
+                operations(c.total_ops),
+                ops_rate(c.ops),
                 "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}",
-                f"{format_ops(c.regulated_score)}OPS",
+                ops_rate(c.regulated_score),
             ]
             for c in rows
         ],
@@ -229,13 +275,13 @@ def _score_over_time(run: RunRecord, val_samples: int) -> str:
         "Score over time",
         [c.t_s for c in curve],
         [c.ops for c in curve] + [c.regulated_score for c in curve],
-        x_label="seconds into the timed window",
-        y_label="OPS",
-        x_format=lambda v: f"{v:.0f}",
-        y_format=_ops_axis,
+        x_label="time into the timed window",
+        y_label="OPS, regulated score",
+        x_time=True,
+        y_unit="OPS",
     )
-    _line(plot, [(c.t_s, c.ops) for c in curve], COLORS[0], "OPS")
-    _line(plot, [(c.t_s, c.regulated_score) for c in curve], COLORS[1], "regulated score")
+    _line(plot, [(c.t_s, c.ops) for c in curve], COLORS[0], "OPS", _at)
+    _line(plot, [(c.t_s, c.regulated_score) for c in curve], COLORS[1], "regulated score", _at)
     legend = (
         f'<div class=legend><span><i style="background:{COLORS[0]}"></i>OPS</span>'
         f'<span><i style="background:{COLORS[1]}"></i>regulated score</span></div>'
@@ -258,7 +304,7 @@ def _accuracy_vs_ops(run: RunRecord) -> str:
         [t.best_val_accuracy or 0.0 for t, _ in built] + [1.0],
         x_label="training operations per sample",
         y_label="best validation accuracy",
-        x_format=lambda v: _compact(v, "ops"),
+        x_unit="OPS/sample",
         y_format=lambda v: f"{v:.2f}",
         x_pad=0.08,
     )
@@ -269,7 +315,7 @@ def _accuracy_vs_ops(run: RunRecord) -> str:
             f'<circle class="point trial" data-trial="{esc(t.trial_key)}" cx="{plot.x(ops):.1f}" '
             f'cy="{plot.y(accuracy or 0.0):.1f}" r="5" fill="{color}" '
             f'fill-opacity="{0.85 if accuracy is not None else 0.25}">'
-            f"<title>trial {esc(t.trial_key)} ({esc(t.status)}): {format_ops(ops)}ops per sample, "
+            f"<title>trial {esc(t.trial_key)} ({esc(t.status)}): {ops_per_sample(ops)}, "
             f"best val accuracy {'-' if accuracy is None else f'{accuracy:.4f}'}</title></circle>"
         )
         plot.add(shape)
@@ -295,18 +341,18 @@ def _worker_timeline(run: RunRecord) -> str:
     height = MARGIN["top"] + MARGIN["bottom"] + lane * len(workers)
     ends = [((t.ended_at or search_ended_at) - start).total_seconds() for t in trials]
     begins = [(t.started_at - start).total_seconds() for t in trials]
+    deadline = (run.deadline - start).total_seconds() if run.deadline else None
     plot = Plot(
         "plot-worker-timeline",
         "Trials on each worker",
-        begins + ends + [0.0, span[1]],
+        begins + ends + [0.0, span[1]] + ([deadline] if deadline is not None else []),
         [0, len(workers)],
-        x_label="seconds into the timed window",
+        x_label="time into the timed window",
         y_label="",
-        x_format=lambda v: f"{v:.0f}",
+        x_time=True,
         y_format=lambda v: "",
         height=height,
     )
-    deadline = (run.deadline - start).total_seconds() if run.deadline else None
     for i, name in enumerate(workers):
         y = MARGIN["top"] + i * lane
         plot.add(
@@ -358,9 +404,9 @@ def _worker_phases(run: RunRecord) -> str:
         "Where each worker's time went",
         [0.0, window_s],
         [0, len(workers)],
-        x_label="seconds of the worker's share of the timed window",
+        x_label="the worker's share of the timed window",
         y_label="",
-        x_format=lambda v: f"{v:.0f}",
+        x_time=True,
         y_format=lambda v: "",
         height=height,
     )
@@ -417,18 +463,23 @@ def _history(store: Store, run: RunRecord) -> str:
         xs,
         [r.ops for r in rows] + [r.regulated_score for r in rows],
         x_label="run (oldest to newest)",
-        y_label="OPS",
+        y_label="OPS, regulated score",
         x_format=lambda v: str(rows[int(v)].run_id),
-        y_format=_ops_axis,
+        y_unit="OPS",
         x_pad=0.05,
         x_ticks=xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)],
     )
-    _line(plot, [(i, r.ops) for i, r in zip(xs, rows, strict=False)], COLORS[0], "OPS")
+
+    def of_run(i: float, y: float) -> str:
+        return f"{ops_rate(y)} in run {rows[int(i)].run_id}"
+
+    _line(plot, [(i, r.ops) for i, r in zip(xs, rows, strict=False)], COLORS[0], "OPS", of_run)
     _line(
         plot,
         [(i, r.regulated_score) for i, r in zip(xs, rows, strict=False)],
         COLORS[1],
         "regulated score",
+        of_run,
     )
     for i, r in zip(xs, rows, strict=False):
         if r.run_id == run.id:
@@ -443,9 +494,9 @@ def _history(store: Store, run: RunRecord) -> str:
                 r.run_id,
                 r.created_at.strftime("%Y-%m-%d %H:%M"),
                 r.workers,
-                f"{format_ops(r.ops)}OPS",
+                ops_rate(r.ops),
                 "-" if r.ops_change_pct is None else f"{r.ops_change_pct:+.1f}%",
-                f"{format_ops(r.regulated_score)}OPS",
+                ops_rate(r.regulated_score),
                 validity_label(r.valid, r.verified),
             ]
             for r in rows
@@ -453,6 +504,44 @@ def _history(store: Store, run: RunRecord) -> str:
         numeric=(0, 2, 3, 4, 5),
     )
     return plot.render() + table
+
+
+def _headline(run: RunRecord) -> str:
+    """The first screen: the result (the system, OPS, the verdict and why, the division, the
+    verification, the regulated score, MFU against the measured peak, the ruleset, the date and
+    the budget), then how the run was made."""
+    score = run.score
+    created = run.created_at.strftime("%Y-%m-%d %H:%M UTC")
+    meta = (
+        f"aiperf run {run.id} \u00b7 {esc(run.profile)} profile \u00b7 {created} \u00b7 "
+        f"budget {run.budget_s:g} s"
+    )
+    name = esc(system_name(run))
+    if score is None:
+        message = f": {esc(run.message)}" if run.message else ""
+        return (
+            f"<header class=headline><p class=meta>{meta}</p><h1>{name}: no score</h1>"
+            f'<p class="verdict bad">{esc(run.status)}{message}</p></header>'
+        )
+    word = verdict_word(run)
+    tone = "ok" if word == "valid" else "bad" if word == "invalid" else "warn"
+    accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
+    figures = [
+        ("regulated score", ops_rate(score.regulated_score)),
+        ("OPS", ops_rate(score.ops)),
+        ("verification", verification_text(run)),
+        ("division", run.division or "-"),
+        ("MFU", mfu_text(run)),
+        ("best val accuracy", accuracy),
+        ("ruleset", run.ruleset or "none"),
+        ("workers", str(run.workers)),
+    ]
+    cells = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in figures)
+    return (
+        f"<header class=headline><p class=meta>{meta}</p>"
+        f'<h1>{name}: <span class="ops">{esc(ops_rate(score.ops))}</span></h1>'
+        f'<p class="verdict {tone}">{esc(verdict_text(run))}</p><dl>{cells}</dl></header>'
+    )
 
 
 def build_report(store: Store, run_id: int) -> str:
@@ -472,19 +561,20 @@ def build_report(store: Store, run_id: int) -> str:
         ("Score", summary),
         ("Score over time", _score_over_time(run, val_samples)),
         ("Validation accuracy against operations per sample", _accuracy_vs_ops(run)),
-        ("Search tree", search_tree_svg(run)),
+        ("Search tree", search_tree_html(run)),
         ("Trials on each worker", _worker_timeline(run) + _worker_phases(run)),
         ("System description", system_section(run)),
         ("This system's history", _history(store, run)),
     ]
-    body = "".join(f"<h2>{esc(title)}</h2>{content}" for title, content in sections)
+    body = "".join(f"<h2>{esc(heading)}</h2>{content}" for heading, content in sections)
     return (
-        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>aiperf run {run.id}</title>"
-        f"<meta name=viewport content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>"
-        f"<h1>aiperf run {run.id}</h1><p>{esc(run.profile)} profile, {run.workers} workers, budget "
-        f"{run.budget_s:g} s, seed {run.seed}, {esc(run.status)}; started {created}.<br>System {system.id}: "
-        f"{esc(system.hostname)}, {esc(system.cpu_model)}, {system.cpu_cores} cores, GPUs: {esc(gpus)}; "
-        f"fingerprint {esc(system.fingerprint[:12])}.</p>{body}"
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title(run))}</title>"
+        f"<meta name=viewport content='width=device-width, initial-scale=1'><style>{CSS}{TREE_CSS}</style>"
+        f"</head><body>{_headline(run)}"
+        f"<p class=details>{esc(run.profile)} profile, {run.workers} workers, budget "
+        f"{run.budget_s:g} s, seed {run.seed}, {esc(run.status)}; started {created}.<br>Submitted from system "
+        f"{system.id}: {esc(system.hostname)}, {esc(system.cpu_model)}, {system.cpu_cores} cores, GPUs: "
+        f"{esc(gpus)}; fingerprint {esc(system.fingerprint[:12])}.</p>{body}"
         "<p class=note>Made by aiperf from the records alone, "
         f"{datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}.</p>"
         "</body></html>\n"
@@ -522,8 +612,8 @@ def markdown_summary(store: Store, run_id: int, path: Path) -> str:
         for c in score_over_time(run, aiperf_checkpoints(span[1]), score.val_samples):
             accuracy = "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}"
             lines.append(
-                f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {format_ops(c.ops)}OPS | {accuracy} | "
-                f"{format_ops(c.regulated_score)}OPS |"
+                f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {ops_rate(c.ops)} | {accuracy} | "
+                f"{ops_rate(c.regulated_score)} |"
             )
     lines += _time_breakdown(run)
     return "\n".join(lines) + "\n"

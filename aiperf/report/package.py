@@ -41,7 +41,7 @@ from aiperf.report.summary import for_review, verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
-from aiperf.units import format_ops
+from aiperf.units import exact, ops_rate
 
 FORMAT = "aiperf-package-1"
 PACKAGE_FILE = "package.json"
@@ -345,8 +345,8 @@ def _readme(
         f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
         f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
         "",
-        f"- OPS: {format_ops(score.ops)}OPS ({score.total_ops} operations in {score.elapsed_s:.3f} s)",
-        f"- regulated score: {format_ops(score.regulated_score)}OPS (best validation accuracy {accuracy} on "
+        f"- OPS: {ops_rate(score.ops)} ({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
+        f"- regulated score: {ops_rate(score.regulated_score)} (best validation accuracy {accuracy} on "
         f"{score.val_samples} samples)",
         f"- verdict: {verdict}",
         f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "

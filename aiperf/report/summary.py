@@ -6,8 +6,9 @@ from __future__ import annotations
 from aiperf.report.phases import percent
 from aiperf.results.division import CLOSED
 from aiperf.store import RunRecord
+from aiperf.system.description import system_name as described_name
 from aiperf.system.provenance import review_reasons
-from aiperf.units import format_ops
+from aiperf.units import exact, flop_rate, operations, ops_rate
 
 
 def verification_text(run: RunRecord) -> str:
@@ -49,7 +50,7 @@ def peak_text(run: RunRecord) -> str:
     if run.peak_flops is None:
         return "not measured"
     dtypes = ", ".join(sorted({str(p.get("dtype")) for p in run.worker_peaks})) or "-"
-    return f"{format_ops(run.peak_flops)}FLOP/s ({len(run.worker_peaks)} workers, {dtypes})"
+    return f"{flop_rate(run.peak_flops)} ({len(run.worker_peaks)} workers, {dtypes})"
 
 
 def training_text(run: RunRecord) -> str:
@@ -67,43 +68,97 @@ def staging_text(run: RunRecord) -> str:
     return f"{run.staging_s:.1f} s, before the window (not in it)"
 
 
+def mfu_text(run: RunRecord) -> str:
+    """MFU against the measured peak it divides by, or why there is none."""
+    score = run.score
+    if score is None or score.mfu is None:
+        return "none (no measured peak)" if run.peak_flops is None else "-"
+    return f"{percent(score.mfu)} of {flop_rate(run.peak_flops or 0.0)} measured"
+
+
+def system_name(run: RunRecord) -> str:
+    """The name the report gives the system (aiperf.system.description.system_name): the user's
+    (system.name in the site file, a profile or --set), else the compute nodes' hostnames; for a
+    run recorded before nodes were described, the submitting host's."""
+    if not run.system_description and not (run.config.get("system") or {}).get("name"):
+        return run.system.hostname
+    return described_name(run.system_description, run.config)
+
+
+def verdict_word(run: RunRecord) -> str:
+    """The verdict in a word or two, for a title: valid, invalid, unverified, for review, no score."""
+    score = run.score
+    if score is None:
+        return "no score"
+    if not score.valid or run.verified is False:
+        return "invalid"
+    if run.verified is None:
+        return "unverified"
+    return "valid, for review" if for_review(run) else "valid"
+
+
+def verification_word(run: RunRecord) -> str:
+    """verified, verification failed, or not verified."""
+    if run.verified is None:
+        return "not verified"
+    return "verified" if run.verified else "verification failed"
+
+
+def title(run: RunRecord) -> str:
+    """The result in one line, as the report's title: "aiperf run 3 on node1: 18.3 GOPS, closed,
+    valid, verified" (an unverified result says so once)."""
+    name = system_name(run)
+    score = run.score
+    if score is None:
+        return f"aiperf run {run.id} on {name}: no score ({run.status})"
+    parts = [ops_rate(score.ops), run.division or "no division", verdict_word(run)]
+    if run.verified is not None:
+        parts.append(verification_word(run))
+    return f"aiperf run {run.id} on {name}: {', '.join(parts)}"
+
+
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
-    """The figures of a scored run, with its division, rules and verification."""
+    """The figures of a scored run, with its division, rules and verification: the score, OPS, the
+    verdict and the verification first (a Prefect table shows ten rows a page, and a reader stops
+    at the first screen), then MFU against the measured peak, then how the run was made."""
     score = run.score
     if score is None:
         raise ValueError(f"run {run.id} has no score")
     accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
     division = run.division or "-"
     rows = [
-        {"figure": "run", "value": str(run.id)},
-        {"figure": "profile", "value": run.profile},
-        {"figure": "division", "value": f"{division} ({run.ruleset or 'no ruleset'})"},
-        {"figure": "workers", "value": str(run.workers)},
-        {"figure": "training", "value": training_text(run)},
-        {"figure": "budget", "value": f"{run.budget_s:g} s"},
-        {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
-        {"figure": "data staging", "value": staging_text(run)},
-        {
-            "figure": "OPS (aiperf convention)",
-            "value": f"{format_ops(score.ops)}OPS ({score.ops:.6g})",
-        },
         {
             "figure": "regulated score",
-            "value": f"{format_ops(score.regulated_score)}OPS ({score.regulated_score:.6g})",
+            "value": f"{ops_rate(score.regulated_score)} ({exact(score.regulated_score)} operations/s)",
         },
+        {
+            "figure": "OPS (aiperf convention)",
+            "value": f"{ops_rate(score.ops)} ({exact(score.ops)} operations/s)",
+        },
+        {"figure": "verdict", "value": verdict_text(run)},
+        {"figure": "verification", "value": verification_text(run)},
+        {"figure": "MFU", "value": mfu_text(run)},
         {"figure": "best val accuracy", "value": accuracy},
-        {"figure": "tensor FLOP/s", "value": f"{format_ops(score.tensor_ops)}FLOP/s"},
+        {"figure": "division", "value": f"{division} ({run.ruleset or 'no ruleset'})"},
+        {"figure": "run", "value": str(run.id)},
+        {"figure": "profile", "value": run.profile},
+        {"figure": "budget", "value": f"{run.budget_s:g} s"},
+        {"figure": "tensor FLOP/s", "value": flop_rate(score.tensor_ops)},
         {"figure": "peak FLOP/s (measured)", "value": peak_text(run)},
-        {"figure": "MFU", "value": percent(score.mfu)},
+        {"figure": "workers", "value": str(run.workers)},
+        {"figure": "training", "value": training_text(run)},
+        {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
+        {"figure": "data staging", "value": staging_text(run)},
         {"figure": "window utilisation", "value": percent(score.utilisation)},
-        {"figure": "total operations", "value": f"{score.total_ops:.6g}"},
+        {
+            "figure": "total operations",
+            "value": f"{operations(score.total_ops)} ({exact(score.total_ops)})",
+        },
         {"figure": "trials completed", "value": str(score.trials_completed)},
         {
             "figure": "samples trained / evaluated",
             "value": f"{score.samples_trained} / {score.samples_evaluated}",
         },
-        {"figure": "verdict", "value": verdict_text(run)},
-        {"figure": "verification", "value": verification_text(run)},
     ]
     if run.deviations:
         rows.append({"figure": "deviations", "value": "; ".join(run.deviations)})

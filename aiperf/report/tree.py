@@ -1,9 +1,11 @@
-"""The search tree as a graph for the HTML report: one self-contained inline SVG.
+"""The search tree for the HTML report: a collapsible outline of the morphism tree, laid out to the
+page's width.
 
-Each trial is a node, placed in the column of its generation (a seed, or a trial without a parent
-in the run, is generation 0; a child is one more than its parent) and, within the column, near its
-parent; each edge runs parent -> child and is labelled with the morphism operator that made the
-child. Nodes are coloured by how the trial ended.
+Each trial is an entry under its parent (seeds, and trials whose parent is not in the run, at the top
+level), coloured by how it ended, with its operator and figures; an entry with children is a
+<details> element, open, that a click folds. Entries indent by generation up to INDENT_LEVELS, then
+stay at that depth (each names its generation and parent), and text wraps: a deep hill-climb or a
+long operator never makes the tree wider than the page, and no label is ever cut.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import html
 
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
-from aiperf.units import format_ops
+from aiperf.units import ops_per_sample
 
 STATUS_COLORS = {
     TrialStatus.COMPLETED: "#2ca02c",
@@ -22,11 +24,20 @@ STATUS_COLORS = {
     TrialStatus.INTERRUPTED: "#8c564b",
     TrialStatus.RUNNING: "#7f7f7f",
 }
-COLUMN, ROW = 240, 34  # pixels per generation, per trial in a generation
-NODE_W, NODE_H = 74, 22
-PAD = 16
-MIN_WIDTH, MIN_HEIGHT = 720, 120  # as wide as the report's other plots
-LABEL_CHARS = 28  # an operator's label on its edge: what fits between two columns
+INDENT_LEVELS = 12  # generations that indent; deeper ones stay at this depth (12 x 19 px at most)
+
+# The outline's own styles, inline so the page stays one file.
+CSS = """
+.search-tree { font-size: 0.9em; line-height: 1.35; overflow-wrap: anywhere; max-width: 100%; }
+.search-tree .kids { margin-left: 12px; padding-left: 6px; border-left: 1px solid #ddd; }
+.search-tree .kids.flat { margin-left: 0; padding-left: 0; border-left: 0; }
+.search-tree summary { cursor: pointer; padding: 1px 0; }
+.search-tree .leaf { padding: 1px 0 1px 1.1em; }
+.search-tree .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%;
+                    margin-right: 5px; vertical-align: baseline; }
+.search-tree .key { font-weight: 600; font-variant-numeric: tabular-nums; }
+.search-tree .op { color: #333; } .search-tree .figs { color: #666; }
+"""
 
 
 def _esc(value: object) -> str:
@@ -51,86 +62,74 @@ def generations(run: RunRecord) -> dict[int, int]:
     return known
 
 
-def layout(run: RunRecord) -> dict[int, tuple[int, int]]:
-    """Trial id -> (generation, row): each generation in the order of its parents' rows, then by number."""
-    gens = generations(run)
-    rows: dict[int, tuple[int, int]] = {}
-    for g in range(max(gens.values(), default=-1) + 1):
-        members = [t for t in run.trials if gens[t.id] == g]
-        members.sort(
-            key=lambda t: (
-                rows[t.parent_trial_id][1] if t.parent_trial_id in rows else -1,
-                t.number,
-            )
-        )
-        for row, t in enumerate(members):
-            rows[t.id] = (g, row)
-    return rows
+def _label(trial: TrialRecord, generation: int, parent: TrialRecord | None) -> str:
+    """One trial's line: its colour, key, operator and figures; past the indented depth, its
+    generation and parent too, since the indent no longer shows them."""
+    color = STATUS_COLORS.get(trial.status, "#333")
+    accuracy = "-" if trial.best_val_accuracy is None else f"{trial.best_val_accuracy:.4f}"
+    ops = ops_per_sample(trial.train_ops_per_sample) if trial.train_ops_per_sample else "not built"
+    epochs = f"{sum(e.complete for e in trial.epochs)}/{len(trial.epochs)} epochs"
+    where = f" \u00b7 on {trial.worker}" if trial.worker else ""
+    deep = (
+        f"generation {generation}, from {parent.trial_key} \u00b7 "
+        if parent is not None and generation > INDENT_LEVELS
+        else ""
+    )
+    return (
+        f'<span class=dot style="background:{color}"></span><span class=key>{_esc(trial.trial_key)}</span> '
+        f"<span class=op>{_esc(trial.operator or ('seed' if parent is None else 'proposed'))}</span> "
+        f"<span class=figs>\u2014 {deep}{_esc(trial.status)} \u00b7 val acc {accuracy} \u00b7 "
+        f"{_esc(ops)} \u00b7 {epochs}{_esc(where)}</span>"
+    )
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "\u2026"
-
-
-def search_tree_svg(run: RunRecord) -> str:
-    """The section's HTML: the graph, its legend and a note."""
+def search_tree_html(run: RunRecord) -> str:
+    """The section's HTML: the outline, its legend and a note. Written without recursion (a long
+    hill-climb is a chain as deep as the run has trials)."""
     if not run.trials:
         return "<p class=note>No trials.</p>"
-    places = layout(run)
     by_id = {t.id: t for t in run.trials}
-    width = max(MIN_WIDTH, PAD * 2 + (max(g for g, _ in places.values()) + 1) * COLUMN)
-    height = max(MIN_HEIGHT, PAD * 2 + (max(r for _, r in places.values()) + 1) * ROW)
-
-    def corner(trial_id: int) -> tuple[float, float]:
-        g, r = places[trial_id]
-        return PAD + g * COLUMN, PAD + r * ROW
-
-    parts = [
-        f'<svg class="plot tree" id="plot-search-tree" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="Search tree">'
-        "<title>Search tree: parent to child, by morphism</title>"
-    ]
-    for t in run.trials:  # edges first, so nodes sit on top
-        parent = by_id.get(t.parent_trial_id) if t.parent_trial_id is not None else None
-        if parent is None:
-            continue
-        px, py = corner(parent.id)
-        cx, cy = corner(t.id)
-        x0, y0, x1, y1 = px + NODE_W, py + NODE_H / 2, cx, cy + NODE_H / 2
-        mid = (x0 + x1) / 2
-        operator = t.operator or "proposed"
-        parts.append(
-            f'<g class="edge" data-parent="{_esc(parent.trial_key)}" data-child="{_esc(t.trial_key)}" '
-            f'data-operator="{_esc(operator)}"><path d="M{x0:.1f},{y0:.1f} C{mid:.1f},{y0:.1f} {mid:.1f},{y1:.1f} '
-            f'{x1:.1f},{y1:.1f}" fill="none" stroke="#999" stroke-width="1.2"/>'
-            f'<text class="operator" x="{mid:.1f}" y="{(y0 + y1) / 2 - 3:.1f}" text-anchor="middle" '
-            'style="font-size:9px;paint-order:stroke;stroke:#fff;stroke-width:3px">'
-            f"{_esc(_short(operator))}</text><title>{_esc(parent.trial_key)} \u2192 {_esc(t.trial_key)}: "
-            f"{_esc(operator)}</title></g>"
-        )
+    gens = generations(run)
+    children: dict[int | None, list[TrialRecord]] = {}
     for t in run.trials:
-        x, y = corner(t.id)
-        color = STATUS_COLORS.get(t.status, "#333")
-        accuracy = "-" if t.best_val_accuracy is None else f"{t.best_val_accuracy:.4f}"
-        ops = (
-            f"{format_ops(t.train_ops_per_sample)}ops per sample"
-            if t.train_ops_per_sample
-            else "not built"
-        )
+        parent_id = t.parent_trial_id if t.parent_trial_id in by_id else None
+        children.setdefault(parent_id, []).append(t)
+    roots = list(children.get(None, []))
+    parts = ['<div class="search-tree" id="search-tree">']
+    seen: set[int] = set()
+    # Items: a trial to open, at a depth; or the text that closes one.
+    stack: list[tuple[TrialRecord, int] | str] = [(t, 0) for t in reversed(roots)]
+    while stack or len(seen) < len(run.trials):
+        if not stack:  # a parent cycle no root reaches: show its first trial at the top level
+            stack.append((next(t for t in run.trials if t.id not in seen), 0))
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        trial, depth = item
+        if trial.id in seen:
+            continue
+        seen.add(trial.id)
+        parent = by_id.get(trial.parent_trial_id) if trial.parent_trial_id is not None else None
+        label = _label(trial, gens.get(trial.id, depth), parent)
+        kids = [k for k in children.get(trial.id, []) if k.id not in seen]
+        attrs = f'data-trial="{_esc(trial.trial_key)}" data-status="{_esc(trial.status)}"'
+        if not kids:
+            parts.append(f'<div class="trial leaf" {attrs}>{label}</div>')
+            continue
+        flat = " flat" if depth >= INDENT_LEVELS else ""
         parts.append(
-            f'<g class="node trial" data-trial="{_esc(t.trial_key)}" data-status="{_esc(t.status)}">'
-            f'<rect class="node" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" '
-            f'fill="{color}" fill-opacity="0.85"/>'
-            f'<text x="{x + NODE_W / 2}" y="{y + NODE_H / 2 + 4}" text-anchor="middle" fill="#fff" '
-            f'style="fill:#fff">{_esc(t.trial_key[-8:])}</text><title>trial {_esc(t.trial_key)} ({_esc(t.status)}): '
-            f"{_esc(t.operator or 'proposed')}; best val accuracy {accuracy}; {_esc(ops)}</title></g>"
+            f'<details class="trial" open {attrs}><summary>{label}</summary><div class="kids{flat}">'
         )
-    parts.append("</svg>")
+        stack.append("</div></details>")
+        stack.extend((k, depth + 1) for k in reversed(kids))
+    parts.append("</div>")
     legend = "".join(
         f'<span><i style="background:{c}"></i>{_esc(s)}</span>' for s, c in STATUS_COLORS.items()
     )
     return (
-        f'<div style="overflow-x:auto">{"".join(parts)}</div><div class=legend>{legend}</div>'
-        "<p class=note>Each box is a trial, in the column of its generation (seeds first), coloured by how it "
-        "ended; each edge runs from a parent to the child a morphism made of it, labelled with the operator.</p>"
+        f"{''.join(parts)}<div class=legend>{legend}</div>"
+        "<p class=note>Each line is a trial under the parent a morphism made it from (seeds at the top level), "
+        "coloured by how it ended: its operator, then how it ended, its best validation accuracy, its training "
+        "operations per sample, its complete epochs and its worker. Click a trial to fold its descendants.</p>"
     )

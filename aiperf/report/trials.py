@@ -9,7 +9,7 @@ from rich.tree import Tree
 from aiperf.arch.spec import network_from_dict
 from aiperf.report.tables import Col, FitTable
 from aiperf.store import RunRecord, TrialRecord
-from aiperf.units import format_ops
+from aiperf.units import ops_per_sample
 
 
 def _accuracy(trial: TrialRecord) -> str:
@@ -17,7 +17,7 @@ def _accuracy(trial: TrialRecord) -> str:
 
 
 def _ops(trial: TrialRecord) -> str:
-    return f"{format_ops(trial.train_ops_per_sample)}OPS" if trial.train_ops_per_sample else "-"
+    return ops_per_sample(trial.train_ops_per_sample) if trial.train_ops_per_sample else "-"
 
 
 def _operator(trial: TrialRecord) -> str | None:
@@ -136,7 +136,7 @@ class TrialLabel:
     def __init__(self, trial: TrialRecord) -> None:
         self.head = Text.assemble((trial.trial_key, "bold"), " ", _operator(trial) or "proposed")
         self.figures = Text.assemble(
-            f"val acc {_accuracy(trial)}  {_ops(trial)}/sample  ", (str(trial.status), "dim")
+            f"val acc {_accuracy(trial)}  {_ops(trial)}  ", (str(trial.status), "dim")
         )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
