@@ -634,6 +634,18 @@ def package(
         help="The run's event log, if it is not in the run's folder under its --out "
         "(relative to where the run was started).",
     ),
+    submitter: str | None = typer.Option(
+        None,
+        "--submitter",
+        help="Who submits the result, for MLPerf's system description (over the run's "
+        "system.submitter and the site file).",
+    ),
+    status: str | None = typer.Option(
+        None,
+        "--status",
+        help="The system's availability: available, cloud, preview or rdi (over the run's "
+        "system.status; rdi when none says).",
+    ),
 ) -> None:
     """Write one folder a reviewer can take away, checkable without the database.
 
@@ -644,7 +656,14 @@ def package(
 
     with open_existing(db) as store:
         try:
-            folder = write_package(store, run_id, Path(to), Path(log) if log else None)
+            folder = write_package(
+                store,
+                run_id,
+                Path(to),
+                Path(log) if log else None,
+                submitter=submitter,
+                status=status,
+            )
         except RecordNotFound:
             raise fail(
                 f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"

@@ -595,7 +595,7 @@ def describe_workers(
 
     try:
         description = system_description.describe_system(
-            system_description.collect(client),
+            system_description.collect(client, config.out),
             division=classify(config).name,
             precision=config.train.precision,
         )

@@ -4,7 +4,8 @@
 
     events.log               the run's event log (MLLOG lines, aiperf.results.mllog): enough to
                              recompute the score
-    system_description.json  the compute nodes, MLPerf-style (aiperf.system.description)
+    system_description.json  the system in MLPerf's form, as MLCommons' checker reads it, and the
+                             compute nodes as the workers described them (aiperf.system.mlperf)
     config.json              the effective config the run ran with
     <ruleset>.yaml           the rules it is judged by (aiperf/rules/)
     verification.json        every check of `aiperf verify`, from the records and from the event log
@@ -85,10 +86,21 @@ def _checks(checks: list[CheckRecord]) -> list[dict]:
     return [{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks]
 
 
-def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) -> Path:
-    """Write run `run_id`'s package into the new (or empty) folder `to`; UserError for what cannot be."""
+def write_package(
+    store: Store,
+    run_id: int,
+    to: Path,
+    log: Path | None = None,
+    *,
+    submitter: str | None = None,
+    status: str | None = None,
+) -> Path:
+    """Write run `run_id`'s package into the new (or empty) folder `to`; UserError for what cannot be.
+    `submitter` and `status` go into the MLPerf system description over the run's config and the
+    site file (aiperf.system.mlperf)."""
     from aiperf.report.html import build_report
     from aiperf.results.verify import count_architecture, verify_run
+    from aiperf.system.mlperf import mlperf_description, owner_facts
 
     to = Path(to)
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
@@ -100,6 +112,7 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
         raise UserError(
             f"run {run_id} ({record.status}) has no score: only a scored run can be packaged"
         )
+    owner_facts(record.config, submitter=submitter, status=status)  # a bad status: before any work
     log = Path(log) if log is not None else default_log_path(record)
     if not log.is_file():
         raise UserError(
@@ -121,10 +134,18 @@ def write_package(store: Store, run_id: int, to: Path, log: Path | None = None) 
     weights = _copy_weights(logged.run.best_weights, log.parent, to)
     if weights is not None:
         files.append(weights)
-    description = record.system_description or logged.run.system_description
-    if description is not None:
-        _write_json(to / SYSTEM_DESCRIPTION, description)
-        files.append(SYSTEM_DESCRIPTION)
+    description = record.system_description or logged.run.system_description or {}
+    _write_json(
+        to / SYSTEM_DESCRIPTION,
+        mlperf_description(
+            description,
+            record.config,
+            division=record.division,
+            submitter=submitter,
+            status=status,
+        ),
+    )
+    files.append(SYSTEM_DESCRIPTION)
     _write_json(to / CONFIG_FILE, record.config)
     files.append(CONFIG_FILE)
     ruleset = _copy_ruleset(record.ruleset, to)
@@ -321,8 +342,9 @@ def _readme(
         "and tensor conventions) and end, every epoch's samples trained and evaluated, completeness "
         "and validation accuracy, the score and its verification. Alone, it is enough to recompute "
         "the score.",
-        SYSTEM_DESCRIPTION: "the compute nodes as the workers described them (MLPerf's field style): nodes, "
-        "CPU model, sockets, cores, memory, accelerators, interconnect, OS, software.",
+        SYSTEM_DESCRIPTION: "the system in MLPerf's form (every field MLCommons' system-description "
+        "checker requires, as strings; `N/A` where unknown), then aiperf's own: the compute nodes as "
+        "the workers described them (CPU, memory, storage, accelerators and their links, OS, software).",
         CONFIG_FILE: "the effective config the run ran with (profile, overrides and all).",
         VERIFICATION_FILE: "every check of `aiperf verify`, recomputed when the package was written: from the "
         "database's records and from the event log alone.",

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from aiperf.system import accelerators
+from aiperf.system import accelerators, hostfacts
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
@@ -37,6 +37,18 @@ JOB_VARIABLES = {
     "lsf": ("LSB_JOBID", "LSB_HOSTS"),
     "sge": ("JOB_ID", "HOSTNAME"),
 }
+
+
+# The facts aiperf.system.hostfacts reads on each node, summarised over the nodes like the others.
+HOSTFACTS = (
+    "host_processor_frequency",
+    "host_processor_caches",
+    "host_memory_configuration",
+    "host_storage_type",
+    "host_storage_capacity",
+    "accelerator_frequency",
+    "accelerator_host_interconnect",
+)
 
 
 def _gb(size: int | float) -> str:
@@ -125,16 +137,22 @@ def _job() -> dict[str, str] | None:
     return None
 
 
-def describe_node(dask_worker: Any = None) -> dict[str, Any]:
+def describe_node(dask_worker: Any = None, folder: str | None = None) -> dict[str, Any]:
     """This machine, as the process that runs on it sees it (run on every worker by `collect`).
     `dask_worker` (Client.run passes it): the worker, named as its trials record their worker, so
-    verify can find every trial's worker in the description (aiperf.results.physical)."""
+    verify can find every trial's worker in the description (aiperf.results.physical). `folder`:
+    the run's out folder, whose storage is described (the working folder when not given). The
+    facts only the kernel and driver of each node can give (CPU frequency and caches, memory
+    fitting, storage, GPU clocks and host links: aiperf.system.hostfacts) are read here, on the
+    node, as the run starts, so a package written later on another machine still says them."""
     memory = int(psutil.virtual_memory().total)
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
     sockets = _sockets()
     found = accelerators.describe()
     gpus = found["gpus"]
+    gpu_facts = hostfacts.gpu_facts() if gpus else []
+    storage_type, storage_capacity = hostfacts.storage(folder or os.getcwd())
     return {
         "hostname": socket.gethostname(),
         "host_processor_model_name": cpu_model(),
@@ -143,12 +161,17 @@ def describe_node(dask_worker: Any = None) -> dict[str, Any]:
             1, physical // sockets
         ),  # per processor, as MLPerf counts
         "host_processor_vcpu_count": logical,
+        "host_processor_frequency": hostfacts.cpu_frequency(),
+        "host_processor_caches": hostfacts.cpu_caches(),
         "host_cores_total": physical,
         "host_cores_usable": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else logical,
         "host_memory_capacity": _gb(memory),
         "host_memory_bytes": memory,
+        "host_memory_configuration": hostfacts.memory_configuration(),
+        "host_storage_type": storage_type,
+        "host_storage_capacity": storage_capacity,
         "accelerators_per_node": len(gpus),
         "accelerator_model_name": ", ".join(sorted({g["model"] for g in gpus})) or "none",
         "accelerator_memory_capacity": ", ".join(
@@ -157,6 +180,8 @@ def describe_node(dask_worker: Any = None) -> dict[str, Any]:
         or "n/a",
         "accelerators": gpus,
         "accelerator_interconnect": found["interconnect"] or "n/a",
+        "accelerator_frequency": hostfacts.accelerator_frequency(gpu_facts),
+        "accelerator_host_interconnect": hostfacts.accelerator_host_interconnect(gpu_facts),
         "accelerator_links": found["links"],
         "cuda_driver_version": _joined(g["driver_version"] for g in gpus),
         "cuda_version": _joined(g["cuda_version"] for g in gpus),
@@ -186,9 +211,10 @@ def _joined(values: Iterable[str | None]) -> str:
     return ", ".join(sorted({v for v in values if v})) or "n/a"
 
 
-def collect(client: Any) -> dict[str, dict[str, Any]]:
-    """Every worker's description of its node: worker address -> describe_node()."""
-    return client.run(describe_node)
+def collect(client: Any, folder: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every worker's description of its node: worker address -> describe_node(); `folder`: the
+    run's out folder, whose storage each node describes."""
+    return client.run(describe_node, folder=folder)
 
 
 def _summary(values: list[Any]) -> Any:
@@ -240,6 +266,7 @@ def describe_system(
         "host_processor_core_count": _summary([n["host_processor_core_count"] for n in listed]),
         "host_processor_vcpu_count": _summary([n["host_processor_vcpu_count"] for n in listed]),
         "host_memory_capacity": _summary([n["host_memory_capacity"] for n in listed]),
+        **{field: _summary([n.get(field, hostfacts.NA) for n in listed]) for field in HOSTFACTS},
         "accelerators_per_node": _summary([n["accelerators_per_node"] for n in listed]),
         "accelerator_model_name": _summary([n["accelerator_model_name"] for n in listed]),
         "accelerator_memory_capacity": _summary(
