@@ -33,6 +33,7 @@ from aiperf.cli.common import (
 from aiperf.cli.data import stage
 from aiperf.cli.flops import flops
 from aiperf.cli.history import compare, history, report
+from aiperf.cli.results import app as results_app
 from aiperf.cli.rules import rules
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
@@ -703,6 +704,7 @@ app.command("history")(history)
 app.command("compare")(compare)
 app.command("report")(report)
 app.command("rules")(rules)
+app.add_typer(results_app, name="results")
 
 
 def main() -> None:

@@ -20,12 +20,14 @@ from aiperf.store.records import (
     window_seconds,
 )
 from aiperf.store.repository import RunWork, Store, WriteBatch
+from aiperf.store.results_models import ResultRecord
 
 __all__ = [
     "CheckRecord",
     "DatasetRecord",
     "EpochRecord",
     "RecordNotFound",
+    "ResultRecord",
     "RunRecord",
     "RunScoreRow",
     "RunTakenOver",

@@ -1,0 +1,277 @@
+"""`aiperf results import`: verified packages into the results list.
+
+Each package is checked exactly as `aiperf verify --package` checks it (aiperf.report.package.
+verify_package: the run rebuilt from its event log alone, every check of `aiperf verify`, the best
+trial's kept weights evaluated again and the data against its pin where the ruleset has them). What
+the list needs is read from that rebuilt run, never from the package's other files, with one
+exception: the submitter, a declared fact and not a measurement, may come from the package's
+system_description.json when the run's own description and config do not name one.
+
+Per package, not all-or-nothing: each package given imports, or is refused with one line naming
+it and why (its checks fail, it was imported already, it is not a package), and a refusal changes
+nothing else; the other packages of the same command still import. A series folder (series.json
+and one run-<id>/ package per run, `aiperf package --series`) is one package in this sense: all its
+runs import together, or none does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiperf.errors import UserError
+from aiperf.paths import EVENT_LOG
+from aiperf.report.package import verify_package
+from aiperf.results.mllog import LoggedRun
+from aiperf.store import Store
+from aiperf.store.results_models import AlreadyImported, add_results, find_result
+from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
+from aiperf.system.description import system_name
+
+SERIES_FILE = "series.json"  # a series folder's summary, beside its run-<id>/ packages
+RUN_FOLDER_PREFIX = "run-"
+NOT_GIVEN = {"", "n/a", "none", "unknown", "-"}  # how a description says it does not know
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What became of one package (or series folder) given to `aiperf results import`."""
+
+    package: str
+    imported: bool
+    message: str  # the one line: what was imported, or why it was refused
+    result_ids: tuple[int, ...] = ()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_packages(folder: Path) -> list[Path]:
+    """The run packages a folder holds: itself, or for a series folder each run-<id>/ in it, in
+    order of run id."""
+    if not (folder / SERIES_FILE).is_file():
+        return [folder]
+    runs = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(RUN_FOLDER_PREFIX)]
+
+    def run_id(path: Path) -> tuple[int, str]:
+        suffix = path.name.removeprefix(RUN_FOLDER_PREFIX)
+        return (int(suffix), "") if suffix.isdigit() else (1 << 62, suffix)
+
+    if not runs:
+        raise UserError(
+            f"{folder} has {SERIES_FILE} but no {RUN_FOLDER_PREFIX}<id>/ run packages; give the "
+            "folder `aiperf package --series` wrote"
+        )
+    return sorted(runs, key=run_id)
+
+
+def import_packages(
+    store: Store,
+    folders: Sequence[Path],
+    *,
+    verify: Callable[[Path], tuple[LoggedRun | None, list]] = verify_package,
+    now: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
+) -> list[Imported]:
+    """Import each folder (a run package or a series folder), independently of the others.
+
+    `verify`: how a run package is checked (verify_package; a test may pass the same function)."""
+    return [_import_one(store, Path(folder), verify, now) for folder in folders]
+
+
+def _import_one(
+    store: Store,
+    folder: Path,
+    verify: Callable[[Path], tuple[LoggedRun | None, list]],
+    now: Callable[[], datetime],
+) -> Imported:
+    name = str(folder)
+    try:
+        members = run_packages(folder) if folder.is_dir() else [folder]
+        rows = []
+        for member in members:
+            try:
+                rows.append(_checked_row(store, member, verify))
+            except (UserError, AlreadyImported) as exc:
+                if member == folder:
+                    raise
+                # one run of a series: the whole series is refused, naming that run
+                raise UserError(
+                    f"its {member.name}: {exc}; no run of the series was imported"
+                ) from None
+        _same_series(folder, members, rows)
+        at = now()
+        ids = add_results(store, [{**row, "imported_at": at} for row in rows])
+    except (AlreadyImported, UserError) as exc:
+        return Imported(name, False, f"{name}: {exc}")
+    what = (
+        f"run {rows[0]['run_id']}"
+        if len(rows) == 1
+        else f"series {rows[0]['series']} ({len(rows)} runs)"
+    )
+    return Imported(
+        name,
+        True,
+        f"{name}: imported {what} of {rows[0]['system_name']} as result "
+        + ", ".join(str(i) for i in ids),
+        tuple(ids),
+    )
+
+
+def _checked_row(
+    store: Store, folder: Path, verify: Callable[[Path], tuple[LoggedRun | None, list]]
+) -> dict[str, Any]:
+    """The results row of one run package, after every check passed; UserError (one line) when
+    it is no package, was imported already, or a check fails."""
+    log = folder / EVENT_LOG
+    if folder.is_dir() and log.is_file():
+        digest = sha256_of(log)
+        existing = find_result(store, digest)
+        if existing is not None:  # before the checks: they evaluate weights again (seconds)
+            raise AlreadyImported(digest, existing)
+    logged, checks = verify(folder)  # UserError for what is not a package
+    failed = [c.check for c in checks if not c.passed]
+    if logged is None or failed or not checks:
+        details = "; ".join(c.detail for c in checks if not c.passed)[:300]
+        raise UserError(
+            f"its checks fail ({', '.join(failed) or 'none ran'}): {details}; "
+            f"see `aiperf verify --package {folder}`"
+        )
+    return result_row(logged, folder, sha256_of(log))
+
+
+def _same_series(folder: Path, members: Sequence[Path], rows: Sequence[dict[str, Any]]) -> None:
+    """A series folder's runs must be one series, as their verified logs say."""
+    if len(members) == 1 and members[0] == folder:
+        return
+    series = {row["series"] for row in rows}
+    if len(series) != 1 or None in series:
+        raise UserError(
+            f"{folder}: its runs are not one series (their event logs name "
+            f"{', '.join(sorted(str(s) for s in series))}); import each run package on its own"
+        )
+    declared = _declared_series(folder)
+    if declared is not None and declared not in series:
+        raise UserError(
+            f"{folder}: {SERIES_FILE} names series {declared}, its runs' event logs "
+            f"{', '.join(str(s) for s in series)}"
+        )
+
+
+def _declared_series(folder: Path) -> str | None:
+    try:
+        data = json.loads((folder / SERIES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(
+            f"{folder / SERIES_FILE} is not JSON; write it again with `aiperf package --series`"
+        ) from None
+    if not isinstance(data, Mapping):
+        return None
+    value = data.get("series") or data.get("series_id")
+    return None if value is None else str(value)
+
+
+def _given(value: Any) -> str | None:
+    """A declared fact as text, None where it says it is not known."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return None if text.lower() in NOT_GIVEN else text
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def hardware(description: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Nodes, accelerators (model and count; none: CPU only) and physical cores, from a system
+    description: per node where it lists its nodes, else from MLPerf's top-level fields."""
+    description = description or {}
+    nodes = [n for n in description.get("nodes") or [] if isinstance(n, Mapping)]
+    if nodes:
+        gpus = [g for n in nodes for g in n.get("accelerators") or [] if isinstance(g, Mapping)]
+        models = sorted({str(g.get("model")) for g in gpus if g.get("model")})
+        counted = [_int(n.get("accelerators_per_node")) for n in nodes]
+        count = len(gpus) or sum(c or 0 for c in counted)
+        cores = [_int(n.get("host_cores_total")) for n in nodes]
+        total_cores = sum(c for c in cores if c) or None
+        number = len(nodes)
+    else:
+        number = _int(description.get("number_of_nodes")) or 1
+        count = (_int(description.get("accelerators_per_node")) or 0) * number
+        model = _given(description.get("accelerator_model_name"))
+        models = [model] if model and count else []
+        per_node = (_int(description.get("host_processor_core_count")) or 0) * (
+            _int(description.get("host_processors_per_node")) or 1
+        )
+        total_cores = per_node * number or None
+    if not models and count:
+        model = _given(description.get("accelerator_model_name"))
+        models = [model] if model else ["unknown"]
+    return {
+        "nodes": max(1, number),
+        "accelerators": count,
+        "accelerator_model": ", ".join(models) if count else None,
+        "cores": total_cores,
+    }
+
+
+def _submitter(logged: LoggedRun, folder: Path) -> str | None:
+    """The run's description or config, else the package's system_description.json."""
+    run = logged.run
+    found = _given((run.system_description or {}).get("submitter"))
+    system = (run.config or {}).get("system")
+    if found is None and isinstance(system, Mapping):
+        found = _given(system.get("submitter"))
+    if found is None:
+        try:
+            packaged = json.loads((folder / SYSTEM_DESCRIPTION).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            packaged = None
+        if isinstance(packaged, Mapping):
+            found = _given(packaged.get("submitter"))
+    return found
+
+
+def result_row(logged: LoggedRun, folder: Path, events_sha256: str) -> dict[str, Any]:
+    """The results row of a verified run (every field of ResultRecord but id and imported_at)."""
+    run = logged.run
+    score = run.score
+    if score is None:  # verify_package refuses a run without a score before this
+        raise UserError(f"{folder}: the run has no score")
+    description = run.system_description
+    return {
+        "events_sha256": events_sha256,
+        "run_id": run.id,
+        "system_name": system_name(description, run.config)[:255],
+        "submitter": (_submitter(logged, folder) or None),
+        **hardware(description),
+        "workers": run.workers,
+        "ops": score.ops,
+        "regulated_score": score.regulated_score,
+        "mfu": score.mfu,
+        "best_val_accuracy": score.best_val_accuracy,
+        "valid": bool(score.valid),
+        "verified": True,  # every check passed, or it is not imported
+        "division": run.division,
+        "ruleset": run.ruleset,
+        "profile": run.profile,
+        "workload_hash": run.config_hash,
+        "run_date": run.created_at,
+        "series": run.series,
+        "series_index": run.series_index,
+        "package": str(folder.resolve()),
+        "system_description": description,
+    }

@@ -1,0 +1,343 @@
+"""The ranked list: imported results grouped by what may be compared, one row per system.
+
+A group is one division, one ruleset and one workload (profile and workload hash): results of
+different ones measure different things and are never ranked together. Within a group each system
+(by name) has one row: its best unit, where a unit is a series of repeated runs (one series id) or
+a run of its own, summarised by the ruleset's series rule (aiperf.results.series: MLPerf HPC's
+manner from rulesets 1.3, else the median). Rows are ranked by the unit's ranked OPS:
+
+- a qualified unit (every run valid, and in the closed division as many runs as the rule asks)
+  ranks above every unqualified one of its group, so an invalid or too short result never
+  outranks a qualified one; it is still listed, ranked below them and marked in `valid`;
+- equal ranked OPS share a rank (1, 1, 3), listed by earlier date, then name.
+
+A system's best unit is its qualified unit of highest ranked OPS, else its unqualified one of
+highest ranked OPS.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, summarise
+from aiperf.store.results_models import ResultRecord
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """What a ranking may compare: one division, ruleset, profile and workload hash."""
+
+    division: str | None
+    ruleset: str | None
+    profile: str
+    workload_hash: str | None
+
+    def heading(self) -> str:
+        """The group's heading line."""
+        workload = (self.workload_hash or "-")[:12]
+        return (
+            f"{self.division or 'no'} division, {self.ruleset or 'no ruleset'}, profile "
+            f"{self.profile}, workload {workload}"
+        )
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One ranked row: a system's best unit in its group."""
+
+    rank: int
+    system: str
+    submitter: str | None
+    nodes: int
+    accelerator_model: str | None  # None: CPU only
+    accelerators: int
+    cores: int | None
+    ops: SeriesSummary
+    regulated_score: SeriesSummary
+    mfu: float | None  # the median of its runs' MFU (None where none was measured)
+    key: GroupKey
+    date: datetime  # its latest run's
+    series: str | None
+    valid: bool  # every run valid
+    enough_runs: bool  # as many runs as a ranked closed result needs (always true when open)
+    verified: bool
+    result_ids: tuple[int, ...]
+    run_ids: tuple[int, ...]
+    description: dict[str, Any] | None
+
+    @property
+    def qualified(self) -> bool:
+        return self.valid and self.enough_runs and self.verified
+
+    @property
+    def runs(self) -> int:
+        return len(self.result_ids)
+
+    @property
+    def valid_word(self) -> str:
+        """yes; no (a run breaks a rule); few (a closed series short of the rule's runs)."""
+        if not self.valid or not self.verified:
+            return "no"
+        return "yes" if self.enough_runs else "few"
+
+    def accelerators_text(self) -> str:
+        """ "A100 x 8", or "CPU" when it has none."""
+        if not self.accelerators:
+            return "CPU"
+        return f"{self.accelerator_model or 'unknown'} x {self.accelerators}"
+
+
+@dataclass(frozen=True)
+class Group:
+    key: GroupKey
+    rule: SeriesRule | None
+    standings: tuple[Standing, ...]
+
+
+def series_rule(ruleset: str | None) -> SeriesRule | None:
+    """The ruleset's series rule (None for a ruleset without one, or one this aiperf lacks)."""
+    from aiperf.rules import available_rulesets, load_ruleset
+
+    if not ruleset or ruleset not in available_rulesets():
+        return None
+    return load_ruleset(ruleset).series
+
+
+def _units(results: Iterable[ResultRecord]) -> list[list[ResultRecord]]:
+    """A series' runs together; a run of its own alone."""
+    by_series: dict[str, list[ResultRecord]] = defaultdict(list)
+    units: list[list[ResultRecord]] = []
+    for r in results:
+        if r.series:
+            by_series[r.series].append(r)
+        else:
+            units.append([r])
+    units += [
+        sorted(runs, key=lambda r: (r.series_index or 0, r.id)) for runs in by_series.values()
+    ]
+    return units
+
+
+def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | None) -> Standing:
+    first = unit[0]
+    mfus = [r.mfu for r in unit if r.mfu is not None]
+    return Standing(
+        rank=0,
+        system=first.system_name,
+        submitter=next((r.submitter for r in unit if r.submitter), None),
+        nodes=max(r.nodes for r in unit),
+        accelerator_model=first.accelerator_model,
+        accelerators=max(r.accelerators for r in unit),
+        cores=first.cores,
+        ops=summarise([r.ops for r in unit], rule),
+        regulated_score=summarise([r.regulated_score for r in unit], rule),
+        mfu=statistics.median(mfus) if mfus else None,
+        key=key,
+        date=max(r.run_date for r in unit),
+        series=first.series,
+        valid=all(r.valid for r in unit),
+        enough_runs=key.division != "closed" or enough_runs(len(unit), rule),
+        verified=all(r.verified for r in unit),
+        result_ids=tuple(r.id for r in unit),
+        run_ids=tuple(r.run_id for r in unit),
+        description=first.system_description,
+    )
+
+
+def _order(s: Standing) -> tuple[Any, ...]:
+    return (not s.qualified, -s.ops.ranked, s.date, s.system)
+
+
+def rank(
+    results: Iterable[ResultRecord],
+    *,
+    division: str | None = None,
+    ruleset: str | None = None,
+    profile: str | None = None,
+) -> list[Group]:
+    """The groups of the list, each ranked from 1, in a stable order (division, ruleset, profile,
+    workload); only the results matching the filters given."""
+    grouped: dict[GroupKey, list[ResultRecord]] = defaultdict(list)
+    for r in results:
+        if division is not None and r.division != division:
+            continue
+        if ruleset is not None and r.ruleset != ruleset:
+            continue
+        if profile is not None and r.profile != profile:
+            continue
+        grouped[GroupKey(r.division, r.ruleset, r.profile, r.workload_hash)].append(r)
+    groups = []
+    for key in sorted(grouped, key=lambda k: tuple(v or "" for v in vars(k).values())):
+        rule = series_rule(key.ruleset)
+        by_system: dict[str, list[Standing]] = defaultdict(list)
+        for unit in _units(grouped[key]):
+            standing = _standing(unit, key, rule)
+            by_system[standing.system].append(standing)
+        best = sorted((min(units, key=_order) for units in by_system.values()), key=_order)
+        ranked: list[Standing] = []
+        for i, s in enumerate(best):
+            previous = ranked[-1] if ranked else None
+            tied = (
+                previous is not None
+                and previous.qualified == s.qualified
+                and previous.ops.ranked == s.ops.ranked
+            )
+            ranked.append(_with_rank(s, previous.rank if tied and previous else i + 1))
+        groups.append(Group(key, rule, tuple(ranked)))
+    return groups
+
+
+def _with_rank(s: Standing, rank: int) -> Standing:
+    from dataclasses import replace
+
+    return replace(s, rank=rank)
+
+
+# --- JSON and CSV ---------------------------------------------------------------------------------
+
+
+def _summary_json(summary: SeriesSummary) -> dict[str, Any]:
+    return summary.to_dict()
+
+
+def standing_json(s: Standing) -> dict[str, Any]:
+    """One row with stable keys (docs/json.md, `aiperf results list --json`)."""
+    return {
+        "rank": s.rank,
+        "system": s.system,
+        "submitter": s.submitter,
+        "nodes": s.nodes,
+        "accelerator_model": s.accelerator_model,
+        "accelerators": s.accelerators,
+        "cores": s.cores,
+        "ops": s.ops.ranked,
+        "regulated_score": s.regulated_score.ranked,
+        "mfu": s.mfu,
+        "division": s.key.division,
+        "ruleset": s.key.ruleset,
+        "profile": s.key.profile,
+        "workload_hash": s.key.workload_hash,
+        "date": s.date,
+        "runs": s.runs,
+        "series": s.series,
+        "ops_summary": _summary_json(s.ops),
+        "regulated_score_summary": _summary_json(s.regulated_score),
+        "valid": s.valid_word,
+        "verified": s.verified,
+        "result_ids": list(s.result_ids),
+        "run_ids": list(s.run_ids),
+    }
+
+
+def groups_json(groups: Sequence[Group]) -> list[dict[str, Any]]:
+    return [
+        {
+            "division": g.key.division,
+            "ruleset": g.key.ruleset,
+            "profile": g.key.profile,
+            "workload_hash": g.key.workload_hash,
+            "series_rule": None if g.rule is None else g.rule.describe(),
+            "rows": [standing_json(s) for s in g.standings],
+        }
+        for g in groups
+    ]
+
+
+# The columns of MLPerf's result summarizer (mlcommons/logging, mlperf_logging/result_summarizer:
+# division, availability, submitter, system, number_of_nodes, host_processor_model_name,
+# host_processors_count, accelerator_model_name, accelerators_count, framework, notes, then one
+# column per benchmark's score), then aiperf's own.
+CSV_COLUMNS = (
+    "division",
+    "availability",
+    "submitter",
+    "system",
+    "number_of_nodes",
+    "host_processor_model_name",
+    "host_processors_count",
+    "accelerator_model_name",
+    "accelerators_count",
+    "framework",
+    "notes",
+    "ruleset",
+    "profile",
+    "workload_hash",
+    "rank",
+    "ops",
+    "regulated_score",
+    "mfu",
+    "runs",
+    "ops_median",
+    "ops_min",
+    "ops_max",
+    "ops_cv",
+    "date",
+    "valid",
+    "verified",
+)
+
+
+def _described(s: Standing, field: str) -> str:
+    value = (s.description or {}).get(field)
+    return "" if value is None else str(value)
+
+
+def _processors(s: Standing) -> str:
+    """Host processors across the nodes (sockets), as the summarizer counts them."""
+    nodes = (s.description or {}).get("nodes") or []
+    counts = []
+    for n in nodes:
+        try:
+            counts.append(int(n.get("host_processors_per_node") or 0))
+        except (TypeError, ValueError, AttributeError):
+            return ""
+    return str(sum(counts)) if counts else ""
+
+
+def to_csv(groups: Sequence[Group]) -> str:
+    """One line per row of the list (one per system and workload), MLPerf summarizer's columns
+    first; figures in base units (OPS), the date in ISO 8601."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for g in groups:
+        for s in g.standings:
+            notes = "" if s.qualified else f"not qualified: valid={s.valid_word}"
+            writer.writerow(
+                [
+                    s.key.division or "",
+                    _described(s, "status"),
+                    s.submitter or "",
+                    s.system,
+                    s.nodes,
+                    _described(s, "host_processor_model_name"),
+                    _processors(s),
+                    s.accelerator_model or "N/A",
+                    s.accelerators,
+                    _described(s, "framework"),
+                    notes,
+                    s.key.ruleset or "",
+                    s.key.profile,
+                    s.key.workload_hash or "",
+                    s.rank,
+                    repr(s.ops.ranked),
+                    repr(s.regulated_score.ranked),
+                    "" if s.mfu is None else repr(s.mfu),
+                    s.runs,
+                    repr(s.ops.median),
+                    repr(s.ops.minimum),
+                    repr(s.ops.maximum),
+                    repr(s.ops.cv),
+                    s.date.isoformat(),
+                    s.valid_word,
+                    "yes" if s.verified else "no",
+                ]
+            )
+    return out.getvalue()

@@ -1,0 +1,481 @@
+"""The results list (issue 27 items 1 and 4): verified packages imported into one database, ranked
+per division, ruleset and workload, one row per system; a package that fails its checks or was
+imported already is refused in one line and the list is unchanged; the list as a table at 80
+columns, JSON, CSV and an HTML page that headless Chromium renders with its plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import TINY
+from typer.testing import CliRunner
+
+from aiperf.cli.main import app
+from aiperf.ranking import importing, standings
+from aiperf.ranking.page import build_page
+from aiperf.results.series import SeriesRule
+from aiperf.store import ResultRecord, Store, database
+from aiperf.store.results_models import AlreadyImported, add_results, list_results
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+WORKLOAD = "a" * 64
+
+
+def result(
+    id: int,
+    system: str,
+    ops: float,
+    *,
+    division: str | None = "closed",
+    ruleset: str | None = "aiperf-rules-1.2",
+    profile: str = "quick",
+    workload: str | None = WORKLOAD,
+    valid: bool = True,
+    series: str | None = None,
+    index: int | None = None,
+    accelerators: int = 0,
+    cores: int | None = 8,
+    days: int = 0,
+) -> ResultRecord:
+    """A results row made directly, for the ranking's own tests."""
+    return ResultRecord(
+        id=id,
+        events_sha256=f"{id:064x}",
+        run_id=id,
+        system_name=system,
+        submitter=None,
+        nodes=1,
+        accelerator_model="H200" if accelerators else None,
+        accelerators=accelerators,
+        cores=cores,
+        workers=2,
+        ops=ops,
+        regulated_score=ops / 2,
+        mfu=0.1,
+        best_val_accuracy=0.5,
+        valid=valid,
+        verified=True,
+        division=division,
+        ruleset=ruleset,
+        profile=profile,
+        workload_hash=workload,
+        run_date=T0 + timedelta(days=days),
+        series=series,
+        series_index=index,
+        package=f"/packages/{id}",
+        imported_at=T0,
+        system_description=None,
+    )
+
+
+def _rows(group: standings.Group) -> list[tuple[int, str]]:
+    return [(s.rank, s.system) for s in group.standings]
+
+
+# --- ranking ---------------------------------------------------------------------------------------
+
+
+def test_different_divisions_rulesets_and_workloads_are_never_ranked_together():
+    results = [
+        result(1, "alpha", 3e9),
+        result(2, "beta", 2e9),
+        result(3, "gamma", 9e9, division="open"),
+        result(4, "delta", 8e9, ruleset="aiperf-rules-1.1"),
+        result(5, "eps", 7e9, workload="b" * 64),
+        result(6, "zeta", 6e9, profile="nightly"),
+    ]
+    groups = standings.rank(results)
+    assert len(groups) == 5
+    for g in groups:
+        keys = {
+            (s.key.division, s.key.ruleset, s.key.profile, s.key.workload_hash)
+            for s in g.standings
+        }
+        assert keys == {(g.key.division, g.key.ruleset, g.key.profile, g.key.workload_hash)}
+        assert g.standings[0].rank == 1
+    (closed,) = [
+        g
+        for g in groups
+        if g.key == standings.GroupKey("closed", "aiperf-rules-1.2", "quick", WORKLOAD)
+    ]
+    assert _rows(closed) == [(1, "alpha"), (2, "beta")]
+    assert [g.key.division for g in standings.rank(results, division="open")] == ["open"]
+    assert {g.key.profile for g in standings.rank(results, profile="nightly")} == {"nightly"}
+
+
+def test_one_row_per_system_its_best_and_ties_share_a_rank():
+    results = [
+        result(1, "alpha", 2e9),
+        result(2, "alpha", 5e9, days=1),  # alpha's best
+        result(3, "beta", 5e9),
+        result(4, "gamma", 1e9),
+    ]
+    (group,) = standings.rank(results)
+    # Equal OPS share rank 1, listed by earlier date; the next rank is 3.
+    assert _rows(group) == [(1, "beta"), (1, "alpha"), (3, "gamma")]
+    assert group.standings[1].result_ids == (2,)
+
+
+def test_an_invalid_result_ranks_below_every_valid_one():
+    results = [result(1, "fast-but-invalid", 9e9, valid=False), result(2, "slow", 1e9)]
+    (group,) = standings.rank(results)
+    assert _rows(group) == [(1, "slow"), (2, "fast-but-invalid")]
+    assert [s.valid_word for s in group.standings] == ["yes", "no"]
+
+
+def test_a_series_is_summarised_by_its_rule_with_its_spread(monkeypatch):
+    """Five runs under a rule of five, extremes dropped, mean of the rest: ranked by that mean, the
+    spread shown; a closed series short of the rule's runs is listed, marked few, below it."""
+    rule = SeriesRule(runs=5, drop=1, statistic="mean")
+    monkeypatch.setattr(standings, "series_rule", lambda ruleset: rule)
+    figures = [1.0e9, 2.0e9, 3.0e9, 4.0e9, 100.0e9]
+    results = [
+        result(i + 1, "alpha", ops, series="s1", index=i + 1) for i, ops in enumerate(figures)
+    ]
+    results += [result(10 + i, "beta", 50e9, series="s2", index=i + 1) for i in range(2)]
+    (group,) = standings.rank(results)
+    alpha, beta = group.standings
+    assert (alpha.system, alpha.rank, alpha.runs) == ("alpha", 1, 5)
+    assert alpha.ops.ranked == pytest.approx(3.0e9)  # mean of 2, 3, 4 GOPS
+    assert (alpha.ops.minimum, alpha.ops.maximum, alpha.ops.median) == (1.0e9, 100.0e9, 3.0e9)
+    assert alpha.ops.cv > 1.0
+    assert (beta.rank, beta.runs, beta.valid_word, beta.qualified) == (2, 2, "few", False)
+    # In the open division the rule's count does not hold a series back.
+    open_results = [r.__class__(**{**vars(r), "division": "open"}) for r in results]
+    (opened,) = standings.rank(open_results)
+    assert [(s.system, s.valid_word) for s in opened.standings] == [
+        ("beta", "yes"),
+        ("alpha", "yes"),
+    ]
+
+
+def test_a_systems_best_series_stands_for_it():
+    results = [result(1, "alpha", 9e9, valid=False)]
+    results += [result(2 + i, "alpha", 2e9, series="s", index=i + 1) for i in range(3)]
+    (group,) = standings.rank(results)
+    (alpha,) = group.standings
+    assert alpha.series == "s" and alpha.runs == 3 and alpha.qualified
+
+
+def test_csv_has_mlperf_summarizer_columns_then_aiperfs():
+    groups = standings.rank([result(1, "alpha", 3e9, accelerators=8), result(2, "beta", 2e9)])
+    rows = list(csv.DictReader(io.StringIO(standings.to_csv(groups))))
+    assert list(rows[0])[:11] == [
+        "division",
+        "availability",
+        "submitter",
+        "system",
+        "number_of_nodes",
+        "host_processor_model_name",
+        "host_processors_count",
+        "accelerator_model_name",
+        "accelerators_count",
+        "framework",
+        "notes",
+    ]
+    assert [
+        (r["system"], r["rank"], r["accelerator_model_name"], r["accelerators_count"])
+        for r in rows
+    ] == [
+        ("alpha", "1", "H200", "8"),
+        ("beta", "2", "N/A", "0"),
+    ]
+    assert float(rows[0]["ops"]) == 3e9
+
+
+def test_hardware_reads_nodes_or_mlperfs_fields():
+    gpu = {"model": "NVIDIA H200", "memory_bytes": 1}
+    described = {
+        "nodes": [
+            {"hostname": "n1", "accelerators": [gpu, gpu], "host_cores_total": 16},
+            {"hostname": "n2", "accelerators": [gpu, gpu], "host_cores_total": 16},
+        ]
+    }
+    assert importing.hardware(described) == {
+        "nodes": 2,
+        "accelerators": 4,
+        "accelerator_model": "NVIDIA H200",
+        "cores": 32,
+    }
+    cpu = {
+        "number_of_nodes": "1",
+        "accelerators_per_node": "0",
+        "accelerator_model_name": "N/A",
+        "host_processor_core_count": "8",
+        "host_processors_per_node": "2",
+    }
+    assert importing.hardware(cpu) == {
+        "nodes": 1,
+        "accelerators": 0,
+        "accelerator_model": None,
+        "cores": 16,
+    }
+
+
+# --- the table, its migration and its unique event log -----------------------------------------------
+
+
+def _row(r: ResultRecord) -> dict:
+    values = {k: v for k, v in vars(r).items() if k != "id"}
+    return values
+
+
+def test_the_results_table_refuses_an_event_log_twice(db_url):
+    with Store.open(db_url) as store:
+        (first,) = add_results(store, [_row(result(1, "alpha", 3e9))])
+        with pytest.raises(AlreadyImported, match=f"as result {first}"):
+            add_results(store, [_row(result(2, "beta", 1e9)), _row(result(1, "alpha", 3e9))])
+        assert [r.system_name for r in list_results(store)] == ["alpha"], "all or nothing"
+        # The constraint itself, not only the query before inserting.
+        with pytest.raises(sa.exc.IntegrityError):
+            with store.engine.begin() as c:
+                c.execute(sa.text("INSERT INTO results SELECT * FROM results"))
+
+
+def test_migration_0011_down_and_up(db_url):
+    engine = database.open_engine(db_url)
+    try:
+        database.upgrade(engine)
+        assert "results" in sa.inspect(engine).get_table_names()
+        database.downgrade(engine, "0010")
+        assert "results" not in sa.inspect(engine).get_table_names()
+        database.upgrade(engine)
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("results")}
+        assert {"events_sha256", "system_name", "ops", "series", "system_description"} <= columns
+        assert database.schema_drift(engine) == []
+    finally:
+        engine.dispose()
+
+
+# --- the commands on rows made directly ---------------------------------------------------------------
+
+
+def _aiperf(*args: str, columns: int = 80):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns)})
+
+
+@pytest.fixture
+def listed(sqlite_url) -> str:
+    rows = [
+        result(1, "a-long-system-name-of-a-site+node2", 3.3e12, accelerators=8),
+        result(2, "beta", 1.2e9, cores=64),
+        *[result(10 + i, "gamma", 2e9 + i * 1e8, series="s", index=i + 1) for i in range(3)],
+        result(20, "open-one", 5e9, division="open"),
+    ]
+    with Store.open(sqlite_url) as store:
+        add_results(store, [_row(r) for r in rows])
+    return sqlite_url
+
+
+def test_results_list_at_80_columns(listed):
+    done = _aiperf("results", "list", "--db", listed)
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert not [line for line in lines if len(line.rstrip()) > 80], done.output
+    assert "…" not in done.output
+    headings = [line for line in lines if " division, " in line]
+    assert headings == [
+        f"closed division, aiperf-rules-1.2, profile quick, workload {WORKLOAD[:12]}",
+        f"open division, aiperf-rules-1.2, profile quick, workload {WORKLOAD[:12]}",
+    ]
+    for value in ("3.3 TOPS", "H200 x 8", "gamma", "open-one", "CPU"):
+        assert value in done.output, value
+
+
+def test_results_list_json_and_csv(listed, tmp_path):
+    done = _aiperf("results", "list", "--json", "--db", listed)
+    assert done.exit_code == 0, done.output
+    groups = json.loads(done.output)
+    assert [g["division"] for g in groups] == ["closed", "open"]
+    closed = groups[0]["rows"]
+    assert [(r["rank"], r["system"], r["runs"]) for r in closed] == [
+        (1, "a-long-system-name-of-a-site+node2", 1),
+        (2, "gamma", 3),
+        (3, "beta", 1),
+    ]
+    assert set(closed[1]["ops_summary"]) == {
+        "runs",
+        "median",
+        "minimum",
+        "maximum",
+        "cv",
+        "ranked",
+    }
+    only_open = json.loads(
+        _aiperf("results", "list", "--json", "--division", "open", "--db", listed).output
+    )
+    assert [g["division"] for g in only_open] == ["open"]
+    done = _aiperf("results", "list", "--csv", "--to", str(tmp_path / "list.csv"), "--db", listed)
+    assert done.exit_code == 0, done.output
+    assert len((tmp_path / "list.csv").read_text().splitlines()) == 1 + 4
+
+
+def test_results_bad_input_is_one_line(listed, tmp_path):
+    for args, words in [
+        (("results", "list", "--division", "shut", "--db", listed), "closed or open"),
+        (("results", "list", "--json", "--csv", "--db", listed), "not both"),
+        (("results", "list", "--db", f"sqlite:///{tmp_path / 'none.db'}"), "no such file"),
+        (("results", "import", str(tmp_path / "nowhere"), "--db", listed), "does not exist"),
+    ]:
+        done = _aiperf(*args)
+        assert done.exit_code != 0 and words in done.output, (args, done.output)
+        assert "Traceback" not in done.output
+
+
+# --- the page in headless Chromium ------------------------------------------------------------------
+
+RENDERED = """(() => ({
+  title: document.title,
+  headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
+  rows: [...document.querySelectorAll('table.ranking')].map(t =>
+      [...t.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height > 0 ? r.dataset.system : null)),
+  points: [...document.querySelectorAll('svg.plot')].map(svg =>
+      [...svg.querySelectorAll('circle.point')]
+        .filter(c => c.getBoundingClientRect().width > 0).map(c => c.dataset.system)),
+  axes: [...document.querySelectorAll('svg.plot text.x-label')].map(t => t.textContent),
+  external: [...document.querySelectorAll('[src], link[href], script')].length,
+}))()"""
+
+
+@pytest.mark.slow
+def test_results_page_renders_in_headless_chromium(listed, tmp_path):
+    import time
+
+    from chromium import Chromium
+
+    done = _aiperf("results", "page", "--to", str(tmp_path / "results.html"), "--db", listed)
+    assert done.exit_code == 0, done.output
+    page = tmp_path / "results.html"
+    assert "http" not in page.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
+    browser = Chromium(tmp_path / "chromium-profile")
+    try:
+        browser.call("Network.enable")
+        browser.navigate(page.as_uri())
+        time.sleep(0.2)
+        seen = browser.evaluate(RENDERED)
+        requests = [e for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    finally:
+        browser.close()
+    assert seen["title"] == "aiperf results"
+    assert len(seen["headings"]) == 2
+    assert seen["rows"] == [["a-long-system-name-of-a-site+node2", "gamma", "beta"], ["open-one"]]
+    # The closed group has accelerators: beta and gamma (CPU only) are off its plot; the open group
+    # is CPU-only, plotted against cores.
+    assert seen["points"] == [["a-long-system-name-of-a-site+node2"], ["open-one"]]
+    assert seen["axes"][0].startswith("accelerators") and "cores" in seen["axes"][1]
+    assert seen["external"] == 0
+    assert [r["params"]["request"]["url"] for r in requests] == [page.as_uri()], (
+        "it fetched nothing else"
+    )
+
+
+def test_page_plots_cpu_only_systems_against_cores():
+    groups = standings.rank([result(1, "alpha", 3e9, cores=16), result(2, "beta", 2e9, cores=64)])
+    html = build_page(groups, now=T0)
+    assert html.count('class="point"') == 2 and "physical CPU cores" in html
+    assert "<script" not in html and "2026-12-01 12:00 UTC" in html
+
+
+# --- real runs from two databases, packaged and imported -----------------------------------------------
+
+
+def _tiny_run(folder: Path, name: str, seed: int):
+    """The tiniest real run: Keras trials on one worker for a few seconds, recorded in its own
+    database, named `name` (system.name), packaged."""
+    from aiperf.config import load_config
+    from aiperf.lifecycle import run
+    from aiperf.report.package import write_package
+
+    config = load_config(
+        "quick",
+        budget="8s",
+        workers=1,
+        db=f"sqlite:///{folder / 'aiperf.db'}",
+        out=str(folder / "out"),
+        seed=seed,
+        overrides={**TINY, "train.epochs": 1, "system.name": name},
+    )
+    outcome = run.run_benchmark(config)
+    assert outcome.verified, "the run's own verification passed"
+    with Store.open_existing(config.db) as store:
+        return write_package(
+            store, outcome.run_id, folder / "package", run.event_log(config, outcome.run_id).path
+        )
+
+
+@pytest.fixture(scope="module")
+def two_packages(tmp_path_factory) -> tuple[Path, Path]:
+    """Two machines' packages: runs of one workload recorded in two databases."""
+    return (
+        _tiny_run(tmp_path_factory.mktemp("machine-a"), "machine-a", 3),
+        _tiny_run(tmp_path_factory.mktemp("machine-b"), "machine-b", 3),
+    )
+
+
+def _listed(url: str) -> list[dict]:
+    done = _aiperf("results", "list", "--json", "--db", url)
+    assert done.exit_code == 0, done.output
+    return json.loads(done.output)
+
+
+def _edit_one_epoch(package: Path, to: Path) -> Path:
+    """A copy of the package whose log says one epoch trained 32 samples fewer."""
+    copy = Path(shutil.copytree(package, to))
+    lines = (copy / "events.log").read_text().splitlines()
+    for i, line in enumerate(lines):
+        event = json.loads(line.removeprefix(":::MLLOG "))
+        if event["key"] == "train_samples" and event["value"] >= 64:
+            event["value"] -= 32
+            lines[i] = ":::MLLOG " + json.dumps(event)
+            break
+    else:
+        raise AssertionError("no epoch to edit")
+    (copy / "events.log").write_text("\n".join(lines) + "\n")
+    return copy
+
+
+@pytest.mark.slow
+def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tmp_path):
+    a, b = two_packages
+    done = _aiperf("results", "import", str(a), str(b), "--db", sqlite_url)
+    assert done.exit_code == 0, done.output
+    (group,) = _listed(sqlite_url)
+    rows = group["rows"]
+    assert sorted(r["system"] for r in rows) == ["machine-a", "machine-b"]
+    assert [r["rank"] for r in rows] in ([1, 2], [1, 1])
+    assert rows[0]["ops"] >= rows[1]["ops"] > 0
+    assert all(r["verified"] and r["runs"] == 1 and r["accelerators"] == 0 for r in rows)
+    before = _listed(sqlite_url)
+
+    # Either package again: refused in one line, the list unchanged.
+    for package in (a, b, Path(shutil.copytree(a, tmp_path / "a-copy"))):
+        done = _aiperf("results", "import", str(package), "--db", sqlite_url)
+        assert done.exit_code == 1, done.output
+        (line,) = done.output.strip().splitlines()
+        assert str(package) in line and "imported already" in line, line
+    assert _listed(sqlite_url) == before
+
+    # An edited log: refused naming the failed check, the list unchanged.
+    edited = _edit_one_epoch(b, tmp_path / "edited")
+    done = _aiperf("results", "import", str(edited), "--db", sqlite_url)
+    assert done.exit_code == 1, done.output
+    (line,) = done.output.strip().splitlines()
+    assert str(edited) in line and "checks fail" in line and "total_operations" in line, line
+    assert _listed(sqlite_url) == before
+
+
+@pytest.mark.slow
+def test_a_refused_package_does_not_stop_the_others(two_packages, sqlite_url, tmp_path):
+    a, b = two_packages
+    edited = _edit_one_epoch(a, tmp_path / "edited")
+    done = _aiperf("results", "import", str(edited), str(b), "--db", sqlite_url)
+    assert done.exit_code == 1, done.output
+    (group,) = _listed(sqlite_url)
+    assert [r["system"] for r in group["rows"]] == ["machine-b"]
