@@ -4,6 +4,7 @@ show the result on its first screen and lay the search tree out to the page's wi
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,13 @@ def long_run(store: Store) -> int:
     )
 
 
+# A whole network spec (the planted trials' lacks its input and classes), in plain data: no framework.
+NETWORK = {
+    "input_shape": [16, 16, 3],
+    "num_classes": 10,
+    "stages": [{"blocks": 1, "filters": 8}],
+    "stem_filters": 4,
+}
 TREE_TRIALS = 48
 LONG_OPERATOR = (
     "widen stage {i} filters 64->128, deepen stage {i} block 2, add a skip connection from "
@@ -201,6 +209,19 @@ def test_cli_writes_the_report(tmp_path, sqlite_url):
     )
     assert result.exit_code == 0, result.output
     assert target.read_text().startswith("<!DOCTYPE html>")
+    store = Store.open(sqlite_url)
+    with (
+        store.engine.begin() as connection
+    ):  # `show` draws the trials' networks: give them whole ones
+        connection.execute(
+            text("UPDATE trials SET architecture = :net"), {"net": json.dumps(NETWORK)}
+        )
+    store.close()
+    shown = CliRunner().invoke(
+        app, ["show", str(run_id), "--db", sqlite_url], env={"COLUMNS": "200"}
+    )
+    title = re.search(r"<title>(.*?)</title>", target.read_text())[1]
+    assert shown.exit_code == 0 and title in shown.output, "aiperf show leads with the same line"
     missing = CliRunner().invoke(app, ["report", "999", "--db", sqlite_url, "--to", str(target)])
     assert missing.exit_code == 2 and "run 999 is not in the database" in missing.output
     nowhere = CliRunner().invoke(

@@ -376,7 +376,7 @@ def _load_run(run_id: int, db: str) -> RunRecord:
 
 
 def _print_score(record: RunRecord) -> None:
-    from aiperf.report.summary import score_rows
+    from aiperf.report.summary import score_rows, title
     from aiperf.report.tables import Col, FitTable
 
     run_id = record.id
@@ -389,7 +389,8 @@ def _print_score(record: RunRecord) -> None:
         return
     columns = (Col("figure", style="bold"), Col("value", wrap=True))
     rows = [[row["figure"], row["value"]] for row in score_rows(record)]
-    console.print(FitTable(columns, rows, title=f"aiperf run {run_id}", show_header=False))
+    # The result in one line above its figures, as the HTML report's title says it.
+    console.print(FitTable(columns, rows, title=title(record), show_header=False))
 
 
 @app.command()

@@ -568,7 +568,7 @@ def build_report(store: Store, run_id: int) -> str:
     ]
     body = "".join(f"<h2>{esc(heading)}</h2>{content}" for heading, content in sections)
     return (
-        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title(run))}</title>"
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title(run), quote=False)}</title>"
         f"<meta name=viewport content='width=device-width, initial-scale=1'><style>{CSS}{TREE_CSS}</style>"
         f"</head><body>{_headline(run)}"
         f"<p class=details>{esc(run.profile)} profile, {run.workers} workers, budget "
