@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dask
 from prefect import flow, get_run_logger, task
@@ -28,7 +28,17 @@ from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.lifecycle import run
-from aiperf.lifecycle.parameters import check_parameters, check_resumed_config, flow_profile
+from aiperf.lifecycle.parameters import (
+    FlowCluster,
+    FlowProfile,
+    RunId,
+    Seed,
+    Workers,
+    check_parameters,
+    check_resumed_config,
+    flow_profile,
+    profile_settings,
+)
 from aiperf.lifecycle.recovery import resume_config
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.score import ScoreResult
@@ -196,60 +206,56 @@ class PrefectStages(run.Stages):
         report(config, run_id, result)
 
 
-# Where a deployment's run may put its workers (a running scheduler needs TLS files: `aiperf run`).
-FlowCluster = Literal["local", "slurm", "pbs", "lsf", "sge"]
-
-
+# One typed field each in the run form (aiperf.lifecycle.parameters): "empty" (the empty text, 0, -1,
+# cluster "profile") keeps the profile's value. A running scheduler needs TLS files: `aiperf run`.
 @flow(name="aiperf-benchmark", log_prints=True)
 def benchmark(
-    profile: str = "quick",
-    budget: str | None = None,
-    workers: int | None = None,
-    db: str | None = None,
-    seed: int | None = None,
-    out: str | None = None,
-    cluster: FlowCluster | None = None,
-    overrides: dict[str, Any] | None = None,
-    resume: int | None = None,
+    profile: FlowProfile = "quick",
+    budget: str = "",
+    workers: Workers = 0,
+    db: str = "",
+    seed: Seed = -1,
+    out: str = "",
+    cluster: FlowCluster = "profile",
+    overrides: dict[str, Any] = {},  # noqa: B006 (Prefect's form shows a JSON editor; never mutated)
+    resume: RunId = 0,
 ) -> dict[str, Any] | State:
     """Run the aiperf benchmark for a fixed wall-clock budget on every worker and score it.
 
     A scored result that is not valid and verified ends the flow run in a failed state named
-    Invalid or Unverified, its message saying why. Parameters never carry a database password or
-    a job setting (aiperf.lifecycle.parameters).
+    Invalid or Unverified, its message saying why. The artifact aiperf-progress shows the budget
+    used as the run goes, aiperf-best the best trial so far. Parameters never carry a database
+    password or a job setting (aiperf.lifecycle.parameters).
 
     Args:
-        profile: A packaged profile (quick, nightly, digits, imagenet, imagenet-shaped) or NAME
-            for NAME.yaml in the worker's AIPERF_PROFILE_DIR; never a path.
-        budget: Wall-clock budget of the timed search, e.g. 90s, 3m, 1h (empty: the profile's).
-        workers: Dask workers, one trial each at a time (empty: one per core, or per GPU).
-        db: Database URL without a password (empty: the worker's AIPERF_DB_URL, else the
-            profile's, else sqlite:///aiperf.db).
-        seed: Seed of the data, the search and the weights (empty: the profile's).
-        out: Folder for staged data, the run's files and its report (empty: the profile's).
-        cluster: Where the workers run: this machine (local) or jobs on a batch queue.
+        profile: A packaged profile, or NAME for NAME.yaml in the worker's AIPERF_PROFILE_DIR
+            when the deployment was made; never a path.
+        budget: Wall-clock budget of the timed search, e.g. 90s, 3m, 1h; empty: the profile's.
+        workers: Dask workers, one trial each at a time; 0: the profile's (one per core, or per
+            GPU).
+        db: Database URL without a password; empty: the worker's AIPERF_DB_URL, else the
+            profile's, else sqlite:///aiperf.db.
+        seed: Seed of the data, the search and the weights; -1: the profile's.
+        out: Folder for staged data, the run's files and its report; empty: the profile's.
+        cluster: Where the workers run: the profile's choice, this machine (local) or jobs on a
+            batch queue.
         overrides: Profile settings by dotted name, as `aiperf run --set` takes them, e.g.
-            {"train.epochs": [2, 4]} (job settings come from the profile only).
-        resume: A lost or interrupted run's id: continue it with its own config and remaining
-            budget (only db is read with it).
+            {"train.epochs": [2, 4]}; job settings come from the profile only.
+        resume: A lost or interrupted run's id, to continue it with its own config and remaining
+            budget (only db is read with it); 0: a new run.
     """
     flow_run = _this_flow_run()
     check_parameters(db, overrides, from_deployment=flow_run.deployment_id is not None)
-    if resume is not None:
-        config = resume_config(database_url(db), resume)
+    if resume:
+        config = resume_config(database_url(db or None), resume)
         check_resumed_config(config, resume)  # the database `db` names may be anyone's
     else:
         config = load_config(
             flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
-            budget=budget,
-            workers=workers,
-            db=db,
-            seed=seed,
-            out=out,
-            cluster=cluster,
-            overrides=overrides,
+            overrides=overrides or None,
+            **profile_settings(budget, workers, db, seed, out, cluster),
         )
-    return _run(config, resume, str(flow_run.id))
+    return _run(config, resume or None, str(flow_run.id))
 
 
 @flow(name="aiperf-benchmark", log_prints=True)

@@ -30,7 +30,14 @@ from aiperf.history.regression import (
     Thresholds,
     check_run,
 )
-from aiperf.lifecycle.parameters import check_parameters, flow_profile
+from aiperf.lifecycle.parameters import (
+    FlowProfile,
+    Seed,
+    Workers,
+    check_parameters,
+    flow_profile,
+    profile_settings,
+)
 from aiperf.lifecycle.run import ResultNotValid
 from aiperf.store import Store
 from aiperf_flows.benchmark import benchmark_config
@@ -54,13 +61,13 @@ def compare_with_baseline(
 
 @flow(name="aiperf-nightly-regression", log_prints=True)
 def nightly(
-    profile: str = "nightly",
-    budget: str | None = None,
-    workers: int | None = None,
-    db: str | None = None,
-    seed: int | None = None,
-    out: str | None = None,
-    overrides: dict[str, Any] | None = None,
+    profile: FlowProfile = "nightly",
+    budget: str = "",
+    workers: Workers = 0,
+    db: str = "",
+    seed: Seed = -1,
+    out: str = "",
+    overrides: dict[str, Any] = {},  # noqa: B006 (Prefect's form shows a JSON editor; never mutated)
     ops_threshold: float = DEFAULT_THRESHOLDS.ops,
     regulated_threshold: float = DEFAULT_THRESHOLDS.regulated_score,
     baseline_runs: int = DEFAULT_WINDOW,
@@ -68,17 +75,21 @@ def nightly(
     """Run the nightly profile and fail when its score fell below this system's baseline.
 
     The baseline is the median of the last `baseline_runs` valid runs of this system and profile.
-    Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters).
+    Parameters never carry a database password or a job setting (aiperf.lifecycle.parameters);
+    "empty" ones keep the profile's value, as in the benchmark flow.
 
     Args:
-        profile: A packaged profile or NAME for NAME.yaml in the worker's AIPERF_PROFILE_DIR.
-        budget: Wall-clock budget of the timed search, e.g. 90s, 3m (empty: the profile's).
-        workers: Dask workers, one trial each at a time (empty: one per core, or per GPU).
-        db: Database URL without a password (empty: the worker's AIPERF_DB_URL, else the
-            profile's, else sqlite:///aiperf.db).
-        seed: Seed of the data, the search and the weights (empty: the profile's).
-        out: Folder for staged data, the run's files and its report (empty: the profile's).
-        overrides: Profile settings by dotted name, as `aiperf run --set` takes them.
+        profile: A packaged profile, or NAME for NAME.yaml in the worker's AIPERF_PROFILE_DIR
+            when the deployment was made; never a path.
+        budget: Wall-clock budget of the timed search, e.g. 90s, 3m; empty: the profile's.
+        workers: Dask workers, one trial each at a time; 0: the profile's (one per core, or per
+            GPU).
+        db: Database URL without a password; empty: the worker's AIPERF_DB_URL, else the
+            profile's, else sqlite:///aiperf.db.
+        seed: Seed of the data, the search and the weights; -1: the profile's.
+        out: Folder for staged data, the run's files and its report; empty: the profile's.
+        overrides: Profile settings by dotted name, as `aiperf run --set` takes them, e.g.
+            {"train.epochs": [2, 4]}; job settings come from the profile only.
         ops_threshold: The share OPS may fall below the baseline before the night fails.
         regulated_threshold: The share the regulated score may fall before the night fails.
         baseline_runs: How many of the last valid runs make the baseline (their median).
@@ -92,12 +103,8 @@ def nightly(
         return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
     config = load_config(
         flow_profile(profile),
-        budget=budget,
-        workers=workers,
-        db=db,
-        seed=seed,
-        out=out,
-        overrides=overrides,
+        overrides=overrides or None,
+        **profile_settings(budget, workers, db, seed, out),
     )
     night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
     try:

@@ -77,12 +77,19 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
         nightly = deployments["nightly-regression"]
         # Issue 26 item 1: the run form says what to type: a description for every parameter, and
         # no whole `config` (that is `aiperf run`'s own flow, aiperf_flows.benchmark:benchmark_config).
+        # One type each (no field whose type is only null), `profile` a choice of names and
+        # `overrides` an object, which the form edits as JSON (tests/test_flow_parameters.py has
+        # the same of the schemas `prefect deploy` makes).
         for name, deployment in deployments.items():
             schema = deployment.parameter_openapi_schema["properties"]
             assert "config" not in schema, name
             assert all(p.get("description") for p in schema.values()), {
                 k: p for k, p in schema.items() if not p.get("description")
             }
+            assert all(p.get("type") not in (None, "null") for p in schema.values()), schema
+            assert {"quick", "nightly"} <= set(schema["profile"]["enum"]), schema["profile"]
+            assert schema["overrides"]["type"] == "object", schema["overrides"]
+            assert deployment.enforce_parameter_schema, name
         cluster = deployments["benchmark"].parameter_openapi_schema["properties"]["cluster"]
         assert "slurm" in json.dumps(cluster), cluster
         assert (

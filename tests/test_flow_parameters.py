@@ -4,6 +4,9 @@ parameters and the database it resumes from, and a profile's job settings reach 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -11,9 +14,9 @@ import pytest
 import yaml
 from conftest import TINY
 
-from aiperf.config import load_config
+from aiperf.config import available_profiles, load_config
 from aiperf.errors import UserError
-from aiperf.lifecycle.parameters import check_resumed_config, flow_profile
+from aiperf.lifecycle.parameters import check_resumed_config, flow_profile, profile_settings
 from aiperf.store import Store
 
 
@@ -87,15 +90,96 @@ def test_a_resumed_config_must_be_one_a_flow_run_could_have(tmp_path, monkeypatc
 def test_a_flow_run_with_a_profile_path_is_refused_before_anything_is_recorded(
     prefect_api, tmp_path, sqlite_url
 ):
+    """Refused by the parameter's type (FlowProfile, a Literal of names) before the flow's body."""
+    from prefect.exceptions import ParameterTypeError
+
     from aiperf_flows.benchmark import benchmark
 
     path = own_profile(tmp_path)
     with Store.open(sqlite_url) as store:
         assert store.list_runs() == []
-    with pytest.raises(UserError, match="is not a profile name"):
+    with pytest.raises(ParameterTypeError, match="profile: Input should be 'digits'"):
         benchmark(
             profile=str(path), budget="5s", workers=1, db=sqlite_url, out=str(tmp_path / "out")
         )
     with Store.open(sqlite_url) as store:
         assert store.list_runs() == []
     assert not (tmp_path / "out").exists()
+
+
+# --- the run form (issue 26 item 1) ---------------------------------------------------------------
+
+
+def deployment_schemas() -> dict[str, dict]:
+    """Each deployment's parameter schema as `prefect deploy` makes it from prefect.yaml: the flow
+    loaded by its entrypoint, its signature and docstring read by Prefect's parameter_schema."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    spec = yaml.safe_load((Path(__file__).parents[1] / "prefect.yaml").read_text())
+    return {
+        d["name"]: parameter_schema(load_flow_from_entrypoint(d["entrypoint"])).model_dump()
+        for d in spec["deployments"]
+    }
+
+
+def test_every_run_form_field_is_typed_and_described():
+    schemas = deployment_schemas()
+    assert set(schemas) == {"benchmark", "nightly-regression"}
+    for name, schema in schemas.items():
+        fields = schema["properties"]
+        assert "config" not in fields, name
+        for field, spec in fields.items():
+            # One type each: Prefect's form then shows one field, not type tabs and "None".
+            assert spec.get("description"), (name, field)
+            assert spec.get("type") in {"string", "integer", "number", "object"}, (name, field)
+            assert "anyOf" not in spec and "default" in spec, (name, field, spec)
+        assert fields["profile"]["enum"][: len(available_profiles())] == available_profiles()
+        assert fields["overrides"]["type"] == "object" and fields["overrides"]["default"] == {}
+    assert "slurm" in schemas["benchmark"]["properties"]["cluster"]["enum"]
+
+
+def test_the_deployments_defaults_fit_their_schemas():
+    """What prefect.yaml sets is what the server accepts (it enforces the schema)."""
+    import jsonschema
+
+    spec = yaml.safe_load((Path(__file__).parents[1] / "prefect.yaml").read_text())
+    schemas = deployment_schemas()
+    for deployment in spec["deployments"]:
+        schema = schemas[deployment["name"]]
+        jsonschema.validate(deployment["parameters"], schema)
+        assert set(deployment["parameters"]) <= set(schema["properties"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"profile": "/etc/aiperf/tiny.yaml"}, schemas["benchmark"])
+
+
+def test_an_empty_field_keeps_the_profiles_value():
+    assert profile_settings() == dict.fromkeys(
+        ("budget", "workers", "db", "seed", "out", "cluster")
+    )
+    assert profile_settings("90s", 2, "sqlite:///x.db", 0, "out", "slurm") == {
+        "budget": "90s",
+        "workers": 2,
+        "db": "sqlite:///x.db",
+        "seed": 0,  # a seed of 0 is a seed
+        "out": "out",
+        "cluster": "slurm",
+    }
+    config = load_config("quick", **profile_settings(budget="", workers=1))
+    assert config.budget_s == load_config("quick").budget_s and config.workers == 1
+
+
+def test_the_forms_profiles_are_the_hosts_where_the_flows_are_imported(tmp_path):
+    """`prefect deploy` imports the flows with the host's AIPERF_PROFILE_DIR: its profiles join the
+    packaged ones as the form's choices (a name that is no profile file does not)."""
+    own_profile(tmp_path, "site-a")
+    (tmp_path / "notes.txt").write_text("not a profile")
+    code = (
+        "import typing; from aiperf.lifecycle.parameters import FlowProfile; "
+        "print(','.join(typing.get_args(FlowProfile)))"
+    )
+    env = {**os.environ, "AIPERF_PROFILE_DIR": str(tmp_path)}
+    shown = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert shown.split(",") == [*available_profiles(), "site-a"]

@@ -9,7 +9,11 @@ written into its directives and its worker's command line as given. Those come f
 
 For the same reason a flow's `profile` is a name, never a path: a packaged profile's, or NAME for
 NAME.yaml in the folder AIPERF_PROFILE_DIR names where the work pool's worker runs (its host's
-choice, not the caller's). A run resumed through a flow brings a config stored in whatever database
+choice, not the caller's). Its type, FlowProfile, is a Literal of those names as they are where the
+flows' module is imported: by `prefect deploy`, so the run form offers them as a choice (and the
+server refuses any other), and by the worker's flow run, which checks the name again.
+
+A run resumed through a flow brings a config stored in whatever database
 `db` names, so it is held to the same rule: its profile must be one of those, and its job settings
 that profile's own.
 """
@@ -21,9 +25,10 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
+from pydantic import Field
 
 from aiperf import settings
 from aiperf.config import CUSTOM_PREFIX, BenchmarkConfig, ClusterConfig, available_profiles
@@ -109,6 +114,32 @@ def flow_profile(profile: object) -> str:
     return str(path)
 
 
+def flow_profiles() -> list[str]:
+    """The profiles a flow run may name: the packaged ones, then AIPERF_PROFILE_DIR's other names."""
+    packaged = available_profiles()
+    return packaged + sorted(set(_host_profiles()) - set(packaged))
+
+
+def profile_settings(
+    budget: str = "",
+    workers: int = 0,
+    db: str = "",
+    seed: int = -1,
+    out: str = "",
+    cluster: str = "profile",
+) -> dict[str, Any]:
+    """load_config's keyword arguments from a flow's parameters: each "empty" one (above) as None,
+    which keeps the profile's value."""
+    return {
+        "budget": budget.strip() or None,
+        "workers": workers or None,
+        "db": db.strip() or None,
+        "seed": None if seed < 0 else seed,
+        "out": out.strip() or None,
+        "cluster": None if cluster == "profile" else cluster,
+    }
+
+
 def check_resumed_config(config: BenchmarkConfig, run_id: int) -> None:
     """Refuse to resume, through a flow, a run whose stored config a flow run could not have had:
     its profile neither packaged nor a file of AIPERF_PROFILE_DIR (matched by the digest in its
@@ -166,3 +197,20 @@ def _profile_cluster(profile: str) -> ClusterConfig | None:
         return ClusterConfig.model_validate(section if isinstance(section, dict) else {})
     except (yaml.YAMLError, ValueError):
         return None
+
+
+# A flow's `profile`: one of flow_profiles() where the flows' module is imported (prefect deploy:
+# the form's choices; the worker: the run's). A profile added to AIPERF_PROFILE_DIR later is offered
+# once the deployments are made again (`make serve`, or `prefect deploy --all` with the variable set).
+if TYPE_CHECKING:
+    FlowProfile = str
+else:
+    FlowProfile = Literal[tuple(flow_profiles())]
+
+# What a flow parameter's "empty" is, so the form shows one typed field each, never "None": the
+# empty text, 0 workers or run id, seed -1, and cluster "profile" each mean the profile's own (or,
+# for `resume`, a new run). Converted by profile_settings.
+Workers = Annotated[int, Field(ge=0)]
+Seed = Annotated[int, Field(ge=-1)]
+RunId = Annotated[int, Field(ge=0)]
+FlowCluster = Literal["profile", "local", "slurm", "pbs", "lsf", "sge"]
