@@ -22,7 +22,12 @@ from aiperf.ranking import importing, standings
 from aiperf.ranking.page import build_page
 from aiperf.results.series import SeriesRule
 from aiperf.store import ResultRecord, Store, database
-from aiperf.store.results_models import AlreadyImported, add_results, list_results
+from aiperf.store.results_models import (
+    RESULT_FIELDS,
+    AlreadyImported,
+    add_results,
+    list_results,
+)
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 WORKLOAD = "a" * 64
@@ -51,6 +56,7 @@ def result(
         run_id=id,
         system_name=system,
         submitter=None,
+        status=None,
         nodes=1,
         accelerator_model="H200" if accelerators else None,
         accelerators=accelerators,
@@ -233,10 +239,14 @@ def test_the_results_table_refuses_an_event_log_twice(db_url):
         with pytest.raises(AlreadyImported, match=f"as result {first}"):
             add_results(store, [_row(result(2, "beta", 1e9)), _row(result(1, "alpha", 3e9))])
         assert [r.system_name for r in list_results(store)] == ["alpha"], "all or nothing"
-        # The constraint itself, not only the query before inserting.
-        with pytest.raises(sa.exc.IntegrityError):
+        # The constraint itself, not only the query before inserting: the same row under a new id.
+        columns = ", ".join(f for f in RESULT_FIELDS if f != "id")
+        with pytest.raises(sa.exc.IntegrityError, match="events_sha256|result_event_log_unique"):
             with store.engine.begin() as c:
-                c.execute(sa.text("INSERT INTO results SELECT * FROM results"))
+                c.execute(
+                    sa.text(f"INSERT INTO results ({columns}) SELECT {columns} FROM results")
+                )
+        assert len(list_results(store)) == 1
 
 
 def test_migration_0011_down_and_up(db_url):
@@ -386,7 +396,7 @@ def test_page_plots_cpu_only_systems_against_cores():
 # --- real runs from two databases, packaged and imported -----------------------------------------------
 
 
-def _tiny_run(folder: Path, name: str, seed: int):
+def _tiny_run(folder: Path, name: str, seed: int, facts: dict | None = None):
     """The tiniest real run: Keras trials on one worker for a few seconds, recorded in its own
     database, named `name` (system.name), packaged."""
     from aiperf.config import load_config
@@ -400,7 +410,7 @@ def _tiny_run(folder: Path, name: str, seed: int):
         db=f"sqlite:///{folder / 'aiperf.db'}",
         out=str(folder / "out"),
         seed=seed,
-        overrides={**TINY, "train.epochs": 1, "system.name": name},
+        overrides={**TINY, "train.epochs": 1, "system.name": name, **(facts or {})},
     )
     outcome = run.run_benchmark(config)
     assert outcome.verified, "the run's own verification passed"
@@ -414,7 +424,9 @@ def _tiny_run(folder: Path, name: str, seed: int):
 def two_packages(tmp_path_factory) -> tuple[Path, Path]:
     """Two machines' packages: runs of one workload recorded in two databases."""
     return (
-        _tiny_run(tmp_path_factory.mktemp("machine-a"), "machine-a", 3),
+        _tiny_run(
+            tmp_path_factory.mktemp("machine-a"), "machine-a", 3, {"system.submitter": "Site A"}
+        ),
         _tiny_run(tmp_path_factory.mktemp("machine-b"), "machine-b", 3),
     )
 
@@ -452,6 +464,10 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
     assert [r["rank"] for r in rows] in ([1, 2], [1, 1])
     assert rows[0]["ops"] >= rows[1]["ops"] > 0
     assert all(r["verified"] and r["runs"] == 1 and r["accelerators"] == 0 for r in rows)
+    assert {r["system"]: r["submitter"] for r in rows} == {
+        "machine-a": "Site A",
+        "machine-b": None,
+    }
     before = _listed(sqlite_url)
 
     # Either package again: refused in one line, the list unchanged.
@@ -479,3 +495,19 @@ def test_a_refused_package_does_not_stop_the_others(two_packages, sqlite_url, tm
     assert done.exit_code == 1, done.output
     (group,) = _listed(sqlite_url)
     assert [r["system"] for r in group["rows"]] == ["machine-b"]
+
+
+@pytest.mark.slow
+def test_a_folder_of_runs_that_are_not_one_series_is_refused_whole(
+    two_packages, sqlite_url, tmp_path
+):
+    a, b = two_packages
+    folder = tmp_path / "not-a-series"
+    shutil.copytree(a, folder / "run-1")
+    shutil.copytree(b, folder / "run-2")
+    (folder / "series.json").write_text(json.dumps({"series": "0" * 32}))
+    done = _aiperf("results", "import", str(folder), "--db", sqlite_url)
+    assert done.exit_code == 1, done.output
+    (line,) = done.output.strip().splitlines()
+    assert str(folder) in line and "not one series" in line, line
+    assert _listed(sqlite_url) == []

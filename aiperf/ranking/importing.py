@@ -4,8 +4,9 @@ Each package is checked exactly as `aiperf verify --package` checks it (aiperf.r
 verify_package: the run rebuilt from its event log alone, every check of `aiperf verify`, the best
 trial's kept weights evaluated again and the data against its pin where the ruleset has them). What
 the list needs is read from that rebuilt run, never from the package's other files, with one
-exception: the submitter, a declared fact and not a measurement, may come from the package's
-system_description.json when the run's own description and config do not name one.
+exception: the submitter and status (MLPerf's availability), declared facts and not measurements,
+may come from the package's system_description.json when the run's own description and config do
+not name them.
 
 Per package, not all-or-nothing: each package given imports, or is refused with one line naming
 it and why (its checks fail, it was imported already, it is not a package), and a refusal changes
@@ -188,6 +189,10 @@ def _given(value: Any) -> str | None:
     return None if text.lower() in NOT_GIVEN else text
 
 
+def _clip(text: str | None, length: int) -> str | None:
+    return None if text is None else text[:length]
+
+
 def _int(value: Any) -> int | None:
     try:
         return int(str(value).strip())
@@ -228,20 +233,21 @@ def hardware(description: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _submitter(logged: LoggedRun, folder: Path) -> str | None:
-    """The run's description or config, else the package's system_description.json."""
+def _declared(logged: LoggedRun, folder: Path, field: str) -> str | None:
+    """An owner's fact (submitter, status): the run's description or config (system.FIELD), else
+    the package's system_description.json (written with `aiperf package --submitter/--status`)."""
     run = logged.run
-    found = _given((run.system_description or {}).get("submitter"))
+    found = _given((run.system_description or {}).get(field))
     system = (run.config or {}).get("system")
     if found is None and isinstance(system, Mapping):
-        found = _given(system.get("submitter"))
+        found = _given(system.get(field))
     if found is None:
         try:
             packaged = json.loads((folder / SYSTEM_DESCRIPTION).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             packaged = None
         if isinstance(packaged, Mapping):
-            found = _given(packaged.get("submitter"))
+            found = _given(packaged.get(field))
     return found
 
 
@@ -256,7 +262,8 @@ def result_row(logged: LoggedRun, folder: Path, events_sha256: str) -> dict[str,
         "events_sha256": events_sha256,
         "run_id": run.id,
         "system_name": system_name(description, run.config)[:255],
-        "submitter": (_submitter(logged, folder) or None),
+        "submitter": _clip(_declared(logged, folder, "submitter"), 255),
+        "status": _clip(_declared(logged, folder, "status"), 64),
         **hardware(description),
         "workers": run.workers,
         "ops": score.ops,

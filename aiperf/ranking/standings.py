@@ -55,6 +55,7 @@ class Standing:
     rank: int
     system: str
     submitter: str | None
+    status: str | None  # MLPerf's availability
     nodes: int
     accelerator_model: str | None  # None: CPU only
     accelerators: int
@@ -132,6 +133,7 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
         rank=0,
         system=first.system_name,
         submitter=next((r.submitter for r in unit if r.submitter), None),
+        status=next((r.status for r in unit if r.status), None),
         nodes=max(r.nodes for r in unit),
         accelerator_model=first.accelerator_model,
         accelerators=max(r.accelerators for r in unit),
@@ -213,6 +215,7 @@ def standing_json(s: Standing) -> dict[str, Any]:
         "rank": s.rank,
         "system": s.system,
         "submitter": s.submitter,
+        "status": s.status,
         "nodes": s.nodes,
         "accelerator_model": s.accelerator_model,
         "accelerators": s.accelerators,
@@ -313,7 +316,7 @@ def to_csv(groups: Sequence[Group]) -> str:
             writer.writerow(
                 [
                     s.key.division or "",
-                    _described(s, "status"),
+                    s.status or "",
                     s.submitter or "",
                     s.system,
                     s.nodes,

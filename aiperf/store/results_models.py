@@ -61,6 +61,9 @@ class Result(Base):
         String(255), doc="the user's name for the system, else its nodes' hostnames"
     )
     submitter: Mapped[str | None] = mapped_column(String(255), doc="who submits the result")
+    status: Mapped[str | None] = mapped_column(
+        String(64), doc="MLPerf's availability: available, preview, research (None: not given)"
+    )
     nodes: Mapped[int] = mapped_column(Integer, doc="compute nodes that ran the workers")
     accelerator_model: Mapped[str | None] = mapped_column(
         String(255), doc="accelerator model(s); None: CPU only"
@@ -105,6 +108,7 @@ class ResultRecord:
     run_id: int
     system_name: str
     submitter: str | None
+    status: str | None
     nodes: int
     accelerator_model: str | None
     accelerators: int

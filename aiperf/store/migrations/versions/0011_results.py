@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("system_name", sa.String(length=255), nullable=False),
         sa.Column("submitter", sa.String(length=255), nullable=True),
+        sa.Column("status", sa.String(length=64), nullable=True),
         sa.Column("nodes", sa.Integer(), nullable=False),
         sa.Column("accelerator_model", sa.String(length=255), nullable=True),
         sa.Column("accelerators", sa.Integer(), nullable=False),
