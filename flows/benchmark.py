@@ -259,7 +259,12 @@ def benchmark(
 
 
 @flow(name="aiperf-benchmark", log_prints=True)
-def benchmark_config(config: BenchmarkConfig, resume: int | None = None) -> dict[str, Any] | State:
+def benchmark_config(
+    config: BenchmarkConfig,
+    resume: int | None = None,
+    series: str | None = None,
+    series_index: int | None = None,
+) -> dict[str, Any] | State:
     """The benchmark of a config already validated, for `aiperf run` and the nightly flow (its
     subflow), which check it where it is made. No deployment's entrypoint: a whole config is not
     a parameter a form should offer, and a deployment's run of it is refused.
@@ -267,10 +272,12 @@ def benchmark_config(config: BenchmarkConfig, resume: int | None = None) -> dict
     Args:
         config: The run's whole, validated config.
         resume: The run to continue with it (aiperf.lifecycle.recovery.resume_config).
+        series: The id of the series of repeated runs this run is in (`aiperf run --repeat`).
+        series_index: Its place in that series, from 1.
     """
     flow_run = _this_flow_run()
     check_parameters(config=config, from_deployment=flow_run.deployment_id is not None)
-    return _run(config, resume, str(flow_run.id))
+    return _run(config, resume, str(flow_run.id), series=series, series_index=series_index)
 
 
 def _this_flow_run() -> Any:
@@ -279,11 +286,23 @@ def _this_flow_run() -> Any:
     return context.flow_run
 
 
-def _run(config: BenchmarkConfig, resume: int | None, flow_run_id: str) -> dict[str, Any] | State:
+def _run(
+    config: BenchmarkConfig,
+    resume: int | None,
+    flow_run_id: str,
+    series: str | None = None,
+    series_index: int | None = None,
+) -> dict[str, Any] | State:
     """The story of one run (aiperf.lifecycle.run), its stages as Prefect tasks; the score, or a
     failed state named for why the result is not valid, carrying it."""
     outcome = run.run_benchmark(
-        config, PrefectStages(), flow_run_id=flow_run_id, logger=get_run_logger(), resume=resume
+        config,
+        PrefectStages(),
+        flow_run_id=flow_run_id,
+        logger=get_run_logger(),
+        resume=resume,
+        series=series,
+        series_index=series_index,
     )
     not_valid = outcome.not_valid()
     if not_valid is None:

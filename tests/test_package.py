@@ -181,7 +181,7 @@ def test_package_holds_what_a_reviewer_needs(packaged, quick_run):
         "events.log",
         "system_description.json",
         "config.json",
-        "aiperf-rules-1.2.yaml",
+        "aiperf-rules-1.3.yaml",
         "verification.json",
         "report.html",
         "README.md",

@@ -1,12 +1,14 @@
 """aiperf-rules-1.1 (AIPerf's closed ImageNet workload) and 1.2 beside 1.0, and `aiperf rules PROFILE`.
 
 1.1 closes mixed_float16 and raises imagenet's accuracy floor to AIPerf's 0.7; 1.2 keeps 1.1's
-figures and pins every profile's dataset; every packaged profile names 1.2. A run is judged by the
+figures and pins every profile's dataset; 1.3 keeps 1.2's and adds how a ranked result is made (a
+series of runs, aiperf.rules.SeriesRule); every packaged profile names 1.3. A run is judged by the
 version it recorded: a run stored under 1.0 keeps 1.0's verdict, read back through the Store and
 judged again as `aiperf verify` judges it. No framework is imported and nothing trains."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -26,10 +28,12 @@ from aiperf.rules import available_rulesets, load_ruleset
 from aiperf.store import Store
 
 V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
+V13 = "aiperf-rules-1.3"
 RULES = Path(__file__).resolve().parent.parent / "aiperf" / "rules"
 # aiperf-rules-1.0.yaml as published: runs recorded under it are judged by it, so it never changes.
 V10_SHA256 = "8dc87b5fe6ef68ed8c0b83035303de8bae53734eefd22dff70af4527f1790647"
 V11_SHA256 = "18175eeec923646610ca60c1a449c48c4594e66ecfe4e9ee0d30560609392478"
+V12_SHA256 = "8d5b529433b6edb393396429372440f1a37ed5b2353b61d150fa7c1158f5b3e1"
 PLACEHOLDER_SOURCE = {"data.source": "/data"}  # imagenet needs one to load; never read here
 
 
@@ -105,7 +109,18 @@ def test_1_1_stays_as_published_and_1_2_keeps_its_figures_and_pins_the_data():
     assert (old.accuracy_tolerance, new.accuracy_tolerance) == (None, 0.01)
 
 
-def test_every_profile_names_1_2():
+def test_1_2_stays_as_published_and_1_3_keeps_its_figures_and_ranks_a_series():
+    text = (RULES / f"{V12}.yaml").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == V12_SHA256, "a published ruleset is never edited"
+    old, new = load_ruleset(V12), load_ruleset(V13)
+    assert old.series is None
+    assert (new.series.runs, new.series.drop, new.series.statistic) == (5, 1, "mean")
+    assert dataclasses.replace(new, version=old.version, series=None) == old, (
+        "1.3 changes nothing but the ranking"
+    )
+
+
+def test_every_profile_names_1_3():
     for profile in available_profiles():
         config = load_config(
             profile,
@@ -113,7 +128,7 @@ def test_every_profile_names_1_2():
             overrides=PLACEHOLDER_SOURCE if profile == "imagenet" else None,
             runs_here=False,
         )
-        assert config.ruleset == V12, profile
+        assert config.ruleset == V13, profile
     config = imagenet()
     assert (config.validity.accuracy_floor, config.validity.min_budget_s) == (0.7, 3600.0)
 
@@ -121,9 +136,9 @@ def test_every_profile_names_1_2():
 # --- the division: by the ruleset the run names ----------------------------------------------------
 
 
-def test_closed_imagenet_with_mixed_float16_is_closed_under_1_2_open_under_1_0():
+def test_closed_imagenet_with_mixed_float16_is_closed_under_1_3_open_under_1_0():
     now = classify(imagenet("mixed_float16"))
-    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V12, ())
+    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V13, ())
     then = classify(recorded_under_1_0(imagenet("mixed_float16")))
     assert (then.name, then.ruleset) == (OPEN, V10)
     assert then.deviations == (
@@ -206,7 +221,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
 
 def test_rules_imagenet_json_is_aiperfs_closed_workload():
     shown = rules_json("imagenet")
-    assert shown["ruleset"] == V12
+    assert shown["ruleset"] == V13
     assert shown["accuracy_floor"] >= 0.70 and shown["min_budget_s"] >= 3600
     assert "mixed_float16" in shown["precisions"]
     assert shown["seed_architecture"] == "resnet50"
@@ -223,7 +238,9 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "trainer",
         "batch_size",
         "data",
+        "series",
     }, "the keys docs/rules.md documents"
+    assert shown["series"] == {"runs": 5, "drop": 1, "statistic": "mean"}
     assert shown["data"] == {
         "kind": "tfrecord",
         "classes": 1000,
@@ -244,7 +261,7 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
 @pytest.mark.parametrize("profile", ["quick", "nightly", "digits"])
 def test_rules_of_the_other_profiles_keep_1_0s_figures(profile):
     shown = rules_json(profile)
-    assert shown["ruleset"] == V12 and shown["profile"] == profile
+    assert shown["ruleset"] == V13 and shown["profile"] == profile
     assert "mixed_float16" in shown["precisions"]
     assert shown["data"]["sha256"], "generated data is pinned by its content digest"
     rules = load_ruleset(V10).for_profile(profile)
@@ -260,7 +277,8 @@ def test_rules_plain_fits_80_columns(profile):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines and all(len(line) <= 80 for line in lines), lines
-    assert V12 in lines[0] and any("seed network" in line for line in lines)
+    assert V13 in lines[0] and any("seed network" in line for line in lines)
+    assert any(line.strip().startswith("ranked result") for line in lines), "the series rule"
     assert any(line.strip().startswith("data") for line in lines), "the pinned dataset is shown"
 
 

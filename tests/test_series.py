@@ -3,12 +3,20 @@ figures, the ruleset's series rule."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
 import uuid
 
 import pytest
 import sqlalchemy as sa
+from conftest import TINY
+from typer.testing import CliRunner
 
+from aiperf import paths
+from aiperf.cli.main import EXIT_INVALID, app
+from aiperf.report.series_package import SERIES_FILE
+from aiperf.results import mllog
 from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, summarise
 from aiperf.store import Store, database
 
@@ -133,3 +141,124 @@ def test_one_run_has_no_spread_and_bad_figures_are_refused():
         SeriesRule(runs=2, drop=1)
     with pytest.raises(ValueError, match="mean or median"):
         SeriesRule(runs=3, statistic="mode")
+
+
+# --- the command line: refusals (fast) ---------------------------------------------------------------
+
+
+def test_repeat_with_resume_is_refused_in_one_line(tmp_path):
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    result = CliRunner().invoke(app, ["run", "--resume", "1", "--repeat", "2", "--db", db])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--repeat" in lines[0] and "--resume" in lines[0], lines
+    assert not (tmp_path / "a.db").exists(), "nothing recorded"
+
+
+def test_repeat_below_one_is_refused():
+    result = CliRunner().invoke(app, ["run", "--repeat", "0", "--budget", "5s"])
+    assert result.exit_code == 2 and "--repeat" in result.output
+
+
+def test_package_takes_a_run_or_a_series_and_an_unknown_series_is_one_line(tmp_path):
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    Store.open(db).close()
+    both = CliRunner().invoke(app, ["package", "1", "--series", "x", "--to", str(tmp_path / "p")])
+    assert both.exit_code == 2 and "RUN_ID" in both.output and "--series" in both.output
+    unknown = CliRunner().invoke(
+        app, ["package", "--series", "f" * 32, "--to", str(tmp_path / "p"), "--db", db]
+    )
+    assert unknown.exit_code == 2, unknown.output
+    assert unknown.output.strip().count("\n") == 0 and "no run of series" in unknown.output
+    assert not (tmp_path / "p").exists()
+
+
+# --- a real series: aiperf run --repeat 3, packaged and verified (slow) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def repeated(prefect_api, tmp_path_factory):
+    """`aiperf run --repeat 3` of a tiny config with a budget of seconds (so each run is invalid,
+    too short: exit status 3), through the CLI and the real flow, from the folder it is run in."""
+    folder = tmp_path_factory.mktemp("series")
+    db = f"sqlite:///{folder / 'aiperf.db'}"
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    args = ["run", "--repeat", "3", "--budget", "3s", "--workers", "1", "--seed", "3"]
+    args += ["--db", db, "--out", str(folder / "out"), *settings]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    return folder, db, result
+
+
+@pytest.mark.slow
+def test_repeat_records_a_series_and_prints_its_summary(repeated):
+    _folder, db, result = repeated
+    assert result.exit_code == EXIT_INVALID, result.output  # every run too short: invalid
+    with Store.open_existing(db) as store:
+        runs = store.list_runs()
+    assert len(runs) == 3 and len({r.series for r in runs}) == 1
+    series = runs[0].series
+    assert series is not None and len(series) == 32 and int(series, 16) >= 0  # a uuid4 hex
+    assert sorted(r.series_index for r in runs) == [1, 2, 3]
+    output = result.output
+    assert f"series {series}" in output
+    assert all(word in output for word in ("median", "minimum", "maximum", "CV")), output
+    scores = [r.score for r in runs if r.score is not None]
+    assert len(scores) == 3
+    ops = summarise([s.ops for s in scores])
+    assert f"{100 * ops.cv:.1f}%" in output, "the CV of OPS is printed"
+    assert "a ranked closed result is 5 runs" in output and "too few to rank" in output
+    assert output.rstrip().splitlines()[-1].endswith("(exit status 3)")
+
+
+@pytest.mark.slow
+def test_the_series_round_trips_through_the_event_log_and_a_package(repeated, tmp_path):
+    folder, db, _result = repeated
+    with Store.open_existing(db) as store:
+        runs = sorted(store.list_runs(), key=lambda r: r.series_index or 0)
+    series = runs[0].series
+    assert series is not None
+    for record in runs:
+        logged = mllog.read_run(paths.event_log_path(str(folder / "out"), db, record.id))
+        assert (logged.run.series, logged.run.series_index) == (series, record.series_index)
+
+    to = tmp_path / "package"
+    packaged = CliRunner().invoke(
+        app, ["package", "--series", series, "--to", str(to), "--db", db], env={"COLUMNS": "200"}
+    )
+    assert packaged.exit_code == 0, packaged.output
+    assert sorted(p.name for p in to.iterdir()) == sorted(
+        [SERIES_FILE, *(f"run-{r.id}" for r in runs)]
+    )
+    document = json.loads((to / SERIES_FILE).read_text())
+    assert document["series"] == series and document["ruleset"] == "aiperf-rules-1.3"
+    assert [(r["run_id"], r["index"]) for r in document["runs"]] == [
+        (r.id, r.series_index) for r in runs
+    ]
+    assert document["rule"] == {"runs": 5, "drop": 1, "statistic": "mean"}
+    assert document["enough_runs"] is False
+    assert document["summary"]["ops"] == summarise([r.score.ops for r in runs]).to_dict() | {
+        "ranked": summarise([r.score.ops for r in runs], SeriesRule(runs=5)).ranked
+    }
+
+    checked = CliRunner().invoke(app, ["verify", "--package", str(to), "--json"])
+    assert checked.exit_code == 0, checked.output
+    verdict = json.loads(checked.output)
+    assert verdict["verified"] and verdict["series"] == series and len(verdict["runs"]) == 3
+    assert {c["check"] for c in verdict["series_checks"]} == {
+        "series_runs",
+        "series_membership",
+        "series_summary",
+    }
+
+    # A summary edited in series.json fails its check, by name; the runs still verify.
+    document["summary"]["ops"]["median"] *= 1.1
+    (to / SERIES_FILE).write_text(json.dumps(document))
+    edited = CliRunner().invoke(app, ["verify", "--package", str(to), "--json"])
+    assert edited.exit_code == 1
+    assert json.loads(edited.output)["failed"] == ["series_summary"]
+    # A run's package removed: the series is incomplete.
+    shutil.rmtree(to / f"run-{runs[1].id}")
+    document["summary"]["ops"]["median"] /= 1.1
+    (to / SERIES_FILE).write_text(json.dumps(document))
+    missing = CliRunner().invoke(app, ["verify", "--package", str(to)], env={"COLUMNS": "200"})
+    assert missing.exit_code == 1 and "series_runs" in missing.output

@@ -55,6 +55,8 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "verified": record.verified,
         "reasons": list(score.reasons) if score else [],
         "review": for_review(record),
+        "series": record.series,
+        "series_index": record.series_index,
     }
     if not with_trials:
         return out

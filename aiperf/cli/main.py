@@ -170,16 +170,30 @@ def run(
         help="Continue a lost or interrupted run (its own config, seed and remaining "
         "budget); give only --db with it.",
     ),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        min=1,
+        help="Run the config N times back to back as one series (a series id on each run), "
+        "then print the median, minimum, maximum and CV of OPS and the regulated score.",
+    ),
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score.
 
     Exit status: 0 valid and verified; 3 invalid by its rules; 4 its verification failed; 2 a
-    mistake in the command (nothing recorded); 1 a crash; 130 interrupted."""
+    mistake in the command (nothing recorded); 1 a crash; 130 interrupted. With --repeat, 0 only
+    when every run of the series is valid and verified, else the highest of its runs' statuses
+    (4 before 3); a crash or an interrupt stops the series there."""
     from aiperf.config import load_config
 
-    machine: int | None = None  # the local-run lock, held while this run runs
+    machine: int | None = None  # the local-run lock, held while this run (or series) runs
     try:
         if resume is not None:
+            if repeat != 1:
+                raise UserError(
+                    "--repeat starts a series of new runs and --resume continues one run; give "
+                    "one of them"
+                )
             _only_db_with_resume(
                 profile != "quick",
                 budget,
@@ -222,14 +236,119 @@ def run(
             os.close(machine)
         raise fail(str(exc)) from None
     try:
-        _run_flow(config, resume)
+        if repeat == 1:
+            _run_flow(config, resume)
+        else:
+            _run_series(config, repeat)
     finally:
         if machine is not None:
             os.close(machine)  # the run is over: the next local run may start
 
 
 def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
-    """The benchmark flow with a live line on the terminal, then the score."""
+    """One run: its score, then its exit status."""
+    record = _run_one(config, resume)
+    code = run_exit_code(record)
+    if code != EXIT_VALID:
+        raise typer.Exit(code)
+
+
+def _run_series(config: BenchmarkConfig, repeat: int) -> None:
+    """`repeat` runs of one config back to back, recorded as one series (a new uuid4 hex id, and
+    each run's place in it), then the series' figures. A run that crashes, is interrupted or is
+    refused stops the series with one line: the runs before it stay recorded."""
+    import uuid
+
+    series = uuid.uuid4().hex
+    console.print(
+        f"series {series}: {repeat} runs of {config.profile}, {config.budget_s:g} s each",
+        highlight=False,
+    )
+    records: list[RunRecord] = []
+    for index in range(1, repeat + 1):
+        console.print(f"[bold]series run {index} of {repeat}[/]", highlight=False)
+        try:
+            records.append(_run_one(config, None, series, index))
+        except (typer.Exit, KeyboardInterrupt) as exc:
+            code = exc.exit_code if isinstance(exc, typer.Exit) else 130
+            err.print(
+                f"[bold red]series {series} stopped[/] at run {index} of {repeat} (exit status "
+                f"{code}); {len(records)} runs of it are recorded",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(code) from None
+        except Exception as exc:
+            err.print(
+                f"[bold red]series {series} stopped:[/] run {index} of {repeat} crashed "
+                f"({type(exc).__name__}: {exc}); {len(records)} runs of it are recorded, "
+                "`aiperf runs` lists them",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
+    _print_series(series, records)
+    code = max(run_exit_code(r) for r in records)
+    if code != EXIT_VALID:
+        bad = [str(r.id) for r in records if run_exit_code(r) != EXIT_VALID]
+        err.print(
+            f"[bold red]series {series}:[/] run{'s' if len(bad) > 1 else ''} {', '.join(bad)} "
+            f"of {repeat} not valid and verified (exit status {code})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code)
+
+
+def _print_series(series: str, records: list[RunRecord]) -> None:
+    """The series' OPS and regulated score: median, minimum, maximum, CV and the figure a ranking
+    uses (by the ruleset's series rule), then whether it has the runs a ranked result needs."""
+    from aiperf.report.tables import Col, FitTable
+    from aiperf.results.series import MEASURES, enough_runs, series_rule, summarise_runs
+    from aiperf.units import ops_rate
+
+    rule = series_rule(records[0].ruleset)
+    summaries = summarise_runs(records, rule)
+    columns = (
+        Col("figure", style="bold"),
+        Col("median", "right"),
+        Col("minimum", "right"),
+        Col("maximum", "right"),
+        Col("CV", "right"),
+        Col("ranked", "right"),
+    )
+    rows = [
+        [
+            MEASURES[measure],
+            *(ops_rate(v) for v in (s.median, s.minimum, s.maximum)),
+            f"{100 * s.cv:.1f}%",
+            ops_rate(s.ranked),
+        ]
+        for measure, s in summaries.items()
+    ]
+    ids = ", ".join(str(r.id) for r in records)
+    console.print(FitTable(columns, rows, title=f"series {series} (runs {ids})"))
+    if rule is None:
+        console.print(
+            f"{records[0].ruleset} ranks single runs; ranked is the median", highlight=False
+        )
+    else:
+        enough = enough_runs(len(records), rule)
+        console.print(
+            f"{records[0].ruleset}: a ranked closed result is {rule.describe()}; this series has "
+            f"{len(records)} ({'enough' if enough else 'too few to rank'})",
+            highlight=False,
+        )
+
+
+def _run_one(
+    config: BenchmarkConfig,
+    resume: int | None,
+    series: str | None = None,
+    series_index: int | None = None,
+) -> RunRecord:
+    """The benchmark flow with a live line on the terminal, then the score, and the line saying
+    why a result is not valid; the run's record. A mistake or an interrupt is typer.Exit."""
     from prefect.flows import Flow, load_flow_from_entrypoint
 
     from aiperf.lifecycle import live
@@ -242,7 +361,9 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
     with Live(console=console, refresh_per_second=1, transient=False) as display:
         live.set_display(lambda figures: display.update(render(figures)))
         try:
-            result = benchmark(config=config, resume=resume)
+            result = benchmark(
+                config=config, resume=resume, series=series, series_index=series_index
+            )
         except ResultNotValid as exc:  # scored; its exit status and reason are printed below
             result = exc.outcome
         except UserError as exc:
@@ -267,7 +388,7 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(code)
+    return record
 
 
 def run_exit_code(record: RunRecord) -> int:
@@ -563,7 +684,11 @@ def verify(
         )
     if package is not None:
         from aiperf.report.package import verify_package
+        from aiperf.report.series_package import is_series_package
 
+        if is_series_package(Path(package)):
+            _verify_series(Path(package), as_json)
+            return
         try:
             logged, checks = verify_package(Path(package))
         except UserError as exc:
@@ -592,6 +717,72 @@ def verify(
         checks,
         as_json,
     )
+
+
+def _verify_series(folder: Path, as_json: bool) -> None:
+    """`aiperf verify --package` on a series package: each run's checks, then the series'; exit 1
+    when any failed."""
+    from aiperf.report.series_package import verify_series_package
+
+    try:
+        result = verify_series_package(folder)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    failed = result.failed
+    if as_json:
+        from aiperf.cli.as_json import checks_json, dumps
+
+        print(
+            dumps(
+                {
+                    "verified": not failed,
+                    "failed": failed,
+                    "series": result.series,
+                    "runs": [
+                        {
+                            "folder": r.folder,
+                            "run": None if r.logged is None else r.logged.run.id,
+                            "verified": r.verified,
+                            "checks": checks_json(r.checks),
+                        }
+                        for r in result.runs
+                    ],
+                    "series_checks": checks_json(result.checks),
+                }
+            )
+        )
+    else:
+        for run in result.runs:
+            table = Table(title=f"verification of {folder / run.folder} (from its event log)")
+            for column in ("check", "result", "detail"):
+                table.add_column(column)
+            for check in run.checks:
+                table.add_row(
+                    check.check,
+                    "[green]pass[/]" if check.passed else "[bold red]FAIL[/]",
+                    check.detail,
+                )
+            console.print(table)
+        table = Table(title=f"series {result.series} in {folder}")
+        for column in ("check", "result", "detail"):
+            table.add_column(column)
+        for check in result.checks:
+            table.add_row(
+                check.check,
+                "[green]pass[/]" if check.passed else "[bold red]FAIL[/]",
+                check.detail,
+            )
+        console.print(table)
+        console.print(
+            f"series package {folder} ({len(result.runs)} runs): "
+            + (
+                f"[bold red]FAILED[/] {', '.join(failed)}"
+                if failed
+                else "[green]verified[/]: every run's checks and the series' pass"
+            )
+        )
+    if failed:
+        raise typer.Exit(1)
 
 
 def _print_checks(title: str, what: str, checks: list, as_json: bool = False) -> None:
@@ -627,8 +818,14 @@ def _print_checks(title: str, what: str, checks: list, as_json: bool = False) ->
 
 @app.command()
 def package(
-    run_id: int = typer.Argument(..., help="A scored run, as `aiperf runs` lists them."),
+    run_id: int | None = typer.Argument(None, help="A scored run, as `aiperf runs` lists them."),
     to: str = typer.Option(..., "--to", help="A new (or empty) folder for the package."),
+    series: str | None = typer.Option(
+        None,
+        "--series",
+        help="Package a whole series of repeated runs (`aiperf run --repeat`) instead of RUN_ID: "
+        "one run package per run in TO/run-<id>/, and TO/series.json.",
+    ),
     db: str = db_option(),
     log: str | None = typer.Option(
         None,
@@ -652,9 +849,17 @@ def package(
     """Write one folder a reviewer can take away, checkable without the database.
 
     The event log, the system description, the effective config and its ruleset, the
-    verification, the HTML report and a README; `aiperf verify --package DIR` checks it."""
+    verification, the HTML report and a README; `aiperf verify --package DIR` checks it. With
+    --series, each run's package and the series' summary (series.json)."""
     from aiperf.report.package import write_package
     from aiperf.store import RecordNotFound
+
+    if (run_id is None) == (series is None):
+        raise fail("give a RUN_ID to package one run, or --series SERIES_ID to package a series")
+    if series is not None:
+        _package_series(series, Path(to), db, log)
+        return
+    assert run_id is not None  # one of the two was given, and it was not --series
 
     with open_existing(db) as store:
         try:
@@ -674,6 +879,23 @@ def package(
             raise fail(str(exc)) from None
     console.print(
         f"run {run_id}: package written to {folder} (check it with `aiperf verify --package {folder}`)"
+    )
+
+
+def _package_series(series: str, to: Path, db: str, log: str | None) -> None:
+    """`aiperf package --series`: every run of the series, and series.json."""
+    from aiperf.report.series_package import write_series_package
+
+    if log is not None:
+        raise fail("--log names one run's event log; a series is packaged from its runs' folders")
+    with open_existing(db) as store:
+        try:
+            folder = write_series_package(store, series, to)
+        except UserError as exc:
+            raise fail(str(exc)) from None
+    console.print(
+        f"series {series}: package written to {folder} (check it with "
+        f"`aiperf verify --package {folder}`)"
     )
 
 

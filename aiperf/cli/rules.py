@@ -106,6 +106,19 @@ def _pinned(data: dict) -> str:
     )
 
 
+def _series(series: dict[str, Any]) -> str:
+    """The ruleset's series rule, in words (aiperf run --repeat)."""
+    dropped = (
+        f", the {series['drop']} highest and {series['drop']} lowest dropped"
+        if series.get("drop")
+        else ""
+    )
+    return (
+        f"a series of {series['runs']} valid runs (aiperf run --repeat {series['runs']})"
+        f"{dropped}, ranked by the {series['statistic']} of the rest"
+    )
+
+
 def plain(required: dict[str, Any]) -> list[str]:
     """The requirements as lines of at most WIDTH characters: a label, then its value."""
     settable = [
@@ -140,6 +153,9 @@ def plain(required: dict[str, Any]) -> list[str]:
         ("may also change", ", ".join(settable)),
         ("convention", f"{required['convention']} (operations counted as docs/flops.md says)"),
         ("trainer", f"{required['trainer']} (models really trained)"),
+        *(
+            [("ranked result", _series(required["series"]))] if required.get("series") else []
+        ),  # rulesets from 1.3 rank a series of runs
     ]
     lines = [f"A closed {required['profile']} result, by {required['ruleset']}:"]
     for label, value in rows:

@@ -122,8 +122,16 @@ class ResultNotValid(Exception):
 # --- the steps, as plain functions ---------------------------------------------------------------
 
 
-def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = None) -> int:
-    """The system under test and the run, with its division, before any worker starts."""
+def record_run(
+    store: Store,
+    config: BenchmarkConfig,
+    flow_run_id: str | None = None,
+    *,
+    series: str | None = None,
+    series_index: int | None = None,
+) -> int:
+    """The system under test and the run, with its division, before any worker starts; with
+    `series`, as run `series_index` of that series of repeated runs (aiperf run --repeat)."""
     division = classify(config)
     facts = fingerprint(backend=config.train.backend)  # the workers' backend: they start with it
     system_id = store.upsert_system(facts)
@@ -144,6 +152,8 @@ def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = 
         backend=config.train.backend,
         jit_compile=config.train.jit_compile,
         owner=liveness.new_owner(),  # this process writes the run until another takes it over
+        series=series,
+        series_index=series_index,
     )
     with failed_on_error(store, run_id):
         event_log(config, run_id).run_started(
@@ -155,6 +165,8 @@ def record_run(store: Store, config: BenchmarkConfig, flow_run_id: str | None = 
             ruleset=division.ruleset,
             deviations=division.deviations,
             config_hash=division.config_hash,
+            series=series,
+            series_index=series_index,
         )
     return run_id
 
@@ -411,14 +423,17 @@ def run_benchmark(
     flow_run_id: str | None = None,
     logger: logging.Logger | logging.LoggerAdapter = log,
     resume: int | None = None,
+    series: str | None = None,
+    series_index: int | None = None,
 ) -> RunOutcome:
     """Run the benchmark for the config's budget and return its score. `resume`: a lost or
-    interrupted run to continue instead (its own config: aiperf.lifecycle.recovery.resume_config)."""
+    interrupted run to continue instead (its own config: aiperf.lifecycle.recovery.resume_config).
+    `series`, `series_index`: the series of repeated runs the new run is in, and its place."""
     stages = stages or Stages()
     check_before_recording(config)  # a user's mistake is one line, and nothing is recorded
     with Store.open(config.db) as store:
         run_id = (
-            record_run(store, config, flow_run_id)
+            record_run(store, config, flow_run_id, series=series, series_index=series_index)
             if resume is None
             else reopen_run(store, config, resume)
         )

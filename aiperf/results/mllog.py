@@ -62,6 +62,7 @@ SUBMISSION_DIVISION = (
     "submission_division"  # value closed | open; metadata: deviations, config_hash
 )
 RULESET = "ruleset"  # value: id-version of the rules the run is judged by
+SERIES = "series"  # value: the id of the series of repeated runs it is in; metadata: index (1..N)
 SEED = "seed"
 CONFIG = "config"  # value: the effective config (no password)
 SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostname, cpu_model, ...)
@@ -108,6 +109,7 @@ KEYS = (
     SUBMISSION_BENCHMARK,
     SUBMISSION_DIVISION,
     RULESET,
+    SERIES,
     SEED,
     CONFIG,
     SYSTEM_FINGERPRINT,
@@ -270,8 +272,11 @@ class EventLog:
         ruleset: str,
         deviations: Iterable[str],
         config_hash: str,
+        series: str | None = None,
+        series_index: int | None = None,
     ) -> None:
-        """The run was recorded: what it is, where it runs and by which rules it is judged."""
+        """The run was recorded: what it is, where it runs and by which rules it is judged, and
+        the series of repeated runs it is run `series_index` of (aiperf run --repeat), if any."""
         from aiperf import __version__
 
         now = time.time()
@@ -294,6 +299,8 @@ class EventLog:
             config_hash=config_hash,
         )
         self.emit(RULESET, ruleset, at=now)
+        if series is not None:
+            self.emit(SERIES, series, at=now, index=series_index)
         self.emit(SEED, config["seed"], at=now)
         self.emit(CONFIG, dict(config), at=now)
         self.emit(SYSTEM_FINGERPRINT, {"id": system_id, **system}, at=now)
@@ -569,6 +576,7 @@ class _Rebuilder:
         elif e.key in (
             SUBMISSION_DIVISION,
             RULESET,
+            SERIES,
             SEED,
             CONFIG,
             SYSTEM_FINGERPRINT,
@@ -707,6 +715,7 @@ class _Rebuilder:
         description, _ = self.facts.get(SYSTEM_DESCRIPTION, (None, {}))
         provenance, _ = self.facts.get(PROVENANCE, (None, {}))
         resources, _ = self.facts.get(RUN_RESOURCES, ({}, {}))
+        series, series_md = self.facts.get(SERIES, (None, {}))
         system = SystemRecord(
             **{f.name: facts[f.name] for f in fields(SystemRecord) if f.name != "first_seen_at"},
             first_seen_at=self.run["created_at"],
@@ -754,6 +763,8 @@ class _Rebuilder:
             staging_s=self.staging_s,
             best_weights=self.best_weights,
             provenance=provenance if isinstance(provenance, dict) else None,
+            series=None if series is None else str(series),
+            series_index=None if series is None else _whole(series_md.get("index"), "index"),
         )
         return LoggedRun(run, self.dataset, ())
 

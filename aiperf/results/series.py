@@ -16,9 +16,23 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiperf.rules import SeriesRule
+from aiperf.errors import UserError
+from aiperf.rules import SeriesRule, available_rulesets, load_ruleset
+from aiperf.store.records import RunRecord
 
-__all__ = ["SeriesRule", "SeriesSummary", "enough_runs", "ranked_value", "summarise"]
+__all__ = [
+    "MEASURES",
+    "SeriesRule",
+    "SeriesSummary",
+    "enough_runs",
+    "ranked_value",
+    "series_rule",
+    "summarise",
+    "summarise_runs",
+]
+
+# What a series is summarised by: the score's field, and its name in tables.
+MEASURES = {"ops": "OPS", "regulated_score": "regulated score"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,30 @@ def enough_runs(runs: int, rule: SeriesRule | None) -> bool:
     """Whether a series of `runs` valid runs is enough for a ranked closed result under the rule
     (without a rule, as under rulesets before 1.3, one run is)."""
     return runs >= (1 if rule is None else rule.runs)
+
+
+def series_rule(ruleset: str | None) -> SeriesRule | None:
+    """The series rule of the ruleset a series was judged by (None: it has none, as 1.0-1.2, or the
+    ruleset is not one this aiperf knows)."""
+    if ruleset is None or ruleset not in available_rulesets():
+        return None
+    try:
+        return load_ruleset(ruleset).series
+    except UserError:  # pragma: no cover - a known name always loads
+        return None
+
+
+def summarise_runs(
+    records: Sequence[RunRecord], rule: SeriesRule | None = None
+) -> dict[str, SeriesSummary]:
+    """Each measure (MEASURES) summarised over the series' scored runs; ValueError when none is."""
+    scores = [r.score for r in records if r.score is not None]
+    if not scores:
+        raise ValueError("no run of the series has a score")
+    return {
+        measure: summarise([float(getattr(s, measure)) for s in scores], rule)
+        for measure in MEASURES
+    }
 
 
 def _checked(values: Sequence[float]) -> list[float]:

@@ -28,7 +28,10 @@ def closed_requirements(
     (search.space.batch_per_gib, None when unset) times the smallest GPU's whole GiB on GPUs, and
     `listed` (search.space.batch_size) on CPUs or without `per_gib`. `data` is the dataset a closed
     result must train on (kind, classes, train_samples, val_samples, and the content sha256 of
-    generated data; None where the ruleset pins none)."""
+    generated data; None where the ruleset pins none). `series` is how a ranked closed result is
+    made (rulesets from 1.3): {runs, drop, statistic}, the runs of one config it needs, how many of
+    the highest and lowest are dropped and the statistic of the rest; None where the ruleset ranks
+    single runs."""
     rules = ruleset.for_profile(profile)
     space = space or {}
     return {
@@ -48,4 +51,5 @@ def closed_requirements(
         "trainer": ruleset.trainer,
         "batch_size": {"per_gib": space.get("batch_per_gib"), "listed": space.get("batch_size")},
         "data": asdict(rules.data) if rules.data is not None else None,
+        "series": asdict(ruleset.series) if ruleset.series is not None else None,
     }
