@@ -90,8 +90,9 @@ JOBQUEUE_CONFIG = Variable(
 PROFILE_DIR = Variable(
     "AIPERF_PROFILE_DIR",
     "",
-    "a folder of profiles a flow run's `profile` may name (NAME for NAME.yaml); set where the "
-    "work pool's worker starts, since a flow parameter never takes a path",
+    "a folder of profiles a flow run's `profile` may name (NAME for NAME.yaml), and of the site "
+    "file _site.yaml (the machine's `system:` name, submitter, status); set where the work pool's "
+    "worker starts, since a flow parameter never takes a path",
 )
 SIMULATED_OPS_PER_S = Variable(
     "AIPERF_SIMULATED_OPS_PER_S",
