@@ -156,6 +156,24 @@ SERVE_DIR = Variable(
     "where `make serve` keeps the server's state and logs",
     "infra",
 )
+REPORTS_PORT = Variable(
+    "AIPERF_REPORTS_PORT",
+    "4201",
+    "the port `make serve` serves the runs' reports and event logs on (0: none)",
+    "infra",
+)
+REPORTS_DIR = Variable(
+    "AIPERF_REPORTS_DIR",
+    "$AIPERF_REPO/aiperf-out",
+    "the folder whose reports and event logs `make serve` serves (the profiles' out)",
+    "infra",
+)
+REPORTS_URL = Variable(
+    "AIPERF_REPORTS_URL",
+    "",
+    "the reports server's address, set by `make serve` for its flow runs' links",
+    "infra",
+)
 REPO = Variable(
     "AIPERF_REPO",
     "",

@@ -42,6 +42,7 @@ from aiperf.lifecycle.parameters import (
 from aiperf.lifecycle.recovery import resume_config
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.score import ScoreResult
+from aiperf.served import file_link
 from aiperf.status import TrialStatus
 from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult
@@ -115,7 +116,7 @@ def report(config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
         description=f"aiperf run {run_id}: score over time",
     )
     create_link_artifact(
-        link=page.as_uri(),
+        link=file_link(page),
         link_text=f"HTML report of aiperf run {run_id}",
         key="aiperf-report",
         description=f"aiperf run {run_id}: {page}",
@@ -162,7 +163,7 @@ class PrefectStages(run.Stages):
     def recorded(self, config: BenchmarkConfig, run_id: int, event_log: Path) -> None:
         """A link to the run's event log (MLLOG lines, written as the run goes), from its start."""
         create_link_artifact(
-            link=event_log.as_uri(),
+            link=file_link(event_log),
             link_text=f"event log of aiperf run {run_id}",
             key="aiperf-event-log",
             description=f"aiperf run {run_id}: {event_log}",

@@ -46,6 +46,8 @@ class Served:
     profiles: (
         Path  # the worker's AIPERF_PROFILE_DIR: a flow run's `profile` may name NAME.yaml here
     )
+    reports: Path  # AIPERF_REPORTS_DIR: a run whose `out` is below it has its report served
+    reports_url: str  # http://127.0.0.1:PORT, where serve.sh serves them
 
     def auth(self) -> str:
         """The API's auth string, once serve.sh has written it (before it starts the server)."""
@@ -72,7 +74,8 @@ class Served:
 
 @contextmanager
 def serve(tmp_path: Path) -> Iterator[Served]:
-    port = free_port()
+    port, reports_port = free_port(), free_port()
+    reports = tmp_path / "reports-root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -80,6 +83,8 @@ def serve(tmp_path: Path) -> Iterator[Served]:
         PREFECT_HOME=str(tmp_path / "prefect-home"),
         AIPERF_PROFILE_DIR=str(profiles),
         AIPERF_PREFECT_PORT=str(port),
+        AIPERF_REPORTS_PORT=str(reports_port),
+        AIPERF_REPORTS_DIR=str(reports),
         PREFECT_WORKER_QUERY_SECONDS="2",
         PREFECT_WORKER_PREFETCH_SECONDS="5",
         DO_NOT_TRACK="1",
@@ -103,6 +108,8 @@ def serve(tmp_path: Path) -> Iterator[Served]:
             log,
             tmp_path / "prefect-home" / "aiperf-serve" / "api-auth",
             profiles,
+            reports,
+            f"http://127.0.0.1:{reports_port}",
         )
     finally:
         # Stopped as `make serve` is, with Ctrl-C: SIGINT to the whole group, which usually ends it in a

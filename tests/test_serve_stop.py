@@ -1,5 +1,6 @@
 """Issue 26 item 6: `make serve` (infra/prefect/serve.sh) is gone within 10 s of SIGTERM, its
-worker included (Prefect's worker alone sat most of a minute reporting to a server already gone).
+worker and reports server included (Prefect's worker alone sat most of a minute reporting to a
+server already gone); and a second serve.sh leaves one automation for a failed nightly, not two.
 
 It runs against the session's served Prefect (the "existing server" path of serve.sh: it deploys
 and starts a worker), on a work pool of its own, so it takes no other test's flow runs."""
@@ -9,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
-from prefect_serve import REPO
+from prefect_serve import REPO, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +47,7 @@ def test_make_serve_stops_within_ten_seconds_of_sigterm(served_prefect, tmp_path
     served_prefect.wait_for(
         "the served Prefect's deployments", lambda: _deployed(served_prefect), 300
     )
+    reports_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
         PREFECT_API_URL=served_prefect.api,
@@ -52,6 +55,8 @@ def test_make_serve_stops_within_ten_seconds_of_sigterm(served_prefect, tmp_path
         PREFECT_HOME=str(tmp_path / "prefect-home"),
         AIPERF_SERVE_DIR=str(tmp_path / "serve"),
         AIPERF_WORK_POOL=POOL,
+        AIPERF_REPORTS_PORT=str(reports_port),
+        AIPERF_REPORTS_DIR=str(tmp_path / "reports"),
     )
     log = tmp_path / "serve.log"
     with log.open("w") as out:
@@ -79,3 +84,16 @@ def test_make_serve_stops_within_ten_seconds_of_sigterm(served_prefect, tmp_path
             os.killpg(process.pid, signal.SIGKILL)
     assert took < 10, f"make serve took {took:.1f} s to stop"
     assert not _worker_processes(), "its worker is gone too"
+    with socket.socket() as probe:  # and its reports server (it was up: the log says where)
+        assert f"at http://127.0.0.1:{reports_port}" in log.read_text()
+        assert probe.connect_ex(("127.0.0.1", reports_port)) != 0, "its reports server is gone too"
+    # Its automation was the session's serve.sh's: made by name, so still one (issue 26 item 5).
+    request = urllib.request.Request(
+        f"{served_prefect.api}/automations/filter",
+        data=b"{}",
+        headers={**served_prefect.headers(), "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        names = [a["name"] for a in json.load(answer)]
+    assert names.count("aiperf-nightly-failed") == 1, names

@@ -5,7 +5,13 @@
 #      already names a server, which is then used instead;
 #   2. creates the process work pool `aiperf` (kept if it exists);
 #   3. registers the deployments of prefect.yaml (`benchmark`, `nightly-regression`);
-#   4. runs a worker on the pool in the foreground until Ctrl-C, then stops what it started.
+#   4. creates or updates the automation that announces a failed nightly (flows/notify.py) through
+#      the notification block `aiperf-nightly`, once the user has made one;
+#   5. serves the runs' HTML reports and event logs, read-only, on 127.0.0.1:4201
+#      (AIPERF_REPORTS_PORT; 0: none) from AIPERF_REPORTS_DIR (this checkout's aiperf-out, where
+#      flow runs write with the profiles' `out`), and gives the worker AIPERF_REPORTS_URL, so a
+#      run's artifacts link there (aiperf/served.py);
+#   6. runs a worker on the pool in the foreground until Ctrl-C, then stops what it started.
 #
 # The API takes HTTP basic authentication (Prefect's own): the server it starts requires
 # PREFECT_SERVER_API_AUTH_STRING, "user:password", taken from the environment (or from
@@ -111,6 +117,30 @@ cd "$repo"
 "$prefect" --no-prompt deploy --all --prefect-file "$repo/prefect.yaml" >"$state/deploy.log" 2>&1 \
   || { cat "$state/deploy.log" >&2; exit 1; }
 echo "serve: deployed $(grep -c '^  - name:' "$repo/prefect.yaml") deployments from prefect.yaml" >&2
+"$repo/.venv/bin/python" -m flows.notify 2>&1 | sed 's/^/serve: /' >&2
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+
+# The reports server: a child like the others, started before the worker so its flow runs inherit
+# the address (a run with an `out` outside the folder keeps file:// links).
+reports_port="${AIPERF_REPORTS_PORT:-4201}"
+if [ "$reports_port" != 0 ]; then
+  reports_dir="${AIPERF_REPORTS_DIR:-aiperf-out}"
+  mkdir -p "$reports_dir"
+  export AIPERF_REPORTS_DIR="$(cd "$reports_dir" && pwd)"  # relative: to this checkout, as runs' `out`
+  export AIPERF_REPORTS_URL="http://127.0.0.1:$reports_port"
+  setsid "$repo/.venv/bin/python" -m aiperf.served --root "$AIPERF_REPORTS_DIR" --port "$reports_port" \
+    >"$state/reports.log" 2>&1 &
+  children+=("$!")
+  for _ in $(seq 1 60); do
+    "$repo/.venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+      "$AIPERF_REPORTS_URL/" >/dev/null 2>&1 && break
+    kill -0 "${children[-1]}" 2>/dev/null || { cat "$state/reports.log" >&2; exit 1; }
+    sleep 0.25
+  done
+  echo "serve: reports and event logs of $AIPERF_REPORTS_DIR at $AIPERF_REPORTS_URL" >&2
+else
+  unset AIPERF_REPORTS_URL
+fi
 
 ui="${PREFECT_API_URL%/api}"
 echo "serve: open $ui and run Deployments -> aiperf-benchmark/benchmark; Ctrl-C stops the worker" >&2
