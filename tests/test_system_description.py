@@ -368,3 +368,23 @@ def test_bad_system_facts_are_refused_in_one_line(tmp_path, monkeypatch):
     (tmp_path / "_site.yaml").write_text("budget: 5m\n")
     with pytest.raises(UserError, match="must hold only a `system:` mapping"):
         load_config("quick", budget="10s", workers=1)
+
+
+def test_each_node_records_what_only_its_kernel_can_say(tmp_path):
+    """Read on the node as the run starts (aiperf.system.hostfacts), so a package written later or
+    elsewhere still has them; the storage is that of the run's out folder, not yet made."""
+    node = system_description.describe_node(folder=str(tmp_path / "out"))
+    assert node["host_processor_frequency"].endswith("GHz")  # every Linux has /proc/cpuinfo
+    assert (
+        node["host_processor_caches"].startswith(("L1", "L2"))
+        or "per core" in (node["host_processor_caches"])
+    )
+    assert node["host_storage_capacity"].endswith(("GB", "TB"))
+    assert node["host_storage_type"] and node["host_memory_configuration"]
+    if not node["accelerators"]:
+        assert node["accelerator_frequency"] == node["accelerator_host_interconnect"] == "N/A"
+    described = system_description.describe_system({"tcp://a:1": node})
+    for field in system_description.HOSTFACTS:
+        assert described[field] == node[field]
+    older = {k: v for k, v in node.items() if k not in system_description.HOSTFACTS}
+    assert system_description.describe_system({"tcp://a:1": older})["host_storage_type"] == "N/A"
