@@ -14,20 +14,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import dask
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.context import EngineContext, get_run_context
-from prefect.states import Failed, State
+from prefect.states import Completed, Failed, State
 from prefect_dask import DaskTaskRunner
 
 from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.lifecycle import run
+from aiperf.lifecycle.orchestrator import LiveFigures
 from aiperf.lifecycle.parameters import (
     FlowCluster,
     FlowProfile,
@@ -77,11 +85,19 @@ def stage_dataset(
 
 
 @task(name="train_trial", cache_policy=NO_CACHE, task_run_name="trial-{request.trial_key}")
-def train_trial(request: TrialRequest, trainer: str = "keras") -> TrialResult:
-    """Runs on a Dask worker; its reports go back to the flow as Dask events, as they happen."""
+def train_trial(request: TrialRequest, trainer: str = "keras") -> TrialResult | State:
+    """Runs on a Dask worker; its reports go back to the flow as Dask events, as they happen.
+
+    A trial the run's deadline stopped ends in a completed state named Stopped: the UI shows it
+    stopped, not as one that ran its course, yet not as a failure either (its epochs count, as
+    the benchmark means them to), and its result reaches the flow as any completed trial's."""
     result = train_on_worker(request, trainer)
     if result.status == TrialStatus.FAILED:
         get_run_logger().warning("trial %s failed: %s", request.trial_key, result.message)
+    if result.status == TrialStatus.STOPPED:
+        epochs = sum(1 for epoch in result.epochs if epoch.complete)
+        message = f"stopped by the run's deadline after {epochs} complete epoch(s)"
+        return Completed(name="Stopped", message=message, data=result)
     return result
 
 
@@ -155,6 +171,26 @@ class _PrefectTrial:
 
 class PrefectStages(run.Stages):
     """The run's steps as Prefect tasks; trials through prefect-dask on the run's cluster."""
+
+    progress_artifact: UUID | None = None  # the run's aiperf-progress, once created
+
+    def progress(self, run_id: int, figures: LiveFigures) -> None:
+        """The budget used as a progress artifact (aiperf-progress, updated in place) and the
+        best figures so far as a markdown one (aiperf-best, a new version each time)."""
+        percent = round(100 * figures.budget_used, 1)
+        if self.progress_artifact is None:
+            created = create_progress_artifact(
+                percent, key="aiperf-progress", description=f"aiperf run {run_id}: budget used"
+            )
+            assert isinstance(created, UUID)  # called from sync code: the id, not a coroutine
+            self.progress_artifact = created
+        else:
+            update_progress_artifact(self.progress_artifact, percent)
+        create_markdown_artifact(
+            markdown=figures.markdown(run_id),
+            key="aiperf-best",
+            description=f"aiperf run {run_id}: best so far",
+        )
 
     def prefect_api_url(self) -> str | None:
         with get_client(sync_client=True) as client:

@@ -230,6 +230,45 @@ def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
     assert len(links) == 1 and log.resolve().as_uri() in links[0].data
 
 
+def test_progress_and_stopped_trials_show_in_prefect(finished_run):
+    """Issue 26 item 3: the budget used as a progress artifact that reached 100 %, the best figures
+    so far as a markdown artifact with a version per update, and each trial the deadline stopped in
+    a completed task run state named Stopped (any other trial's is a plain Completed)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    _result, _db, path = finished_run
+    flow_run_id = FINAL_STATE["run"].state_details.flow_run_id
+    with sqlite3.connect(path) as sql:
+        statuses = dict(sql.execute("SELECT trial_key, status FROM trials").fetchall())
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    (progress,) = [a for a in artifacts if a.key == "aiperf-progress"]
+    assert progress.type == "progress" and float(progress.data) == 100.0, progress
+    best = sorted((a for a in artifacts if a.key == "aiperf-best"), key=lambda a: a.created)
+    assert len(best) >= 3, "published as the search starts, as trials end and as it ends"
+    assert "(0%)" in best[0].data and "(100%)" in best[-1].data, best[-1].data
+    assert "| best val accuracy | 0." in best[-1].data and "(trial " in best[-1].data
+    trials = {t.name.removeprefix("trial-"): t.state for t in tasks if t.name.startswith("trial-")}
+    assert set(trials) == set(statuses)
+    assert "stopped" in statuses.values(), "the deadline stopped the trials running then"
+    for key, state in trials.items():
+        named = "Stopped" if statuses[key] == "stopped" else "Completed"
+        assert state.is_completed() and state.name == named, (key, statuses[key], state)
+        if named == "Stopped":
+            assert state.message.startswith("stopped by the run's deadline after"), state
+
+
 def test_workers_load_the_trial_code_before_the_window(prefect_api):
     """The flow's trial runner has every worker import the trial task's module and Prefect's task
     engine as it opens, before any trial: a first trial would otherwise do it inside the window."""

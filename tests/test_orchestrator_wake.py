@@ -27,9 +27,9 @@ TRIAL_S = 0.15
 class _Timed:
     """Ends TRIAL_S after launch and then calls its done callbacks, from another thread."""
 
-    def __init__(self, result: TrialResult) -> None:
+    def __init__(self, result: TrialResult, seconds: float = TRIAL_S) -> None:
         self._result, self._done, self._callbacks = result, threading.Event(), []
-        threading.Timer(TRIAL_S, self._finish).start()
+        threading.Timer(seconds, self._finish).start()
 
     def _finish(self) -> None:
         self._done.set()

@@ -52,6 +52,7 @@ from aiperf.status import TrialStatus
 from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
+from aiperf.units import ops_rate
 
 log = logging.getLogger("aiperf.lifecycle.orchestrator")
 
@@ -75,7 +76,7 @@ Launcher = Callable[[TrialRequest], TrialHandle]
 
 @dataclass(frozen=True)
 class LiveFigures:
-    """A snapshot for live displays: what the run has done so far."""
+    """A snapshot for live displays: what the run has done so far (a resumed run: its segment)."""
 
     elapsed_s: float
     budget_s: float
@@ -83,10 +84,35 @@ class LiveFigures:
     trials_running: int
     total_ops: int
     best_val_accuracy: float | None
+    best_trial: str | None = None  # the trial whose complete epoch reached best_val_accuracy
 
     @property
     def ops_per_s(self) -> float:
         return self.total_ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def budget_used(self) -> float:
+        """The share of the budget used, 0 to 1 (past the deadline, stopping trials: 1)."""
+        return min(1.0, self.elapsed_s / self.budget_s) if self.budget_s > 0 else 1.0
+
+    def markdown(self, run_id: int) -> str:
+        """The best figures so far as a markdown table, for a person following the run."""
+        best = (
+            "-"
+            if self.best_val_accuracy is None
+            else f"{self.best_val_accuracy:.4f} (trial {self.best_trial})"
+        )
+        rows = [
+            (
+                "budget used",
+                f"{self.elapsed_s:.0f} s of {self.budget_s:.0f} s ({100 * self.budget_used:.0f}%)",
+            ),
+            ("trials ended", f"{self.trials_done} ({self.trials_running} running)"),
+            ("best val accuracy", best),
+            ("OPS so far", ops_rate(self.ops_per_s)),
+        ]
+        lines = [f"## aiperf run {run_id}: progress", "", "| | |", "|---|---|"]
+        return "\n".join(lines + [f"| {name} | {value} |" for name, value in rows]) + "\n"
 
 
 @dataclass
@@ -112,6 +138,11 @@ UNSTAMPED = "unstamped"
 # The coordinator shares the machine with the workers: its loop polls every poll_s, but redraws the
 # live figures only this often (their rendering cost cores the trials want).
 FIGURES_EVERY_S = 1.0
+
+# The run's progress (on_progress: in a flow, Prefect artifacts) is published as each trial ends, and
+# whenever another tenth of the budget is used, so it moves even while no trial ends; each
+# publication is a call to the Prefect API, so not every turn of the loop.
+PROGRESS_STEP = 0.1
 
 
 def max_consecutive_failures(workers: int) -> int:
@@ -289,6 +320,7 @@ class Orchestrator:
         events: queue.Queue,
         events_topic: str | None = None,
         on_figures: Callable[[LiveFigures], None] | None = None,
+        on_progress: Callable[[LiveFigures], None] | None = None,
         poll_s: float = 0.2,
         grace_s: float | None = None,
         dataset_samples: tuple[int, int] | None = None,
@@ -298,11 +330,15 @@ class Orchestrator:
     ) -> None:
         """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers)).
         `logger`: where each trial's end is told in one line (the flow's run logger, so the Prefect
-        UI shows the search's progress; this module's logger otherwise)."""
+        UI shows the search's progress; this module's logger otherwise). `on_progress`: the
+        figures as the search starts, as each trial ends, at each PROGRESS_STEP of the budget,
+        and as it ends (a failure there is logged: a display never stops a run)."""
         self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
+        self.on_progress = on_progress
+        self._progress_step = -1  # the last PROGRESS_STEP published (-1: none yet)
         self.logger = logger or log
         self.deadline: float | None = None  # set by run(): the budget left, in each trial's line
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
@@ -321,6 +357,7 @@ class Orchestrator:
         self.created = 0
         self.total_ops = 0
         self.best_val_accuracy: float | None = None
+        self.best_trial: str | None = None
         self.retrain: list[
             TrialRecord
         ] = []  # a resumed run's interrupted trials, trained again first
@@ -406,6 +443,7 @@ class Orchestrator:
             assert self.proposals is not None  # run() set it before calling _run
             self.proposals.check()
             now = time.time()
+            self._progress(started_at, now, ended=bool(finished))
             if now >= deadline and not self.running:
                 break
             if now >= deadline + self.grace_s:
@@ -421,6 +459,7 @@ class Orchestrator:
         self._drain_events()
         ended = time.time()
         self.on_figures(self._figures(started_at, ended))
+        self._progress(started_at, ended, ended=True)
         return SearchSummary(
             trials=self.created,
             ended_at=ended,
@@ -690,6 +729,7 @@ class Orchestrator:
             )
             if self.best_val_accuracy is None or message.val_accuracy > self.best_val_accuracy:
                 self.best_val_accuracy = message.val_accuracy
+                self.best_trial = message.trial_key
             if (
                 running.best_val_accuracy is None
                 or message.val_accuracy > running.best_val_accuracy
@@ -779,12 +819,28 @@ class Orchestrator:
                 key, TrialStatus.STOPPED, f"did not stop within {self.grace_s:g} s of the deadline"
             )
 
+    def _progress(self, started_at: float, now: float, ended: bool) -> None:
+        """Publish the figures when a trial ended or another PROGRESS_STEP of the budget is used."""
+        if self.on_progress is None:
+            return
+        figures = self._figures(started_at, now)
+        step = math.floor(figures.budget_used / PROGRESS_STEP + 1e-9)
+        if not ended and step <= self._progress_step:
+            return
+        self._progress_step = step
+        try:
+            self.on_progress(figures)
+        except Exception as exc:  # the run goes on; its records are what counts
+            log.warning("progress not published: %s: %s", type(exc).__name__, exc)
+
     def _figures(self, started_at: float, now: float) -> LiveFigures:
+        budget_s = self.config.budget_s if self.deadline is None else self.deadline - started_at
         return LiveFigures(
             elapsed_s=max(0.0, now - started_at),
-            budget_s=self.config.budget_s,
+            budget_s=budget_s,  # a resumed run's: what its segment has (resume_search)
             trials_done=sum(self.counts.values()),
             trials_running=len(self.running),
             total_ops=self.total_ops,
             best_val_accuracy=self.best_val_accuracy,
+            best_trial=self.best_trial,
         )

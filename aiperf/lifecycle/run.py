@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
-from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
@@ -392,6 +393,10 @@ class Stages:
         """The run is recorded (or resumed) and its event log is being written at `event_log`."""
         log.info("run %d: event log %s", run_id, event_log)
 
+    def progress(self, run_id: int, figures: LiveFigures) -> None:
+        """The search's figures as it starts, as each trial ends, at each tenth of the budget and
+        as it ends (Orchestrator.on_progress). Plainly, nothing: the CLI shows a live line."""
+
     def stage_dataset(
         self, config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
     ) -> Manifest:
@@ -561,6 +566,7 @@ def search_until_deadline(
             events=events,
             events_topic=topic,
             on_figures=live.show,
+            on_progress=partial(stages.progress, run_id),
             dataset_samples=(manifest.train_samples, manifest.val_samples),
             event_log=event_log(config, run_id),
             logger=logger,

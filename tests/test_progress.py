@@ -1,0 +1,96 @@
+"""A run's progress as a person following it sees it (issue 26 item 3): the orchestrator publishes
+its figures (on_progress; in a flow, the aiperf-progress and aiperf-best artifacts, tested on a real
+flow run in tests/test_benchmark_flow.py) as the search starts, as each trial ends, at each tenth of
+the budget while none ends, and as it ends at the whole budget. The real orchestrator, oracle and
+store; trials are simulated plans that end on a timer (tests/test_orchestrator_wake.py's)."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+from conftest import TINY
+from test_history_data import system_facts
+from test_orchestrator_wake import FAST, _Timed
+
+from aiperf.config import load_config
+from aiperf.lifecycle.orchestrator import PROGRESS_STEP, LiveFigures, Orchestrator
+from aiperf.search.oracles import make_oracle
+from aiperf.store import Store
+from aiperf.train.messages import TrialResult, to_event
+from aiperf.train.simulated import plan_trial
+
+
+def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures], int]:
+    """Run the orchestrator for `budget_s` on trials of `trial_s` each; what it published, and how
+    many trials ended."""
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=1,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
+    )
+    events: queue.Queue = queue.Queue()
+
+    def launch(request):
+        plan = plan_trial(request, time.time(), "worker-a", FAST)
+        events.put({**to_event(plan.built), "sent_from": "tcp://127.0.0.1:40001"})
+        result = TrialResult(request.trial_key, plan.status, plan.built, plan.epochs)
+        return _Timed(result, trial_s)
+
+    published: list[LiveFigures] = []
+    with Store.open(config.db) as store:
+        run_id = store.create_run(
+            system_id=store.upsert_system(system_facts()),
+            profile="quick",
+            config={},
+            seed=0,
+            budget_s=3,
+            workers=1,
+        )
+        orchestrator = Orchestrator(
+            config=config,
+            store=store,
+            run_id=run_id,
+            oracle=make_oracle(config, (16, 16, 3), 10),
+            data_path="simulated",
+            image_shape=(16, 16, 3),
+            num_classes=10,
+            launch=launch,
+            events=events,
+            on_progress=published.append,
+            poll_s=0.02,
+            grace_s=30.0,
+            dataset_samples=(384, 128),
+        )
+        started = time.time()
+        summary = orchestrator.run(started, started + budget_s)
+    return published, summary.trials
+
+
+def test_progress_moves_every_tenth_of_the_budget_while_no_trial_ends(tmp_path):
+    published, trials = search(tmp_path, budget_s=1.5, trial_s=2.0)  # one trial, past the deadline
+    assert trials == 1
+    steps = [int(f.budget_used / PROGRESS_STEP + 1e-9) for f in published]
+    assert steps[0] == 0 and published[0].budget_used < PROGRESS_STEP  # from the search's start
+    assert set(range(11)) <= set(steps), steps  # each tenth, though no trial ended until the end
+    assert steps == sorted(steps) and published[-1].budget_used == 1.0
+    assert published[-1].trials_done == 1 and published[-1].trials_running == 0
+    assert len(published) <= 13, "published every turn of the loop, not every tenth"
+
+
+def test_progress_is_published_as_each_trial_ends_with_the_best_so_far(tmp_path):
+    published, trials = search(tmp_path, budget_s=1.5, trial_s=0.1)
+    assert trials >= 5
+    done = [f.trials_done for f in published]
+    assert set(range(trials + 1)) <= set(done), done  # every trial's end, as it came
+    last = published[-1]
+    assert last.budget_used == 1.0 and last.trials_done == trials
+    assert last.best_val_accuracy is not None and last.best_trial is not None
+    assert last.total_ops > 0 and last.ops_per_s > 0
+    text = last.markdown(7)
+    assert text.startswith("## aiperf run 7: progress")
+    assert f"{last.best_val_accuracy:.4f} (trial {last.best_trial})" in text
+    assert "(100%)" in text and "OPS so far |" in text
