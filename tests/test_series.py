@@ -4,8 +4,11 @@ figures, the ruleset's series rule."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -262,3 +265,55 @@ def test_the_series_round_trips_through_the_event_log_and_a_package(repeated, tm
     (to / SERIES_FILE).write_text(json.dumps(document))
     missing = CliRunner().invoke(app, ["verify", "--package", str(to)], env={"COLUMNS": "200"})
     assert missing.exit_code == 1 and "series_runs" in missing.output
+
+
+# `aiperf run` whose second search crashes, in its own process as a user runs it (a crash's Prefect
+# log lines and the CLI's own stay apart from the test session's streams).
+CRASHING_AIPERF = """
+from aiperf.cli.main import main
+from aiperf.lifecycle import run
+
+searched = run.search_until_deadline
+calls = []
+
+
+def search_then_crash(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+        raise RuntimeError("the disk is on fire")
+    return searched(*args, **kwargs)
+
+
+run.search_until_deadline = search_then_crash
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_that_crashes_stops_the_series_with_one_line(prefect_api, tmp_path):
+    """The second run's search crashes: the series stops there, exit status 1, with one line naming
+    where and why; the first run stays recorded and no third run starts."""
+    from prefect.settings import PREFECT_API_URL
+
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    args = ["run", "--repeat", "3", "--budget", "2s", "--workers", "1", "--seed", "3"]
+    args += ["--db", db, "--out", str(tmp_path / "out"), *settings]
+    result = subprocess.run(
+        [sys.executable, "-c", CRASHING_AIPERF, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "250", "PREFECT_API_URL": str(PREFECT_API_URL.value())},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (said,) = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("series ") and "stopped:" in line
+    ]
+    assert "run 2 of 3 crashed (RuntimeError: the disk is on fire)" in said, said
+    with Store.open_existing(db) as store:
+        runs = sorted(store.list_runs(), key=lambda r: r.id)
+    assert [(r.series_index, str(r.status)) for r in runs] == [(1, "completed"), (2, "failed")]
+    assert f"runs finished before it: {runs[0].id} " in said

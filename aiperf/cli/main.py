@@ -271,20 +271,12 @@ def _run_series(config: BenchmarkConfig, repeat: int) -> None:
             records.append(_run_one(config, None, series, index))
         except (typer.Exit, KeyboardInterrupt) as exc:
             code = exc.exit_code if isinstance(exc, typer.Exit) else 130
-            err.print(
-                f"[bold red]series {series} stopped[/] at run {index} of {repeat} (exit status "
-                f"{code}); {len(records)} runs of it are recorded",
-                highlight=False,
-                soft_wrap=True,
-            )
+            why = "interrupted" if code == 130 else "refused" if code == 2 else "stopped"
+            _series_stopped(series, index, repeat, records, f"{why} (exit status {code})")
             raise typer.Exit(code) from None
         except Exception as exc:
-            err.print(
-                f"[bold red]series {series} stopped:[/] run {index} of {repeat} crashed "
-                f"({type(exc).__name__}: {exc}); {len(records)} runs of it are recorded, "
-                "`aiperf runs` lists them",
-                highlight=False,
-                soft_wrap=True,
+            _series_stopped(
+                series, index, repeat, records, f"crashed ({type(exc).__name__}: {exc})"
             )
             raise typer.Exit(1) from None
     _print_series(series, records)
@@ -298,6 +290,19 @@ def _run_series(config: BenchmarkConfig, repeat: int) -> None:
             soft_wrap=True,
         )
         raise typer.Exit(code)
+
+
+def _series_stopped(
+    series: str, index: int, repeat: int, records: list[RunRecord], why: str
+) -> None:
+    """One line: where the series stopped, why, and which of its runs finished before."""
+    done = ", ".join(str(r.id) for r in records) or "none"
+    err.print(
+        f"[bold red]series {series} stopped:[/] run {index} of {repeat} {why}; runs finished "
+        f"before it: {done} (`aiperf runs` lists every run)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_series(series: str, records: list[RunRecord]) -> None:
