@@ -396,12 +396,16 @@ def test_page_plots_cpu_only_systems_against_cores():
 # --- real runs from two databases, packaged and imported -----------------------------------------------
 
 
-def _tiny_run(folder: Path, name: str, seed: int, facts: dict | None = None):
-    """The tiniest real run: Keras trials on one worker for a few seconds, recorded in its own
-    database, named `name` (system.name), packaged."""
+def _tiny_runs(folder: Path, name: str, runs: int = 1, facts: dict | None = None) -> Path:
+    """The tiniest real runs: Keras trials on one worker for a few seconds, recorded in a database
+    of their own, on a system named `name` (system.name); one run packaged, or several run as one
+    series and packaged as a series package."""
+    import uuid
+
     from aiperf.config import load_config
     from aiperf.lifecycle import run
     from aiperf.report.package import write_package
+    from aiperf.report.series_package import write_series_package
 
     config = load_config(
         "quick",
@@ -409,25 +413,30 @@ def _tiny_run(folder: Path, name: str, seed: int, facts: dict | None = None):
         workers=1,
         db=f"sqlite:///{folder / 'aiperf.db'}",
         out=str(folder / "out"),
-        seed=seed,
+        seed=3,
         overrides={**TINY, "train.epochs": 1, "system.name": name, **(facts or {})},
     )
-    outcome = run.run_benchmark(config)
-    assert outcome.verified, "the run's own verification passed"
+    series = uuid.uuid4().hex if runs > 1 else None
+    ids = []
+    for index in range(1, runs + 1):
+        outcome = run.run_benchmark(config, series=series, series_index=index if series else None)
+        assert outcome.verified, "the run's own verification passed"
+        ids.append(outcome.run_id)
     with Store.open_existing(config.db) as store:
-        return write_package(
-            store, outcome.run_id, folder / "package", run.event_log(config, outcome.run_id).path
-        )
+        if series is not None:
+            return write_series_package(store, series, folder / "package")
+        return write_package(store, ids[0], folder / "package", run.event_log(config, ids[0]).path)
 
 
 @pytest.fixture(scope="module")
 def two_packages(tmp_path_factory) -> tuple[Path, Path]:
-    """Two machines' packages: runs of one workload recorded in two databases."""
+    """Two machines' packages of one workload, recorded in two databases: machine-a's one run,
+    machine-b's series of two."""
     return (
-        _tiny_run(
-            tmp_path_factory.mktemp("machine-a"), "machine-a", 3, {"system.submitter": "Site A"}
+        _tiny_runs(
+            tmp_path_factory.mktemp("a"), "machine-a", facts={"system.submitter": "Site A"}
         ),
-        _tiny_run(tmp_path_factory.mktemp("machine-b"), "machine-b", 3),
+        _tiny_runs(tmp_path_factory.mktemp("b"), "machine-b", runs=2),
     )
 
 
@@ -437,10 +446,12 @@ def _listed(url: str) -> list[dict]:
     return json.loads(done.output)
 
 
-def _edit_one_epoch(package: Path, to: Path) -> Path:
-    """A copy of the package whose log says one epoch trained 32 samples fewer."""
+def _edit_one_epoch(package: Path, to: Path, run: str = "") -> Path:
+    """A copy of the package (a series package: of its run folder `run`) whose log says one epoch
+    trained 32 samples fewer."""
     copy = Path(shutil.copytree(package, to))
-    lines = (copy / "events.log").read_text().splitlines()
+    log = copy / run / "events.log"
+    lines = log.read_text().splitlines()
     for i, line in enumerate(lines):
         event = json.loads(line.removeprefix(":::MLLOG "))
         if event["key"] == "train_samples" and event["value"] >= 64:
@@ -449,8 +460,16 @@ def _edit_one_epoch(package: Path, to: Path) -> Path:
             break
     else:
         raise AssertionError("no epoch to edit")
-    (copy / "events.log").write_text("\n".join(lines) + "\n")
+    log.write_text("\n".join(lines) + "\n")
     return copy
+
+
+def _refused(url: str, package: Path, *words: str) -> None:
+    """`aiperf results import PACKAGE` exits 1 with one line naming the package and `words`."""
+    done = _aiperf("results", "import", str(package), "--db", url)
+    assert done.exit_code == 1, done.output
+    (line,) = done.output.strip().splitlines()
+    assert str(package) in line and all(w in line for w in words), line
 
 
 @pytest.mark.slow
@@ -458,33 +477,37 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
     a, b = two_packages
     done = _aiperf("results", "import", str(a), str(b), "--db", sqlite_url)
     assert done.exit_code == 0, done.output
+    assert "imported run" in done.output and "(2 runs)" in done.output
     (group,) = _listed(sqlite_url)
     rows = group["rows"]
     assert sorted(r["system"] for r in rows) == ["machine-a", "machine-b"]
     assert [r["rank"] for r in rows] in ([1, 2], [1, 1])
     assert rows[0]["ops"] >= rows[1]["ops"] > 0
-    assert all(r["verified"] and r["runs"] == 1 and r["accelerators"] == 0 for r in rows)
-    assert {r["system"]: r["submitter"] for r in rows} == {
-        "machine-a": "Site A",
-        "machine-b": None,
-    }
+    assert all(r["verified"] and r["accelerators"] == 0 and r["cores"] for r in rows)
+    by_system = {r["system"]: r for r in rows}
+    assert (by_system["machine-a"]["runs"], by_system["machine-a"]["submitter"]) == (1, "Site A")
+    series = by_system["machine-b"]
+    assert series["runs"] == 2 and series["series"] and series["submitter"] is None
+    summary = series["ops_summary"]
+    assert summary["minimum"] <= series["ops"] <= summary["maximum"] and summary["cv"] >= 0
     before = _listed(sqlite_url)
 
-    # Either package again: refused in one line, the list unchanged.
-    for package in (a, b, Path(shutil.copytree(a, tmp_path / "a-copy"))):
-        done = _aiperf("results", "import", str(package), "--db", sqlite_url)
-        assert done.exit_code == 1, done.output
-        (line,) = done.output.strip().splitlines()
-        assert str(package) in line and "imported already" in line, line
+    # Either package again, from anywhere, or one run of the series alone: refused, list unchanged.
+    for again in (a, b, Path(shutil.copytree(a, tmp_path / "a-copy"))):
+        _refused(sqlite_url, again, "imported already")
+    (one_run,) = [p for p in b.iterdir() if p.name.startswith("run-")][:1]
+    _refused(sqlite_url, one_run, "imported already")
     assert _listed(sqlite_url) == before
 
     # An edited log: refused naming the failed check, the list unchanged.
-    edited = _edit_one_epoch(b, tmp_path / "edited")
-    done = _aiperf("results", "import", str(edited), "--db", sqlite_url)
-    assert done.exit_code == 1, done.output
-    (line,) = done.output.strip().splitlines()
-    assert str(edited) in line and "checks fail" in line and "total_operations" in line, line
+    edited = _edit_one_epoch(a, tmp_path / "edited")
+    _refused(sqlite_url, edited, "checks fail", "total_operations")
     assert _listed(sqlite_url) == before
+    # In a series package (into a database without its other runs): the whole series is refused.
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    edited = _edit_one_epoch(b, tmp_path / "edited-series", one_run.name)
+    _refused(fresh, edited, "checks fail", f"{one_run.name}/total_operations")
+    assert _listed(fresh) == []
 
 
 @pytest.mark.slow
@@ -494,20 +517,21 @@ def test_a_refused_package_does_not_stop_the_others(two_packages, sqlite_url, tm
     done = _aiperf("results", "import", str(edited), str(b), "--db", sqlite_url)
     assert done.exit_code == 1, done.output
     (group,) = _listed(sqlite_url)
-    assert [r["system"] for r in group["rows"]] == ["machine-b"]
+    assert [(r["system"], r["runs"]) for r in group["rows"]] == [("machine-b", 2)]
 
 
 @pytest.mark.slow
-def test_a_folder_of_runs_that_are_not_one_series_is_refused_whole(
+def test_a_series_package_whose_runs_are_not_its_series_is_refused(
     two_packages, sqlite_url, tmp_path
 ):
-    a, b = two_packages
+    from aiperf.report.series_package import SERIES_FORMAT
+
+    a, _b = two_packages
+    run_id = json.loads((a / "package.json").read_text())["run_id"]
     folder = tmp_path / "not-a-series"
-    shutil.copytree(a, folder / "run-1")
-    shutil.copytree(b, folder / "run-2")
-    (folder / "series.json").write_text(json.dumps({"series": "0" * 32}))
-    done = _aiperf("results", "import", str(folder), "--db", sqlite_url)
-    assert done.exit_code == 1, done.output
-    (line,) = done.output.strip().splitlines()
-    assert str(folder) in line and "not one series" in line, line
+    shutil.copytree(a, folder / f"run-{run_id}")
+    runs = [{"run_id": run_id, "index": 1, "folder": f"run-{run_id}"}]
+    document = {"format": SERIES_FORMAT, "series": "0" * 32, "runs": runs, "summary": {}}
+    (folder / "series.json").write_text(json.dumps(document))
+    _refused(sqlite_url, folder, "checks fail", "series_membership")
     assert _listed(sqlite_url) == []

@@ -35,15 +35,15 @@ PROFILE_OPTION = typer.Option(None, "--profile", "-p", help="Only this profile's
 def import_(
     packages: list[Path] = typer.Argument(
         ...,
-        help="Result packages (`aiperf package --to DIR`), or series folders (`aiperf package "
-        "--series`).",
+        help="Result packages (`aiperf package RUN --to DIR`) or series packages (`aiperf "
+        "package --series ID --to DIR`).",
     ),
     db: str = db_option(),
 ) -> None:
     """Check each package as `aiperf verify --package` does and add it to the results list.
 
     Each package imports on its own; one that fails a check, or was imported already, is refused.
-    A series folder imports whole or not at all. Exit 0 when every package imported, else 1."""
+    A series package imports whole or not at all. Exit 0 when every package imported, else 1."""
     from aiperf.ranking.importing import import_packages
 
     with open_store(db) as store:

@@ -10,9 +10,10 @@ not name them.
 
 Per package, not all-or-nothing: each package given imports, or is refused with one line naming
 it and why (its checks fail, it was imported already, it is not a package), and a refusal changes
-nothing else; the other packages of the same command still import. A series folder (series.json
-and one run-<id>/ package per run, `aiperf package --series`) is one package in this sense: all its
-runs import together, or none does.
+nothing else; the other packages of the same command still import. A series package (series.json
+and one run-<id>/ package per run, `aiperf package --series`, aiperf.report.series_package) is one
+package in this sense: checked as `aiperf verify --package` checks it (every run, and the series
+against its runs' logs), all its runs import together, or none does.
 """
 
 from __future__ import annotations
@@ -28,20 +29,24 @@ from typing import Any
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
 from aiperf.report.package import verify_package
+from aiperf.report.series_package import (
+    is_series_package,
+    read_series,
+    run_folder,
+    verify_series_package,
+)
 from aiperf.results.mllog import LoggedRun
-from aiperf.store import Store
+from aiperf.store import CheckRecord, Store
 from aiperf.store.results_models import AlreadyImported, add_results, find_result
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
 from aiperf.system.description import system_name
 
-SERIES_FILE = "series.json"  # a series folder's summary, beside its run-<id>/ packages
-RUN_FOLDER_PREFIX = "run-"
 NOT_GIVEN = {"", "n/a", "none", "unknown", "-"}  # how a description says it does not know
 
 
 @dataclass(frozen=True)
 class Imported:
-    """What became of one package (or series folder) given to `aiperf results import`."""
+    """What became of one package (or series package) given to `aiperf results import`."""
 
     package: str
     imported: bool
@@ -57,66 +62,29 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def run_packages(folder: Path) -> list[Path]:
-    """The run packages a folder holds: itself, or for a series folder each run-<id>/ in it, in
-    order of run id."""
-    if not (folder / SERIES_FILE).is_file():
-        return [folder]
-    runs = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(RUN_FOLDER_PREFIX)]
-
-    def run_id(path: Path) -> tuple[int, str]:
-        suffix = path.name.removeprefix(RUN_FOLDER_PREFIX)
-        return (int(suffix), "") if suffix.isdigit() else (1 << 62, suffix)
-
-    if not runs:
-        raise UserError(
-            f"{folder} has {SERIES_FILE} but no {RUN_FOLDER_PREFIX}<id>/ run packages; give the "
-            "folder `aiperf package --series` wrote"
-        )
-    return sorted(runs, key=run_id)
-
-
 def import_packages(
     store: Store,
     folders: Sequence[Path],
     *,
-    verify: Callable[[Path], tuple[LoggedRun | None, list]] = verify_package,
     now: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
 ) -> list[Imported]:
-    """Import each folder (a run package or a series folder), independently of the others.
-
-    `verify`: how a run package is checked (verify_package; a test may pass the same function)."""
-    return [_import_one(store, Path(folder), verify, now) for folder in folders]
+    """Import each folder (a run package or a series package), independently of the others."""
+    return [_import_one(store, Path(folder), now) for folder in folders]
 
 
-def _import_one(
-    store: Store,
-    folder: Path,
-    verify: Callable[[Path], tuple[LoggedRun | None, list]],
-    now: Callable[[], datetime],
-) -> Imported:
+def _import_one(store: Store, folder: Path, now: Callable[[], datetime]) -> Imported:
     name = str(folder)
     try:
-        members = run_packages(folder) if folder.is_dir() else [folder]
-        rows = []
-        for member in members:
-            try:
-                rows.append(_checked_row(store, member, verify))
-            except (UserError, AlreadyImported) as exc:
-                if member == folder:
-                    raise
-                # one run of a series: the whole series is refused, naming that run
-                raise UserError(
-                    f"its {member.name}: {exc}; no run of the series was imported"
-                ) from None
-        _same_series(folder, members, rows)
+        rows = (
+            _series_rows(store, folder) if is_series_package(folder) else [_run_row(store, folder)]
+        )
         at = now()
         ids = add_results(store, [{**row, "imported_at": at} for row in rows])
     except (AlreadyImported, UserError) as exc:
         return Imported(name, False, f"{name}: {exc}")
     what = (
         f"run {rows[0]['run_id']}"
-        if len(rows) == 1
+        if len(rows) == 1 and rows[0]["series"] is None
         else f"series {rows[0]['series']} ({len(rows)} runs)"
     )
     return Imported(
@@ -128,57 +96,56 @@ def _import_one(
     )
 
 
-def _checked_row(
-    store: Store, folder: Path, verify: Callable[[Path], tuple[LoggedRun | None, list]]
-) -> dict[str, Any]:
-    """The results row of one run package, after every check passed; UserError (one line) when
-    it is no package, was imported already, or a check fails."""
-    log = folder / EVENT_LOG
-    if folder.is_dir() and log.is_file():
-        digest = sha256_of(log)
-        existing = find_result(store, digest)
-        if existing is not None:  # before the checks: they evaluate weights again (seconds)
-            raise AlreadyImported(digest, existing)
-    logged, checks = verify(folder)  # UserError for what is not a package
+def _not_imported_yet(store: Store, log: Path, what: str = "") -> str | None:
+    """The log's sha256 (None when there is no log), or AlreadyImported: checked before the checks,
+    which evaluate weights again (seconds)."""
+    if not log.is_file():
+        return None
+    digest = sha256_of(log)
+    existing = find_result(store, digest)
+    if existing is not None:
+        raise AlreadyImported(digest, existing, what)
+    return digest
+
+
+def _failed(checks: Sequence[CheckRecord], names: Sequence[str], folder: Path) -> UserError:
+    details = "; ".join(c.detail for c in checks if not c.passed)[:300]
+    return UserError(
+        f"its checks fail ({', '.join(names) or 'none ran'}): {details}; see "
+        f"`aiperf verify --package {folder}`"
+    )
+
+
+def _run_row(store: Store, folder: Path) -> dict[str, Any]:
+    """The results row of one run package, after every check of `aiperf verify --package` passed;
+    UserError (one line) when it is no package or a check fails, AlreadyImported."""
+    if folder.is_dir():
+        _not_imported_yet(store, folder / EVENT_LOG)
+    logged, checks = verify_package(folder)  # UserError for what is not a package
     failed = [c.check for c in checks if not c.passed]
     if logged is None or failed or not checks:
-        details = "; ".join(c.detail for c in checks if not c.passed)[:300]
-        raise UserError(
-            f"its checks fail ({', '.join(failed) or 'none ran'}): {details}; "
-            f"see `aiperf verify --package {folder}`"
+        raise _failed(checks, failed, folder)
+    return result_row(logged, folder, sha256_of(folder / EVENT_LOG))
+
+
+def _series_rows(store: Store, folder: Path) -> list[dict[str, Any]]:
+    """The rows of every run of a series package, after `aiperf verify --package` on it passed (every
+    run's checks, and the series': its runs all there, each log naming the series, the summary)."""
+    for entry in read_series(folder)["runs"]:
+        name = str(entry["folder"])
+        if name == run_folder(entry["run_id"]):  # else a check of the series fails, below
+            _not_imported_yet(store, folder / name / EVENT_LOG, f"its {name}'s ")
+    verified = verify_series_package(folder)
+    if verified.failed:
+        checks = [c for r in verified.runs for c in r.checks] + list(verified.checks)
+        raise _failed(checks, verified.failed, folder)
+    rows = []
+    for run in verified.runs:
+        assert run.logged is not None  # a log that could not be read fails a check
+        rows.append(
+            result_row(run.logged, folder / run.folder, sha256_of(folder / run.folder / EVENT_LOG))
         )
-    return result_row(logged, folder, sha256_of(log))
-
-
-def _same_series(folder: Path, members: Sequence[Path], rows: Sequence[dict[str, Any]]) -> None:
-    """A series folder's runs must be one series, as their verified logs say."""
-    if len(members) == 1 and members[0] == folder:
-        return
-    series = {row["series"] for row in rows}
-    if len(series) != 1 or None in series:
-        raise UserError(
-            f"{folder}: its runs are not one series (their event logs name "
-            f"{', '.join(sorted(str(s) for s in series))}); import each run package on its own"
-        )
-    declared = _declared_series(folder)
-    if declared is not None and declared not in series:
-        raise UserError(
-            f"{folder}: {SERIES_FILE} names series {declared}, its runs' event logs "
-            f"{', '.join(str(s) for s in series)}"
-        )
-
-
-def _declared_series(folder: Path) -> str | None:
-    try:
-        data = json.loads((folder / SERIES_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(
-            f"{folder / SERIES_FILE} is not JSON; write it again with `aiperf package --series`"
-        ) from None
-    if not isinstance(data, Mapping):
-        return None
-    value = data.get("series") or data.get("series_id")
-    return None if value is None else str(value)
+    return rows
 
 
 def _given(value: Any) -> str | None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, summarise
+from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, series_rule, summarise
 from aiperf.store.results_models import ResultRecord
 
 
@@ -100,15 +100,6 @@ class Group:
     key: GroupKey
     rule: SeriesRule | None
     standings: tuple[Standing, ...]
-
-
-def series_rule(ruleset: str | None) -> SeriesRule | None:
-    """The ruleset's series rule (None for a ruleset without one, or one this aiperf lacks)."""
-    from aiperf.rules import available_rulesets, load_ruleset
-
-    if not ruleset or ruleset not in available_rulesets():
-        return None
-    return load_ruleset(ruleset).series
 
 
 def _units(results: Iterable[ResultRecord]) -> list[list[ResultRecord]]:

@@ -135,7 +135,8 @@ class ResultRecord:
 class AlreadyImported(Exception):
     """An event log already in the results list (its sha256): what it was imported as."""
 
-    def __init__(self, events_sha256: str, existing: ResultRecord | None) -> None:
+    def __init__(self, events_sha256: str, existing: ResultRecord | None, whose: str = "") -> None:
+        """`whose`: whose event log, in the message ("its run-7's "; default "its ")."""
         self.events_sha256 = events_sha256
         self.existing = existing
         where = (
@@ -144,7 +145,7 @@ class AlreadyImported(Exception):
             else f" as result {existing.id} (run {existing.run_id} of {existing.system_name}, "
             f"from {existing.package})"
         )
-        super().__init__(f"its event log was imported already{where}")
+        super().__init__(f"{whose or 'its '}event log was imported already{where}")
 
 
 RESULT_FIELDS = tuple(f.name for f in fields(ResultRecord))
