@@ -339,6 +339,29 @@ def test_results_bad_input_is_one_line(listed, tmp_path):
         assert "Traceback" not in done.output
 
 
+def test_list_and_page_start_no_framework(listed, tmp_path):
+    """Reading the list imports no deep-learning framework (only import, which evaluates weights
+    again, does)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from typer.testing import CliRunner
+from aiperf.cli.main import app
+for args in (["results", "list", "--db", {listed!r}], ["results", "list", "--csv", "--db", {listed!r}],
+             ["results", "page", "--to", {str(tmp_path / "p.html")!r}, "--db", {listed!r}]):
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+print(sorted(m for m in ("tensorflow", "jax", "torch", "keras", "prefect") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 # --- the page in headless Chromium ------------------------------------------------------------------
 
 RENDERED = """(() => ({
