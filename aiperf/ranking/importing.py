@@ -74,18 +74,24 @@ def import_packages(
 
 def _import_one(store: Store, folder: Path, now: Callable[[], datetime]) -> Imported:
     name = str(folder)
+    series = is_series_package(folder)
     try:
-        rows = (
-            _series_rows(store, folder) if is_series_package(folder) else [_run_row(store, folder)]
-        )
+        rows = _series_rows(store, folder) if series else [_run_row(store, folder)]
         at = now()
         ids = add_results(store, [{**row, "imported_at": at} for row in rows])
     except (AlreadyImported, UserError) as exc:
         return Imported(name, False, f"{name}: {exc}")
+    except OSError as exc:  # a file that cannot be read: this package only
+        return Imported(name, False, f"{name}: cannot be read ({exc.strerror}: {exc.filename})")
     what = (
-        f"run {rows[0]['run_id']}"
-        if len(rows) == 1 and rows[0]["series"] is None
-        else f"series {rows[0]['series']} ({len(rows)} runs)"
+        f"series {rows[0]['series']} ({len(rows)} runs)"
+        if series
+        else f"run {rows[0]['run_id']}"
+        + (
+            f" (run {rows[0]['series_index']} of series {rows[0]['series']})"
+            if rows[0]["series"]
+            else ""
+        )
     )
     return Imported(
         name,
