@@ -1,7 +1,9 @@
 """The results list (issue 27 items 1 and 4): verified packages imported into one database, ranked
-per division, ruleset and workload, one row per system; a package that fails its checks or was
-imported already is refused in one line and the list is unchanged; the list as a table at 80
-columns, JSON, CSV and an HTML page that headless Chromium renders with its plot."""
+per division, ruleset and workload, one row per system, only qualified results ranked (valid,
+verified, a closed series of the rule's runs) and the others listed unranked with why; a package
+that fails its checks or was imported already is refused in one line and the list is unchanged;
+the list as a table at 80 columns, JSON, CSV and an HTML page that headless Chromium renders with
+its plot."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ def result(
     profile: str = "quick",
     workload: str | None = WORKLOAD,
     valid: bool = True,
+    verified: bool = True,
+    reasons: list[str] | None = None,
     series: str | None = None,
     index: int | None = None,
     accelerators: int = 0,
@@ -67,7 +71,7 @@ def result(
         mfu=0.1,
         best_val_accuracy=0.5,
         valid=valid,
-        verified=True,
+        verified=verified,
         division=division,
         ruleset=ruleset,
         profile=profile,
@@ -78,10 +82,14 @@ def result(
         package=f"/packages/{id}",
         imported_at=T0,
         system_description=None,
+        reasons=reasons if reasons is not None else ([] if valid else ["no trial completed"]),
     )
 
 
-def _rows(group: standings.Group) -> list[tuple[int, str]]:
+TOO_SHORT = "too short: budget 8 s is under the profile's minimum 60 s"
+
+
+def _rows(group: standings.Group) -> list[tuple[int | None, str]]:
     return [(s.rank, s.system) for s in group.standings]
 
 
@@ -129,16 +137,36 @@ def test_one_row_per_system_its_best_and_ties_share_a_rank():
     assert group.standings[1].result_ids == (2,)
 
 
-def test_an_invalid_result_ranks_below_every_valid_one():
-    results = [result(1, "fast-but-invalid", 9e9, valid=False), result(2, "slow", 1e9)]
+def test_only_qualified_results_are_ranked_the_others_listed_below_with_why():
+    """An invalid or unverified result gets no rank, however fast: it is listed after the ranked
+    rows of its group with the reason in a few words."""
+    results = [
+        result(1, "fast-but-invalid", 9e9, valid=False, reasons=[TOO_SHORT]),
+        result(2, "slow", 1e9),
+        result(3, "unchecked", 8e9, verified=False),
+        result(4, "slower", 0.5e9),
+    ]
     (group,) = standings.rank(results)
-    assert _rows(group) == [(1, "slow"), (2, "fast-but-invalid")]
-    assert [s.valid_word for s in group.standings] == ["yes", "no"]
+    assert _rows(group) == [
+        (1, "slow"),
+        (2, "slower"),
+        (None, "fast-but-invalid"),
+        (None, "unchecked"),
+    ]
+    assert [s.reason for s in group.standings] == [None, None, "invalid: too short", "unverified"]
+    assert [s.rank_text for s in group.standings] == ["1", "2", "-", "-"]
+    assert group.standings[2].reasons == (TOO_SHORT,)
+    # Every rule broken, in a few words each.
+    both = result(
+        5, "x", 1e9, valid=False, reasons=[TOO_SHORT, "no trial completed all its epochs"]
+    )
+    (alone,) = standings.rank([both])
+    assert alone.standings[0].reason == "invalid: too short, no trial completed all its epochs"
 
 
 def test_a_series_is_summarised_by_its_rule_with_its_spread(monkeypatch):
     """Five runs under a rule of five, extremes dropped, mean of the rest: ranked by that mean, the
-    spread shown; a closed series short of the rule's runs is listed, marked few, below it."""
+    spread shown; a closed series short of the rule's runs is listed unranked below it, with why."""
     rule = SeriesRule(runs=5, drop=1, statistic="mean")
     monkeypatch.setattr(standings, "series_rule", lambda ruleset: rule)
     figures = [1.0e9, 2.0e9, 3.0e9, 4.0e9, 100.0e9]
@@ -152,13 +180,14 @@ def test_a_series_is_summarised_by_its_rule_with_its_spread(monkeypatch):
     assert alpha.ops.ranked == pytest.approx(3.0e9)  # mean of 2, 3, 4 GOPS
     assert (alpha.ops.minimum, alpha.ops.maximum, alpha.ops.median) == (1.0e9, 100.0e9, 3.0e9)
     assert alpha.ops.cv > 1.0
-    assert (beta.rank, beta.runs, beta.valid_word, beta.qualified) == (2, 2, "few", False)
+    assert (beta.rank, beta.runs, beta.valid_word, beta.qualified) == (None, 2, "few", False)
+    assert beta.reason == "closed: 2 of 5 runs"
     # In the open division the rule's count does not hold a series back.
     open_results = [r.__class__(**{**vars(r), "division": "open"}) for r in results]
     (opened,) = standings.rank(open_results)
-    assert [(s.system, s.valid_word) for s in opened.standings] == [
-        ("beta", "yes"),
-        ("alpha", "yes"),
+    assert [(s.rank, s.system, s.reason) for s in opened.standings] == [
+        (1, "beta", None),
+        (2, "alpha", None),
     ]
 
 
@@ -171,7 +200,13 @@ def test_a_systems_best_series_stands_for_it():
 
 
 def test_csv_has_mlperf_summarizer_columns_then_aiperfs():
-    groups = standings.rank([result(1, "alpha", 3e9, accelerators=8), result(2, "beta", 2e9)])
+    groups = standings.rank(
+        [
+            result(1, "alpha", 3e9, accelerators=8),
+            result(2, "beta", 2e9),
+            result(3, "fast", 9e9, valid=False, reasons=[TOO_SHORT]),
+        ]
+    )
     rows = list(csv.DictReader(io.StringIO(standings.to_csv(groups))))
     assert list(rows[0])[:11] == [
         "division",
@@ -187,11 +222,12 @@ def test_csv_has_mlperf_summarizer_columns_then_aiperfs():
         "notes",
     ]
     assert [
-        (r["system"], r["rank"], r["accelerator_model_name"], r["accelerators_count"])
+        (r["system"], r["rank"], r["reason"], r["accelerator_model_name"], r["accelerators_count"])
         for r in rows
     ] == [
-        ("alpha", "1", "H200", "8"),
-        ("beta", "2", "N/A", "0"),
+        ("alpha", "1", "", "H200", "8"),
+        ("beta", "2", "", "N/A", "0"),
+        ("fast", "", "invalid: too short", "N/A", "0"),
     ]
     assert float(rows[0]["ops"]) == 3e9
 
@@ -278,6 +314,8 @@ def listed(sqlite_url) -> str:
         result(2, "beta", 1.2e9, cores=64),
         *[result(10 + i, "gamma", 2e9 + i * 1e8, series="s", index=i + 1) for i in range(3)],
         result(20, "open-one", 5e9, division="open"),
+        # Fastest of its group, with accelerators, but too short: listed last, unranked, unplotted.
+        result(30, "too-short", 9e12, accelerators=4, valid=False, reasons=[TOO_SHORT]),
     ]
     with Store.open(sqlite_url) as store:
         add_results(store, [_row(r) for r in rows])
@@ -295,8 +333,14 @@ def test_results_list_at_80_columns(listed):
         f"closed division, aiperf-rules-1.2, profile quick, workload {WORKLOAD[:12]}",
         f"open division, aiperf-rules-1.2, profile quick, workload {WORKLOAD[:12]}",
     ]
-    for value in ("3.3 TOPS", "H200 x 8", "gamma", "open-one", "CPU"):
+    for value in ("3.3 TOPS", "H200 x 8", "gamma", "open-one", "CPU", "too-short", "too short"):
         assert value in done.output, value
+    # The unranked row is last of its group, its rank "-"; the open group, all ranked, has no
+    # "not ranked" column.
+    (short,) = [line for line in lines if "too-short" in line]
+    assert short.split()[:2] == ["-", "too-short"], short
+    assert "not ranked" in done.output.split("open division")[0]
+    assert "not ranked" not in done.output.split("open division")[1]
 
 
 def test_results_list_json_and_csv(listed, tmp_path):
@@ -305,11 +349,13 @@ def test_results_list_json_and_csv(listed, tmp_path):
     groups = json.loads(done.output)
     assert [g["division"] for g in groups] == ["closed", "open"]
     closed = groups[0]["rows"]
-    assert [(r["rank"], r["system"], r["runs"]) for r in closed] == [
-        (1, "a-long-system-name-of-a-site+node2", 1),
-        (2, "gamma", 3),
-        (3, "beta", 1),
+    assert [(r["rank"], r["system"], r["runs"], r["reason"]) for r in closed] == [
+        (1, "a-long-system-name-of-a-site+node2", 1, None),
+        (2, "gamma", 3, None),
+        (3, "beta", 1, None),
+        (None, "too-short", 1, "invalid: too short"),
     ]
+    assert (closed[3]["valid"], closed[3]["reasons"]) == ("no", [TOO_SHORT])
     assert set(closed[1]["ops_summary"]) == {
         "runs",
         "median",
@@ -324,7 +370,7 @@ def test_results_list_json_and_csv(listed, tmp_path):
     assert [g["division"] for g in only_open] == ["open"]
     done = _aiperf("results", "list", "--csv", "--to", str(tmp_path / "list.csv"), "--db", listed)
     assert done.exit_code == 0, done.output
-    assert len((tmp_path / "list.csv").read_text().splitlines()) == 1 + 4
+    assert len((tmp_path / "list.csv").read_text().splitlines()) == 1 + 5
 
 
 def test_results_bad_input_is_one_line(listed, tmp_path):
@@ -369,6 +415,9 @@ RENDERED = """(() => ({
   headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
   rows: [...document.querySelectorAll('table.ranking')].map(t =>
       [...t.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height > 0 ? r.dataset.system : null)),
+  ranks: [...document.querySelectorAll('table.ranking tbody tr')].map(r => r.cells[0].textContent),
+  greyed: [...document.querySelectorAll('table.ranking tbody tr')]
+      .filter(r => getComputedStyle(r.cells[1]).color === 'rgb(136, 136, 136)').map(r => r.dataset.system),
   points: [...document.querySelectorAll('svg.plot')].map(svg =>
       [...svg.querySelectorAll('circle.point')]
         .filter(c => c.getBoundingClientRect().width > 0).map(c => c.dataset.system)),
@@ -398,15 +447,32 @@ def test_results_page_renders_in_headless_chromium(listed, tmp_path):
         browser.close()
     assert seen["title"] == "aiperf results"
     assert len(seen["headings"]) == 2
-    assert seen["rows"] == [["a-long-system-name-of-a-site+node2", "gamma", "beta"], ["open-one"]]
-    # The closed group has accelerators: beta and gamma (CPU only) are off its plot; the open group
-    # is CPU-only, plotted against cores.
+    assert seen["rows"] == [
+        ["a-long-system-name-of-a-site+node2", "gamma", "beta", "too-short"],
+        ["open-one"],
+    ]
+    assert seen["ranks"] == ["1", "2", "3", "-", "1"]
+    assert seen["greyed"] == ["too-short"]
+    # The closed group has accelerators: beta and gamma (CPU only) are off its plot, and so is
+    # too-short, unranked; the open group is CPU-only, plotted against cores.
     assert seen["points"] == [["a-long-system-name-of-a-site+node2"], ["open-one"]]
     assert seen["axes"][0].startswith("accelerators") and "cores" in seen["axes"][1]
     assert seen["external"] == 0
     assert [r["params"]["request"]["url"] for r in requests] == [page.as_uri()], (
         "it fetched nothing else"
     )
+
+
+def test_page_plots_only_ranked_results():
+    groups = standings.rank(
+        [result(1, "alpha", 3e9), result(2, "beta", 9e9, valid=False, reasons=[TOO_SHORT])]
+    )
+    html = build_page(groups, now=T0)
+    assert html.count('class="point"') == 1 and 'data-system="alpha"' in html.split("<svg")[1]
+    assert "1 unranked result(s) of this group are not on the plot" in html
+    assert '<tr class="result unqualified" data-rank="-" data-system="beta">' in html
+    (none_ranked,) = standings.rank([result(3, "gamma", 1e9, verified=False)])
+    assert "<svg" not in build_page([none_ranked], now=T0)
 
 
 def test_page_plots_cpu_only_systems_against_cores():
@@ -437,7 +503,16 @@ def _tiny_runs(folder: Path, name: str, runs: int = 1, facts: dict | None = None
         db=f"sqlite:///{folder / 'aiperf.db'}",
         out=str(folder / "out"),
         seed=3,
-        overrides={**TINY, "train.epochs": 1, "system.name": name, **(facts or {})},
+        overrides={
+            **TINY,
+            "train.epochs": 1,
+            "system.name": name,
+            # Valid in the open division (TINY's data makes it open anyway): a few seconds' budget
+            # and any accuracy meet its own rules, so both machines' results are ranked.
+            "validity.min_budget_s": 5,
+            "validity.accuracy_floor": 0.0,
+            **(facts or {}),
+        },
     )
     series = uuid.uuid4().hex if runs > 1 else None
     ids = []
@@ -504,6 +579,9 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
     (group,) = _listed(sqlite_url)
     rows = group["rows"]
     assert sorted(r["system"] for r in rows) == ["machine-a", "machine-b"]
+    # Two valid, verified open results: two ranked rows.
+    assert group["division"] == "open"
+    assert [(r["valid"], r["verified"], r["reason"]) for r in rows] == [("yes", True, None)] * 2
     assert [r["rank"] for r in rows] in ([1, 2], [1, 1])
     assert rows[0]["ops"] >= rows[1]["ops"] > 0
     assert all(r["verified"] and r["accelerators"] == 0 and r["cores"] for r in rows)

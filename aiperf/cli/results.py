@@ -85,7 +85,11 @@ def list_(
 ) -> None:
     """Print the ranked list, one row per system and workload; each group is ranked from 1.
 
-    Results of different divisions, rulesets or workloads are never ranked together."""
+    Only qualified results get a rank: valid, verified and, in the closed division, a series of
+    as many runs as the ruleset asks. The others are listed below the ranked rows of their group
+    with rank "-" (--json: null; --csv: empty) and the reason ("invalid: too short",
+    "unverified", "closed: 1 of 5 runs"). Results of different divisions, rulesets or workloads
+    are never ranked together."""
     from aiperf.ranking.standings import groups_json, to_csv
 
     if as_json and as_csv:
@@ -129,15 +133,16 @@ def _print_groups(groups) -> None:
         Col("runs", "right"),
         Col("spread", wrap=True, rank=2),
         Col("date", rank=6),
-        Col("valid"),
     )
     for i, g in enumerate(groups):
         if i:
             console.print()
         rule = "single runs" if g.rule is None else g.rule.describe()
+        # Why a row has no rank: a column only where a row of the group has none.
+        unranked = any(s.rank is None for s in g.standings)
         rows = [
             [
-                str(s.rank),
+                s.rank_text,
                 s.system,
                 s.submitter or "-",
                 str(s.nodes),
@@ -148,12 +153,18 @@ def _print_groups(groups) -> None:
                 str(s.runs),
                 spread(s, full=False),
                 s.date.strftime("%Y-%m-%d"),
-                s.valid_word,
+                *([s.reason or ""] if unranked else []),
             ]
             for s in g.standings
         ]
-        console.print(FitTable(columns, rows, title=g.key.heading()), soft_wrap=False)
+        shown = (*columns, Col("not ranked", wrap=True)) if unranked else columns
+        console.print(FitTable(shown, rows, title=g.key.heading()), soft_wrap=False)
         console.print(f"ranked by OPS of {rule}", highlight=False)
+        if unranked:
+            console.print(
+                "rank -: not ranked (not valid, not verified, or a closed series short of runs)",
+                highlight=False,
+            )
     console.print(
         "every result passed every check of `aiperf verify --package` when imported",
         highlight=False,

@@ -244,6 +244,7 @@ def result_row(logged: LoggedRun, folder: Path, events_sha256: str) -> dict[str,
         "mfu": score.mfu,
         "best_val_accuracy": score.best_val_accuracy,
         "valid": bool(score.valid),
+        "reasons": list(score.reasons),
         "verified": True,  # every check passed, or it is not imported
         "division": run.division,
         "ruleset": run.ruleset,

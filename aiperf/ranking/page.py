@@ -2,9 +2,12 @@
 
 A title and the date, then per group (one division, ruleset and workload) its heading, a table of
 its ranked rows and an inline SVG plot of OPS against accelerator count across the systems: weak
-scaling across machines. A group whose systems are all CPU-only is plotted against their physical
-cores, and the axis says so; in a group with accelerators, CPU-only systems are left off the plot
-and a note names how many. No script, no external URL, no font: it opens offline, anywhere.
+scaling across machines. Only ranked rows are plotted: an unranked one (invalid, unverified, or a
+closed series short of runs) is listed greyed below them with why, and left off the plot, whose
+figures would otherwise compare it with the ranked ones; a note names how many. A group whose
+ranked systems are all CPU-only is plotted against their physical cores, and the axis says so; in
+a group with accelerators, CPU-only systems are left off the plot and a note names how many. No
+script, no external URL, no font: it opens offline, anywhere.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ HEADERS = (
     "runs",
     "OPS spread",
     "date",
-    "valid",
+    "not ranked",
 )
 
 
@@ -74,7 +77,7 @@ def _cell_class(kind: bool | str) -> str:
 
 def _row(s: Standing) -> str:
     cells: list[tuple[str, bool | str]] = [
-        (str(s.rank), True),
+        (s.rank_text, True),
         (s.system, False),
         (s.submitter or "-", False),
         (str(s.nodes), True),
@@ -85,12 +88,13 @@ def _row(s: Standing) -> str:
         (str(s.runs), True),
         (spread(s), False),
         (s.date.strftime("%Y-%m-%d"), "date"),
-        (s.valid_word, False),
+        (s.reason or "", False),
     ]
     body = "".join(f"<td{_cell_class(kind)}>{esc(text)}</td>" for text, kind in cells)
     kind = "qualified" if s.qualified else "unqualified"
     return (
-        f'<tr class="result {kind}" data-rank="{s.rank}" data-system="{esc(s.system)}">{body}</tr>'
+        f'<tr class="result {kind}" data-rank="{s.rank_text}" data-system="{esc(s.system)}">'
+        f"{body}</tr>"
     )
 
 
@@ -120,15 +124,25 @@ def _label(x: float, y: float, text: str) -> str:
 
 
 def scaling_plot(group: Group, plot_id: str) -> str:
-    """OPS against accelerators (or, when every system is CPU-only, physical cores) per system."""
-    with_accelerators = [s for s in group.standings if s.accelerators]
+    """OPS against accelerators (or, when every system is CPU-only, physical cores) per ranked
+    system; "" with a note when the group has none ranked."""
+    ranked = [s for s in group.standings if s.rank is not None]
+    unranked = len(group.standings) - len(ranked)
+    unranked_note = (
+        f"<p class=note>{unranked} unranked result(s) of this group are not on the plot.</p>"
+        if unranked
+        else ""
+    )
+    if not ranked:
+        return unranked_note
+    with_accelerators = [s for s in ranked if s.accelerators]
     if with_accelerators:
         points = [(float(s.accelerators), s) for s in with_accelerators]
         x_label = "accelerators (all nodes)"
-        left_off = len(group.standings) - len(with_accelerators)
+        left_off = len(ranked) - len(with_accelerators)
     else:
-        points = [(float(s.cores or s.nodes), s) for s in group.standings]
-        counted_cores = all(s.cores for s in group.standings)
+        points = [(float(s.cores or s.nodes), s) for s in ranked]
+        counted_cores = all(s.cores for s in ranked)
         x_label = (
             "physical CPU cores (all nodes; CPU-only systems)"
             if counted_cores
@@ -170,10 +184,9 @@ def scaling_plot(group: Group, plot_id: str) -> str:
         'text-anchor="middle">OPS</text>'
     )
     for x, s in points:
-        colour = "#1f77b4" if s.qualified else "#aaaaaa"
         parts.append(
             f'<circle class="point" data-system="{esc(s.system)}" cx="{px(x):.1f}" '
-            f'cy="{py(s.ops.ranked):.1f}" r="5" fill="{colour}"><title>#{s.rank} {esc(s.system)}: '
+            f'cy="{py(s.ops.ranked):.1f}" r="5" fill="#1f77b4"><title>#{s.rank} {esc(s.system)}: '
             f"{esc(ops_rate(s.ops.ranked))} at {x:g}</title></circle>"
             + _label(px(x), py(s.ops.ranked), s.system)
         )
@@ -184,7 +197,7 @@ def scaling_plot(group: Group, plot_id: str) -> str:
         if left_off
         else ""
     )
-    return "".join(parts) + note
+    return "".join(parts) + note + unranked_note
 
 
 def build_page(
@@ -196,10 +209,11 @@ def build_page(
     body = [
         f"<h1>{esc(title)}</h1>",
         f"<p>{esc(when)}: {total} system result(s) in {len(groups)} group(s). Results of different "
-        "divisions, rulesets or workloads are never ranked together; a qualified result (valid, "
-        "with as many runs as its ruleset asks of a closed result) ranks above every other of its "
-        "group. Every result here passed every check of <code>aiperf verify --package</code> when "
-        "it was imported.</p>",
+        "divisions, rulesets or workloads are never ranked together. Only a qualified result has a "
+        "rank: valid, verified and, in the closed division, a series of as many runs as its "
+        "ruleset asks; the others are listed greyed below the ranked rows of their group, with why "
+        "they are not ranked, and are not plotted. Every result here passed every check of "
+        "<code>aiperf verify --package</code> when it was imported.</p>",
     ]
     if not groups:
         body.append(

@@ -4,12 +4,13 @@ A group is one division, one ruleset and one workload (profile and workload hash
 different ones measure different things and are never ranked together. Within a group each system
 (by name) has one row: its best unit, where a unit is a series of repeated runs (one series id) or
 a run of its own, summarised by the ruleset's series rule (aiperf.results.series: MLPerf HPC's
-manner from rulesets 1.3, else the median). Rows are ranked by the unit's ranked OPS:
+manner from rulesets 1.3, else the median).
 
-- a qualified unit (every run valid, and in the closed division as many runs as the rule asks)
-  ranks above every unqualified one of its group, so an invalid or too short result never
-  outranks a qualified one; it is still listed, ranked below them and marked in `valid`;
-- equal ranked OPS share a rank (1, 1, 3), listed by earlier date, then name.
+Only a qualified unit gets a rank, as MLPerf and TOP500 rank only results that meet their rules:
+every run valid and verified, and in the closed division as many runs as the rule asks. Qualified
+rows are ranked by the unit's ranked OPS from 1 (equal figures share a rank: 1, 1, 3, the earlier
+first, then by name). Every other row stays listed below them, with no rank and the reason it has
+none (`invalid: too short`, `unverified`, `closed: 1 of 5 runs`), so a site sees why.
 
 A system's best unit is its qualified unit of highest ranked OPS, else its unqualified one of
 highest ranked OPS.
@@ -22,7 +23,7 @@ import io
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,9 +51,9 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class Standing:
-    """One ranked row: a system's best unit in its group."""
+    """One row: a system's best unit in its group; ranked only when qualified."""
 
-    rank: int
+    rank: int | None  # None: not qualified, see `reason`
     system: str
     submitter: str | None
     status: str | None  # MLPerf's availability
@@ -69,13 +70,21 @@ class Standing:
     valid: bool  # every run valid
     enough_runs: bool  # as many runs as a ranked closed result needs (always true when open)
     verified: bool
+    reason: str | None  # why it is not ranked, in a few words (None: qualified)
+    reasons: tuple[str, ...]  # every rule its runs break, in full
     result_ids: tuple[int, ...]
     run_ids: tuple[int, ...]
     description: dict[str, Any] | None
 
     @property
     def qualified(self) -> bool:
+        """Ranked: every run valid and verified, and enough of them for a closed result."""
         return self.valid and self.enough_runs and self.verified
+
+    @property
+    def rank_text(self) -> str:
+        """Its rank, or "-" for a row that is not ranked."""
+        return "-" if self.rank is None else str(self.rank)
 
     @property
     def runs(self) -> int:
@@ -83,8 +92,9 @@ class Standing:
 
     @property
     def valid_word(self) -> str:
-        """yes; no (a run breaks a rule); few (a closed series short of the rule's runs)."""
-        if not self.valid or not self.verified:
+        """yes; no (a run breaks a rule); few (a closed series short of the rule's runs). Whether
+        it verified is `verified`'s, apart."""
+        if not self.valid:
             return "no"
         return "yes" if self.enough_runs else "few"
 
@@ -117,11 +127,44 @@ def _units(results: Iterable[ResultRecord]) -> list[list[ResultRecord]]:
     return units
 
 
+def short_reason(reason: str) -> str:
+    """A broken rule in a few words: its name before the colon ("too short: budget 8 s is under
+    the profile's minimum 60 s" -> "too short")."""
+    return reason.split(":", 1)[0].strip()
+
+
+def unranked_reason(
+    *,
+    valid: bool,
+    verified: bool,
+    reasons: Sequence[str],
+    closed: bool,
+    runs: int,
+    rule: SeriesRule | None,
+) -> str | None:
+    """Why a unit is not ranked, in a few words ("unverified", "invalid: too short", "closed: 1 of
+    5 runs", joined by "; " when more than one holds); None when it is qualified."""
+    why = []
+    if not verified:
+        why.append("unverified")
+    if not valid:
+        short = list(dict.fromkeys(short_reason(r) for r in reasons if r.strip()))
+        why.append("invalid: " + ", ".join(short) if short else "invalid")
+    if closed and not enough_runs(runs, rule):
+        needed = 1 if rule is None else rule.runs
+        why.append(f"closed: {runs} of {needed} runs")
+    return "; ".join(why) or None
+
+
 def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | None) -> Standing:
     first = unit[0]
     mfus = [r.mfu for r in unit if r.mfu is not None]
+    valid = all(r.valid for r in unit)
+    verified = all(r.verified for r in unit)
+    reasons = tuple(dict.fromkeys(x for r in unit if not r.valid for x in r.reasons or ()))
+    closed = key.division == "closed"
     return Standing(
-        rank=0,
+        rank=None,
         system=first.system_name,
         submitter=next((r.submitter for r in unit if r.submitter), None),
         status=next((r.status for r in unit if r.status), None),
@@ -135,9 +178,18 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
         key=key,
         date=max(r.run_date for r in unit),
         series=first.series,
-        valid=all(r.valid for r in unit),
-        enough_runs=key.division != "closed" or enough_runs(len(unit), rule),
-        verified=all(r.verified for r in unit),
+        valid=valid,
+        enough_runs=not closed or enough_runs(len(unit), rule),
+        verified=verified,
+        reason=unranked_reason(
+            valid=valid,
+            verified=verified,
+            reasons=reasons,
+            closed=closed,
+            runs=len(unit),
+            rule=rule,
+        ),
+        reasons=reasons,
         result_ids=tuple(r.id for r in unit),
         run_ids=tuple(r.run_id for r in unit),
         description=first.system_description,
@@ -155,8 +207,9 @@ def rank(
     ruleset: str | None = None,
     profile: str | None = None,
 ) -> list[Group]:
-    """The groups of the list, each ranked from 1, in a stable order (division, ruleset, profile,
-    workload); only the results matching the filters given."""
+    """The groups of the list in a stable order (division, ruleset, profile, workload), each's
+    qualified rows ranked from 1 and its others after them, unranked; only the results matching
+    the filters given."""
     grouped: dict[GroupKey, list[ResultRecord]] = defaultdict(list)
     for r in results:
         if division is not None and r.division != division:
@@ -175,22 +228,13 @@ def rank(
             by_system[standing.system].append(standing)
         best = sorted((min(units, key=_order) for units in by_system.values()), key=_order)
         ranked: list[Standing] = []
-        for i, s in enumerate(best):
+        for i, s in enumerate(q for q in best if q.qualified):
             previous = ranked[-1] if ranked else None
-            tied = (
-                previous is not None
-                and previous.qualified == s.qualified
-                and previous.ops.ranked == s.ops.ranked
-            )
-            ranked.append(_with_rank(s, previous.rank if tied and previous else i + 1))
-        groups.append(Group(key, rule, tuple(ranked)))
+            tied = previous is not None and previous.ops.ranked == s.ops.ranked
+            ranked.append(replace(s, rank=previous.rank if tied and previous else i + 1))
+        unranked = tuple(s for s in best if not s.qualified)
+        groups.append(Group(key, rule, (*ranked, *unranked)))
     return groups
-
-
-def _with_rank(s: Standing, rank: int) -> Standing:
-    from dataclasses import replace
-
-    return replace(s, rank=rank)
 
 
 # --- JSON and CSV ---------------------------------------------------------------------------------
@@ -225,6 +269,8 @@ def standing_json(s: Standing) -> dict[str, Any]:
         "regulated_score_summary": _summary_json(s.regulated_score),
         "valid": s.valid_word,
         "verified": s.verified,
+        "reason": s.reason,
+        "reasons": list(s.reasons),
         "result_ids": list(s.result_ids),
         "run_ids": list(s.run_ids),
     }
@@ -264,6 +310,7 @@ CSV_COLUMNS = (
     "profile",
     "workload_hash",
     "rank",
+    "reason",
     "ops",
     "regulated_score",
     "mfu",
@@ -297,13 +344,13 @@ def _processors(s: Standing) -> str:
 
 def to_csv(groups: Sequence[Group]) -> str:
     """One line per row of the list (one per system and workload), MLPerf summarizer's columns
-    first; figures in base units (OPS), the date in ISO 8601."""
+    first; figures in base units (OPS), the date in ISO 8601. An unranked row's rank is empty and
+    its `reason` says why."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for g in groups:
         for s in g.standings:
-            notes = "" if s.qualified else f"not qualified: valid={s.valid_word}"
             writer.writerow(
                 [
                     s.key.division or "",
@@ -316,11 +363,12 @@ def to_csv(groups: Sequence[Group]) -> str:
                     s.accelerator_model or "N/A",
                     s.accelerators,
                     _described(s, "framework"),
-                    notes,
+                    "",
                     s.key.ruleset or "",
                     s.key.profile,
                     s.key.workload_hash or "",
-                    s.rank,
+                    "" if s.rank is None else s.rank,
+                    s.reason or "",
                     repr(s.ops.ranked),
                     repr(s.regulated_score.ranked),
                     "" if s.mfu is None else repr(s.mfu),

@@ -78,6 +78,9 @@ class Result(Base):
     mfu: Mapped[float | None] = mapped_column(Float, doc="model FLOPs utilisation")
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     valid: Mapped[bool] = mapped_column(Boolean, doc="valid by its ruleset")
+    reasons: Mapped[list[str] | None] = mapped_column(
+        JSON, doc="every rule the run breaks, as its score names them (empty: valid)"
+    )
     verified: Mapped[bool] = mapped_column(
         Boolean, doc="every check of `aiperf verify --package` passed when imported"
     )
@@ -130,6 +133,9 @@ class ResultRecord:
     package: str
     imported_at: datetime
     system_description: dict[str, Any] | None = None
+    # Every rule the run breaks, as its score names them ("too short: budget 8 s is under ...");
+    # the list shows why an invalid result is not ranked.
+    reasons: list[str] | None = None
 
 
 class AlreadyImported(Exception):

@@ -4,7 +4,8 @@ import`), so runs recorded in other databases, on other machines, are ranked in 
 The event log's sha256 is unique (a constraint, not only a query before inserting): a package is
 imported once, even by two imports at the same moment. The row keeps what the list shows and groups
 by (system, nodes, accelerators, OPS, regulated score, MFU, division, ruleset, profile and workload
-hash, series) and the system description, read from the verified event log.
+hash, series), the rules an invalid run breaks (why the list does not rank it) and the system
+description, read from the verified event log.
 
 Revision ID: 0011
 Revises: 0010
@@ -39,6 +40,7 @@ def upgrade() -> None:
         sa.Column("mfu", sa.Float(), nullable=True),
         sa.Column("best_val_accuracy", sa.Float(), nullable=True),
         sa.Column("valid", sa.Boolean(), nullable=False),
+        sa.Column("reasons", sa.JSON(), nullable=True),
         sa.Column("verified", sa.Boolean(), nullable=False),
         sa.Column("division", sa.String(length=8), nullable=True),
         sa.Column("ruleset", sa.String(length=64), nullable=True),
