@@ -312,7 +312,11 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
     from aiperf.results.series import MEASURES, enough_runs, series_rule, summarise_runs
     from aiperf.units import ops_rate
 
+    ruleset = records[0].ruleset or "its ruleset"
     rule = series_rule(records[0].ruleset)
+    if not any(r.score for r in records):
+        console.print(f"series {series}: no run has a score to summarise", highlight=False)
+        return
     summaries = summarise_runs(records, rule)
     columns = (
         Col("figure", style="bold"),
@@ -334,14 +338,13 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
     ids = ", ".join(str(r.id) for r in records)
     console.print(FitTable(columns, rows, title=f"series {series} (runs {ids})"))
     if rule is None:
-        console.print(
-            f"{records[0].ruleset} ranks single runs; ranked is the median", highlight=False
-        )
+        console.print(f"{ruleset} ranks single runs; ranked is the median", highlight=False)
     else:
-        enough = enough_runs(len(records), rule)
+        valid = sum(run_exit_code(r) == EXIT_VALID for r in records)
+        enough = enough_runs(valid, rule)
         console.print(
-            f"{records[0].ruleset}: a ranked closed result is {rule.describe()}; this series has "
-            f"{len(records)} ({'enough' if enough else 'too few to rank'})",
+            f"{ruleset}: a ranked closed result is {rule.describe()}; this series has {valid} "
+            f"valid of {len(records)} ({'enough' if enough else 'too few to rank'})",
             highlight=False,
         )
 
