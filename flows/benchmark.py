@@ -173,10 +173,12 @@ class PrefectStages(run.Stages):
     """The run's steps as Prefect tasks; trials through prefect-dask on the run's cluster."""
 
     progress_artifact: UUID | None = None  # the run's aiperf-progress, once created
+    best_milestone: tuple | None = None  # what the last version of aiperf-best marked
 
     def progress(self, run_id: int, figures: LiveFigures) -> None:
-        """The budget used as a progress artifact (aiperf-progress, updated in place) and the
-        best figures so far as a markdown one (aiperf-best, a new version each time)."""
+        """The budget used as a progress artifact (aiperf-progress, updated in place at each call)
+        and the best figures so far as a markdown one (aiperf-best, a new version at each of its
+        milestones: a new best trial, another tenth of the budget, the end)."""
         percent = round(100 * figures.budget_used, 1)
         if self.progress_artifact is None:
             created = create_progress_artifact(
@@ -186,6 +188,9 @@ class PrefectStages(run.Stages):
             self.progress_artifact = created
         else:
             update_progress_artifact(self.progress_artifact, percent)
+        if figures.milestone() == self.best_milestone:
+            return
+        self.best_milestone = figures.milestone()
         create_markdown_artifact(
             markdown=figures.markdown(run_id),
             key="aiperf-best",

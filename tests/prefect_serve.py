@@ -26,8 +26,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_profile(folder: Path) -> Path:
+    """The packaged quick profile with TINY's settings, as tiny-profile.yaml in `folder`: a profile
+    file (its run is in the open division). serve() puts it in the worker's AIPERF_PROFILE_DIR before
+    serve.sh deploys, as a host puts its profiles there before `make serve`: the run form offers
+    the profiles the folder held when the deployments were made."""
+    from importlib import resources
+
+    from conftest import TINY
+
+    raw = yaml.safe_load((resources.files("aiperf") / "profiles" / "quick.yaml").read_text())
+    for key, value in TINY.items():
+        *sections, name = key.split(".")
+        node = raw
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    path = folder / "tiny-profile.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
 
 
 def free_port() -> int:
@@ -79,6 +101,7 @@ def serve(tmp_path: Path) -> Iterator[Served]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     profiles = tmp_path / "profiles"
     profiles.mkdir()
+    tiny_profile(profiles)  # before serve.sh deploys: the form's profile choices are made then
     env.update(
         PREFECT_HOME=str(tmp_path / "prefect-home"),
         AIPERF_PROFILE_DIR=str(profiles),

@@ -9,9 +9,10 @@ The served Prefect is the one tests/test_deployments.py uses too (conftest.py's 
 its server may already hold that test's flow runs, as a user's server holds earlier runs.
 
 The UI is the one a browser opening the server's address gets: Prefect 3's V2 UI (React), under /v2.
-Its run form has no editor for a mapping parameter (`overrides`), so the custom profile is a profile
-file: the packaged `quick` profile with the tests' TINY settings, written to the worker's
-AIPERF_PROFILE_DIR and named in the form (a flow run's profile is a name, never a path). The API
+Its run form has one typed field per parameter (issue 26 item 1): the custom profile is a profile
+file, the packaged `quick` profile with the tests' TINY settings, which serve.sh's worker has in its
+AIPERF_PROFILE_DIR from the start (prefect_serve.tiny_profile), chosen in the form's list of
+profiles (a flow run's profile is a name, never a path). The API
 takes basic authentication, so the walk starts on the UI's login page, with serve.sh's auth string."""
 
 from __future__ import annotations
@@ -19,14 +20,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from importlib import resources
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from chromium import Chromium
-from conftest import TINY
 from prefect_serve import Served
 
 pytestmark = pytest.mark.slow
@@ -39,6 +37,8 @@ ARTIFACTS = {
     "aiperf-score-summary": "MARKDOWN",
     "aiperf-report-summary": "MARKDOWN",
     "aiperf-report": "MARKDOWN",
+    "aiperf-progress": "PROGRESS",  # the budget used (issue 26 item 3)
+    "aiperf-best": "MARKDOWN",  # the best figures so far
 }
 # The V2 UI's analytics library fetches its remote settings when the page loads, whatever the
 # server's analytics setting; with analytics off (DO_NOT_TRACK, serve.sh) it sends no event. The
@@ -78,20 +78,6 @@ ERRORS = r"""
   return found;
 })()
 """
-
-
-def tiny_profile(folder: Path) -> Path:
-    """The packaged quick profile with TINY's settings: a profile file (its run is in the open division)."""
-    raw = yaml.safe_load((resources.files("aiperf") / "profiles" / "quick.yaml").read_text())
-    for key, value in TINY.items():
-        *sections, name = key.split(".")
-        node = raw
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[name] = value
-    path = folder / "tiny-profile.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
 
 
 class UI:
@@ -223,18 +209,12 @@ class UI:
             self.shot(f"submit-retried-{attempt}")
             self.browser.wait_until(f"({errors}).length === 0", 30, "the error toast to go")
 
-    def fill(self, label: str, text: str, kind: str | None = None) -> None:
-        """Type a parameter's value into the run form; `kind` picks its type first ("str" over "None")."""
+    def fill(self, label: str, text: str) -> None:
+        """Type a parameter's value into its field of the run form: one typed field each."""
         block = parameter(label)
-        if kind is not None:
-            tab = by_text("[role=tab]", kind, root=f"({block})")
-            if not self.browser.evaluate(f"({tab})?.getAttribute('aria-selected') === 'true'"):
-                self.click(tab, f"{label}: {kind}")
-                self.wait(
-                    f"({tab})?.getAttribute('aria-selected') === 'true'",
-                    f"{label} set to {kind}",
-                    10,
-                )
+        assert not self.browser.evaluate(f"({block})?.querySelector('[role=tab]')"), (
+            f"{label} offers a choice of types, not one typed field"
+        )
         field = f"({block})?.querySelector('textarea, input:not([type=hidden])')"
         self.wait(field, f"the field of {label}", 10)
         self.browser.type_into(field, text, label)
@@ -256,7 +236,8 @@ def served_deployments(server: Served) -> dict[str, dict]:
 
 
 def test_a_benchmark_run_launched_and_followed_in_the_prefect_ui(served_prefect, tmp_path):
-    profile = tiny_profile(served_prefect.profiles)
+    profile = served_prefect.profiles / "tiny-profile.yaml"  # the worker's from the start
+    assert profile.is_file()
     db, out = tmp_path / "aiperf.db", tmp_path / "out"
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -388,12 +369,37 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     run_name = f"document.getElementById({by_text('label', 'Run Name')}?.htmlFor)"
     ui.wait(run_name, "the run name field")
     browser.type_into(run_name, RUN_NAME, "Run Name")
-    ui.fill("profile (Optional)", profile.stem)  # a name in the worker's AIPERF_PROFILE_DIR
-    ui.fill("budget (Optional)", BUDGET, "str")
-    ui.fill("workers (Optional)", "1", "int")
-    ui.fill("db (Optional)", f"sqlite:///{db}", "str")
-    ui.fill("seed (Optional)", "5", "int")
-    ui.fill("out (Optional)", str(out), "str")
+    # profile: a choice of the packaged profiles and the worker's AIPERF_PROFILE_DIR's, by name.
+    ui.click("document.querySelector('[aria-label=\"Select profile\"]')", "the profile's list")
+    options = "[...document.querySelectorAll('[role=option]')].map(o => o.textContent.trim())"
+    ui.wait(f"{options}.includes({js(profile.stem)})", "the profile's choices", 10)
+    assert {"quick", "nightly", profile.stem} <= set(browser.evaluate(options))
+    ui.click(by_text("[role=option]", profile.stem), f"profile {profile.stem}")
+    # The list stays open over the fields below it until Escape (or a click elsewhere) closes it.
+    for kind in ("keyDown", "keyUp"):
+        browser.call(
+            "Input.dispatchKeyEvent",
+            type=kind,
+            key="Escape",
+            code="Escape",
+            windowsVirtualKeyCode=27,
+        )
+    ui.wait(
+        "!document.querySelector('[role=option]') && "
+        "document.querySelector('[aria-label=\"Select profile\"]')?.textContent.trim() === "
+        + js(profile.stem),
+        "the chosen profile, its list closed",
+        10,
+    )
+    ui.fill("budget (Optional)", BUDGET)
+    ui.fill("workers (Optional)", "1")
+    ui.fill("db (Optional)", f"sqlite:///{db}")
+    ui.fill("seed (Optional)", "5")
+    ui.fill("out (Optional)", str(out))
+    overrides = parameter("overrides (Optional)")
+    assert browser.evaluate(f"!!({overrides})?.querySelector('[data-language=json]')"), (
+        "overrides has a JSON editor"
+    )
     ui.check("the filled run form")
     ui.shot("custom-run-filled")
     view_run = f"({by_text('[data-sonner-toast] button', 'View run')})?.closest('a')"
@@ -472,7 +478,9 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     tasks = browser.evaluate(names)
     assert {t.split("-")[0] for t in tasks} == TASKS, tasks
     panel = ui.text(ACTIVE_PANEL)
-    assert re.search(rf"\b{len(tasks)} Task runs\s+\({len(tasks)} Completed\)", panel), panel
+    # A trial the deadline cut is shown Stopped (a completed state), the others Completed.
+    counts = re.search(rf"\b{len(tasks)} Task runs\s+\((\d+) Completed, (\d+) Stopped\)", panel)
+    assert counts and sum(map(int, counts.groups())) == len(tasks), panel
 
     # Its artifacts: the score table, its summary, the score over time and the report's link (the
     # link is shown as text: the UI's markdown drops file:// addresses, so the report is opened by its path).

@@ -90,6 +90,11 @@ def test_progress_is_published_as_each_trial_ends_with_the_best_so_far(tmp_path)
     assert last.budget_used == 1.0 and last.trials_done == trials
     assert last.best_val_accuracy is not None and last.best_trial is not None
     assert last.total_ops > 0 and last.ops_per_s > 0
+    # The best-so-far table's versions: a new best trial, each tenth, the end; not every trial's end.
+    marks = [f.milestone() for f in published]
+    assert marks[-1][2] and not any(end for _best, _step, end in marks[:-2])
+    bests = {best for best, _step, _end in marks}
+    assert len(set(marks)) <= 11 + len(bests) + 1, (marks, trials)
     text = last.markdown(7)
     assert text.startswith("## aiperf run 7: progress")
     assert f"{last.best_val_accuracy:.4f} (trial {last.best_trial})" in text

@@ -95,6 +95,14 @@ class LiveFigures:
         """The share of the budget used, 0 to 1 (past the deadline, stopping trials: 1)."""
         return min(1.0, self.elapsed_s / self.budget_s) if self.budget_s > 0 else 1.0
 
+    def milestone(self) -> tuple[str | None, int, bool]:
+        """What a new version of the best-so-far table marks: a new best trial, another
+        PROGRESS_STEP of the budget, or the search's end (no trial left running past the deadline).
+        A trial's end alone moves the progress bar only, so a run of many trials does not fill its
+        artifacts with versions."""
+        step = math.floor(self.budget_used / PROGRESS_STEP + 1e-9)
+        return self.best_trial, step, self.budget_used >= 1.0 and self.trials_running == 0
+
     def markdown(self, run_id: int) -> str:
         """The best figures so far as a markdown table, for a person following the run."""
         best = (
@@ -824,7 +832,7 @@ class Orchestrator:
         if self.on_progress is None:
             return
         figures = self._figures(started_at, now)
-        step = math.floor(figures.budget_used / PROGRESS_STEP + 1e-9)
+        step = figures.milestone()[1]
         if not ended and step <= self._progress_step:
             return
         self._progress_step = step
