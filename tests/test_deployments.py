@@ -178,6 +178,8 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
         "aiperf-report": "markdown",
         "aiperf-report-summary": "markdown",
         "aiperf-event-log": "markdown",
+        "aiperf-progress": "progress",  # the budget used, updated as the run went (item 3)
+        "aiperf-best": "markdown",  # the best figures so far, a version per milestone
     }, kinds
     link = next(a for a in artifacts if a.key == "aiperf-report").data
     page = Path(re.search(r"\(file://([^)]+)\)", link).group(1))
