@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from aiperf.ops.conventions import CONVENTIONS, check_convention
+from aiperf.units import ops_per_sample
 
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
 DEFAULT_CLASSES = 1000
@@ -266,9 +267,11 @@ def _print_table(name: str, keras_model: Any, ops: Any) -> None:
     console = Console()
     console.print(table)
     shape = ",".join(map(str, _input_shape_of(keras_model, None)))
+    eval_, train = ops.eval_per_sample, ops.train_per_sample
     console.print(
-        f"input shape {shape}; eval per sample [bold]{ops.eval_per_sample:,}[/bold]  "
-        f"train per sample [bold]{ops.train_per_sample:,}[/bold]  ({ops.convention} convention)"
+        f"input shape {shape}; eval per sample [bold]{eval_:,}[/bold] ({ops_per_sample(eval_)})  "
+        f"train per sample [bold]{train:,}[/bold] ({ops_per_sample(train)})  "
+        f"({ops.convention} convention)"
     )
 
 
