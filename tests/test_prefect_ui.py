@@ -535,6 +535,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     browser.navigate(page.as_uri())
     ui.wait("document.querySelector('h1')", "the HTML report")
     ui.shot("report", full_page=True)
-    heading = browser.evaluate("document.querySelector('h1').nextElementSibling.innerText")
-    assert re.search(r"\bcompleted\b", heading) and not re.search(r"\brunning\b", heading), heading
+    # The run's status is in the line under the headline (the score and verdict lead the page).
+    details = browser.evaluate("document.querySelector('header + .details')?.innerText ?? ''")
+    assert re.search(r"\bcompleted\b", details) and not re.search(r"\brunning\b", details), details
     return page
