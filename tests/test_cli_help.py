@@ -23,8 +23,8 @@ def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...
 COMMANDS = list(_commands(typer.main.get_command(app)))
 
 
-def _help(path: tuple[str, ...]) -> str:
-    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+def _help(path: tuple[str, ...], columns: int = 100) -> str:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(columns)})
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -43,8 +43,8 @@ def test_options_that_take_a_value_still_show_its_type():
     assert "<str>" not in next(line for line in runs.splitlines() if "--json" in line)
 
 
-def test_each_command_has_a_one_line_summary():
-    text = _help(())
+def test_each_command_has_a_one_line_summary_at_80_columns():
+    text = _help((), columns=80)
     listed = text[text.index("Commands") :].splitlines()[1:]
     names = {path[0] for path in COMMANDS if len(path) == 1}
     rows = [line.strip("│ ").split(" ", 1)[0] for line in listed if line.startswith("│")]

@@ -57,7 +57,9 @@ app = Typer(
     help="aiperf: an AutoML benchmark for AI machines, scored in operations per second.",
 )
 db_app = Typer(
-    no_args_is_help=True, pretty_exceptions_show_locals=False, help="Manage the results database."
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    help="Manage the database's schema (migrations).",
 )
 app.add_typer(db_app, name="db")
 
@@ -115,7 +117,7 @@ def _live_view():
     return render
 
 
-@app.command()
+@app.command(short_help="Run the benchmark for a fixed budget and print its score.")
 def run(
     profile: str = typer.Option(
         "quick", "--profile", "-p", help="Profile name or a YAML profile file."
@@ -579,7 +581,7 @@ def _run_row(r: RunRecord) -> list[str]:
     ]
 
 
-@app.command()
+@app.command(short_help="Print one run's score, its workers' time and its trials.")
 def show(
     run_id: int = typer.Argument(..., help="Run id, as `aiperf runs` lists them."),
     db: str = db_option(),
@@ -824,7 +826,7 @@ def _print_checks(title: str, what: str, checks: list, as_json: bool = False) ->
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="Write one folder a reviewer can check without the database.")
 def package(
     run_id: int | None = typer.Argument(None, help="A scored run, as `aiperf runs` lists them."),
     to: str = typer.Option(..., "--to", help="A new (or empty) folder for the package."),
@@ -929,13 +931,17 @@ def db_upgrade(db: str = db_option()) -> None:
     console.print(f"{safe_url(db)}: {change} revision {after}")
 
 
-app.command("flops")(flops)
-app.command("stage")(stage)
-app.command("history")(history)
+app.command("flops", short_help="Count a model's operations per sample, layer by layer.")(flops)
+app.command("stage", short_help="Check a dataset, shard it as TFRecords and record it.")(stage)
+app.command("history", short_help="Scored runs over time, with each run's change from the last.")(
+    history
+)
 app.command("compare")(compare)
 app.command("report")(report)
-app.command("rules")(rules)
-app.add_typer(results_app, name="results")
+app.command("rules", short_help="What a closed result of PROFILE requires, by its ruleset.")(rules)
+app.add_typer(
+    results_app, name="results", short_help="Rank machines from verified result packages."
+)
 
 
 def main() -> None:
