@@ -34,6 +34,7 @@ from prefect_dask import DaskTaskRunner
 from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
+from aiperf.errors import UserError
 from aiperf.lifecycle import run
 from aiperf.lifecycle.orchestrator import LiveFigures
 from aiperf.lifecycle.parameters import (
@@ -287,17 +288,20 @@ def benchmark(
             budget (only db is read with it); 0: a new run.
     """
     flow_run = _this_flow_run()
-    check_parameters(db, overrides, from_deployment=flow_run.deployment_id is not None)
-    if resume:
-        config = resume_config(database_url(db or None), resume)
-        check_resumed_config(config, resume)  # the database `db` names may be anyone's
-    else:
-        config = load_config(
-            flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
-            overrides=overrides or None,
-            **profile_settings(budget, workers, db, seed, out, cluster),
-        )
-    return _run(config, resume or None, str(flow_run.id))
+    try:
+        check_parameters(db, overrides, from_deployment=flow_run.deployment_id is not None)
+        if resume:
+            config = resume_config(database_url(db or None), resume)
+            check_resumed_config(config, resume)  # the database `db` names may be anyone's
+        else:
+            config = load_config(
+                flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
+                overrides=overrides or None,
+                **profile_settings(budget, workers, db, seed, out, cluster),
+            )
+        return _run(config, resume or None, str(flow_run.id))
+    except UserError as mistake:
+        return refused(mistake)
 
 
 @flow(name="aiperf-benchmark", log_prints=True)
@@ -318,8 +322,19 @@ def benchmark_config(
         series_index: Its place in that series, from 1.
     """
     flow_run = _this_flow_run()
-    check_parameters(config=config, from_deployment=flow_run.deployment_id is not None)
-    return _run(config, resume, str(flow_run.id), series=series, series_index=series_index)
+    try:
+        check_parameters(config=config, from_deployment=flow_run.deployment_id is not None)
+        return _run(config, resume, str(flow_run.id), series=series, series_index=series_index)
+    except UserError as mistake:
+        return refused(mistake)
+
+
+def refused(mistake: UserError) -> State:
+    """A user's mistake (a bad parameter, a broken dataset): the flow run fails with its one line
+    as the message and in the log, and no traceback, which would bury the line for a mistake that
+    is no fault of the code. The error is the state's data, so a caller's `.result()` raises it."""
+    get_run_logger().error("%s", mistake)
+    return Failed(message=str(mistake), data=mistake)
 
 
 def _this_flow_run() -> Any:

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed
 
 from aiperf.config import load_config
+from aiperf.errors import UserError
 from aiperf.history.regression import (
     DEFAULT_THRESHOLDS,
     DEFAULT_WINDOW,
@@ -40,7 +41,7 @@ from aiperf.lifecycle.parameters import (
 )
 from aiperf.lifecycle.run import ResultNotValid
 from aiperf.store import Store
-from aiperf_flows.benchmark import benchmark_config
+from aiperf_flows.benchmark import benchmark_config, refused
 
 
 @task(name="compare_with_baseline", cache_policy=NO_CACHE)
@@ -94,23 +95,26 @@ def nightly(
         regulated_threshold: The share the regulated score may fall before the night fails.
         baseline_runs: How many of the last valid runs make the baseline (their median).
     """
-    check_parameters(db, overrides)
     try:
-        thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
-    except ValueError as error:
-        return Failed(message=str(error))
-    if baseline_runs < 1:
-        return Failed(message=f"baseline_runs must be at least 1, got {baseline_runs}")
-    config = load_config(
-        flow_profile(profile),
-        overrides=overrides or None,
-        **profile_settings(budget, workers, db, seed, out),
-    )
-    night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
-    try:
-        result = benchmark_config.with_options(flow_run_name=night)(config=config)
-    except ResultNotValid as not_valid:  # its regression check says so, as for any invalid run
-        result = not_valid.outcome
+        check_parameters(db, overrides)
+        try:
+            thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        if baseline_runs < 1:
+            raise UserError(f"baseline_runs must be at least 1, got {baseline_runs}")
+        config = load_config(
+            flow_profile(profile),
+            overrides=overrides or None,
+            **profile_settings(budget, workers, db, seed, out),
+        )
+        night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
+        try:
+            result = benchmark_config.with_options(flow_run_name=night)(config=config)
+        except ResultNotValid as not_valid:  # its regression check says so, as for any invalid run
+            result = not_valid.outcome
+    except UserError as mistake:  # a bad parameter: its one line, no traceback
+        return refused(mistake)
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)
     summary = {
         "run_id": verdict.run_id,

@@ -183,3 +183,45 @@ def test_the_forms_profiles_are_the_hosts_where_the_flows_are_imported(tmp_path)
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert shown.split(",") == [*available_profiles(), "site-a"]
+
+
+# --- a user's mistake in a parameter (issue 26 item 5) -----------------------------------------
+
+
+def _logs_of(state) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # logs go to the API in batches: send what is queued first
+    flow_run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return [log.message for log in logs]
+
+
+@pytest.mark.parametrize(
+    ("flow_name", "parameters", "said"),
+    [
+        ("benchmark", {"budget": "soon"}, "not a duration"),
+        ("nightly", {"baseline_runs": 0}, "baseline_runs must be at least 1"),
+        ("nightly", {"overrides": {"train.epochs": "many"}}, "train.epochs"),
+    ],
+)
+def test_a_mistake_in_a_parameter_fails_the_flow_run_with_its_line_and_no_traceback(
+    prefect_api, tmp_path, sqlite_url, flow_name, parameters, said
+):
+    from aiperf_flows.benchmark import benchmark
+    from aiperf_flows.nightly import nightly
+
+    flow_fn = {"benchmark": benchmark, "nightly": nightly}[flow_name]
+    state = flow_fn(db=sqlite_url, out=str(tmp_path / "out"), return_state=True, **parameters)
+    assert state.is_failed() and said in state.message and "\n" not in state.message
+    with pytest.raises(UserError, match=said):
+        state.result()  # a caller gets the mistake itself
+    logs = _logs_of(state)
+    assert any(said in line for line in logs), logs
+    assert not any("Traceback" in line for line in logs), logs
+    assert not (tmp_path / "aiperf.db").exists() or Store.open(sqlite_url).list_runs() == []
