@@ -8,6 +8,11 @@ import shutil
 import tempfile
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# pytest-xdist's workers start with COLUMNS=80 set, and rich's Console fixes its width to COLUMNS
+# as it is when the console is made (aiperf.cli.common's, at import): the tests that render at
+# another width (CliRunner's env COLUMNS) would get 80. Unset, the console reads it at each print.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Each run's workers measure their peak before the window (aiperf.train.peak): briefly, in tests.
