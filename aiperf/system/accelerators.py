@@ -25,7 +25,7 @@ _VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 
 
-def _nvidia_smi(*args: str) -> str | None:
+def nvidia_smi(*args: str) -> str | None:
     """nvidia-smi's output, or None where it is missing or fails (no driver loaded)."""
     if shutil.which("nvidia-smi") is None:
         return None
@@ -118,12 +118,12 @@ def summarise_links(pairs: list[dict[str, Any]]) -> str | None:
 def describe() -> dict[str, Any]:
     """This node's GPUs, their driver and CUDA versions and the links between them (empty where
     nvidia-smi is missing or fails)."""
-    listed = _nvidia_smi(f"--query-gpu={QUERY}", "--format=csv,noheader,nounits")
+    listed = nvidia_smi(f"--query-gpu={QUERY}", "--format=csv,noheader,nounits")
     gpus = parse_gpus(listed or "")
     if not gpus:
         return {"gpus": [], "links": [], "interconnect": None}
-    cuda = parse_cuda_version(_nvidia_smi() or "")
+    cuda = parse_cuda_version(nvidia_smi() or "")
     for gpu in gpus:
         gpu["cuda_version"] = cuda
-    links = parse_topology(_nvidia_smi("topo", "-m") or "") if len(gpus) > 1 else []
+    links = parse_topology(nvidia_smi("topo", "-m") or "") if len(gpus) > 1 else []
     return {"gpus": gpus, "links": links, "interconnect": summarise_links(links)}

@@ -6,15 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import shutil
 import socket
-import subprocess
 from importlib import metadata
 from typing import Any
 
 import psutil
 
 from aiperf.config import machine_cores
+from aiperf.system.accelerators import nvidia_smi
 
 
 def cpu_model() -> str:
@@ -30,17 +29,8 @@ def cpu_model() -> str:
 
 def _gpus() -> dict[str, Any]:
     """GPUs as nvidia-smi lists them; none when the tool is absent (no framework import needed)."""
-    if shutil.which("nvidia-smi") is None:
-        return {"count": 0, "models": []}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
+    out = nvidia_smi("--query-gpu=name,memory.total", "--format=csv,noheader")
+    if out is None:
         return {"count": 0, "models": []}
     models = [line.strip() for line in out.splitlines() if line.strip()]
     return {"count": len(models), "models": models}

@@ -15,10 +15,11 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from aiperf.system.accelerators import nvidia_smi
 
 NA = "N/A"  # MLPerf's published results' word for a fact not known
 ROOT = Path("/")
@@ -282,19 +283,8 @@ def parse_gpu_facts(csv: str) -> list[dict[str, Any]]:
 
 def gpu_facts() -> list[dict[str, Any]]:
     """This node's GPUs' clocks and host links, in nvidia-smi's order (none without nvidia-smi)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return parse_gpu_facts(out)
+    out = nvidia_smi(f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits")
+    return [] if out is None else parse_gpu_facts(out)
 
 
 def accelerator_frequency(facts: list[dict[str, Any]]) -> str:
