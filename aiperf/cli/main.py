@@ -763,26 +763,9 @@ def _verify_series(folder: Path, as_json: bool) -> None:
         )
     else:
         for run in result.runs:
-            table = Table(title=f"verification of {folder / run.folder} (from its event log)")
-            for column in ("check", "result", "detail"):
-                table.add_column(column)
-            for check in run.checks:
-                table.add_row(
-                    check.check,
-                    "[green]pass[/]" if check.passed else "[bold red]FAIL[/]",
-                    check.detail,
-                )
-            console.print(table)
-        table = Table(title=f"series {result.series} in {folder}")
-        for column in ("check", "result", "detail"):
-            table.add_column(column)
-        for check in result.checks:
-            table.add_row(
-                check.check,
-                "[green]pass[/]" if check.passed else "[bold red]FAIL[/]",
-                check.detail,
-            )
-        console.print(table)
+            title = f"verification of {folder / run.folder} (from its event log)"
+            console.print(_checks_table(title, run.checks))
+        console.print(_checks_table(f"series {result.series} in {folder}", result.checks))
         console.print(
             f"series package {folder} ({len(result.runs)} runs): "
             + (
@@ -793,6 +776,18 @@ def _verify_series(folder: Path, as_json: bool) -> None:
         )
     if failed:
         raise typer.Exit(1)
+
+
+def _checks_table(title: str, checks: list) -> Table:
+    """Each check with pass or FAIL and its detail."""
+    table = Table(title=title)
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for check in checks:
+        table.add_row(
+            check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail
+        )
+    return table
 
 
 def _print_checks(title: str, what: str, checks: list, as_json: bool = False) -> None:
@@ -806,14 +801,7 @@ def _print_checks(title: str, what: str, checks: list, as_json: bool = False) ->
         if failed:
             raise typer.Exit(1)
         return
-    table = Table(title=title)
-    for column in ("check", "result", "detail"):
-        table.add_column(column)
-    for check in checks:
-        table.add_row(
-            check.check, "[green]pass[/]" if check.passed else "[bold red]FAIL[/]", check.detail
-        )
-    console.print(table)
+    console.print(_checks_table(title, checks))
     console.print(
         f"{what}: "
         + (
