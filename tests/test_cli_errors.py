@@ -1,6 +1,7 @@
 """Each bad input is one line naming the problem, exit status 2, no traceback, and nothing
 already recorded is lost."""
 
+import os
 import subprocess
 import sys
 
@@ -29,7 +30,13 @@ def aiperf(*args: str, cwd=None) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=120,
-        env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"},
+        # the session's own run lock (conftest), and runs pass --allow-concurrent: what they check
+        # is refused before any run starts, and a test's run elsewhere must not refuse them first
+        env={
+            "COLUMNS": "300",
+            "PATH": "/usr/bin:/bin",
+            "AIPERF_RUN_LOCK": os.environ["AIPERF_RUN_LOCK"],
+        },
         cwd=cwd,
     )
 
@@ -76,7 +83,7 @@ def recorded_db(tmp_path):
     ],
 )
 def test_bad_run_settings(recorded_db, args, fragment):
-    result = aiperf("run", "--db", recorded_db, *args)
+    result = aiperf("run", "--allow-concurrent", "--db", recorded_db, *args)
     assert result.returncode == 2
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -94,7 +101,7 @@ def test_bad_run_settings(recorded_db, args, fragment):
     ],
 )
 def test_bad_database_urls(url, fragment):
-    result = aiperf("run", "--budget", "5s", "--db", url)
+    result = aiperf("run", "--allow-concurrent", "--budget", "5s", "--db", url)
     assert result.returncode == 2, result.stderr
     assert fragment in result.stderr
     assert "secret" not in result.stderr, "passwords are never printed"
