@@ -24,11 +24,14 @@ from aiperf import settings
 from aiperf.urls import database_label
 
 EVENT_LOG = "events.log"  # the event log's file name, in the run's folder and in a package
+RUN_FOLDER_PREFIX = "run-"
+REPORTS_FOLDER = "reports"
+REPORT_PREFIX, REPORT_SUFFIX = "aiperf-report-", ".html"
 
 
 def run_folder(out: str, db: str, run_id: int) -> Path:
     """<out>/run-<database>-<run>: the run's own files."""
-    return Path(out) / f"run-{database_label(db)}-{run_id}"
+    return Path(out) / f"{RUN_FOLDER_PREFIX}{database_label(db)}-{run_id}"
 
 
 def event_log_path(out: str, db: str, run_id: int) -> Path:
@@ -51,7 +54,16 @@ def weights_path(out: str, db: str, run_id: int, number: int) -> Path:
 
 def report_path(out: str, db: str, run_id: int) -> Path:
     """<out>/reports/aiperf-report-<database>-<run>.html."""
-    return Path(out) / "reports" / f"aiperf-report-{database_label(db)}-{run_id}.html"
+    name = f"{REPORT_PREFIX}{database_label(db)}-{run_id}{REPORT_SUFFIX}"
+    return Path(out) / REPORTS_FOLDER / name
+
+
+def is_published(folder: str, name: str) -> bool:
+    """Whether a file `name` in a folder named `folder` is one a run publishes for people to read:
+    its HTML report (report_path) or its event log (event_log_path). What `make serve` hands out."""
+    if folder == REPORTS_FOLDER:
+        return name.startswith(REPORT_PREFIX) and name.endswith(REPORT_SUFFIX)
+    return folder.startswith(RUN_FOLDER_PREFIX) and name == EVENT_LOG
 
 
 def local_run_lock_path() -> Path:

@@ -29,7 +29,6 @@ What is served, and why it is safe enough without the UI's basic authentication:
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import io
 import os
 import sys
@@ -41,12 +40,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 from aiperf import settings
 from aiperf.errors import UserError
+from aiperf.paths import is_published
 
 HOST = "127.0.0.1"
-REPORT_PATTERN = (
-    "aiperf-report-*.html"  # aiperf.paths.report_path's file name, in a reports folder
-)
-EVENT_LOG = "events.log"  # aiperf.paths.EVENT_LOG, in a run-* folder
 
 
 def servable(relative: PurePosixPath) -> bool:
@@ -55,10 +51,7 @@ def servable(relative: PurePosixPath) -> bool:
     parts = relative.parts
     if len(parts) < 2 or any(part in ("", ".", "..") or part.startswith(".") for part in parts):
         return False
-    folder, name = parts[-2], parts[-1]
-    if folder == "reports" and fnmatch.fnmatchcase(name, REPORT_PATTERN):
-        return True
-    return folder.startswith("run-") and name == EVENT_LOG
+    return is_published(parts[-2], parts[-1])
 
 
 def served_url(path: Path, root: Path, base_url: str) -> str | None:
