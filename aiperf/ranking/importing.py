@@ -18,7 +18,6 @@ against its runs' logs), all its runs import together, or none does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from aiperf.data.manifest import sha256_file
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
 from aiperf.report.package import verify_package
@@ -52,14 +52,6 @@ class Imported:
     imported: bool
     message: str  # the one line: what was imported, or why it was refused
     result_ids: tuple[int, ...] = ()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def import_packages(
@@ -107,7 +99,7 @@ def _not_imported_yet(store: Store, log: Path, what: str = "") -> str | None:
     which evaluate weights again (seconds)."""
     if not log.is_file():
         return None
-    digest = sha256_of(log)
+    digest = sha256_file(log)
     existing = find_result(store, digest)
     if existing is not None:
         raise AlreadyImported(digest, existing, what)
@@ -125,13 +117,12 @@ def _failed(checks: Sequence[CheckRecord], names: Sequence[str], folder: Path) -
 def _run_row(store: Store, folder: Path) -> dict[str, Any]:
     """The results row of one run package, after every check of `aiperf verify --package` passed;
     UserError (one line) when it is no package or a check fails, AlreadyImported."""
-    if folder.is_dir():
-        _not_imported_yet(store, folder / EVENT_LOG)
+    digest = _not_imported_yet(store, folder / EVENT_LOG) if folder.is_dir() else None
     logged, checks = verify_package(folder)  # UserError for what is not a package
     failed = [c.check for c in checks if not c.passed]
     if logged is None or failed or not checks:
         raise _failed(checks, failed, folder)
-    return result_row(logged, folder, sha256_of(folder / EVENT_LOG))
+    return result_row(logged, folder, digest or sha256_file(folder / EVENT_LOG))
 
 
 def _series_rows(store: Store, folder: Path) -> list[dict[str, Any]]:
@@ -149,7 +140,9 @@ def _series_rows(store: Store, folder: Path) -> list[dict[str, Any]]:
     for run in verified.runs:
         assert run.logged is not None  # a log that could not be read fails a check
         rows.append(
-            result_row(run.logged, folder / run.folder, sha256_of(folder / run.folder / EVENT_LOG))
+            result_row(
+                run.logged, folder / run.folder, sha256_file(folder / run.folder / EVENT_LOG)
+            )
         )
     return rows
 

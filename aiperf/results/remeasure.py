@@ -18,13 +18,13 @@ weights, and a simulated trainer has none: the check passes saying so.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from aiperf import paths
+from aiperf.data.manifest import sha256_file
 from aiperf.store import CheckRecord, EpochRecord, RunRecord, TrialRecord
 
 if TYPE_CHECKING:
@@ -32,14 +32,6 @@ if TYPE_CHECKING:
     from aiperf.rules import Ruleset
 
 ACCURACY_REMEASURED = "accuracy_remeasured"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def best_epoch(trial: TrialRecord) -> EpochRecord | None:
