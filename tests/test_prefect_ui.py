@@ -478,9 +478,13 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     tasks = browser.evaluate(names)
     assert {t.split("-")[0] for t in tasks} == TASKS, tasks
     panel = ui.text(ACTIVE_PANEL)
-    # A trial the deadline cut is shown Stopped (a completed state), the others Completed.
-    counts = re.search(rf"\b{len(tasks)} Task runs\s+\((\d+) Completed, (\d+) Stopped\)", panel)
-    assert counts and sum(map(int, counts.groups())) == len(tasks), panel
+    # A trial the deadline cut is shown Stopped (a completed state), the others Completed. Whether the
+    # deadline cuts one depends on the machine's speed (a trial may end just before it): the count of
+    # Stopped is shown only when there is one (tests/test_benchmark_flow.py checks the naming itself).
+    counts = re.search(
+        rf"\b{len(tasks)} Task runs\s+\((\d+) Completed(?:, (\d+) Stopped)?\)", panel
+    )
+    assert counts and sum(int(n or 0) for n in counts.groups()) == len(tasks), panel
 
     # Its artifacts: the score table, its summary, the score over time and the report's link (the
     # link is shown as text: the UI's markdown drops file:// addresses, so the report is opened by its path).
