@@ -189,6 +189,13 @@ def test_show_at_80_columns(db, view):
         assert _headers(wide, f"trials of run {run}", TRIALS) == TRIALS
 
 
+def test_a_run_as_planted_shows(db):
+    """The planted trials' own architecture (a spec, not a grown graph) is read as a run's is."""
+    url, ids = db
+    out = _aiperf(80, "show", str(ids["short"]), "--db", url)
+    assert _headers(out, f"trials of run {ids['short']}", TRIALS)[:4] == TRIALS[:4]
+
+
 def test_a_run_without_a_score_at_80_columns(db):
     url, ids = db
     out = _aiperf(80, "show", str(ids["lost"]), "--db", url)

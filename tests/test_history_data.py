@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import DateTime, bindparam, text
 
+from aiperf.arch import ArchSpec, StageSpec
 from aiperf.config import ValidityConfig
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
@@ -30,6 +31,13 @@ def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
         "keras_version": "3.15",
         "keras_backend": "tensorflow",
     }
+
+
+# A whole architecture, stored as a run stores its spec, so that what reads one (`aiperf show`'s
+# convs and skips) reads a planted trial too.
+PLANTED_ARCHITECTURE = ArchSpec(
+    input_shape=(16, 16, 3), num_classes=10, stages=(StageSpec(blocks=1, filters=4),), stem_filters=4
+).to_dict()
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ def plant_run(
             run_id=run_id,
             trial_key=f"t{number:02d}",
             number=number,
-            architecture={"stages": [{"blocks": 1}], "stem_filters": 4, "kernel_size": 3},
+            architecture=PLANTED_ARCHITECTURE,
             hyperparameters={"learning_rate": 0.01, "batch_size": 32},
             started_at=t0 + t.start_s,
         )
