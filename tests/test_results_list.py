@@ -52,6 +52,8 @@ def result(
     accelerators: int = 0,
     cores: int | None = 8,
     days: int = 0,
+    submitter: str | None = None,
+    nodes: int = 1,
 ) -> ResultRecord:
     """A results row made directly, for the ranking's own tests."""
     return ResultRecord(
@@ -59,9 +61,9 @@ def result(
         events_sha256=f"{id:064x}",
         run_id=id,
         system_name=system,
-        submitter=None,
+        submitter=submitter,
         status=None,
-        nodes=1,
+        nodes=nodes,
         accelerator_model="H200" if accelerators else None,
         accelerators=accelerators,
         cores=cores,
@@ -135,6 +137,26 @@ def test_one_row_per_system_its_best_and_ties_share_a_rank():
     # Equal OPS share rank 1, listed by earlier date; the next rank is 3.
     assert _rows(group) == [(1, "beta"), (1, "alpha"), (3, "gamma")]
     assert group.standings[1].result_ids == (2,)
+
+
+def test_a_system_is_its_submitter_name_and_hardware():
+    """Two sites' unnamed `node1`s, and one machine at two scales, are rows of their own; one
+    system's runs on its one hardware stay one row."""
+    results = [
+        result(1, "node1", 4e9, submitter="site-a"),
+        result(2, "node1", 3e9, submitter="site-b"),
+        result(3, "node1", 2e9, submitter="site-a", days=1),  # site-a's node1 again: not its best
+        result(4, "big", 9e9, nodes=64),
+        result(5, "big", 1e9, nodes=4),
+    ]
+    (group,) = standings.rank(results)
+    rows = [(s.rank, s.system, s.submitter, s.nodes) for s in group.standings]
+    assert rows == [
+        (1, "big", None, 64),
+        (2, "node1", "site-a", 1),
+        (3, "node1", "site-b", 1),
+        (4, "big", None, 4),
+    ]
 
 
 def test_only_qualified_results_are_ranked_the_others_listed_below_with_why():

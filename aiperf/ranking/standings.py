@@ -2,7 +2,7 @@
 
 A group is one division, one ruleset and one workload (profile and workload hash): results of
 different ones measure different things and are never ranked together. Within a group each system
-(by name) has one row: its best unit, where a unit is a series of repeated runs (one series id) or
+has one row: its best unit, where a unit is a series of repeated runs (one series id) or
 a run of its own, summarised by the ruleset's series rule (aiperf.results.series: MLPerf HPC's
 manner from rulesets 1.3, else the median).
 
@@ -12,8 +12,10 @@ rows are ranked by the unit's ranked OPS from 1 (equal figures share a rank: 1, 
 first, then by name). Every other row stays listed below them, with no rank and the reason it has
 none (`invalid: too short`, `unverified`, `closed: 1 of 5 runs`), so a site sees why.
 
-A system's best unit is its qualified unit of highest ranked OPS, else its unqualified one of
-highest ranked OPS.
+A system is its submitter, its name and its hardware (nodes, accelerators, cores), as MLPerf lists
+a submitter's system at each scale: two sites' machines that both fall back to the hostname `node1`,
+or one machine measured on 4 and on 64 nodes, are rows of their own. A system's best unit is its
+qualified unit of highest ranked OPS, else its unqualified one of highest ranked OPS.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ class Standing:
     result_ids: tuple[int, ...]
     run_ids: tuple[int, ...]
     description: dict[str, Any] | None
+
+    @property
+    def system_key(self) -> tuple[Any, ...]:
+        """What tells two systems apart in a group: one row each."""
+        hardware = (self.nodes, self.accelerator_model, self.accelerators, self.cores)
+        return (self.submitter, self.system, *hardware)
 
     @property
     def qualified(self) -> bool:
@@ -222,10 +230,10 @@ def rank(
     groups = []
     for key in sorted(grouped, key=lambda k: tuple(v or "" for v in vars(k).values())):
         rule = series_rule(key.ruleset)
-        by_system: dict[str, list[Standing]] = defaultdict(list)
+        by_system: dict[tuple[Any, ...], list[Standing]] = defaultdict(list)
         for unit in _units(grouped[key]):
             standing = _standing(unit, key, rule)
-            by_system[standing.system].append(standing)
+            by_system[standing.system_key].append(standing)
         best = sorted((min(units, key=_order) for units in by_system.values()), key=_order)
         ranked: list[Standing] = []
         for i, s in enumerate(q for q in best if q.qualified):
