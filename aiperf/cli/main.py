@@ -92,6 +92,10 @@ def _options(
 EXIT_VALID = 0  # scored, valid by its rules, and every check of its verification passed
 EXIT_INVALID = 3  # scored and verified, but it breaks a validity rule (too short, simulated, ...)
 EXIT_VERIFICATION_FAILED = 4  # a check of its verification failed (or it was never verified)
+# Another process (`aiperf recover`, `run --resume`) took the run over while this one had stopped
+# beating: this process stopped without another write, and the run goes on being the other's. Not
+# 2: nothing in the command was wrong, and a scheduler that retries mistakes must not retry this.
+EXIT_TAKEN_OVER = 5
 
 # The benchmark flow by module path: flows/benchmark.py of the checkout, installed as aiperf_flows (see
 # pyproject.toml), so it loads from an editable install or a wheel in any folder.
@@ -273,7 +277,9 @@ def _run_series(config: BenchmarkConfig, repeat: int) -> None:
             records.append(_run_one(config, None, series, index))
         except (typer.Exit, KeyboardInterrupt) as exc:
             code = exc.exit_code if isinstance(exc, typer.Exit) else 130
-            why = "interrupted" if code == 130 else "refused" if code == 2 else "stopped"
+            why = {130: "interrupted", 2: "refused", EXIT_TAKEN_OVER: "taken over"}.get(
+                code, "stopped"
+            )
             _series_stopped(series, index, repeat, records, f"{why} (exit status {code})")
             raise typer.Exit(code) from None
         except Exception as exc:
@@ -377,6 +383,11 @@ def _run_one(
         except ResultNotValid as exc:  # scored; its exit status and reason are printed below
             result = exc.outcome
         except UserError as exc:
+            from aiperf.store import RunTakenOver
+
+            if isinstance(exc, RunTakenOver):
+                err.print(f"[bold red]stopped:[/] {exc}", highlight=False, soft_wrap=True)
+                raise typer.Exit(EXIT_TAKEN_OVER) from None
             raise fail(str(exc)) from None
         except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the run is recorded interrupted
             err.print(
