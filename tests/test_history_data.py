@@ -36,7 +36,10 @@ def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
 # A whole architecture, stored as a run stores its spec, so that what reads one (`aiperf show`'s
 # convs and skips) reads a planted trial too.
 PLANTED_ARCHITECTURE = ArchSpec(
-    input_shape=(16, 16, 3), num_classes=10, stages=(StageSpec(blocks=1, filters=4),), stem_filters=4
+    input_shape=(16, 16, 3),
+    num_classes=10,
+    stages=(StageSpec(blocks=1, filters=4),),
+    stem_filters=4,
 ).to_dict()
 
 
