@@ -634,6 +634,25 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
 
 
 @pytest.mark.slow
+def test_a_real_invalid_run_is_imported_and_listed_unranked_with_why(two_packages, tmp_path):
+    """A real run too short for its rules packages, verifies and imports like any other, and is
+    listed below the ranked rows, with no rank and its rule named."""
+    a, _b = two_packages
+    (tmp_path / "c").mkdir()
+    short = _tiny_runs(tmp_path / "c", "machine-c", facts={"validity.min_budget_s": 60})
+    url = f"sqlite:///{tmp_path / 'list.db'}"
+    done = _aiperf("results", "import", str(a), str(short), "--db", url)
+    assert done.exit_code == 0, done.output
+    rows = {r["system"]: r for group in _listed(url) for r in group["rows"]}
+    assert (rows["machine-a"]["rank"], rows["machine-a"]["reason"]) == (1, None)
+    invalid = rows["machine-c"]
+    assert (invalid["rank"], invalid["valid"], invalid["verified"]) == (None, "no", True), invalid
+    assert invalid["reason"].startswith("invalid: too short"), invalid
+    table = _aiperf("results", "list", "--db", url).output
+    assert "invalid: too short" in table, table
+
+
+@pytest.mark.slow
 def test_a_refused_package_does_not_stop_the_others(two_packages, sqlite_url, tmp_path):
     a, b = two_packages
     edited = _edit_one_epoch(a, tmp_path / "edited")
