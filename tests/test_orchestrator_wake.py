@@ -10,13 +10,8 @@ import re
 import threading
 import time
 
-from conftest import TINY
-from test_history_data import system_facts
+from simulated_search import simulated_orchestrator
 
-from aiperf.config import load_config
-from aiperf.lifecycle.orchestrator import Orchestrator
-from aiperf.search.oracles import make_oracle
-from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import SimulatedModel, plan_trial
 
@@ -50,14 +45,6 @@ class _Timed:
 
 
 def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path, caplog):
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=1,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
-    )
     events: queue.Queue = queue.Queue()
 
     def launch(request):
@@ -65,31 +52,15 @@ def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path, caplog):
         events.put({**to_event(plan.built), "sent_from": "tcp://127.0.0.1:40001"})
         return _Timed(TrialResult(request.trial_key, plan.status, plan.built, []))
 
-    with Store.open(config.db) as store:
-        run_id = store.create_run(
-            system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
-        )
-        shape = (16, 16, 3)
-        orchestrator = Orchestrator(
-            config=config,
-            store=store,
-            run_id=run_id,
-            oracle=make_oracle(config, shape, 10),
-            data_path="simulated",
-            image_shape=shape,
-            num_classes=10,
-            launch=launch,
-            events=events,
-            poll_s=30.0,
-            grace_s=60.0,
-            dataset_samples=(384, 128),
-            logger=logging.getLogger("test-orchestrator"),
-        )
+    orchestrator = simulated_orchestrator(
+        tmp_path,
+        launch,
+        events=events,
+        poll_s=30.0,
+        grace_s=60.0,
+        logger=logging.getLogger("test-orchestrator"),
+    )
+    with orchestrator.store:
         started = time.time()
         with caplog.at_level(logging.INFO, logger="test-orchestrator"):
             summary = orchestrator.run(started, started + 1.5)

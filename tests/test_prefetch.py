@@ -5,17 +5,16 @@ no trace in the records, and a resumed run proposes it again."""
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 
 import pytest
-from conftest import TINY, FinishedTrial
+from conftest import FinishedTrial
+from simulated_search import simulated_orchestrator
 from sqlalchemy import event
 from test_history_data import system_facts
 
-from aiperf.config import load_config
-from aiperf.lifecycle.orchestrator import OracleThread, Orchestrator, proposals_ahead
+from aiperf.lifecycle.orchestrator import OracleThread, proposals_ahead
 from aiperf.search.oracles import make_oracle
 from aiperf.search.resume import restore, trial_values
 from aiperf.store import RecordNotFound, Store, WriteBatch
@@ -101,15 +100,6 @@ def test_proposals_ahead_grow_with_the_workers_and_none_for_a_few():
 
 def _run(tmp_path, ahead: int, budget_s: float = 1.0):
     """The real orchestrator, random oracle and store with 4 workers; trials end as they start."""
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=4,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
-    )
-    oracle = make_oracle(config, SHAPE, 10)
     planned: dict[str, list[int]] = {}
 
     def launch(request):
@@ -117,33 +107,16 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
         planned[request.trial_key] = [e.epoch for e in plan.epochs]
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
-    store = Store.open(config.db)
-    run_id = store.create_run(
-        system_id=store.upsert_system(system_facts()),
-        profile="quick",
-        config={},
-        seed=0,
-        budget_s=3,
-        workers=4,
-    )
-    orchestrator = Orchestrator(
-        config=config,
-        store=store,
-        run_id=run_id,
-        oracle=oracle,
-        data_path="simulated",
-        image_shape=SHAPE,
-        num_classes=10,
-        launch=launch,
-        events=queue.Queue(),
-        poll_s=0.01,
-        grace_s=5.0,
-        dataset_samples=(384, 128),
-        ahead=ahead,
-    )
+    orchestrator = simulated_orchestrator(tmp_path, launch, workers=4, poll_s=0.01, ahead=ahead)
     started = time.time()
     orchestrator.run(started, started + budget_s)
-    return config, store, run_id, oracle, planned
+    return (
+        orchestrator.config,
+        orchestrator.store,
+        orchestrator.run_id,
+        orchestrator.oracle,
+        planned,
+    )
 
 
 def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_it(tmp_path):

@@ -9,14 +9,10 @@ from __future__ import annotations
 import queue
 import time
 
-from conftest import TINY
-from test_history_data import system_facts
+from simulated_search import simulated_orchestrator
 from test_orchestrator_wake import FAST, _Timed
 
-from aiperf.config import load_config
-from aiperf.lifecycle.orchestrator import PROGRESS_STEP, LiveFigures, Orchestrator
-from aiperf.search.oracles import make_oracle
-from aiperf.store import Store
+from aiperf.lifecycle.orchestrator import PROGRESS_STEP, LiveFigures
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import plan_trial
 
@@ -24,14 +20,6 @@ from aiperf.train.simulated import plan_trial
 def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures], int]:
     """Run the orchestrator for `budget_s` on trials of `trial_s` each; what it published, and how
     many trials ended."""
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=1,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
-    )
     events: queue.Queue = queue.Queue()
 
     def launch(request):
@@ -41,30 +29,10 @@ def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures]
         return _Timed(result, trial_s)
 
     published: list[LiveFigures] = []
-    with Store.open(config.db) as store:
-        run_id = store.create_run(
-            system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
-        )
-        orchestrator = Orchestrator(
-            config=config,
-            store=store,
-            run_id=run_id,
-            oracle=make_oracle(config, (16, 16, 3), 10),
-            data_path="simulated",
-            image_shape=(16, 16, 3),
-            num_classes=10,
-            launch=launch,
-            events=events,
-            on_progress=published.append,
-            poll_s=0.02,
-            grace_s=30.0,
-            dataset_samples=(384, 128),
-        )
+    orchestrator = simulated_orchestrator(
+        tmp_path, launch, events=events, on_progress=published.append, grace_s=30.0
+    )
+    with orchestrator.store:
         started = time.time()
         summary = orchestrator.run(started, started + budget_s)
     return published, summary.trials

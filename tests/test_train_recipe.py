@@ -200,25 +200,12 @@ def test_a_bad_value_is_one_line_naming_the_setting(key, value, says):
 
 
 def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
-    import queue
-
     from conftest import FinishedTrial
-    from test_history_data import system_facts
+    from simulated_search import simulated_orchestrator
 
-    from aiperf.lifecycle.orchestrator import Orchestrator
-    from aiperf.search.oracles import make_oracle
-    from aiperf.store import Store
     from aiperf.train.messages import TrialResult
     from aiperf.train.simulated import SimulatedModel, plan_trial
 
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=1,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={**TINY, **RECIPE, "train.trainer": "simulated", "search.oracle": "random"},
-    )
     sent: list[TrialRequest] = []
 
     def launch(request: TrialRequest) -> FinishedTrial:
@@ -227,29 +214,8 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
         plan = plan_trial(request, time.time(), "w", model)
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
-    with Store.open(config.db) as store:
-        run_id = store.create_run(
-            system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
-        )
-        orchestrator = Orchestrator(
-            config=config,
-            store=store,
-            run_id=run_id,
-            oracle=make_oracle(config, (16, 16, 3), 10),
-            data_path="simulated",
-            image_shape=(16, 16, 3),
-            num_classes=10,
-            launch=launch,
-            events=queue.Queue(),
-            poll_s=0.02,
-            grace_s=5.0,
-            dataset_samples=(384, 128),
-        )
+    orchestrator = simulated_orchestrator(tmp_path, launch, overrides=RECIPE)
+    with orchestrator.store:
         started = time.time()
         orchestrator.run(started, started + 0.3)
     assert sent

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import time
 from pathlib import Path
 
@@ -197,26 +196,10 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
 
 
 def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
-    from test_history_data import system_facts
+    from simulated_search import simulated_orchestrator
 
-    from aiperf.lifecycle.orchestrator import Orchestrator
-    from aiperf.search.oracles import make_oracle
     from aiperf.train.simulated import SimulatedModel, plan_trial
 
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=1,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={
-            **TINY,
-            "train.trainer": "simulated",
-            "search.oracle": "random",
-            "train.precision": "mixed_bfloat16",
-            "train.jit_compile": True,
-        },
-    )
     sent: list[TrialRequest] = []
 
     def launch(request: TrialRequest) -> FinishedTrial:
@@ -229,29 +212,12 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
         )
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
-    with Store.open(config.db) as store:
-        run_id = store.create_run(
-            system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
-        )
-        orchestrator = Orchestrator(
-            config=config,
-            store=store,
-            run_id=run_id,
-            oracle=make_oracle(config, (16, 16, 3), 10),
-            data_path="simulated",
-            image_shape=(16, 16, 3),
-            num_classes=10,
-            launch=launch,
-            events=queue.Queue(),
-            poll_s=0.02,
-            grace_s=5.0,
-            dataset_samples=(384, 128),
-        )
+    orchestrator = simulated_orchestrator(
+        tmp_path,
+        launch,
+        overrides={"train.precision": "mixed_bfloat16", "train.jit_compile": True},
+    )
+    with orchestrator.store:
         started = time.time()
         orchestrator.run(started, started + 0.5)
     assert sent and all(r.precision == "mixed_bfloat16" and r.jit_compile is True for r in sent)

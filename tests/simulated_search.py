@@ -1,0 +1,71 @@
+"""The real orchestrator, random oracle and store over simulated trials, built one way for every
+test that drives a search loop without training a model."""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+from typing import Any
+
+from conftest import TINY
+from test_history_data import system_facts
+
+from aiperf.config import load_config
+from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.search.oracles import make_oracle
+from aiperf.store import Store
+
+SHAPE = (16, 16, 3)
+
+
+def simulated_orchestrator(
+    tmp_path: Path,
+    launch: Launcher,
+    *,
+    workers: int = 1,
+    overrides: dict[str, Any] | None = None,
+    events: queue.Queue | None = None,
+    poll_s: float = 0.02,
+    grace_s: float = 5.0,
+    **options: Any,
+) -> Orchestrator:
+    """A new quick run's orchestrator (TINY, simulated trainer, random oracle, SQLite under
+    `tmp_path`) whose trials `launch` starts; `options` go to Orchestrator. The caller closes
+    `orchestrator.store`."""
+    config = load_config(
+        "quick",
+        budget="3s",
+        workers=workers,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={
+            **TINY,
+            "train.trainer": "simulated",
+            "search.oracle": "random",
+            **(overrides or {}),
+        },
+    )
+    store = Store.open(config.db)
+    run_id = store.create_run(
+        system_id=store.upsert_system(system_facts()),
+        profile="quick",
+        config={},
+        seed=0,
+        budget_s=3,
+        workers=workers,
+    )
+    return Orchestrator(
+        config=config,
+        store=store,
+        run_id=run_id,
+        oracle=make_oracle(config, SHAPE, 10),
+        data_path="simulated",
+        image_shape=SHAPE,
+        num_classes=10,
+        launch=launch,
+        events=queue.Queue() if events is None else events,
+        poll_s=poll_s,
+        grace_s=grace_s,
+        dataset_samples=(384, 128),
+        **options,
+    )
