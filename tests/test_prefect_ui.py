@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 RUN_NAME = "ui-tiny-run"
 BUDGET = "5s"
+OVERRIDES = {"system.name": "ui-machine"}  # typed into the form's JSON editor; the report names it
 TASKS = {"stage_dataset", "trial", "score", "verify", "report"}
 ARTIFACTS = {
     "aiperf-score": "TABLE",
@@ -400,6 +401,25 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     assert browser.evaluate(f"!!({overrides})?.querySelector('[data-language=json]')"), (
         "overrides has a JSON editor"
     )
+    # Typed into it as a user would: a click, Ctrl+A over its "{}", then the text.
+    editor = f"({overrides})?.querySelector('[contenteditable=true]')"
+    browser.click(editor, "the overrides editor")
+    for kind in ("keyDown", "keyUp"):
+        browser.call(
+            "Input.dispatchKeyEvent",
+            type=kind,
+            key="a",
+            code="KeyA",
+            modifiers=2,  # Ctrl
+            windowsVirtualKeyCode=65,
+            commands=["selectAll"] if kind == "keyDown" else [],
+        )
+    browser.call("Input.insertText", text=json.dumps(OVERRIDES))
+    ui.wait(
+        f"JSON.stringify(JSON.parse(({editor}).innerText)) === {js(json.dumps(OVERRIDES, separators=(',', ':')))}",
+        "the overrides typed",
+        10,
+    )
     ui.check("the filled run form")
     ui.shot("custom-run-filled")
     view_run = f"({by_text('[data-sonner-toast] button', 'View run')})?.closest('a')"
@@ -442,13 +462,17 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
         "parameters", f"{ACTIVE_PANEL}?.innerText.includes('\"budget\"')", "the run's parameters"
     )
     parameters = json.loads(re.search(r"\{[\s\S]*\}", ui.text(ACTIVE_PANEL)).group(0))
-    assert {k: parameters[k] for k in ("profile", "budget", "workers", "db", "seed", "out")} == {
+    assert {
+        k: parameters[k]
+        for k in ("profile", "budget", "workers", "db", "seed", "out", "overrides")
+    } == {
         "profile": profile.stem,
         "budget": BUDGET,
         "workers": 1,
         "db": f"sqlite:///{db}",
         "seed": 5,
         "out": str(out),
+        "overrides": OVERRIDES,
     }
 
     # Its logs: the search ran for the form's budget.
@@ -542,4 +566,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # The run's status is in the line under the headline (the score and verdict lead the page).
     details = browser.evaluate("document.querySelector('header + .details')?.innerText ?? ''")
     assert re.search(r"\bcompleted\b", details) and not re.search(r"\brunning\b", details), details
+    # The system is named as the form's overrides said.
+    title = browser.evaluate("document.querySelector('header.headline h1')?.innerText ?? ''")
+    assert title.startswith(OVERRIDES["system.name"]), title
     return page
