@@ -10,14 +10,10 @@ import queue
 import time
 
 import pytest
-from conftest import TINY, FinishedTrial
-from test_history_data import system_facts
+from conftest import FinishedTrial
+from simulated_search import simulated_orchestrator
 
-from aiperf.config import load_config
-from aiperf.lifecycle.orchestrator import Orchestrator
-from aiperf.search.oracles import make_oracle
 from aiperf.status import TrialStatus
-from aiperf.store import Store
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import SimulatedModel, plan_trial
 
@@ -41,42 +37,12 @@ class _Forger:
 
 
 def _search(tmp_path, forge) -> tuple[list, str]:
-    config = load_config(
-        "quick",
-        budget="3s",
-        workers=1,
-        db=f"sqlite:///{tmp_path / 'a.db'}",
-        out=str(tmp_path),
-        overrides={**TINY, "train.trainer": "simulated", "search.oracle": "random"},
-    )
     events: queue.Queue = queue.Queue()
-    with Store.open(config.db) as store:
-        run_id = store.create_run(
-            system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
-        )
-        shape = (16, 16, 3)
-        orchestrator = Orchestrator(
-            config=config,
-            store=store,
-            run_id=run_id,
-            oracle=make_oracle(config, shape, 10),
-            data_path="simulated",
-            image_shape=shape,
-            num_classes=10,
-            launch=_Forger(events, forge),
-            events=events,
-            poll_s=0.02,
-            grace_s=5.0,
-            dataset_samples=(384, 128),
-        )
+    orchestrator = simulated_orchestrator(tmp_path, _Forger(events, forge), events=events)
+    with orchestrator.store as store:
         started = time.time()
         orchestrator.run(started, started + 1.0)
-        trials = store.get_run(run_id).trials
+        trials = store.get_run(orchestrator.run_id).trials
     return list(trials), trials[0].message or ""
 
 
