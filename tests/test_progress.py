@@ -17,12 +17,14 @@ from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import plan_trial
 
 
-def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures], int]:
-    """Run the orchestrator for `budget_s` on trials of `trial_s` each; what it published, and how
-    many trials ended."""
+def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures], int, float]:
+    """Run the orchestrator for `budget_s` on trials of `trial_s` each; what it published, how
+    many trials ended, and the share of the budget used when the first trial started."""
     events: queue.Queue = queue.Queue()
+    launched: list[float] = []
 
     def launch(request):
+        launched.append(time.time())
         plan = plan_trial(request, time.time(), "worker-a", FAST)
         events.put({**to_event(plan.built), "sent_from": "tcp://127.0.0.1:40001"})
         result = TrialResult(request.trial_key, plan.status, plan.built, plan.epochs)
@@ -35,22 +37,25 @@ def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures]
     with orchestrator.store:
         started = time.time()
         summary = orchestrator.run(started, started + budget_s)
-    return published, summary.trials
+    return published, summary.trials, (launched[0] - started) / budget_s
 
 
 def test_progress_moves_every_tenth_of_the_budget_while_no_trial_ends(tmp_path):
-    published, trials = search(tmp_path, budget_s=1.5, trial_s=2.0)  # one trial, past the deadline
+    # One trial, past the deadline.
+    published, trials, first = search(tmp_path, budget_s=1.5, trial_s=2.0)
     assert trials == 1
     steps = [int(f.budget_used / PROGRESS_STEP + 1e-9) for f in published]
     assert steps[0] == 0 and published[0].budget_used < PROGRESS_STEP  # from the search's start
-    assert set(range(11)) <= set(steps), steps  # each tenth, though no trial ended until the end
+    # Each tenth, though no trial ended until the end: from the first trial's start on (the oracle's
+    # first proposal is waited for; on a loaded machine that wait can take a few tenths of 1.5 s).
+    assert set(range(int(first / PROGRESS_STEP), 11)) <= set(steps), (steps, first)
     assert steps == sorted(steps) and published[-1].budget_used == 1.0
     assert published[-1].trials_done == 1 and published[-1].trials_running == 0
     assert len(published) <= 13, "published every turn of the loop, not every tenth"
 
 
 def test_progress_is_published_as_each_trial_ends_with_the_best_so_far(tmp_path):
-    published, trials = search(tmp_path, budget_s=1.5, trial_s=0.1)
+    published, trials, _first = search(tmp_path, budget_s=1.5, trial_s=0.1)
     assert trials >= 5
     done = [f.trials_done for f in published]
     assert set(range(trials + 1)) <= set(done), done  # every trial's end, as it came

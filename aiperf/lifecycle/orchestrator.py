@@ -432,6 +432,9 @@ class Orchestrator:
         self.deadline = deadline
         slots = self.config.workers
         shown = 0.0
+        # The figures as the search starts, before the first proposal is waited for: a person
+        # following the run sees it under way even while a slow oracle makes its first trial.
+        self._progress(started_at, time.time(), ended=False)
         while True:
             liveness.raise_if_stopped()
             now = time.time()
