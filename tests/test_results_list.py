@@ -634,6 +634,18 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
 
 
 @pytest.mark.slow
+def test_packages_import_and_rank_alike_on_postgresql(two_packages, postgres_db, sqlite_url):
+    """The whole import (checks, rows, the one-import constraint) on the engine a site's shared
+    list runs on: the same list as SQLite's, and a second import refused."""
+    a, b = two_packages
+    for url in (sqlite_url, postgres_db):
+        done = _aiperf("results", "import", str(a), str(b), "--db", url)
+        assert done.exit_code == 0, done.output
+    assert _listed(postgres_db) == _listed(sqlite_url)
+    _refused(postgres_db, a, "imported already")
+
+
+@pytest.mark.slow
 def test_a_real_invalid_run_is_imported_and_listed_unranked_with_why(two_packages, tmp_path):
     """A real run too short for its rules packages, verifies and imports like any other, and is
     listed below the ranked rows, with no rank and its rule named."""
