@@ -94,7 +94,7 @@ EXIT_INVALID = 3  # scored and verified, but it breaks a validity rule (too shor
 EXIT_VERIFICATION_FAILED = 4  # a check of its verification failed (or it was never verified)
 # Another process (`aiperf recover`, `run --resume`) took the run over while this one had stopped
 # beating: this process stopped without another write, and the run goes on being the other's. Not
-# 2: nothing in the command was wrong, and a scheduler that retries mistakes must not retry this.
+# 2: nothing in the command was wrong, and a script must not fix and run again what runs elsewhere.
 EXIT_TAKEN_OVER = 5
 
 # The benchmark flow by module path: flows/benchmark.py of the checkout, installed as aiperf_flows (see
