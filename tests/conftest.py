@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -27,7 +28,16 @@ if "AIPERF_RUN_LOCK" not in os.environ or os.environ.get("PYTEST_XDIST_WORKER"):
     atexit.register(shutil.rmtree, _lock_folder, ignore_errors=True)
     os.environ["AIPERF_RUN_LOCK"] = os.path.join(_lock_folder, "local-run.lock")
 
+import absl.logging  # noqa: E402
 import pytest  # noqa: E402
+
+# absl's logging handler (TensorFlow and JAX import absl) writes to the sys.stderr of the moment it
+# is made, and closes that stream when logging's handlers are reset (a dictConfig, as Prefect's)
+# unless it is the sys.stderr of that moment. Made during a test, it held pytest's capture file,
+# which an in-process `aiperf run` under CliRunner (another sys.stderr) then closed: every test
+# after it on that worker errored "I/O operation on closed file". Made here and pointed at
+# sys.__stderr__ (file descriptor 2, captured all the same), it never closes what it did not open.
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 # Small enough to train in seconds on one core, still learnable.
 TINY = {
