@@ -39,6 +39,14 @@ import pytest  # noqa: E402
 # sys.__stderr__ (file descriptor 2, captured all the same), it never closes what it did not open.
 absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
+# Prefect's console log handler is made, with the sys.stderr of that moment, the first time Prefect
+# configures logging in a process. Made inside an in-process command (CliRunner's sys.stderr, closed
+# after it), every later Prefect log line of that worker failed on a closed file. Made here, it holds
+# the session's own stderr.
+from prefect.logging.configuration import setup_logging  # noqa: E402
+
+setup_logging()
+
 # Small enough to train in seconds on one core, still learnable.
 TINY = {
     "data.image_size": 16,
