@@ -128,6 +128,22 @@ class Chromium:
         )
         self.call("Input.insertText", text=text)
 
+    def press(
+        self, key: str, code: str, key_code: int, *, modifiers: int = 0, command: str | None = None
+    ) -> None:
+        """Press and release one key on the focused element (`modifiers`: 2 is Ctrl); `command`, an
+        editing command the key does there ("selectAll"), since a synthetic key event runs none."""
+        for kind in ("keyDown", "keyUp"):
+            self.call(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key=key,
+                code=code,
+                modifiers=modifiers,
+                windowsVirtualKeyCode=key_code,
+                commands=[command] if command and kind == "keyDown" else [],
+            )
+
     def locate(self, element: str, what: str | None = None) -> tuple[float, float]:
         """The centre, in the viewport, of the element a JavaScript expression gives."""
         point = self.evaluate(f"""(() => {{

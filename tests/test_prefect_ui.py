@@ -377,14 +377,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     assert {"quick", "nightly", profile.stem} <= set(browser.evaluate(options))
     ui.click(by_text("[role=option]", profile.stem), f"profile {profile.stem}")
     # The list stays open over the fields below it until Escape (or a click elsewhere) closes it.
-    for kind in ("keyDown", "keyUp"):
-        browser.call(
-            "Input.dispatchKeyEvent",
-            type=kind,
-            key="Escape",
-            code="Escape",
-            windowsVirtualKeyCode=27,
-        )
+    browser.press("Escape", "Escape", 27)
     ui.wait(
         "!document.querySelector('[role=option]') && "
         "document.querySelector('[aria-label=\"Select profile\"]')?.textContent.trim() === "
@@ -404,16 +397,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     # Typed into it as a user would: a click, Ctrl+A over its "{}", then the text.
     editor = f"({overrides})?.querySelector('[contenteditable=true]')"
     browser.click(editor, "the overrides editor")
-    for kind in ("keyDown", "keyUp"):
-        browser.call(
-            "Input.dispatchKeyEvent",
-            type=kind,
-            key="a",
-            code="KeyA",
-            modifiers=2,  # Ctrl
-            windowsVirtualKeyCode=65,
-            commands=["selectAll"] if kind == "keyDown" else [],
-        )
+    browser.press("a", "KeyA", 65, modifiers=2, command="selectAll")  # Ctrl+A
     browser.call("Input.insertText", text=json.dumps(OVERRIDES))
     ui.wait(
         f"JSON.stringify(JSON.parse(({editor}).innerText)) === {js(json.dumps(OVERRIDES, separators=(',', ':')))}",
