@@ -31,6 +31,7 @@ from prefect.context import EngineContext, get_run_context
 from prefect.states import Completed, Failed, State
 from prefect_dask import DaskTaskRunner
 
+from aiperf.broadcast import on_every_worker
 from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
@@ -225,9 +226,8 @@ class PrefectStages(run.Stages):
         with DaskTaskRunner(
             address=scheduler_address, client_kwargs={"security": security}
         ) as runner:
-            runner.client.run(
-                load_trial_code
-            )  # before the timed window, not in each worker's first trial
+            # before the timed window, not in each worker's first trial
+            on_every_worker(runner.client, load_trial_code)
 
             def launch(request: TrialRequest) -> _PrefectTrial:
                 with dask.annotate(resources=resources):

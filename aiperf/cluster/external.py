@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf import settings
+from aiperf.broadcast import on_every_worker
 from aiperf.cluster.environment import worker_settings
 from aiperf.cluster.plan import trial_resources
 from aiperf.cluster.started import StartedCluster
@@ -140,7 +141,7 @@ def check_workers(
     """Every worker that may run trials reaches the run's Prefect API (Prefect sends the flow's API
     address with every task: the workers report there, whatever their own environment says) and
     starts Keras with the run's backend."""
-    settings = client.run(worker_settings, prefect_api_url, workers=workers)
+    settings = on_every_worker(client, worker_settings, prefect_api_url, workers=workers)
     for worker, found in sorted(settings.items()):
         if found["api_unreachable"]:
             raise UserError(

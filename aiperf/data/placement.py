@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from aiperf.broadcast import on_every_worker
 from aiperf.data.manifest import (
     MANIFEST_FILE,
     read_manifest,
@@ -135,7 +136,7 @@ def place_on_nodes(
     worker -> what it did. Exactly one worker per node has `made` True."""
     if client is None:
         return {"local": node_copy(files, dest, manifest, token, digest)}
-    return client.run(node_copy, files, dest, manifest, token, digest)
+    return on_every_worker(client, node_copy, files, dest, manifest, token, digest)
 
 
 def copy_plan(

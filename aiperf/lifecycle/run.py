@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf import paths, settings
+from aiperf.broadcast import on_every_worker
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, stage
@@ -658,7 +659,9 @@ def record_provenance(
     from aiperf.system import provenance as what_ran
 
     recorded = what_ran.run_provenance(
-        user_prologue(config), config.cluster.kind, client.run(what_ran.describe_process)
+        user_prologue(config),
+        config.cluster.kind,
+        on_every_worker(client, what_ran.describe_process),
     )
     store.save_provenance(run_id, recorded)
     event_log(config, run_id).provenance(recorded)
@@ -683,7 +686,7 @@ def prepare_workers(
     trained keeps the ones they trained with."""
     peaks = None
     if config.train.trainer == "keras":
-        client.run(warm_up)
+        on_every_worker(client, warm_up)
         peaks = probe_peaks(config, run_id, client, logger)
     if not resumed or not store.get_run(run_id).trials:
         config = resolve_settings(config, store, run_id, peaks, logger)
@@ -710,7 +713,9 @@ def probe_peaks(
     dtype = compute_dtype("float32" if auto else config.train.precision)
     candidates = list(allowed_precisions(config)) if auto else None
     try:
-        found = client.run(peak_on_worker, dtype, peak_seconds(), candidates=candidates)
+        found = on_every_worker(
+            client, peak_on_worker, dtype, peak_seconds(), candidates=candidates
+        )
     except Exception as exc:
         logger.warning(
             "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",

@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from aiperf.broadcast import on_every_worker
 from aiperf.system import accelerators, hostfacts
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
@@ -214,7 +215,7 @@ def _joined(values: Iterable[str | None]) -> str:
 def collect(client: Any, folder: str | None = None) -> dict[str, dict[str, Any]]:
     """Every worker's description of its node: worker address -> describe_node(); `folder`: the
     run's out folder, whose storage each node describes."""
-    return client.run(describe_node, folder=folder)
+    return on_every_worker(client, describe_node, folder=folder)
 
 
 def _summary(values: list[Any]) -> Any:
