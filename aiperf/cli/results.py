@@ -138,8 +138,6 @@ def _print_groups(groups) -> None:
         if i:
             console.print()
         rule = "single runs" if g.rule is None else g.rule.describe()
-        # Why a row has no rank: a column only where a row of the group has none.
-        unranked = any(s.rank is None for s in g.standings)
         rows = [
             [
                 s.rank_text,
@@ -153,18 +151,16 @@ def _print_groups(groups) -> None:
                 str(s.runs),
                 spread(s, full=False),
                 s.date.strftime("%Y-%m-%d"),
-                *([s.reason or ""] if unranked else []),
             ]
             for s in g.standings
         ]
-        shown = (*columns, Col("not ranked", wrap=True)) if unranked else columns
-        console.print(FitTable(shown, rows, title=g.key.heading()), soft_wrap=False)
+        console.print(FitTable(columns, rows, title=g.key.heading()), soft_wrap=False)
         console.print(f"ranked by OPS of {rule}", highlight=False)
-        if unranked:
-            console.print(
-                "rank -: not ranked (not valid, not verified, or a closed series short of runs)",
-                highlight=False,
-            )
+        # Why a row has no rank: a line under its group, not a column that would crowd out the
+        # figures at 80 columns.
+        for s in g.standings:
+            if s.rank is None:
+                console.print(f"not ranked: {s.system} ({s.reason})", highlight=False)
     console.print(
         "every result passed every check of `aiperf verify --package` when imported",
         highlight=False,
