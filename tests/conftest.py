@@ -110,8 +110,9 @@ def pytest_collection_modifyitems(config, items):
 
     Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) a file's tests stay on one
     worker, so its module fixtures (a real run) are made once, and every test of the served Prefect
-    is on one worker, which starts one serve.sh. Files with slow tests are handed out first: the
-    longest pieces of work start early, and the short ones fill in the end on both workers."""
+    is on one worker, which starts one serve.sh. Files with slow tests are listed first, but xdist
+    hands out the groups with the most tests first (its default --loadscope-reorder), so that order
+    only settles ties between groups of as many tests."""
     for item in items:
         if REAL_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
