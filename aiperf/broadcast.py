@@ -67,7 +67,7 @@ def on_every_worker(
         if isinstance(answer, _Raised):
             answer.error.add_note(f"on worker {worker}:\n{answer.where}")
             raise answer.error
-        if isinstance(answer, (OSError, TimeoutError)):
+        if isinstance(answer, OSError):  # TimeoutError is one too
             log.info(
                 "worker %s left as it ran %s (%s: %s); the run goes on without it",
                 worker,
