@@ -10,6 +10,7 @@ every stage and every trial with its logs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,6 +59,21 @@ from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.worker import train_on_worker
 from aiperf.urls import database_url
+
+
+class _UserErrorsInOneLine(logging.Filter):
+    """Prefect's task engine logs every failed task run with its traceback. A task that fails on
+    a user's mistake (a broken dataset, a disk too small for --out) fails with its one line, which
+    names the problem and the fix; a traceback would bury it under code that has no fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], UserError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("prefect.task_runs").addFilter(_UserErrorsInOneLine())
 
 
 @task(name="stage_dataset", cache_policy=NO_CACHE)

@@ -31,6 +31,7 @@ from aiperf.data.manifest import (
     shard_path,
     write_json_atomic,
 )
+from aiperf.errors import not_enough_space
 from aiperf.paths import held
 
 LOCK_FILE = ".copy.lock"  # in the copy's folder: the workers of a node take turns on it
@@ -46,18 +47,24 @@ def copy_verified(
     checksum is kept; one with another is copied again. Call it with the node's lock held."""
     target_dir = Path(dest)
     target_dir.mkdir(parents=True, exist_ok=True)
-    copied = skipped = 0
-    for entry in files:
-        target = target_dir / entry["file"]
-        if (
-            target.is_file()
-            and target.stat().st_size == entry["size_bytes"]
-            and sha256_file(target) == entry["sha256"]
-        ):
-            skipped += 1
-            continue
-        _copy_checked(entry, target)
-        copied += 1
+    missing = [
+        entry
+        for entry in files
+        if not (
+            (target_dir / entry["file"]).is_file()
+            and (target_dir / entry["file"]).stat().st_size == entry["size_bytes"]
+            and sha256_file(target_dir / entry["file"]) == entry["sha256"]
+        )
+    ]
+    # Before the first byte: a node whose disk cannot hold the copy is named, not filled.
+    needed = sum(int(entry["size_bytes"]) for entry in missing)
+    where = f"the node-local copy on {socket.gethostname()}"
+    problem = not_enough_space(target_dir, needed, where, "data.stage_to")
+    if problem is not None:
+        raise problem
+    for entry in missing:
+        _copy_checked(entry, target_dir / entry["file"])
+    copied, skipped = len(missing), len(files) - len(missing)
     if manifest is not None:
         write_json_atomic(target_dir / MANIFEST_FILE, manifest)
     return {

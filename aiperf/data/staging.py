@@ -144,14 +144,17 @@ def stage_synthetic(config: DataConfig, seed: int, folder: Path) -> Manifest:
     if arrays is None:
         arrays = synthetic.generate(config, seed)
         tmp = path.with_name(path.name + ".partial.npz")
-        np.savez(
-            tmp,
-            x_train=arrays.x_train,
-            y_train=arrays.y_train,
-            x_val=arrays.x_val,
-            y_val=arrays.y_val,
-        )
-        os.replace(tmp, path)  # a crash never leaves a file that looks complete
+        try:
+            np.savez(
+                tmp,
+                x_train=arrays.x_train,
+                y_train=arrays.y_train,
+                x_val=arrays.x_val,
+                y_val=arrays.y_val,
+            )
+            os.replace(tmp, path)  # a crash never leaves a file that looks complete
+        finally:
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half-written file
     manifest = arrays_manifest(arrays, name, path, config.classes)
     write_json_atomic(meta_path, manifest.to_dict())  # for people; staging never reads it
     return manifest

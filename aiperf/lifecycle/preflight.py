@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aiperf.cluster import preflight as cluster_preflight
 from aiperf.config import BenchmarkConfig
+from aiperf.data.space import check_space
 from aiperf.data.staging import preflight as data_preflight
 from aiperf.errors import UserError
 
@@ -23,6 +24,7 @@ def check_before_recording(config: BenchmarkConfig) -> None:
     """Refuse, with one line, what would otherwise fail after the run row exists."""
     check_writable_folder(config.out, "--out (out)")
     data_preflight(config.data)  # a missing or misshapen dataset
+    check_space(config.data, config.seed, config.out)  # data that cannot fit under --out
     cluster_preflight(config)  # a running scheduler (cluster.kind scheduler) that does not answer
 
 

@@ -39,7 +39,7 @@ from aiperf.broadcast import on_every_worker
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, stage
-from aiperf.errors import UserError
+from aiperf.errors import UserError, disk_full
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
@@ -216,6 +216,11 @@ def stage_dataset(
             client=client,
             on_progress=on_progress,
         )
+    except OSError as exc:  # a full disk is the folder's, named in one line: no traceback
+        full = disk_full(exc, *_staging_folder(config, exc))
+        if full is None:
+            raise
+        raise full from None
     finally:
         if client is not None:
             client.close()
@@ -234,6 +239,15 @@ def stage_dataset(
         seconds,
     )
     return manifest
+
+
+def _staging_folder(config: BenchmarkConfig, exc: OSError) -> tuple[str, str]:
+    """The folder a staging write failed in and the setting that chose it: node-local copies go to
+    data.stage_to (where the failed file is there), everything else under --out."""
+    stage_to = config.data.stage_to
+    if stage_to and str(exc.filename or "").startswith(str(Path(stage_to).expanduser())):
+        return stage_to, "data.stage_to"
+    return config.out, "--out"
 
 
 def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
@@ -481,7 +495,10 @@ def run_benchmark(
                     else RunStatus.FAILED
                 )
                 store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
-                event_log(config, run_id).run_stopped(ended, f"{type(exc).__name__}: {exc}")
+                try:
+                    event_log(config, run_id).run_stopped(ended, f"{type(exc).__name__}: {exc}")
+                except OSError as log_error:  # a full disk: the database has the run's end
+                    logger.warning("run %d: its event log was not closed: %s", run_id, log_error)
                 raise
             store.finish_run(run_id, status=RunStatus.COMPLETED)
             event_log(config, run_id).run_stopped(RunStatus.COMPLETED)
