@@ -302,3 +302,48 @@ def test_the_workers_of_one_node_share_one_verified_copy(tmp_path):
         copy.write_bytes(b"damaged")
         again = stage(config, 0, tmp_path / "out", client=client)
         assert len(again.copies) == 1 and sha256_file(copy) == sha256_file(shared)
+
+
+def test_a_shards_images_are_checked_on_every_core_and_named_in_record_order(
+    tmp_path, monkeypatch
+):
+    """The decode checks of one shard run on the worker's cores at once (aiperf.data.tfrecord);
+    what they find is still said in record order, and every good image is counted."""
+    import numpy as np
+    import tensorflow as tf
+
+    from aiperf.data.tfrecord import CheckTask, check_shard, example_bytes, write_shard
+
+    monkeypatch.setenv("AIPERF_WORKER_CORES", "4")
+    rng = np.random.default_rng(0)
+    records, bad = [], {3, 11, 12, 30}
+    for i in range(40):
+        pixels = rng.integers(0, 255, size=(20, 24, 3), dtype=np.uint8)
+        encoded = tf.io.encode_jpeg(pixels).numpy()
+        if i in bad:
+            corrupt = bytearray(encoded)  # the header and the end marker kept, the scan broken
+            corrupt[200:-2] = bytes(len(corrupt) - 202)
+            corrupt[200:260] = b"\xff\x01" * 30
+            encoded = bytes(corrupt)
+        records.append(example_bytes(encoded, 1 + i % 2, "n0", f"{i}.jpg", 20, 24, 3, "jpeg"))
+    shard = tmp_path / "train-00000-of-00001"
+    write_shard(shard, records)
+    (tmp_path / "checks").mkdir()
+    found = check_shard(CheckTask(str(shard), "train", 2, 1, str(tmp_path / "checks")))
+    named = [int(p.split(" record ")[1].split()[0]) for p in found["problems"]]
+    assert named == sorted(bad), found["problems"]
+
+    for i in bad:
+        records[i] = example_bytes(
+            tf.io.encode_jpeg(np.zeros((20, 24, 3), np.uint8)).numpy(),
+            1 + i % 2,
+            "n0",
+            f"{i}.jpg",
+            20,
+            24,
+            3,
+            "jpeg",
+        )
+    write_shard(shard, records)
+    found = check_shard(CheckTask(str(shard), "train", 2, 1, str(tmp_path / "checks")))
+    assert found["problems"] == [] and found["per_class"] == {"0": 20, "1": 20}
