@@ -52,6 +52,7 @@ from aiperf.lifecycle.parameters import (
 )
 from aiperf.lifecycle.recovery import resume_config
 from aiperf.report.summary import markdown, score_rows
+from aiperf.results.evidence import Evaluator
 from aiperf.results.score import ScoreResult
 from aiperf.served import file_link
 from aiperf.status import TrialStatus
@@ -125,8 +126,10 @@ def score(config: BenchmarkConfig, run_id: int) -> ScoreResult:
 
 
 @task(name="verify", cache_policy=NO_CACHE)
-def verify(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
-    checks = run.verify_and_record(config, run_id)
+def verify(
+    config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+) -> list[CheckRecord]:
+    checks = run.verify_and_record(config, run_id, evaluator)
     logger = get_run_logger()
     for check in checks:
         (logger.info if check.passed else logger.warning)(
@@ -258,8 +261,10 @@ class PrefectStages(run.Stages):
     def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
         return score(config, run_id)
 
-    def verify(self, config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
-        return verify(config, run_id)
+    def verify(
+        self, config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+    ) -> list[CheckRecord]:
+        return verify(config, run_id, evaluator)
 
     def publish(self, config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
         report(config, run_id, result)

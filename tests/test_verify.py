@@ -139,6 +139,9 @@ def test_a_real_run_passes_and_its_verdict_is_stored(real_run):
         record = store.get_run(1)
     assert record.verified is True and len(record.verification) == len(verify.CHECKS)
     assert record.division == "open" and record.deviations, "TINY settings are deviations"
+    # The run's own verification evaluated the kept weights on one of its workers, not here.
+    stored = {c.check: c for c in record.verification}[verify.ACCURACY_REMEASURED]
+    assert "evaluated on a worker of the run on CPU" in stored.detail, stored.detail
 
 
 @pytest.mark.parametrize("check", list(TAMPERS))
@@ -367,6 +370,7 @@ def test_the_kept_weights_give_the_recorded_accuracy_again(real_run):
     check = checks[verify.ACCURACY_REMEASURED]
     assert check.passed, check.detail
     assert "difference 0.00" in check.detail and "tolerance 0.01" in check.detail
+    assert "evaluated in this process (the run's workers have ended)" in check.detail
 
 
 def test_a_consistent_forgery_of_the_best_accuracy_fails_only_the_remeasured_accuracy(

@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiperf import paths, settings
 from aiperf.broadcast import on_every_worker
@@ -45,8 +45,9 @@ from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
+from aiperf.results.evidence import Evaluator
 from aiperf.results.mllog import EventLog
-from aiperf.results.remeasure import keep_best_weights
+from aiperf.results.remeasure import keep_best_weights, on_a_worker
 from aiperf.results.score import (
     ScoreResult,
     compute_score,
@@ -70,6 +71,7 @@ from aiperf.train.worker import received, train_on_worker
 from aiperf.units import format_ops
 from aiperf.urls import safe_url
 
+T = TypeVar("T")
 log = logging.getLogger("aiperf.lifecycle.run")
 
 
@@ -329,17 +331,19 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
     events.score(score, record.ruleset)
 
 
-def verify_and_record(config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
+def verify_and_record(
+    config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+) -> list[CheckRecord]:
     """Every check of `aiperf verify`, stored with the score: the run's verdict on itself. A result
     is valid only when every check passes: when one fails, the stored score is made invalid with the
     reason naming the failed checks (aiperf.results.score.verified_score), before the checks are
     stored, so no reader ever sees a failed verification beside a valid verdict; and the event log
     gets the score again with that verdict after the checks (its last score is the one that
-    stands)."""
+    stands). `evaluator`: where the kept weights are evaluated again (the run's: on a worker)."""
     from aiperf.results.verify import verify_run
 
     with Store.open(config.db, migrate=False) as store:
-        checks = verify_run(store, run_id)
+        checks = verify_run(store, run_id, evaluator=evaluator)
         stored = store.get_run(run_id).score
         assert stored is not None  # verify_run refuses a run without a score
         score = verified_score(stored, checks)
@@ -425,8 +429,10 @@ class Stages:
     def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
         return score_run(config, run_id)
 
-    def verify(self, config: BenchmarkConfig, run_id: int) -> list[CheckRecord]:
-        return verify_and_record(config, run_id)
+    def verify(
+        self, config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+    ) -> list[CheckRecord]:
+        return verify_and_record(config, run_id, evaluator)
 
     def publish(self, config: BenchmarkConfig, run_id: int, score: ScoreResult) -> None:
         page, _ = write_report(config, run_id)
@@ -481,11 +487,17 @@ def run_benchmark(
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
         with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
             try:
-                search_until_deadline(
-                    config, store, run_id, stages, logger, resumed=resume is not None
+                scored = search_until_deadline(
+                    config,
+                    store,
+                    run_id,
+                    stages,
+                    logger,
+                    resumed=resume is not None,
+                    then=partial(score_and_verify, config, run_id, stages),
                 )
-                score = stages.score(config, run_id)
-                checks = stages.verify(config, run_id)
+                assert scored is not None  # `then` ran, with the workers up
+                score, checks = scored
             except RunTakenOver:  # another process writes the run now: not one more record
                 raise
             except BaseException as exc:
@@ -551,10 +563,13 @@ def search_until_deadline(
     stages: Stages,
     logger: logging.Logger | logging.LoggerAdapter = log,
     resumed: bool = False,
-) -> None:
+    then: Callable[[TrialRunner], T] | None = None,
+) -> T | None:
     """Start the workers, stage the data on them, then keep them busy with trials until the deadline.
     A resumed run restores its oracle, trains its interrupted trials again, and searches for what
-    is left of its budget in a new segment of its window."""
+    is left of its budget in a new segment of its window. `then`: what to do with the workers
+    still up once the search has ended (score and verify: the kept weights are evaluated again on
+    a worker, with its devices); its result is returned."""
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()
     with (
@@ -616,6 +631,20 @@ def search_until_deadline(
             summary.failed,
             summary.diverged,
         )
+        return None if then is None else then(trials)
+
+
+def score_and_verify(
+    config: BenchmarkConfig, run_id: int, stages: Stages, trials: TrialRunner
+) -> tuple[ScoreResult, list[CheckRecord]]:
+    """The run's score from its records, then its verification, whose re-evaluation of the best
+    trial's kept weights runs on one of the run's workers (a trial's slot and devices), not here:
+    on a cluster this process runs on a login node, without the devices."""
+    score = stages.score(config, run_id)
+    evaluator = None
+    if config.train.trainer == "keras":
+        evaluator = on_a_worker(trials.client, trial_resources(config))
+    return score, stages.verify(config, run_id, evaluator)
 
 
 def describe_workers(

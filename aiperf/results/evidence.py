@@ -18,6 +18,17 @@ Counter = Callable[[dict], Counts]
 
 
 @dataclass(frozen=True)
+class Evaluator:
+    """Where the kept weights are evaluated again, and the words that say where. A run verifying
+    itself evaluates on one of its workers (its devices, on a compute node: `on_a_worker`); `aiperf
+    verify` after the run, whose workers have ended, evaluates in its own process and says so."""
+
+    # evaluate_weights' arguments (aiperf.results.remeasure) -> (accuracy, samples, the device)
+    evaluate: Callable[..., tuple[float, int, str]]
+    where: str
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What the checkers read: the records, and the figures recomputed from them."""
 
@@ -31,6 +42,8 @@ class Evidence:
     # is staged, or staged again; None: not known, so the weights cannot be evaluated.
     folder: Path | None = None
     data_folder: Path | None = None
+    # Where the kept weights are evaluated again; None: in this process.
+    evaluator: Evaluator | None = None
 
     @property
     def stored(self) -> ScoreResult:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from aiperf import paths
+from aiperf import paths, settings
 from aiperf.data.manifest import sha256_file
+from aiperf.results.evidence import Evaluator
 from aiperf.store import CheckRecord, EpochRecord, RunRecord, TrialRecord
 
 if TYPE_CHECKING:
@@ -32,6 +34,16 @@ if TYPE_CHECKING:
     from aiperf.rules import Ruleset
 
 ACCURACY_REMEASURED = "accuracy_remeasured"
+
+
+def _here(trial: TrialRecord, weights: Path, data_path: str, **how: Any) -> tuple[float, int, str]:
+    from aiperf.train.peak import device
+
+    measured, samples = evaluate_weights(trial, weights, data_path, **how)
+    return measured, samples, device()[0]
+
+
+IN_THIS_PROCESS = Evaluator(_here, "in this process (the run's workers have ended)")
 
 
 def best_epoch(trial: TrialRecord) -> EpochRecord | None:
@@ -157,7 +169,8 @@ def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None,
             "",
         )
     data_path = _staged_data(ev)
-    measured, samples = evaluate_weights(
+    evaluator = ev.evaluator or IN_THIS_PROCESS
+    measured, samples, on = evaluator.evaluate(
         trial,
         path,
         data_path,
@@ -167,7 +180,8 @@ def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None,
     difference = abs(measured - recorded)
     detail = (
         f"trial {trial.number} epoch {epoch.epoch}: {measured!r} on {samples} samples, recorded "
-        f"{recorded!r} (difference {difference:.6f}, tolerance {tolerance:g})"
+        f"{recorded!r} (difference {difference:.6f}, tolerance {tolerance:g}), evaluated "
+        f"{evaluator.where} on {on}"
     )
     if not math.isfinite(difference) or difference > tolerance:  # NaN is never within
         return detail, ""
@@ -259,3 +273,31 @@ def evaluate_weights(
     finally:
         keras.mixed_precision.set_global_policy(before)
     return float(result["accuracy"]), feed.val_samples
+
+
+def on_a_worker(client: Any, resources: Mapping[str, float] | None = None) -> Evaluator:
+    """An Evaluator that evaluates on one of the run's Dask workers, with a trial's resources (its
+    slot and devices): on a cluster the head process is a login node without the devices, where
+    ImageNet's 50,000 validation images would take hours on its CPU."""
+
+    def evaluate(
+        trial: TrialRecord, weights: Path, data_path: str, **how: Any
+    ) -> tuple[float, int, str]:
+        future = client.submit(
+            _on_worker, trial, str(weights), data_path, resources=resources, pure=False, **how
+        )
+        # A worker with a trial's slot waits at most as long as a run waits for its workers.
+        wait = settings.number(settings.WORKERS_TIMEOUT, positive=True)
+        measured, samples, on = future.result(timeout=wait)
+        return float(measured), int(samples), str(on)
+
+    return Evaluator(evaluate, "on a worker of the run")
+
+
+def _on_worker(
+    trial: TrialRecord, weights: str, data_path: str, **how: Any
+) -> tuple[float, int, str]:
+    """On a worker: its node's copy of the data where the run made node-local copies."""
+    from aiperf.data.placement import local_copy
+
+    return _here(trial, Path(weights), local_copy(data_path), **how)

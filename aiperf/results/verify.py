@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from aiperf import paths
 from aiperf.config import BenchmarkConfig, ValidityConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import CLOSED, batch_problem, classify
-from aiperf.results.evidence import Counter, Counts, Evidence
+from aiperf.results.evidence import Counter, Counts, Evaluator, Evidence
 from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
 from aiperf.results.remeasure import ACCURACY_REMEASURED, check_accuracy_remeasured
 from aiperf.results.score import EpochWork, compute_score, rules_reasons
@@ -68,11 +69,16 @@ def count_architecture(architecture: dict) -> Counts:
 
 
 def verify_run(
-    store: Store, run_id: int, counter: Counter = count_architecture, out: str | None = None
+    store: Store,
+    run_id: int,
+    counter: Counter = count_architecture,
+    out: str | None = None,
+    evaluator: Evaluator | None = None,
 ) -> list[CheckRecord]:
     """Every check of one run, in order; the run passes when every one passes. `out`: where the
-    run's --out folder is now (default: as its config says, relative to where it was started)."""
-    evidence = gather(store, run_id, counter, out)
+    run's --out folder is now (default: as its config says, relative to where it was started).
+    `evaluator`: where the kept weights are evaluated again (default: in this process)."""
+    evidence = replace(gather(store, run_id, counter, out), evaluator=evaluator)
     return [check(evidence) for check in CHECKS.values()]
 
 
