@@ -37,7 +37,7 @@ from typing import Any
 from aiperf import paths, settings
 from aiperf.broadcast import on_every_worker
 from aiperf.cluster import start_cluster, trial_resources
-from aiperf.config import AUTO, BenchmarkConfig
+from aiperf.config import AUTO, BenchmarkConfig, batch_problem
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
@@ -234,6 +234,17 @@ def stage_dataset(
         seconds,
     )
     return manifest
+
+
+def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> None:
+    """A trial's global batch against the train images staging counted: for tfrecord and folder
+    data the config holds no count (aiperf.config.FILE_COUNTED), and the batch is only known once
+    the devices resolved it, so this is the first place both are."""
+    problem = batch_problem(config, manifest.train_samples, "the staged dataset's train images")
+    if problem:
+        raise UserError(
+            f"{problem}; stage more data, or set search.space.batch_cap or fewer devices per trial"
+        )
 
 
 def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
@@ -551,6 +562,7 @@ def search_until_deadline(
         # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
         # and the trials see the settings the run resolved from them.
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
+        refuse_batch_beyond_data(config, manifest)
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
