@@ -105,7 +105,11 @@ def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, fa
     assert settled.train.precision == BF16, "bfloat16 on compute capability 8.0 and later"
     assert settled.search.space.batch_size == [12 * gib, 13 * gib, 14 * gib]
     assert BenchmarkConfig.model_validate(record.config) == settled
-    assert (record.precision, record.division, record.ruleset) == (BF16, CLOSED, "aiperf-rules-1.4")
+    assert (record.precision, record.division, record.ruleset) == (
+        BF16,
+        CLOSED,
+        "aiperf-rules-1.4",
+    )
     assert classify(settled).deviations == ()
     assert batch_problem(settled, record.worker_peaks) is None, "verify's batch check passes"
     assert record.peak_flops == peaks[0]["probes"][BF16]["flops"], "MFU's divisor: bfloat16's"
@@ -140,7 +144,9 @@ def test_the_precision_is_the_same_whichever_of_bf16_and_f16_probes_faster():
     probes = [{F32: 14e12, F16: 110e12}, {F32: 60e12, BF16: 700e12, F16: 700e12}]
     assert resolve_precision(probes, (F32, BF16, F16), mixed) == F16
     # The ruleset still decides what is closed: 1.0 has no float16.
-    assert resolve_precision(probes[1:], load_ruleset("aiperf-rules-1.0").precisions, facts) == BF16
+    assert (
+        resolve_precision(probes[1:], load_ruleset("aiperf-rules-1.0").precisions, facts) == BF16
+    )
 
 
 def test_on_cpus_a_lower_precision_needs_a_clear_margin_on_every_worker():
@@ -154,7 +160,9 @@ def test_on_cpus_a_lower_precision_needs_a_clear_margin_on_every_worker():
 
 
 def test_the_stand_in_nodes_1_gib_gpus_keep_12_13_14():
-    config = load_config("imagenet", workers=1, cluster={"gpus": 8}, overrides={"data.source": "/d"})
+    config = load_config(
+        "imagenet", workers=1, cluster={"gpus": 8}, overrides={"data.source": "/d"}
+    )
     small = node_peak("8 x H200", BF16)
     small["device_facts"]["memory_bytes"] = 2**30
     assert resolved_settings(config, [small]) == {
