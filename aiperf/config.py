@@ -320,8 +320,9 @@ class ClusterConfig(_Strict):
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
 LrSchedule = Literal["constant", "cosine"]
-# train.precision auto: the fastest closed precision the workers' devices support, probed and
-# resolved once before the first trial (aiperf.train.auto); trials never see it.
+# train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
+# the devices (never by probe noise) once before the first trial (aiperf.train.auto); trials never
+# see it.
 AUTO = AUTO_PRECISION
 PRECISIONS: tuple[str, ...] = tuple(p for p in get_args(Precision) if p != AUTO)
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -355,8 +356,9 @@ class TrainConfig(_Strict):
     # softmax head (kept float32). jit_compile: model.compile(jit_compile=...), XLA on TensorFlow,
     # jax.jit on JAX (JAX without it runs op by op: slow). backend: the Keras backend each worker
     # starts with (KERAS_BACKEND, set before the worker imports anything). precision auto: the
-    # fastest of the ruleset's closed precisions that every worker's device supports, by the peak
-    # probe, recorded as the run's precision before its first trial (aiperf.train.auto).
+    # first of bfloat16, float16, float32 that the ruleset closes and every worker's devices take
+    # (GPUs by compute capability, CPUs bfloat16 with AMX only), recorded as the run's precision
+    # before its first trial (aiperf.train.auto).
     precision: Precision = "float32"
     jit_compile: bool = False
     backend: Backend = "tensorflow"

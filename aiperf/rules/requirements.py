@@ -21,7 +21,7 @@ def closed_requirements(
     """The profile's figures under `ruleset`, its closed choices and what a valid result needs.
 
     `precisions` is the closed choice of train.precision (a closed run may also give `auto`: the
-    fastest of them its devices support); `choices` holds every other closed choice
+    first of them, bfloat16 first, that its devices support); `choices` holds every other closed choice
     (train.backend, train.jit_compile) by its dotted name; `settable` lists what a closed run may
     change freely (a section name covers its keys). `batch_size`, from the profile's own
     search.space section (`space`), is the batch sizes a closed run trains with: `per_gib`

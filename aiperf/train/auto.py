@@ -17,21 +17,23 @@ Which precisions a device may probe is decided from the device itself, never fro
 - anything else (another accelerator, a GPU whose driver does not report its capability, a MIG
   instance): float32.
 
-Which of them the run trains in is decided so that the same machine resolves the same precision
-every run (the precision enters the workload hash, so a coin toss would split one machine's runs
-into two series); docs/rules.md ("Precision") states the rule:
+Which of them the run trains in is decided by the devices alone, so that the same machine resolves
+the same precision every run (the precision enters the workload hash, so a coin toss would split one
+machine's runs into two series); docs/rules.md ("Precision") states the rule. The first of
+GPU_ORDER (mixed_bfloat16, mixed_float16, float32) that every worker's devices take:
 
-- when every worker trains on NVIDIA GPUs, by what the devices support, never by the probes'
-  rates: mixed_bfloat16 where every worker's GPUs have compute capability 8.0 or later, else
-  mixed_float16 where they all have 7.0, else float32 (bfloat16 and float16 run on the same tensor
-  cores at the same rate, so their probes differ by noise alone: 0.6% on an H200);
-- otherwise (a CPU worker): float32, unless a lower precision's probe beats float32's by at least
-  CPU_MARGIN on every worker (AMX does, by several times; AVX-512 BF16 alone often does not), a
-  margin the probe's few-percent noise cannot cross from one run to the next.
+- an NVIDIA GPU takes what its compute capability supports (above): bfloat16 from 8.0, float16
+  from 7.0. bfloat16 and float16 run on the same tensor cores at the same rate, so their probes
+  differ by the probe's noise alone and never decide;
+- a CPU takes bfloat16 only with AMX (amx_bf16), whose matrix tiles are built for it; AVX-512 BF16
+  alone gives a gain the probe cannot tell apart from a neighbour's load (1.2x to 2.8x float32 in
+  three probes a minute apart on a shared 2-core EPYC, docs/rules.md), so such a CPU trains in
+  float32;
+- anything else: float32.
 
-Either way only precisions every worker probed and the run's ruleset allows in the closed division
-can be chosen. The functions that decide are pure (device facts and probed rates in, a setting
-out); `device_facts` alone reads the machine.
+Only precisions every worker probed and the run's ruleset allows in the closed division can be
+chosen; the probe then measures the chosen one's peak (MFU's divisor). The functions that decide
+are pure (device facts and probed rates in, a setting out); `device_facts` alone reads the machine.
 """
 
 from __future__ import annotations
@@ -48,13 +50,13 @@ from aiperf.config import AUTO, BenchmarkConfig, visible_devices
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
 
 GIB = 2**30
-# Tie order, and the order the probes run in: a faster precision must win outright over float32.
+# The order the probes run in (float32 first: MFU's divisor where nothing else is chosen).
 PREFERENCE = ("float32", "mixed_bfloat16", "mixed_float16")
 # The order a GPU run takes the precisions its devices support in: bfloat16 first (float32's range,
 # no loss scaling), then float16 (loss-scaled), then float32.
 GPU_ORDER = ("mixed_bfloat16", "mixed_float16", "float32")
-# How much faster than float32 a lower precision's probe must be, on every CPU worker, to be chosen.
-CPU_MARGIN = 1.5
+# The CPU flag whose bfloat16 a run trains in (auto): AMX's tile units.
+CPU_AMX_BF16 = "amx_bf16"
 BF16_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 FP16_CAPABILITY = (7, 0)  # Volta: float16 tensor cores
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -203,37 +205,35 @@ def allowed_precisions(config: BenchmarkConfig) -> tuple[str, ...]:
     return tuple(p for p in PREFERENCE if p in allowed)
 
 
+def trained_precisions(facts: DeviceFacts) -> set[str]:
+    """The precisions `train.precision: auto` may resolve to on a device with these facts: what a
+    GPU supports; on a CPU, bfloat16 only with AMX (its probe may still run with AVX-512 BF16)."""
+    if facts.accelerator:
+        return set(supported_precisions(facts))
+    return {"float32", "mixed_bfloat16"} if CPU_AMX_BF16 in facts.cpu_bf16 else {"float32"}
+
+
 def resolve_precision(
     probes: Sequence[Mapping[str, float]],
     allowed: Sequence[str],
-    facts: Sequence[DeviceFacts] | None = None,
+    facts: Sequence[DeviceFacts],
 ) -> str:
-    """The run's precision from each worker's probed rates ({precision: FLOP/s}) and device facts
-    (one each, in the same order), among the allowed precisions every worker probed.
-
-    Every worker on GPUs: the first of GPU_ORDER every worker's devices support, whatever the
-    rates. Otherwise (a CPU worker, or facts not given): float32, unless another precision's rate
-    is at least CPU_MARGIN times float32's on every worker (the fastest such by summed rate). No
-    probes (none ran, or the probe failed): float32."""
-    common = [p for p in PREFERENCE if p in allowed and all(p in rates for rates in probes)]
-    if not probes or not common:
+    """The run's precision from each worker's device facts and probed rates ({precision: FLOP/s},
+    one each, in the same order): the first of GPU_ORDER that the ruleset allows, every worker
+    probed, and every worker's devices take (`trained_precisions`). The rates never decide, so
+    probe noise cannot change the choice. No probes (none ran, or the probe failed), or facts that
+    do not match them: float32."""
+    if not probes or len(facts) != len(probes):
         return "float32"
-    facts = list(facts or ())
-    if len(facts) == len(probes) and all(f.accelerator for f in facts):
-        supported = set.intersection(*(set(supported_precisions(f)) for f in facts))
-        return next((p for p in GPU_ORDER if p in common and p in supported), "float32")
-    clear = [
-        p
-        for p in common
-        if p != "float32"
-        and all(
-            "float32" in rates and float(rates[p]) >= CPU_MARGIN * float(rates["float32"])
-            for rates in probes
-        )
-    ]
-    if not clear or "float32" not in common:
-        return "float32"
-    return max(clear, key=lambda p: sum(float(rates[p]) for rates in probes))
+    taken = set.intersection(*(trained_precisions(f) for f in facts))
+    return next(
+        (
+            p
+            for p in GPU_ORDER
+            if p in allowed and p in taken and all(p in rates for rates in probes)
+        ),
+        "float32",
+    )
 
 
 def smallest_gib(facts: Sequence[DeviceFacts]) -> int | None:
