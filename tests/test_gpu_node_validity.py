@@ -223,3 +223,20 @@ def test_the_orchestrator_sends_each_trial_its_scaled_rate(tmp_path):
         searched = trials[request.trial_key].hyperparameters["learning_rate"]
         assert request.devices == 2
         assert request.learning_rate == pytest.approx(searched * request.batch_size * 2 / 16)
+
+
+def test_a_changed_large_batch_rule_is_open_and_verify_names_an_uncapped_batch(tmp_path):
+    for key, value, shown in (
+        ("train.lr_reference_batch", 512, "train.lr_reference_batch: 256 -> 512"),
+        ("search.space.batch_cap", 2048, "search.space.batch_cap: 1024 -> 2048"),
+        ("train.warmup_epochs", 0, "train.warmup_epochs: 5.0 -> 0.0"),
+    ):
+        division = classify(on_the_node(tmp_path, **{key: value}))
+        assert division.name == "open" and division.deviations == (shown,), key
+    h200 = [node_peak("8 x H200", BF16)]
+    uncapped = on_the_node(tmp_path, **{"search.space.batch_size": [1596, 1729, 1862]})
+    assert classify(uncapped).name == CLOSED, "multipliers x a whole GiB: verify judges the GiB"
+    assert batch_problem(uncapped, h200) == (
+        "search.space.batch_size [1596, 1729, 1862] is not [876, 949, 1022] ([12, 13, 14] x "
+        "133 GiB, its smallest GPU's, capped at 73 GiB by search.space.batch_cap 1024)"
+    )
