@@ -772,7 +772,8 @@ def resolve_settings(
         message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise UserError(
             f"this run's devices give {shown}, which is not valid: {message}; set "
-            "search.space.batch_per_gib or train.precision to values that fit"
+            "search.space.batch_per_gib, search.space.batch_cap or train.precision to values "
+            "that fit"
         ) from None
     division = classify(settled)
     stored = settled.model_dump(mode="json")
