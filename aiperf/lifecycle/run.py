@@ -243,7 +243,8 @@ def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> Non
     problem = batch_problem(config, manifest.train_samples, "the staged dataset's train images")
     if problem:
         raise UserError(
-            f"{problem}; stage more data, or set search.space.batch_cap or fewer devices per trial"
+            f"{problem}; stage more data, or use smaller batches (search.space.batch_size, "
+            "batch_per_gib or batch_cap) or fewer devices per trial"
         )
 
 
