@@ -237,9 +237,12 @@ def stage_dataset(
 
 
 def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> None:
-    """A trial's global batch against the train images staging counted: for tfrecord and folder
-    data the config holds no count (aiperf.config.FILE_COUNTED), and the batch is only known once
-    the devices resolved it, so this is the first place both are."""
+    """A trial's global batch against the train images staging counted, for a batch the devices
+    resolved (search.space.batch_per_gib): for tfrecord and folder data the config holds no count
+    (aiperf.config.FILE_COUNTED), and that batch is only known once the workers' peaks are, so
+    this is the first place both are. A batch the profile lists is checked against the same count
+    by each trial's feed (aiperf.data.feed), which fails the trial in one line, and the run after
+    its first trials fail in a row."""
     problem = batch_problem(config, manifest.train_samples, "the staged dataset's train images")
     if problem:
         raise UserError(
@@ -562,8 +565,10 @@ def search_until_deadline(
         # Warm-up and peaks come before anything reads what the profile leaves to the devices
         # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
         # and the trials see the settings the run resolved from them.
+        listed = config.search.space.batch_size
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
-        refuse_batch_beyond_data(config, manifest)
+        if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
+            refuse_batch_beyond_data(config, manifest)
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
