@@ -93,6 +93,12 @@ def _walltime(value: str | None) -> str | None:
     return value
 
 
+# The longest budget a run may ask for: 30 days. A week or two is the longest walltime batch
+# queues usually grant, and ImageNet's closed minimum is an hour: a month is far beyond any run that
+# can finish, so a longer one is a typo (99999999h reaches past the year 9999 that dates can hold,
+# and would fail after the run was recorded).
+MAX_BUDGET_S = 30 * 86400.0
+
 DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
 
 
@@ -171,6 +177,10 @@ class SpaceConfig(_Strict):
     # the first trial (aiperf.train.auto) and stored with the run; on CPUs batch_size stays as
     # listed. None: batch_size as listed everywhere.
     batch_per_gib: list[int] | None = None
+    # The largest per-device batch batch_per_gib may resolve to (None: no cap). The GiB the batch
+    # is sized by is capped at batch_cap // max(batch_per_gib), so the resolved sizes stay the
+    # multipliers times one whole GiB count (aiperf.train.auto.capped_gib; docs/rules.md says why).
+    batch_cap: int | None = Field(None, ge=1)
 
     @field_validator("dropout")
     @classmethod
@@ -310,8 +320,9 @@ class ClusterConfig(_Strict):
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
 LrSchedule = Literal["constant", "cosine"]
-# train.precision auto: the fastest closed precision the workers' devices support, probed and
-# resolved once before the first trial (aiperf.train.auto); trials never see it.
+# train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
+# the devices (never by probe noise) once before the first trial (aiperf.train.auto); trials never
+# see it.
 AUTO = AUTO_PRECISION
 PRECISIONS: tuple[str, ...] = tuple(p for p in get_args(Precision) if p != AUTO)
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -345,8 +356,9 @@ class TrainConfig(_Strict):
     # softmax head (kept float32). jit_compile: model.compile(jit_compile=...), XLA on TensorFlow,
     # jax.jit on JAX (JAX without it runs op by op: slow). backend: the Keras backend each worker
     # starts with (KERAS_BACKEND, set before the worker imports anything). precision auto: the
-    # fastest of the ruleset's closed precisions that every worker's device supports, by the peak
-    # probe, recorded as the run's precision before its first trial (aiperf.train.auto).
+    # first of bfloat16, float16, float32 that the ruleset closes and every worker's devices take
+    # (GPUs by compute capability, CPUs bfloat16 with AMX only), recorded as the run's precision
+    # before its first trial (aiperf.train.auto).
     precision: Precision = "float32"
     jit_compile: bool = False
     backend: Backend = "tensorflow"
@@ -359,6 +371,10 @@ class TrainConfig(_Strict):
     # default (aiperf.results.division.ADDED_LATER).
     lr_schedule: LrSchedule = "constant"
     warmup_epochs: float = Field(0.0, ge=0.0)
+    # Linear scaling (Goyal et al. 2017): the searched learning rate is the rate for a global batch
+    # of this many samples, and a trial trains at rate x its global batch / this
+    # (aiperf.train.recipe.scaled_rate). None: the searched rate as it is, whatever the batch.
+    lr_reference_batch: int | None = Field(None, ge=1)
     weight_decay: float = Field(0.0, ge=0.0, lt=1.0)
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
 
@@ -471,7 +487,7 @@ class BenchmarkConfig(_Strict):
     ruleset: str | None = (
         None  # the rules a packaged profile is judged by (aiperf/rules/), id-version
     )
-    budget_s: float = Field(gt=0)
+    budget_s: float = Field(gt=0, le=MAX_BUDGET_S)
     workers: int = Field(ge=1)
     db: str = DEFAULT_DB_URL
     seed: int = Field(0, ge=0)
@@ -495,16 +511,13 @@ class BenchmarkConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_fits_data(self) -> BenchmarkConfig:
-        devices = trial_devices(self.cluster)
-        if max(self.search.space.batch_size) * devices > self.data.train_samples:
-            raise ValueError(
-                "search.space.batch_size: a batch is larger than data.train_samples"
-                + (
-                    f" (a trial's batch is the batch size x its {devices} devices)"
-                    if devices > 1
-                    else ""
-                )
-            )
+        """Only where the config says how many samples there are (generated data, digits): a
+        tfrecord or folder dataset's count comes from its files, and is checked against the staged
+        manifest (`batch_problem`, called once it is known) rather than a default never read."""
+        if self.data.kind not in FILE_COUNTED:
+            problem = batch_problem(self, self.data.train_samples, "data.train_samples")
+            if problem:
+                raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -536,6 +549,22 @@ CHECK_MACHINE: dict[str, bool] = {"check_machine": True}
 def _checks_machine(info: ValidationInfo) -> bool:
     """Whether this validation is for a run starting on this machine (context `CHECK_MACHINE`)."""
     return isinstance(info.context, dict) and bool(info.context.get("check_machine"))
+
+
+# Data kinds whose sample counts are read from the files when they are staged, not set in the config.
+FILE_COUNTED = ("tfrecord", "folder")
+
+
+def batch_problem(config: BenchmarkConfig, train_samples: int, source: str) -> str | None:
+    """Why a trial's largest global batch (per-device batch x its devices) is more than the
+    `train_samples` the data holds (None: it fits). `source` names where the count came from
+    (data.train_samples, or the staged dataset's manifest)."""
+    devices = trial_devices(config.cluster)
+    if max(config.search.space.batch_size) * devices <= train_samples:
+        return None
+    return f"search.space.batch_size: a batch is larger than {source} ({train_samples})" + (
+        f" (a trial's batch is the batch size x its {devices} devices)" if devices > 1 else ""
+    )
 
 
 def trial_devices(cluster: ClusterConfig) -> int:
@@ -810,12 +839,19 @@ def _check_backend(train: TrainConfig) -> None:
 
 
 def _budget_seconds(value: Any) -> float:
+    """The budget in seconds, refused in one line before anything is recorded when it is not a
+    positive duration of at most MAX_BUDGET_S."""
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
         raise UserError(f"--budget: {exc}") from None
     if seconds <= 0:
         raise UserError(f"--budget must be positive, got {value!r}; give e.g. --budget 3m")
+    if seconds > MAX_BUDGET_S:
+        raise UserError(
+            f"--budget {value} is more than the longest budget aiperf takes, "
+            f"{MAX_BUDGET_S // 86400:.0f} days; give e.g. --budget 2h"
+        )
     return seconds
 
 

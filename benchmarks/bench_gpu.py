@@ -480,6 +480,7 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
                 "search.seed_architecture": args.model,
                 "search.space.batch_size": [args.batch],
                 "train.epochs": [1],
+                "train.warmup_epochs": 0,  # the profile's 5-epoch warm-up needs longer rounds
             }
         )
     return settings

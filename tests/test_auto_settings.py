@@ -190,25 +190,35 @@ def test_a_worker_reads_its_gpus_from_nvidia_smi_on_its_path(tmp_path, monkeypat
 # --- one precision for the run -------------------------------------------------------------------
 
 
-def test_the_precision_fastest_on_every_worker_is_the_runs():
-    probes = [{F32: 60e12, BF16: 700e12, F16: 690e12}, {F32: 58e12, BF16: 710e12, F16: 650e12}]
-    assert resolve_precision(probes, (F32, BF16, F16)) == BF16
+def test_on_gpus_the_precision_is_what_every_workers_devices_support():
+    h100 = gpu((9, 0), 81559)
+    probes = [{F32: 60e12, BF16: 690e12, F16: 700e12}, {F32: 58e12, BF16: 700e12, F16: 710e12}]
+    assert resolve_precision(probes, (F32, BF16, F16), [h100, h100]) == BF16, "not the faster f16"
+    t4 = gpu((7, 5), 15360)
+    assert resolve_precision(probes[:1], (F32, BF16, F16), [t4]) == F16
+    assert resolve_precision(probes[:1], (F32,), [h100]) == F32, "what the ruleset allows"
 
 
-def test_workers_that_disagree_are_settled_by_their_summed_rate():
-    # The slowest worker's best (float16) would give up more on the fast worker than it gains.
-    probes = [{F32: 1e12, BF16: 10e12, F16: 9e12}, {F32: 1e12, BF16: 4e12, F16: 4.5e12}]
-    assert resolve_precision(probes, (F32, BF16, F16)) == BF16
-    assert resolve_precision([{F32: 2e12, BF16: 2e12}], (F32, BF16)) == F32, "a tie keeps float32"
+def test_on_cpus_bfloat16_needs_amx_whatever_the_probe_measured():
+    amx = DeviceFacts(accelerator=False, cpu_bf16=("amx_bf16", "avx512_bf16"))
+    avx512 = DeviceFacts(accelerator=False, cpu_bf16=("avx512_bf16",))
+    twice = [{F32: 1e11, BF16: 2e11}]
+    assert resolve_precision(twice, (F32, BF16), [amx]) == BF16
+    assert resolve_precision(twice, (F32, BF16), [avx512]) == F32, "a gain probe noise can undo"
+    assert resolve_precision(twice * 2, (F32, BF16), [amx, avx512]) == F32, "every worker's"
 
 
 def test_only_closed_precisions_every_worker_probed_can_win():
+    h100 = gpu((9, 0), 81559)
     fast_f16 = [{F32: 1e12, BF16: 2e12, F16: 9e12}]
-    assert resolve_precision(fast_f16, load_ruleset("aiperf-rules-1.0").precisions) == BF16
-    assert resolve_precision(fast_f16, load_ruleset("aiperf-rules-1.1").precisions) == F16
+    assert resolve_precision(fast_f16, load_ruleset("aiperf-rules-1.0").precisions, [h100]) == BF16
+    assert resolve_precision(fast_f16, (F32, F16), [h100]) == F16
     v100_and_a100 = [{F32: 14e12, F16: 110e12}, {F32: 19e12, BF16: 300e12, F16: 300e12}]
-    assert resolve_precision(v100_and_a100, (F32, BF16, F16)) == F16, "the V100 has no bf16"
-    assert resolve_precision([], (F32, BF16)) == F32, "no probe: float32"
+    both = [gpu((7, 0)), gpu((8, 0))]
+    assert resolve_precision(v100_and_a100, (F32, BF16, F16), both) == F16, "the V100: no bf16"
+    failed = [{F32: 19e12, F16: 300e12}]  # its bfloat16 probe failed
+    assert resolve_precision(failed, (F32, BF16, F16), [h100]) == F16
+    assert resolve_precision([], (F32, BF16), []) == F32, "no probe: float32"
 
 
 # --- the per-device batch ------------------------------------------------------------------------
@@ -230,8 +240,12 @@ def test_imagenet_resolves_for_gpus_and_keeps_its_list_on_cpus():
         "train.precision": F16,
         "search.space.batch_size": [180, 195, 210],
     }
-    cpu = [peak("w0", {F32: 1e11, BF16: 2e11}, DeviceFacts(accelerator=False, cpu_bf16=("x",)))]
+    amx = DeviceFacts(accelerator=False, cpu_bf16=("amx_bf16",))
+    cpu = [peak("w0", {F32: 1e11, BF16: 2e11}, amx)]
     assert resolved_settings(config, cpu) == {"train.precision": BF16}
+    avx512 = DeviceFacts(accelerator=False, cpu_bf16=("avx512_bf16",))
+    cpu = [peak("w0", {F32: 1e11, BF16: 2e11}, avx512)]
+    assert resolved_settings(config, cpu) == {"train.precision": F32}
     assert resolved_settings(config, None) == {"train.precision": F32}, "simulated, or no probe"
     given = imagenet(**{"train.precision": "float32", "search.space.batch_per_gib": None})
     assert resolved_settings(given, v100) == {}
@@ -352,8 +366,13 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
 def test_a_resolved_batch_the_data_cannot_hold_is_one_line(tmp_path):
     from aiperf.lifecycle import run
 
-    config = imagenet(**{"out": str(tmp_path)}).model_copy(
-        update={"db": f"sqlite:///{tmp_path / 'a.db'}"}
+    # nightly's 3000 generated samples are set in its config, so they are checked as it resolves.
+    config = load_config(
+        "nightly",
+        workers=1,
+        db=f"sqlite:///{tmp_path / 'a.db'}",
+        out=str(tmp_path),
+        overrides={"search.space.batch_per_gib": [12, 13, 14]},
     )
     huge = [peak("w0", {F32: 1e12}, gpu((9, 0), 300 * 1024))]  # 14 x 300 GiB > 3000 samples
     with Store.open(config.db) as store:
@@ -363,7 +382,7 @@ def test_a_resolved_batch_the_data_cannot_hold_is_one_line(tmp_path):
     assert "\n" not in str(error.value) and "batch_per_gib" in str(error.value)
 
 
-def test_a_real_probe_on_this_cpu_chooses_its_fastest_precision():
+def test_a_real_probe_on_this_cpu_chooses_by_the_cpu_rule():
     from aiperf.train.peak import in_precision
     from aiperf.train.worker import peak_on_worker
 
@@ -372,8 +391,9 @@ def test_a_real_probe_on_this_cpu_chooses_its_fastest_precision():
     assert set(found["probes"]) == set(supported_precisions(facts)), "float16: not on a CPU"
     assert all(probe["flops"] > 0 for probe in found["probes"].values())
     rates = {p: probe["flops"] for p, probe in found["probes"].items()}
-    chosen = resolve_precision([rates], (F32, BF16, F16))
-    assert rates[chosen] == max(rates.values())
+    chosen = resolve_precision([rates], (F32, BF16, F16), [facts])
+    # bfloat16 where this CPU has AMX, whatever the rates (docs/rules.md, "Precision").
+    assert chosen == (BF16 if "amx_bf16" in facts.cpu_bf16 else F32), rates
     assert in_precision(found, chosen)["flops"] == rates[chosen]
     if facts.cpu_bf16:  # this machine's AVX-512 BF16
         assert found["probes"][BF16]["dtype"] == "bfloat16"
@@ -406,7 +426,8 @@ def test_a_run_on_real_workers_probes_resolves_and_records(tmp_path):
     assert settled.train.precision in (F32, BF16) and record.precision == settled.train.precision
     assert record.division == CLOSED == classify(settled).name
     (measured,) = record.worker_peaks
-    assert set(measured["probes"]) <= {F32, BF16} and measured["flops"] == max(
-        probe["flops"] for probe in measured["probes"].values()
-    )
+    facts = DeviceFacts.from_dict(measured["device_facts"])
+    assert settled.train.precision == (BF16 if "amx_bf16" in facts.cpu_bf16 else F32)
+    assert set(measured["probes"]) <= {F32, BF16}
+    assert measured["flops"] == measured["probes"][settled.train.precision]["flops"], "the chosen"
     assert record.peak_flops == measured["flops"]

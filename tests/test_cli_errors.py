@@ -70,6 +70,9 @@ def recorded_db(tmp_path):
         (["--profile", "nope"], "unknown profile 'nope'"),
         (["--budget", "0"], "--budget must be positive"),
         (["--budget", "-5s"], "not a duration"),
+        # past any run that can finish (and past the year 9999 a deadline's date can hold)
+        (["--budget", "99999999h"], "--budget 99999999h is more than the longest budget"),
+        (["--budget", "721h"], "aiperf takes, 30 days"),
         (["--workers", "4096"], "more than this machine can hold"),
         (["--workers", "0"], "at least 1"),
         (["--set", "nonsense"], "is not KEY=VALUE"),

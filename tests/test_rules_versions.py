@@ -2,7 +2,8 @@
 
 1.1 closes mixed_float16 and raises imagenet's accuracy floor to AIPerf's 0.7; 1.2 keeps 1.1's
 figures and pins every profile's dataset; 1.3 keeps 1.2's and adds how a ranked result is made (a
-series of runs, aiperf.rules.SeriesRule); every packaged profile names 1.3. A run is judged by the
+series of runs, aiperf.rules.SeriesRule); 1.4 keeps 1.3's and is named by the imagenet profiles,
+whose large-batch recipe it judges; the other profiles name 1.3. A run is judged by the
 version it recorded: a run stored under 1.0 keeps 1.0's verdict, read back through the Store and
 judged again as `aiperf verify` judges it. No framework is imported and nothing trains."""
 
@@ -28,12 +29,13 @@ from aiperf.rules import available_rulesets, load_ruleset
 from aiperf.store import Store
 
 V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
-V13 = "aiperf-rules-1.3"
+V13, V14 = "aiperf-rules-1.3", "aiperf-rules-1.4"
 RULES = Path(__file__).resolve().parent.parent / "aiperf" / "rules"
 # aiperf-rules-1.0.yaml as published: runs recorded under it are judged by it, so it never changes.
 V10_SHA256 = "8dc87b5fe6ef68ed8c0b83035303de8bae53734eefd22dff70af4527f1790647"
 V11_SHA256 = "18175eeec923646610ca60c1a449c48c4594e66ecfe4e9ee0d30560609392478"
 V12_SHA256 = "8d5b529433b6edb393396429372440f1a37ed5b2353b61d150fa7c1158f5b3e1"
+V13_SHA256 = "8121ba653276e9d24e050a0843a5f86e30901045a8d4f1efd74c7f104d8e0d92"
 PLACEHOLDER_SOURCE = {"data.source": "/data"}  # imagenet needs one to load; never read here
 
 
@@ -120,7 +122,16 @@ def test_1_2_stays_as_published_and_1_3_keeps_its_figures_and_ranks_a_series():
     )
 
 
-def test_every_profile_names_1_3():
+def test_1_3_stays_as_published_and_1_4_keeps_its_figures():
+    text = (RULES / f"{V13}.yaml").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == V13_SHA256, "a published ruleset is never edited"
+    old, new = load_ruleset(V13), load_ruleset(V14)
+    assert dataclasses.replace(new, version=old.version) == old, (
+        "1.4 changes no figure: what it judges is the imagenet profiles' large-batch recipe"
+    )
+
+
+def test_the_imagenet_profiles_name_1_4_and_the_others_1_3():
     for profile in available_profiles():
         config = load_config(
             profile,
@@ -128,7 +139,12 @@ def test_every_profile_names_1_3():
             overrides=PLACEHOLDER_SOURCE if profile == "imagenet" else None,
             runs_here=False,
         )
-        assert config.ruleset == V13, profile
+        large_batch = profile in ("imagenet", "imagenet-shaped")
+        assert config.ruleset == (V14 if large_batch else V13), profile
+        assert (config.train.lr_reference_batch, config.search.space.batch_cap) == (
+            (256, 1024) if large_batch else (None, None)
+        ), profile
+        assert config.train.warmup_epochs == (5.0 if large_batch else 0.0), profile
     config = imagenet()
     assert (config.validity.accuracy_floor, config.validity.min_budget_s) == (0.7, 3600.0)
 
@@ -136,9 +152,9 @@ def test_every_profile_names_1_3():
 # --- the division: by the ruleset the run names ----------------------------------------------------
 
 
-def test_closed_imagenet_with_mixed_float16_is_closed_under_1_3_open_under_1_0():
+def test_closed_imagenet_with_mixed_float16_is_closed_under_1_4_open_under_1_0():
     now = classify(imagenet("mixed_float16"))
-    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V13, ())
+    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V14, ())
     then = classify(recorded_under_1_0(imagenet("mixed_float16")))
     assert (then.name, then.ruleset) == (OPEN, V10)
     assert then.deviations == (
@@ -221,7 +237,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
 
 def test_rules_imagenet_json_is_aiperfs_closed_workload():
     shown = rules_json("imagenet")
-    assert shown["ruleset"] == V13
+    assert shown["ruleset"] == V14
     assert shown["accuracy_floor"] >= 0.70 and shown["min_budget_s"] >= 3600
     assert "mixed_float16" in shown["precisions"]
     assert shown["seed_architecture"] == "resnet50"
@@ -249,7 +265,7 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "sha256": None,
         "name": "ImageNet-1k",
     }
-    assert shown["batch_size"] == {"per_gib": [12, 13, 14], "listed": [192, 208, 224]}
+    assert shown["batch_size"] == {"per_gib": [12, 13, 14], "listed": [192, 208, 224], "cap": 1024}
     assert shown["choices"] == {
         "train.backend": ["tensorflow", "jax", "torch"],
         "train.jit_compile": [False, True],
@@ -277,7 +293,8 @@ def test_rules_plain_fits_80_columns(profile):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines and all(len(line) <= 80 for line in lines), lines
-    assert V13 in lines[0] and any("seed network" in line for line in lines)
+    version = V14 if profile.startswith("imagenet") else V13
+    assert version in lines[0] and any("seed network" in line for line in lines)
     assert any(line.strip().startswith("ranked result") for line in lines), "the series rule"
     assert any(line.strip().startswith("data") for line in lines), "the pinned dataset is shown"
 

@@ -30,6 +30,8 @@ RECIPE_SETTINGS = (
     "train.weight_decay",
     "train.label_smoothing",
 )
+# issue 32's large-batch rule (aiperf-rules-1.4, tests/test_gpu_node_validity.py)
+LARGE_BATCH_SETTINGS = ("train.lr_reference_batch",)
 
 
 # --- validation --------------------------------------------------------------------------------------
@@ -170,13 +172,13 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     sha256 of every non-settable setting. Verify recomputes the same hash and division from it."""
     config = load_config("quick", workers=1)
     ruleset = load_ruleset(DEFAULT_RULESET)
-    later = (*NEW_SETTINGS, *RECIPE_SETTINGS)  # the training recipe joined later still
+    later = (*NEW_SETTINGS, *RECIPE_SETTINGS, *LARGE_BATCH_SETTINGS)  # joined later still
     old = {
         k: v
         for k, v in flatten(config.model_dump(mode="json")).items()
         if not ruleset.is_settable(k)
         and k not in later
-        and k != "search.space.batch_per_gib"
+        and k not in ("search.space.batch_per_gib", "search.space.batch_cap")
         and not k.startswith("system.")  # the machine's name and notes: joined later, never hashed
     }
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
@@ -184,6 +186,7 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     for key in later:
         del stored["train"][key.split(".")[1]]
     del stored["search"]["space"]["batch_per_gib"]  # joined later too (aiperf.train.auto)
+    del stored["search"]["space"]["batch_cap"]  # and its cap (aiperf-rules-1.4)
     del stored["system"]  # and the machine's facts (config.SystemConfig)
     from aiperf.config import BenchmarkConfig
 

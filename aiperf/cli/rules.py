@@ -93,7 +93,9 @@ def _batch(batch: dict[str, Any]) -> str:
     if not batch.get("per_gib"):
         return listed
     per_gib = ", ".join(str(m) for m in batch["per_gib"])
-    return f"{per_gib} x the smallest GPU's GiB per device; {listed} on CPUs"
+    cap = batch.get("cap")
+    capped = f" (at most {cap})" if cap else ""
+    return f"{per_gib} x the smallest GPU's GiB per device{capped}; {listed} on CPUs"
 
 
 def _pinned(data: dict) -> str:
@@ -143,7 +145,7 @@ def plain(required: dict[str, Any]) -> list[str]:
         (
             "train.precision",
             ", ".join(required["precisions"])
-            + ", or auto: the fastest of these every worker's device supports",
+            + ", or auto: by what every worker's devices support (docs/rules.md)",
         ),
         ("batch size", _batch(required.get("batch_size") or {})),
         *(

@@ -52,6 +52,7 @@ from aiperf.status import TrialStatus
 from aiperf.store import Store, TrialRecord, WriteBatch
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
+from aiperf.train.recipe import scaled_rate
 from aiperf.units import ops_rate
 
 log = logging.getLogger("aiperf.lifecycle.orchestrator")
@@ -569,7 +570,11 @@ class Orchestrator:
                         run_id=self.run_id,
                         trial_key=key,
                         architecture=architecture,
-                        learning_rate=proposal.learning_rate,
+                        learning_rate=scaled_rate(
+                            proposal.learning_rate,
+                            proposal.batch_size * trial_devices(self.config.cluster),
+                            self.config.train.lr_reference_batch,
+                        ),
                         batch_size=proposal.batch_size,
                         epochs=epochs,
                         deadline=deadline,

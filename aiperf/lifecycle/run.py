@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from aiperf import paths, settings
 from aiperf.broadcast import on_every_worker
 from aiperf.cluster import start_cluster, trial_resources
-from aiperf.config import AUTO, BenchmarkConfig
+from aiperf.config import AUTO, BenchmarkConfig, batch_problem
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError, disk_full
 from aiperf.lifecycle import live, liveness
@@ -250,6 +250,21 @@ def _staging_folder(config: BenchmarkConfig, exc: OSError) -> tuple[str, str]:
     if stage_to and str(exc.filename or "").startswith(str(Path(stage_to).expanduser())):
         return stage_to, "data.stage_to"
     return config.out, "--out"
+
+
+def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> None:
+    """A trial's global batch against the train images staging counted, for a batch the devices
+    resolved (search.space.batch_per_gib): for tfrecord and folder data the config holds no count
+    (aiperf.config.FILE_COUNTED), and that batch is only known once the workers' peaks are, so
+    this is the first place both are. A batch the profile lists is checked against the same count
+    by each trial's feed (aiperf.data.feed), which fails the trial in one line, and the run after
+    its first trials fail in a row."""
+    problem = batch_problem(config, manifest.train_samples, "the staged dataset's train images")
+    if problem:
+        raise UserError(
+            f"{problem}; stage more data, or use smaller batches (search.space.batch_size, "
+            "batch_per_gib or batch_cap) or fewer devices per trial"
+        )
 
 
 def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
@@ -582,7 +597,10 @@ def search_until_deadline(
         # Warm-up and peaks come before anything reads what the profile leaves to the devices
         # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
         # and the trials see the settings the run resolved from them.
+        listed = config.search.space.batch_size
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
+        if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
+            refuse_batch_beyond_data(config, manifest)
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
@@ -806,7 +824,8 @@ def resolve_settings(
         message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise UserError(
             f"this run's devices give {shown}, which is not valid: {message}; set "
-            "search.space.batch_per_gib or train.precision to values that fit"
+            "search.space.batch_per_gib, search.space.batch_cap or train.precision to values "
+            "that fit"
         ) from None
     division = classify(settled)
     stored = settled.model_dump(mode="json")

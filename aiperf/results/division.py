@@ -79,6 +79,9 @@ ADDED_LATER = {
     "train.label_smoothing": 0.0,
     # the per-device batch from the devices' memory (aiperf.train.auto): unset, batch_size as listed
     "search.space.batch_per_gib": None,
+    # rulesets from 1.4: the cap on that batch, and the learning rate scaled with the global batch
+    "search.space.batch_cap": None,
+    "train.lr_reference_batch": None,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
@@ -199,7 +202,7 @@ def batch_problem(
     workers recorded in their peaks (None: they are, or nothing says otherwise). On GPUs: each
     multiplier times the smallest GPU's whole GiB; on CPUs a closed run keeps its packaged
     profile's list. A run without recorded devices (no probe ran) is not judged here."""
-    from aiperf.train.auto import DeviceFacts, batch_sizes, smallest_gib
+    from aiperf.train.auto import DeviceFacts, batch_sizes, capped_gib, smallest_gib
 
     per_gib = config.search.space.batch_per_gib
     facts = [DeviceFacts.from_dict(p["device_facts"]) for p in worker_peaks if "device_facts" in p]
@@ -207,7 +210,12 @@ def batch_problem(
         return None
     gib = smallest_gib(facts)
     if gib is not None:
-        expected, why = batch_sizes(per_gib, gib), f"{per_gib} x {gib} GiB, its smallest GPU's"
+        cap = config.search.space.batch_cap
+        sized = capped_gib(per_gib, gib, cap)
+        expected = batch_sizes(per_gib, gib, cap)
+        why = f"{per_gib} x {gib} GiB, its smallest GPU's" + (
+            f", capped at {sized} GiB by search.space.batch_cap {cap}" if sized < gib else ""
+        )
     else:
         division = classify(config)
         if not division.closed:

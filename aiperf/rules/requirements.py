@@ -21,12 +21,13 @@ def closed_requirements(
     """The profile's figures under `ruleset`, its closed choices and what a valid result needs.
 
     `precisions` is the closed choice of train.precision (a closed run may also give `auto`: the
-    fastest of them its devices support); `choices` holds every other closed choice
+    first of them, bfloat16 first, that its devices support); `choices` holds every other closed choice
     (train.backend, train.jit_compile) by its dotted name; `settable` lists what a closed run may
     change freely (a section name covers its keys). `batch_size`, from the profile's own
     search.space section (`space`), is the batch sizes a closed run trains with: `per_gib`
-    (search.space.batch_per_gib, None when unset) times the smallest GPU's whole GiB on GPUs, and
-    `listed` (search.space.batch_size) on CPUs or without `per_gib`. `data` is the dataset a closed
+    (search.space.batch_per_gib, None when unset) times the smallest GPU's whole GiB on GPUs, at
+    most `cap` per device (search.space.batch_cap, None when unset), and `listed`
+    (search.space.batch_size) on CPUs or without `per_gib`. `data` is the dataset a closed
     result must train on (kind, classes, train_samples, val_samples, and the content sha256 of
     generated data; None where the ruleset pins none). `series` is how a ranked closed result is
     made (rulesets from 1.3): {runs, drop, statistic}, the runs of one config it needs, how many of
@@ -49,7 +50,11 @@ def closed_requirements(
         "settable": list(ruleset.settable),
         "convention": ruleset.convention,
         "trainer": ruleset.trainer,
-        "batch_size": {"per_gib": space.get("batch_per_gib"), "listed": space.get("batch_size")},
+        "batch_size": {
+            "per_gib": space.get("batch_per_gib"),
+            "listed": space.get("batch_size"),
+            "cap": space.get("batch_cap"),
+        },
         "data": asdict(rules.data) if rules.data is not None else None,
         "series": asdict(ruleset.series) if ruleset.series is not None else None,
     }

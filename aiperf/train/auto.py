@@ -17,10 +17,23 @@ Which precisions a device may probe is decided from the device itself, never fro
 - anything else (another accelerator, a GPU whose driver does not report its capability, a MIG
   instance): float32.
 
-The run then keeps the candidate with the highest summed probed rate among those every worker
-probed and the run's ruleset allows in the closed division (docs/rules.md says why the sum). The
-functions that decide are pure (device facts and probed rates in, a setting out); `device_facts`
-alone reads the machine.
+Which of them the run trains in is decided by the devices alone, so that the same machine resolves
+the same precision every run (the precision enters the workload hash, so a coin toss would split one
+machine's runs into two series); docs/rules.md ("Precision") states the rule. The first of
+GPU_ORDER (mixed_bfloat16, mixed_float16, float32) that every worker's devices take:
+
+- an NVIDIA GPU takes what its compute capability supports (above): bfloat16 from 8.0, float16
+  from 7.0. bfloat16 and float16 run on the same tensor cores at the same rate, so their probes
+  differ by the probe's noise alone and never decide;
+- a CPU takes bfloat16 only with AMX (amx_bf16), whose matrix tiles are built for it; AVX-512 BF16
+  alone gives a gain the probe cannot tell apart from a neighbour's load (1.2x to 2.8x float32 in
+  three probes a minute apart on a shared 2-core EPYC, docs/rules.md), so such a CPU trains in
+  float32;
+- anything else: float32.
+
+Only precisions every worker probed and the run's ruleset allows in the closed division can be
+chosen; the probe then measures the chosen one's peak (MFU's divisor). The functions that decide
+are pure (device facts and probed rates in, a setting out); `device_facts` alone reads the machine.
 """
 
 from __future__ import annotations
@@ -37,8 +50,13 @@ from aiperf.config import AUTO, BenchmarkConfig, visible_devices
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
 
 GIB = 2**30
-# Tie order, and the order the probes run in: a faster precision must win outright over float32.
+# The order the probes run in (float32 first: MFU's divisor where nothing else is chosen).
 PREFERENCE = ("float32", "mixed_bfloat16", "mixed_float16")
+# The order a GPU run takes the precisions its devices support in: bfloat16 first (float32's range,
+# no loss scaling), then float16 (loss-scaled), then float32.
+GPU_ORDER = ("mixed_bfloat16", "mixed_float16", "float32")
+# The CPU flag whose bfloat16 a run trains in (auto): AMX's tile units.
+CPU_AMX_BF16 = "amx_bf16"
 BF16_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 FP16_CAPABILITY = (7, 0)  # Volta: float16 tensor cores
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -187,15 +205,35 @@ def allowed_precisions(config: BenchmarkConfig) -> tuple[str, ...]:
     return tuple(p for p in PREFERENCE if p in allowed)
 
 
-def resolve_precision(probes: Sequence[Mapping[str, float]], allowed: Sequence[str]) -> str:
-    """The run's precision from each worker's probed rates ({precision: FLOP/s}): among the allowed
-    precisions every worker probed, the one with the highest sum over the workers (ties: the first
-    in PREFERENCE). Where one precision is the fastest on every worker, that is it. No probes (none
-    ran, or the probe failed): float32."""
-    common = [p for p in PREFERENCE if p in allowed and all(p in rates for rates in probes)]
-    if not probes or not common:
+def trained_precisions(facts: DeviceFacts) -> set[str]:
+    """The precisions `train.precision: auto` may resolve to on a device with these facts: what a
+    GPU supports; on a CPU, bfloat16 only with AMX (its probe may still run with AVX-512 BF16)."""
+    if facts.accelerator:
+        return set(supported_precisions(facts))
+    return {"float32", "mixed_bfloat16"} if CPU_AMX_BF16 in facts.cpu_bf16 else {"float32"}
+
+
+def resolve_precision(
+    probes: Sequence[Mapping[str, float]],
+    allowed: Sequence[str],
+    facts: Sequence[DeviceFacts],
+) -> str:
+    """The run's precision from each worker's device facts and probed rates ({precision: FLOP/s},
+    one each, in the same order): the first of GPU_ORDER that the ruleset allows, every worker
+    probed, and every worker's devices take (`trained_precisions`). The rates never decide, so
+    probe noise cannot change the choice. No probes (none ran, or the probe failed), or facts that
+    do not match them: float32."""
+    if not probes or len(facts) != len(probes):
         return "float32"
-    return max(common, key=lambda p: sum(float(rates[p]) for rates in probes))
+    taken = set.intersection(*(trained_precisions(f) for f in facts))
+    return next(
+        (
+            p
+            for p in GPU_ORDER
+            if p in allowed and p in taken and all(p in rates for rates in probes)
+        ),
+        "float32",
+    )
 
 
 def smallest_gib(facts: Sequence[DeviceFacts]) -> int | None:
@@ -207,9 +245,21 @@ def smallest_gib(facts: Sequence[DeviceFacts]) -> int | None:
     return gib if gib >= 1 else None
 
 
-def batch_sizes(per_gib: Sequence[int], gib: int) -> list[int]:
-    """The per-device batch sizes for GPUs of `gib` GiB: each multiplier times it, ascending."""
-    return sorted({multiplier * gib for multiplier in per_gib})
+def capped_gib(per_gib: Sequence[int], gib: int, cap: int | None) -> int:
+    """The GiB count the batch is sized by: the GPUs' `gib`, or fewer where the largest multiplier
+    times it would pass the per-device `cap` (search.space.batch_cap). Capping the GiB rather than
+    each size keeps the sizes distinct and each a multiplier times one whole GiB count, as
+    aiperf.results.division.sized_by_memory judges them."""
+    if cap is None:
+        return gib
+    return max(1, min(gib, cap // max(per_gib)))
+
+
+def batch_sizes(per_gib: Sequence[int], gib: int, cap: int | None = None) -> list[int]:
+    """The per-device batch sizes for GPUs of `gib` GiB: each multiplier times it (capped by
+    `capped_gib`), ascending."""
+    sized = capped_gib(per_gib, gib, cap)
+    return sorted({multiplier * sized for multiplier in per_gib})
 
 
 def resolved_settings(
@@ -221,16 +271,17 @@ def resolved_settings(
     from none (a simulated run, a failed probe: float32 and the listed batch sizes)."""
     peaks = list(peaks or ())
     settings: dict[str, Any] = {}
+    facts = [DeviceFacts.from_dict(peak.get("device_facts") or {}) for peak in peaks]
     if config.train.precision == AUTO:
         probes = [
             {p: float(probe["flops"]) for p, probe in (peak.get("probes") or {}).items()}
             for peak in peaks
         ]
-        settings["train.precision"] = resolve_precision(probes, allowed_precisions(config))
+        settings["train.precision"] = resolve_precision(probes, allowed_precisions(config), facts)
     per_gib = config.search.space.batch_per_gib
     if per_gib:
-        facts = [DeviceFacts.from_dict(peak.get("device_facts") or {}) for peak in peaks]
         gib = smallest_gib(facts)
         if gib is not None:
-            settings["search.space.batch_size"] = batch_sizes(per_gib, gib)
+            cap = config.search.space.batch_cap
+            settings["search.space.batch_size"] = batch_sizes(per_gib, gib, cap)
     return settings

@@ -21,6 +21,21 @@ from typing import Any
 WARMUP_START = 0.1
 
 
+def scaled_rate(rate: float, global_batch: int, reference_batch: int | None) -> float:
+    """The rate a trial trains at: the searched `rate`, times `global_batch` / `reference_batch`
+    where the profile scales it (train.lr_reference_batch), else as searched.
+
+    Goyal et al. (2017, "Accurate, Large Minibatch SGD") train ResNet-50 on ImageNet to the small
+    batch's accuracy up to a global batch of 8,192 with the rate scaled linearly with the batch
+    (0.1 x batch / 256) and a gradual warm-up (train.warmup_epochs, from WARMUP_START of the rate):
+    a node's 8 devices at a per-device batch b step 8 x b samples, and take a rate 8 x b / 256
+    times the one searched for 256. Pure arithmetic, so the orchestrator can put the rate into the
+    trial's request and the trial builds its schedule from it (`learning_rate`)."""
+    if reference_batch is None:
+        return rate
+    return rate * global_batch / reference_batch
+
+
 def learning_rate(
     rate: float, schedule: str, *, epochs: int, steps_per_epoch: int, warmup_epochs: float = 0.0
 ) -> Any:
