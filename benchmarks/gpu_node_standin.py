@@ -176,7 +176,9 @@ def write(folder: Path, node: dict[str, str] | None = None, *, fail: bool = Fals
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Write a stand-in nvidia-smi of an N x H200 node.")
+    parser = argparse.ArgumentParser(
+        description="Write a stand-in nvidia-smi of an N x H200 node."
+    )
     parser.add_argument("folder", type=Path, help="where to write it (put it first on PATH)")
     parser.add_argument("gpus", type=int, nargs="?", default=8, help="GPUs it lists (default 8)")
     parser.add_argument(

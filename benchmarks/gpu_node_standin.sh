@@ -16,11 +16,11 @@
 # JAX with jit, the precision and batch resolved from the devices, data-parallel trials over N
 # devices, scoring and verification, into DB_URL; then `aiperf show` prints the run.
 #
-# Sizes are cut to fit a CPU in a minute or two (32-pixel images, 448 training samples, one epoch
+# Sizes are cut to fit a CPU in a minute or two (32-pixel images, 224 training samples, one epoch
 # per trial, the resnet-mini seed), so the run is open and cannot reach the accuracy floor: its exit
 # status is 0, or 3 (invalid by its rules, which those cuts make it). The staged data and the event
 # log go to OUT (default aiperf-out), where `aiperf verify RUN --db DB_URL` finds them.
-# STANDIN_BUDGET (default 75s) sets the budget; further arguments after OUT go to `aiperf run`.
+# STANDIN_BUDGET (default 60s) sets the budget; further arguments after OUT go to `aiperf run`.
 set -euo pipefail
 
 db=${1:?usage: bash benchmarks/gpu_node_standin.sh DB_URL [N] [OUT] [aiperf run options...]}
@@ -47,8 +47,8 @@ export AIPERF_PEAK_SECONDS=${AIPERF_PEAK_SECONDS:-1}
 
 status=0
 "$python" -m aiperf.cli.main run --profile imagenet-shaped --db "$db" --out "$out" \
-  --budget "${STANDIN_BUDGET:-75s}" --allow-concurrent \
-  --set data.image_size=32 --set data.train_samples=448 --set data.val_samples=224 \
+  --budget "${STANDIN_BUDGET:-60s}" --allow-concurrent \
+  --set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112 \
   --set data.shard_images=112 --set train.epochs=[1] --set train.early_stopping_patience=1 \
   --set search.seed_architecture=resnet-mini --set search.candidates=4 \
   --set "search.space.batch_size=[12,13,14]" \
