@@ -175,16 +175,52 @@ def write(folder: Path, node: dict[str, str] | None = None, *, fail: bool = Fals
     return folder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="Write a stand-in nvidia-smi of an N x H200 node."
+def imagenet_shards(folder: Path, *, classes: int = 10, seed: int = 0) -> Path:
+    """TFRecord shards in ImageNet's layout and format (train-*-of-* and validation-*-of-*, JPEGs,
+    labels from 1) in `folder`, made once by aiperf's generated-imagenet staging at the stand-in's
+    sizes (32 px, 224 + 112 images of `classes` classes, so every validation class is in the
+    training shards) with its index files left behind, as a user's ImageNet folder holds them:
+    the data a stand-in `--profile imagenet` run reads with `--set data.source=FOLDER`."""
+    import shutil
+
+    from aiperf.config import DataConfig
+    from aiperf.data.staging import stage
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if any(folder.glob("train-*")):
+        return folder
+    data = DataConfig(
+        kind="generated-imagenet",
+        image_size=32,
+        channels=3,
+        classes=classes,
+        train_samples=224,
+        val_samples=112,
+        shard_images=112,
     )
-    parser.add_argument("folder", type=Path, help="where to write it (put it first on PATH)")
-    parser.add_argument("gpus", type=int, nargs="?", default=8, help="GPUs it lists (default 8)")
-    parser.add_argument(
+    manifest = stage(data, seed, folder / ".generated")
+    for shard in sorted(Path(manifest.path).iterdir()):
+        if shard.name.startswith(("train-", "validation-")) and shard.suffix != ".json":
+            shutil.copyfile(shard, folder / shard.name)
+    shutil.rmtree(folder / ".generated")
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The stand-in GPU node's parts.")
+    parts = parser.add_subparsers(dest="part", required=True)
+    smi = parts.add_parser("nvidia-smi", help="write a stand-in nvidia-smi of an N x H200 node")
+    smi.add_argument("folder", type=Path, help="where to write it (put it first on PATH)")
+    smi.add_argument("gpus", type=int, nargs="?", default=8, help="GPUs it lists (default 8)")
+    smi.add_argument(
         "--memory-mib", type=int, default=1024, help="each GPU's memory.total (default 1024)"
     )
+    shards = parts.add_parser("shards", help="TFRecord shards in ImageNet's layout, once")
+    shards.add_argument("folder", type=Path)
     args = parser.parse_args()
+    if args.part == "shards":
+        print(imagenet_shards(args.folder))
+        return
     if args.gpus < 1 or args.memory_mib < 1024:
         parser.error("give at least 1 GPU and at least 1024 MiB (a whole GiB sizes the batch)")
     write(args.folder, h200_node(args.gpus, args.memory_mib))

@@ -21,19 +21,23 @@
 # status is 0, or 3 (invalid by its rules, which those cuts make it). The staged data and the event
 # log go to OUT (default aiperf-out), where `aiperf verify RUN --db DB_URL` finds them.
 # STANDIN_BUDGET (default 60s) sets the budget; further arguments after OUT go to `aiperf run`.
+# STANDIN_PROFILE=imagenet runs the ranked profile instead, over TFRecord shards in ImageNet's
+# layout (10 classes, labels from 1) that `gpu_node_standin.py shards` generates once into
+# OUT/standin-shards.
 set -euo pipefail
 
 db=${1:?usage: bash benchmarks/gpu_node_standin.sh DB_URL [N] [OUT] [aiperf run options...]}
 gpus=${2:-8}
 out=${3:-aiperf-out}
 shift $(($# < 3 ? $# : 3))
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
 [[ -x $python ]] || python=python3
 
 bin=$(mktemp -d "${TMPDIR:-/tmp}/gpu-node-standin.XXXXXX")
 trap 'rm -rf "$bin"' EXIT
-"$python" "$repo/benchmarks/gpu_node_standin.py" "$bin" "$gpus" --memory-mib 1024
+"$python" "$repo/benchmarks/gpu_node_standin.py" nvidia-smi "$bin" "$gpus" --memory-mib 1024
 
 export PATH="$bin:$PATH"
 unset CUDA_VISIBLE_DEVICES  # every listed GPU is the node's
@@ -45,14 +49,21 @@ export XLA_FLAGS="${flags[*]:+${flags[*]} }--xla_force_host_platform_device_coun
 export AIPERF_ACCELERATOR_PLATFORMS=cpu
 export AIPERF_PEAK_SECONDS=${AIPERF_PEAK_SECONDS:-1}
 
+profile=${STANDIN_PROFILE:-imagenet-shaped}
+source_args=()
+if [[ $profile == imagenet ]]; then  # the ranked profile reads TFRecord shards: generated once
+  shards=$(cd "$repo" && "$python" benchmarks/gpu_node_standin.py shards "$out/standin-shards")
+  source_args=(--set "data.source=$shards")
+fi
+
 status=0
-"$python" -m aiperf.cli.main run --profile imagenet-shaped --db "$db" --out "$out" \
+"$python" -m aiperf.cli.main run --profile "$profile" --db "$db" --out "$out" \
   --budget "${STANDIN_BUDGET:-60s}" --allow-concurrent \
   --set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112 \
   --set data.shard_images=112 --set train.epochs=[1] --set train.early_stopping_patience=1 \
   --set search.seed_architecture=resnet-mini --set search.candidates=4 \
   --set "search.space.batch_size=[12,13,14]" \
-  "$@" || status=$?
+  "${source_args[@]}" "$@" || status=$?
 if ((status != 0 && status != 3)); then
   echo "gpu_node_standin: aiperf run ended with status $status" >&2
   exit "$status"
