@@ -170,10 +170,43 @@ def test_a_worker_whose_framework_shows_no_gpu_is_one_line():
     problem = unused_gpus(8, "jax", [on_gpu, on_cpu])
     assert problem is not None and "\n" not in problem
     assert problem.startswith("worker 0: Keras on jax shows no GPU although the run has 8")
+    both = unused_gpus(8, "jax", [on_cpu, {**on_cpu, "worker": "1"}])
+    assert both is not None and both.startswith("workers 0, 1: ")
     assert "pip install '.[cuda]'" in problem and "--cluster-opt gpus=0" in problem
     assert unused_gpus(8, "jax", [on_gpu]) is None
     assert unused_gpus(0, "jax", [on_cpu]) is None  # a CPU run: nothing unused
     assert unused_gpus(8, "jax", None) is None  # no probe ran: nothing to judge
+
+
+@pytest.mark.slow
+def test_a_gpu_run_whose_jax_shows_no_gpu_is_refused_before_its_first_trial(tmp_path):
+    """The stand-in's nvidia-smi without its seam: nvidia-smi lists 2 GPUs, JAX shows only the
+    CPU (AIPERF_ACCELERATOR_PLATFORMS left at its default). `aiperf run` ends with one line naming
+    the workers and the fix, exit status 2, the run recorded failed and no trial trained."""
+    env = {
+        **os.environ,
+        "PATH": f"{stand_in(tmp_path / 'bin', h200_node(2))}{os.pathsep}{os.environ['PATH']}",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        settings.PEAK_SECONDS.name: "0.2",
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", settings.ACCELERATOR_PLATFORMS.name):
+        env.pop(name, None)
+    db = tmp_path / "refused.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "run", "--profile", "quick", "--budget", "30s"]
+        + ["--db", f"sqlite:///{db}", "--out", str(tmp_path / "out"), "--allow-concurrent"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "shows no GPU although the run has 2" in line, line
+    assert "pip install '.[cuda]'" in line and "--cluster-opt gpus=0" in line, line
+    assert _rows(db, "SELECT status FROM runs") == [("failed",)]
+    assert _rows(db, "SELECT COUNT(*) FROM trials") == [(0,)]
 
 
 # --- the stand-in node --------------------------------------------------------------------------
