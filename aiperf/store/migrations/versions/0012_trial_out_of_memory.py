@@ -44,8 +44,8 @@ def _drop_views() -> None:
 
 
 def _create_views() -> None:
-    """The views exactly as 0006 left them (0005's run_scores, 0002's trial_summary)."""
-    op.execute(_revision("0005", "rules_and_verification")._run_scores())
+    """The views exactly as 0011 left them (0007's run_scores, 0002's trial_summary)."""
+    op.execute(_revision("0007", "utilisation_and_system")._run_scores())
     op.execute(_revision("0002", "history_views")._trial_summary())
 
 
