@@ -76,8 +76,9 @@ def unused_gpus(gpus: int, backend: str, peaks: Sequence[Mapping[str, Any]] | No
     if not idle:
         return None
     shown = ", ".join(idle[:3]) + (f" and {len(idle) - 3} more" if len(idle) > 3 else "")
+    who = "worker" if len(idle) == 1 else "workers"
     return (
-        f"{'worker' if len(idle) == 1 else 'workers'} {shown}: Keras on {backend} shows no GPU although the run has {gpus} "
+        f"{who} {shown}: Keras on {backend} shows no GPU although the run has {gpus} "
         f"(nvidia-smi lists them), so its trials would train on the CPUs; install JAX for CUDA "
         f"({INSTALL}), or run on the CPUs with --cluster-opt gpus=0"
     )
