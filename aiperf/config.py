@@ -28,6 +28,7 @@ from pydantic import (
 
 from aiperf import settings
 from aiperf.errors import UserError
+from aiperf.gpu_backend import GPU_BACKEND, jax_missing, train_on_gpus
 from aiperf.rules import AUTO_PRECISION, load_ruleset
 from aiperf.units import parse_duration, parse_walltime
 from aiperf.urls import DEFAULT_DB_URL, environment_value, withhold_password
@@ -803,6 +804,7 @@ def load_config(
         if found:
             gpus = found
             raw["cluster"] = {**(section or {}), "gpus": found}
+    gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.gpu_backend)
     per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
     raw["workers"] = _worker_count(
         raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0, per_trial=per_trial
@@ -818,6 +820,8 @@ def load_config(
     except ValidationError as exc:
         raise UserError(_first_error(exc)) from None
     if runs_here:
+        if gpu_run and config.train.backend == GPU_BACKEND and not backend_installed(GPU_BACKEND):
+            raise UserError(jax_missing(config.cluster.gpus, found > 0))
         _check_backend(config.train)
     return config
 

@@ -100,6 +100,19 @@ SIMULATED_OPS_PER_S = Variable(
     "one worker's modelled speed under the simulated trainer (train.trainer: simulated)",
 )
 
+ACCELERATOR_PLATFORMS = Variable(
+    "AIPERF_ACCELERATOR_PLATFORMS",
+    "gpu,cuda,rocm",
+    "the JAX platforms whose devices are a node's accelerators (a worker on one trains, probes and "
+    "sizes its batch as on GPUs); the GPU node stand-in (benchmarks/gpu_node_standin.sh) sets cpu",
+)
+GPU_MEMORY_FRACTION = Variable(
+    "AIPERF_GPU_MEMORY_FRACTION",
+    "0.9",
+    "the share of each GPU's memory JAX takes on a GPU worker (XLA_PYTHON_CLIENT_MEM_FRACTION; "
+    "JAX's own default is 0.75); recorded with each worker's peak",
+)
+
 # --- set by aiperf in its workers' environment ---------------------------------------------------
 WORKER_CORES = Variable(
     "AIPERF_WORKER_CORES",

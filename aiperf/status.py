@@ -36,6 +36,9 @@ class TrialStatus(StrEnum):
     INTERRUPTED = (
         "interrupted"  # running when its run crashed or was stopped; finished epochs count
     )
+    # the device's memory ran out (XLA RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError):
+    # its batch does not fit; the run goes on (aiperf.train.accelerators)
+    OUT_OF_MEMORY = "out_of_memory"
 
 
 # --- liveness: the orchestrator's heartbeat ------------------------------------------------------

@@ -130,7 +130,10 @@ def test_the_devices_travel_with_the_trials_reports():
 def test_a_run_of_two_device_trials_records_and_verifies_them(backend, tmp_path):
     """`aiperf run --workers 1 --cluster-opt devices_per_trial=2` on this machine's cores: every
     trial that built a model trained on the worker's two devices, its epochs whole global batches,
-    and the run's own verification passes (samples, operations and score recomputed)."""
+    and the run's own verification passes (samples, operations and score recomputed). The budget
+    only has to fit the first trial's build, which comes first in the window on any machine; two
+    trials in one worker process are `test_two_trials_in_one_process_share_its_devices`'s, which
+    waits for both rather than racing a budget."""
     from conftest import TINY
 
     from aiperf.lifecycle import run
@@ -155,9 +158,7 @@ def test_a_run_of_two_device_trials_records_and_verifies_them(backend, tmp_path)
     assert outcome.verified, "the run's own verification passed"
     with Store.open_existing(config.db) as store:
         trials = [t for t in store.get_run(outcome.run_id).trials if t.train_ops_per_sample]
-    # More than one trial in one worker process: on TensorFlow a second MirroredStrategy's
-    # all-reduces once met the first's in the runtime and failed every trial after the first.
-    assert len(trials) >= (2 if backend == "tensorflow" else 1), "trials built their models"
+    assert trials, "the first trial built its model"
     assert not [t.message for t in trials if t.status == TrialStatus.FAILED]
     for trial in trials:
         assert trial.devices == 2 and len(set(trial.placement)) == 2, (
@@ -166,6 +167,63 @@ def test_a_run_of_two_device_trials_records_and_verifies_them(backend, tmp_path)
         )
         batch = trial.hyperparameters["batch_size"] * 2
         assert all(e.samples_trained % batch == 0 for e in trial.epochs)
+
+
+TWO_TRIALS = """
+import json, sys, time
+from pathlib import Path
+from aiperf.config import DataConfig
+from aiperf.data.staging import stage
+from aiperf.search.space import architecture
+from aiperf.train.messages import TrialRequest
+from aiperf.train.trial import configure_threads, run_trial, worker_cores
+
+configure_threads(worker_cores())  # as a worker does first: its two logical devices
+m = stage(DataConfig(kind="digits", image_size=16, channels=1, train_samples=512, val_samples=128),
+          0, Path(sys.argv[1]))
+results = []
+for number, filters in enumerate((4, 8)):
+    arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": filters,
+                         "kernel_size": 3}, m.image_shape, 10)
+    # A deadline far off: each trial trains its whole epoch, however slow the machine.
+    r = run_trial(TrialRequest(run_id=1, trial_key=f"t{number}", architecture=arch.to_dict(),
+                               learning_rate=0.05, batch_size=16, epochs=1, devices=2,
+                               deadline=time.time() + 600, data_path=m.path, seed=number),
+                  lambda _m: None)
+    results.append({"status": r.status, "message": r.message,
+                    "samples": [e.samples_trained for e in r.epochs]})
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_two_trials_in_one_process_share_its_devices(tmp_path):
+    """Two data-parallel trials, one after the other, in one TensorFlow process on two logical
+    devices, as a worker runs them: both complete. A second MirroredStrategy's all-reduces once met
+    the first's in TensorFlow's runtime and failed every trial after the first (aiperf.train.devices
+    keeps one strategy per set of devices). Each trial is given the time to finish its epoch."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "tensorflow",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        settings.WORKER_DEVICES.name: "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_TRIALS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["status"] for r in results] == ["completed", "completed"], results
+    assert all(r["samples"] == [512 // 32 * 32] for r in results), results
 
 
 def test_a_workers_peak_counts_each_of_its_accelerators():

@@ -95,8 +95,11 @@ JSON_OPTION: Any = typer.Option(
 
 
 def fail(message: str) -> typer.Exit:
-    """Print the error line; `raise fail(...)` ends the command with status 2."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print the error line; `raise fail(...)` ends the command with status 2. The message is
+    printed as written: its brackets ("pip install '.[cuda]'") are not Rich markup."""
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

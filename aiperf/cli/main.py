@@ -949,7 +949,9 @@ def main() -> None:
     try:
         app()
     except (UserError, RecordNotFound) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape  # a message's brackets are its text, not markup
+
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiperf import settings
 from aiperf.cluster.queues import QUEUES, staggered_lifetime
+from aiperf.errors import UserError
 
 JOB_STARTED_ENV = settings.JOB_STARTED.name
 JOB_GPUS_ENV = settings.JOB_GPUS.name
@@ -22,6 +23,8 @@ BACKEND_ENV = "KERAS_BACKEND"  # Keras reads it once, on its first import in the
 PINNED_ENV = settings.GPU_PINNED.name
 CORES_ENV = settings.WORKER_CORES.name
 DEVICES_ENV = settings.WORKER_DEVICES.name
+# JAX's share of each GPU's memory, read as JAX starts (AIPERF_GPU_MEMORY_FRACTION sets it).
+MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 # JAX's CPU platform shows this many devices when the flag is in XLA_FLAGS as JAX starts.
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
@@ -85,6 +88,9 @@ def worker_environment(
         env[BACKEND_ENV] = backend
     if gpus:
         env[JOB_GPUS_ENV] = str(gpus)
+        # JAX preallocates this share of each GPU (its default, 0.75, leaves a quarter of the
+        # memory the per-device batch is sized by unused); read as JAX starts in the worker.
+        env[MEM_FRACTION_ENV] = gpu_memory_fraction()
     if devices > 1:
         env[DEVICES_ENV] = str(devices)
         if not gpus:
@@ -93,6 +99,18 @@ def worker_environment(
             ]
             env["XLA_FLAGS"] = " ".join([*flags, f"{HOST_DEVICES_FLAG}={devices}"])
     return env
+
+
+def gpu_memory_fraction() -> str:
+    """$AIPERF_GPU_MEMORY_FRACTION as JAX reads it: a number above 0 and at most 1, else one line
+    naming the variable."""
+    value = settings.number(settings.GPU_MEMORY_FRACTION, positive=True)
+    if value > 1:
+        raise UserError(
+            f"{settings.GPU_MEMORY_FRACTION.name}={value:g} is more than the whole GPU; set it to "
+            "a share from 0 to 1, e.g. 0.9, or unset it"
+        )
+    return f"{value:g}"
 
 
 def job_id() -> str | None:

@@ -66,6 +66,7 @@ from aiperf.store import (
     window_seconds,
 )
 from aiperf.system.fingerprint import fingerprint
+from aiperf.train.accelerators import refuse_unused_gpus
 from aiperf.train.trial import warm_up
 from aiperf.train.worker import received, train_on_worker
 from aiperf.units import format_ops
@@ -752,6 +753,7 @@ def prepare_workers(
     if config.train.trainer == "keras":
         on_every_worker(client, warm_up)
         peaks = probe_peaks(config, run_id, client, logger)
+        refuse_unused_gpus(config, peaks)  # a GPU run whose framework shows none: one line
     if not resumed or not store.get_run(run_id).trials:
         config = resolve_settings(config, store, run_id, peaks, logger)
     if peaks is not None:

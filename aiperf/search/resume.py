@@ -33,6 +33,7 @@ _STATUS = {
     TrialStatus.DIVERGED: "COMPLETED",
     TrialStatus.RUNNING: "FAILED",
     TrialStatus.INTERRUPTED: "FAILED",
+    TrialStatus.OUT_OF_MEMORY: "FAILED",
 }
 
 

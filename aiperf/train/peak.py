@@ -47,8 +47,22 @@ def peak_seconds() -> float:
     return settings.number(settings.PEAK_SECONDS, positive=True)
 
 
+def accelerator_platforms() -> frozenset[str]:
+    """The JAX platforms whose devices count as the node's accelerators
+    ($AIPERF_ACCELERATOR_PLATFORMS: gpu, cuda and rocm by default).
+
+    This is the one seam between a real GPU node and the stand-in of benchmarks/gpu_node_standin.sh,
+    which sets it to `cpu`: with XLA's host platform split into N devices and a stand-in nvidia-smi
+    listing N GPUs, a worker then takes the GPU path everywhere after this function (device facts
+    from nvidia-smi, precision candidates by compute capability, the batch by GPU memory, the peak
+    counted per device) while its arithmetic runs on the CPU. Nothing else in aiperf knows it."""
+    written = settings.text(settings.ACCELERATOR_PLATFORMS) or ""
+    return frozenset(p.strip().lower() for p in written.split(",") if p.strip())
+
+
 def device() -> tuple[str, bool]:
-    """A description of the device the backend computes on, and whether it is an accelerator."""
+    """A description of the device the backend computes on, and whether it is an accelerator (on
+    JAX: whether its platform is one of `accelerator_platforms`)."""
     import keras
 
     backend = keras.backend.backend()
@@ -63,7 +77,7 @@ def device() -> tuple[str, bool]:
         import jax
 
         first = jax.devices()[0]
-        if first.platform != "cpu":
+        if first.platform in accelerator_platforms():
             return f"{first.platform.upper()} {getattr(first, 'device_kind', '')}".strip(), True
     elif backend == "torch":
         import torch
@@ -89,7 +103,9 @@ def measure_peak(
 
     seconds = peak_seconds() if seconds is None else float(seconds)
     where, accelerated = device()
-    n = size or (GPU_SIZE if accelerated else CPU_SIZE)
+    # The matrix fits the hardware that multiplies: an accelerator whose arithmetic runs on the
+    # CPU (JAX's host platform named by AIPERF_ACCELERATOR_PLATFORMS) gets the CPU's size.
+    n = size or (GPU_SIZE if accelerated and not where.startswith("CPU") else CPU_SIZE)
     a = keras.random.uniform((n, n), minval=-1.0, maxval=1.0, dtype=dtype, seed=1)
     b = keras.random.uniform((n, n), minval=-1.0, maxval=1.0, dtype=dtype, seed=2)
     # Kernels run asynchronously on accelerators: a few products per wait, so the wait costs little.

@@ -20,6 +20,7 @@ from typing import Any
 from aiperf import settings
 from aiperf.status import TrialStatus
 from aiperf.train import recipe
+from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
@@ -318,9 +319,12 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         )
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        oom = out_of_memory(exc)  # its own status and one line (aiperf.train.accelerators)
+        if oom:
+            message = out_of_memory_message(oom, request.batch_size, request.devices)
         return TrialResult(
             request.trial_key,
-            TrialStatus.FAILED,
+            TrialStatus.OUT_OF_MEMORY if oom else TrialStatus.FAILED,
             built,
             epochs,
             message=message,

@@ -10,10 +10,11 @@ form the orchestrator reads. Nothing here knows Prefect.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
-from aiperf.cluster.environment import worker_label
+from aiperf.cluster.environment import MEM_FRACTION_ENV, worker_label
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, to_event
 
 # The scheduler overwrites an event's "worker" with the worker's address: ours travels aside.
@@ -81,7 +82,9 @@ def peak_on_worker(
     else:
         peak = measure_peak(seconds, dtype, worker=worker_label(name))
     devices = worker_devices() if accelerated else 1
-    return {**across_devices(peak, devices), "device_facts": facts.to_dict()}
+    record = {**across_devices(peak, devices), "device_facts": facts.to_dict()}
+    fraction = os.environ.get(MEM_FRACTION_ENV)  # JAX's share of each GPU, set on GPU workers
+    return {**record, "memory_fraction": float(fraction)} if fraction else record
 
 
 def across_devices(peak: dict[str, Any], devices: int) -> dict[str, Any]:

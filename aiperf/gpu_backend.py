@@ -1,0 +1,58 @@
+"""Where a run has GPUs, its trials train on them with Keras on JAX, compiled with jit, whatever
+the profile's train.backend and train.jit_compile say.
+
+A profile is written once for every machine: the ranked ones say `backend: tensorflow` and
+`jit_compile: false`, which on a CPU machine is the fastest measured, but the base install's
+TensorFlow is tensorflow-cpu, which sees no GPU. A run whose cluster has GPUs (found by nvidia-smi
+on this machine, or given as cluster.gpus for a job queue's nodes) therefore resolves the backend
+to JAX with jit before anything is recorded, so the run row, the event log and the workers' own
+KERAS_BACKEND all say what the trials ran on, as they say the resolved precision. Backend and jit
+are implementations of the same training (every ruleset allows each in the closed division), so a
+result's division and workload do not change.
+
+A backend the user names (`--set train.backend=...`, `--set train.jit_compile=...`) is theirs and
+kept; a worker whose framework then shows no accelerator is refused in one line before the first
+trial (aiperf.train.accelerators), never trained on its CPUs while nvidia-smi lists GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GPU_BACKEND = "jax"
+INSTALL = "pip install '.[cuda]'"
+
+
+def cluster_gpus(raw: Mapping[str, Any]) -> int:
+    """cluster.gpus of a raw config (0 when unset or not a whole number: validation names it)."""
+    section = raw.get("cluster")
+    value = section.get("gpus") if isinstance(section, Mapping) else None
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def train_on_gpus(raw: dict[str, Any], overrides: Mapping[str, Any]) -> bool:
+    """Set train.backend jax and train.jit_compile true in a raw config whose cluster has GPUs and
+    whose trials train (not simulated), except where `overrides` (the user's --set) name them.
+    Returns whether the cluster has GPUs for real trials."""
+    train = raw.get("train")
+    if train is None:
+        train = raw["train"] = {}
+    if not isinstance(train, dict) or train.get("trainer") == "simulated" or not cluster_gpus(raw):
+        return False
+    if "train.backend" not in overrides:
+        train["backend"] = GPU_BACKEND
+    if "train.jit_compile" not in overrides:
+        train["jit_compile"] = True
+    return True
+
+
+def jax_missing(gpus: int, found: bool) -> str:
+    """The one line that refuses a GPU run without JAX in this Python."""
+    where = f"this node has {gpus} NVIDIA GPUs" if found else f"cluster.gpus is {gpus}"
+    return f"{where}; aiperf trains on GPUs with JAX, which is not installed: {INSTALL}" + (
+        " (or --cluster-opt gpus=0 to train on the CPUs)" if found else ""
+    )
