@@ -514,8 +514,11 @@ class BenchmarkConfig(_Strict):
     def _batch_fits_data(self) -> BenchmarkConfig:
         """Only where the config says how many samples there are (generated data, digits): a
         tfrecord or folder dataset's count comes from its files, and is checked against the staged
-        manifest (`batch_problem`, called once it is known) rather than a default never read."""
-        if self.data.kind not in FILE_COUNTED:
+        manifest (`batch_problem`, called once it is known) rather than a default never read. On
+        GPUs with batch_per_gib the listed batch_size is not what trains (the devices resolve it),
+        so it too is checked against the staged count once the workers' peaks are known."""
+        resolved_by_devices = bool(self.search.space.batch_per_gib) and self.cluster.gpus > 0
+        if self.data.kind not in FILE_COUNTED and not resolved_by_devices:
             problem = batch_problem(self, self.data.train_samples, "data.train_samples")
             if problem:
                 raise ValueError(problem)

@@ -62,9 +62,9 @@ status=0
 "$python" -m aiperf.cli.main run --profile "$profile" --db "$db" --out "$out" \
   --budget "${STANDIN_BUDGET:-90s}" --allow-concurrent \
   --set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112 \
-  --set data.shard_images=112 --set train.epochs=[1] --set train.early_stopping_patience=1 \
+  --set data.shard_images=112 --set train.epochs=[1] --set train.warmup_epochs=0.5 \
+  --set train.early_stopping_patience=1 \
   --set search.seed_architecture=resnet-mini --set search.candidates=4 \
-  --set "search.space.batch_size=[12,13,14]" \
   "${source_args[@]}" "$@" || status=$?
 if ((status != 0 && status != 3)); then
   echo "gpu_node_standin: aiperf run ended with status $status" >&2

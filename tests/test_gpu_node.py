@@ -293,11 +293,6 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the validity branch: train.precision auto picks bfloat16 by compute capability "
-    "(>= 8.0) rather than by the CPU's probe; remove this mark once it is merged",
-)
 def test_the_standin_node_resolves_bfloat16(standin_run):
     _, db = standin_run
     [(precision,)] = _rows(db, "SELECT precision FROM runs")
