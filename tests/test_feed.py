@@ -69,3 +69,23 @@ def test_open_feed_gives_keras_whole_training_batches_through_the_feed(tmp_path)
     val = [labels.numpy() for _, labels in feed.val["x"]]
     assert [len(b) for b in train] == [8] * 6 and [len(b) for b in val] == [8, 5]
     assert feed.train["x"].options().autotune.enabled is False
+
+
+def test_pixels_are_scaled_on_the_device_as_the_host_scaled_them(tmp_path):
+    """uint8 pixels through the model's first layer give what the host's old [-1, 1] floats gave
+    the counted model, which shares its variables and is what is counted and saved."""
+    import keras
+
+    from aiperf.arch import build_model
+    from aiperf.arch.seeds import seed_spec
+    from aiperf.data.normalise import LAYER_NAME, on_device
+
+    model = build_model(seed_spec("resnet-mini", (16, 16, 3), 3))
+    assert on_device(model, pixels=False) is model  # synthetic arrays are already model inputs
+    fed = on_device(model, pixels=True)
+    assert fed.input.dtype == "uint8" and fed.get_layer(LAYER_NAME) is not None
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 16, 16, 3), dtype=np.uint8)
+    expected = model(pixels.astype("float32") / 127.5 - 1.0, training=False)
+    got = fed(pixels, training=False)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), expected, rtol=1e-5, atol=1e-6)
+    assert {id(v) for v in fed.trainable_variables} == {id(v) for v in model.trainable_variables}

@@ -33,6 +33,9 @@ class Feed:
     val: dict[str, Any]  # keyword arguments for model.evaluate
     train_samples: int
     val_samples: int
+    # The batches are uint8 pixels (staged shards), to be scaled on the device by the model's
+    # first layer (aiperf.data.normalise.on_device), not model inputs (synthetic float arrays).
+    pixels: bool = False
 
 
 def open_feed(
@@ -100,6 +103,7 @@ def open_feed(
         val={"x": make_dataset(data_path, "validation", training=False, **common)},
         train_samples=images // batch_size * batch_size,
         val_samples=int(manifest["val_samples"]),
+        pixels=True,
     )
 
 

@@ -200,6 +200,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
 
         from aiperf.arch import build_model, network_from_dict
         from aiperf.data.feed import open_feed
+        from aiperf.data.normalise import on_device
         from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
@@ -232,15 +233,18 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             placement=tuple(placement),
         )
         report(built)
+        # What trains is the counted model behind the device-side scaling of uint8 pixels (a
+        # model sharing its variables); `model` itself is what is counted and saved.
+        fed = on_device(model, feed.pixels)
         with clock.phase("compile"):
-            model.compile(
+            fed.compile(
                 optimizer=_optimizer(request, feed.train_samples // batch),
                 loss=recipe.loss(request.label_smoothing),
                 metrics=["accuracy"],
                 jit_compile=request.jit_compile,
             )
             if request.devices == 1:  # a strategy's replicas build theirs as they trace once
-                build_step_state(model)
+                build_step_state(fed)
         n_train, n_val = feed.train_samples, feed.val_samples
 
         for epoch in range(request.epochs):
@@ -251,7 +255,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
             # trial wastes no more time, and the batches it did train still count.
             with clock.steps("train"):
-                history = model.fit(
+                history = fed.fit(
                     **feed.train,
                     epochs=1,
                     verbose=0,
@@ -263,9 +267,9 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             evaluation: dict = {}
             if not watch.hit_deadline and not diverged:
                 if request.devices > 1 and keras.backend.backend() == "tensorflow":
-                    _one_model(model)
+                    _one_model(fed)
                 with clock.steps("evaluate"):
-                    evaluation = model.evaluate(
+                    evaluation = fed.evaluate(
                         **feed.val,
                         verbose=0,
                         callbacks=[watch, clock.callback()],
