@@ -115,12 +115,24 @@ class PhaseClock:
             self._test_started = None
 
     def callback(self) -> Any:
-        """A Keras callback feeding the clock: batch times of a first call, evaluation inside fit."""
+        """A Keras callback feeding the clock: batch times of a first call, evaluation inside fit.
+
+        Made inside `steps(kind)`: only the trial's first call of a kind gets the batch hooks (its
+        batches are timed to tell tracing from stepping, which makes each of them wait for its
+        step); later calls get none, so no step waits on the host for the clock
+        (aiperf.train.watch says why that matters)."""
         import keras
 
         clock = self
 
-        class PhaseWatch(keras.callbacks.Callback):
+        class NestedEvaluation(keras.callbacks.Callback):
+            def on_test_begin(self, logs=None):
+                clock._test_begin()
+
+            def on_test_end(self, logs=None):
+                clock._test_end()
+
+        class PhaseWatch(NestedEvaluation):
             def on_train_batch_begin(self, batch, logs=None):
                 clock._batch_begin("train")
 
@@ -133,10 +145,6 @@ class PhaseClock:
             def on_test_batch_end(self, batch, logs=None):
                 clock._batch_end("evaluate")
 
-            def on_test_begin(self, logs=None):
-                clock._test_begin()
-
-            def on_test_end(self, logs=None):
-                clock._test_end()
-
+        if self._open is not None and not self._watching(self._open):
+            return NestedEvaluation()
         return PhaseWatch()

@@ -1,7 +1,8 @@
 """Train one trial on this worker until its epochs are done or the run's deadline comes.
 
 The steps a trial finishes count toward the score even when the deadline cuts an epoch short,
-so the deadline is checked after every batch, in training and in evaluation alike. A trial
+so the deadline stops training and evaluation alike within the batch it comes in
+(aiperf.train.watch, without making any step wait for the host). A trial
 uses only the cores its worker owns (AIPERF_WORKER_CORES), so concurrent trials on one node do
 not fight over cores.
 """
@@ -23,6 +24,7 @@ from aiperf.train import recipe
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
+from aiperf.train.watch import deadline_watch, nan_watch
 
 Reporter = Callable[[TrialBuilt | EpochReport], None]
 
@@ -62,32 +64,6 @@ def warm_up() -> str:
 
 def worker_cores() -> int | None:
     return settings.count(settings.WORKER_CORES)
-
-
-def _deadline_watch(deadline: float):
-    """A Keras callback that stops training or evaluation at the deadline and counts batches."""
-    import keras
-
-    class DeadlineWatch(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.train_batches = 0
-            self.test_batches = 0
-            self.hit_deadline = False
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.train_batches += 1
-            if time.time() >= deadline:
-                self.hit_deadline = True
-                self.model.stop_training = True
-
-        def on_test_batch_end(self, batch, logs=None):
-            self.test_batches += 1
-            if time.time() >= deadline:
-                self.hit_deadline = True
-                self.model.stop_evaluating = True
-
-    return DeadlineWatch()
 
 
 def _optimizer(request: TrialRequest, steps_per_epoch: int):
@@ -250,16 +226,17 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         for epoch in range(request.epochs):
             if time.time() >= request.deadline:
                 break
-            watch = _deadline_watch(request.deadline)
+            watch = deadline_watch(request.deadline)
             started = time.time()
-            # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
-            # trial wastes no more time, and the batches it did train still count.
+            # No callback makes a step wait for its loss on the host (aiperf.train.watch): the
+            # deadline stops the loop from a timer, the loss is looked at every few batches on
+            # Keras' callback thread and at the epoch's end; the batches trained still count.
             with clock.steps("train"):
                 history = fed.fit(
                     **feed.train,
                     epochs=1,
                     verbose=0,
-                    callbacks=[watch, clock.callback(), keras.callbacks.TerminateOnNaN()],
+                    callbacks=[watch, clock.callback(), nan_watch()],
                 )
             trained = min(watch.train_batches * batch, n_train)
             logs = {k: v[-1] for k, v in history.history.items() if v}
