@@ -36,6 +36,9 @@ class Feed:
     # The batches are uint8 pixels (staged shards), to be scaled on the device by the model's
     # first layer (aiperf.data.normalise.on_device), not model inputs (synthetic float arrays).
     pixels: bool = False
+    # Which feed this is, recorded with the run as data.feed (aiperf.train.feedrate): "tf.data", or
+    # "arrays" for in-memory NumPy arrays that Keras slices itself (synthetic data off TensorFlow).
+    kind: str = "tf.data"
 
 
 def open_feed(
@@ -65,6 +68,7 @@ def open_feed(
                 val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
                 train_samples=whole,
                 val_samples=len(data.y_val),
+                kind="arrays",
             )
         return Feed(
             train={
@@ -78,6 +82,8 @@ def open_feed(
     from aiperf.data.manifest import read_manifest
     from aiperf.data.pipeline import make_dataset
     from aiperf.data.placement import local_copy
+
+    kind = choose_feed()
 
     data_path = local_copy(data_path)  # node-local shards, when the staging asked for them
     manifest = read_manifest(data_path)
@@ -104,7 +110,21 @@ def open_feed(
         train_samples=images // batch_size * batch_size,
         val_samples=int(manifest["val_samples"]),
         pixels=True,
+        kind=kind,
     )
+
+
+def choose_feed() -> str:
+    """The feed that decodes staged shards on this worker: always "tf.data" in aiperf today.
+
+    This is the one place a per-run choice of feed belongs. On an NVIDIA node a GPU-side decode
+    (NVIDIA DALI: nvJPEG and the GPUs' JPEG engines, as MLPerf's ResNet submitters use) would be
+    chosen here, named "dali", when its package is installed; aiperf has no DALI pipeline, so none
+    is chosen, and the tf.data pipeline (aiperf.data.pipeline) decodes on the host's cores. A DALI
+    feed would have to yield what make_dataset yields (whole uint8 batches and int labels, the same
+    crops, exact counts per pass) for the trial and the records to stay as they are. Whatever is
+    chosen is recorded with the run (runs.data_feed; the event log's run_resources)."""
+    return "tf.data"
 
 
 def _backend() -> str:

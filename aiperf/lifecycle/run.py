@@ -41,6 +41,7 @@ from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError
 from aiperf.lifecycle import live, liveness
+from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
@@ -308,6 +309,8 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
         jit_compile=record.jit_compile,
         peak_flops=record.peak_flops,
         worker_peaks=list(record.worker_peaks),
+        data_feed=record.data_feed,
+        feed_rates=list(record.feed_rates),
     )
     for trial in record.trials:
         if trial.phases is not None:
@@ -551,6 +554,7 @@ def search_until_deadline(
         # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
         # and the trials see the settings the run resolved from them.
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
+        measure_feed(config, store, run_id, trials.client, manifest, logger)  # feed-bound?
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
