@@ -65,3 +65,5 @@ def test_the_verdict_says_feed_bound_and_by_how_much():
     arrays = verdict("arrays", [{**rates[0], "feed": "arrays", "feed_images_per_s": None}])
     assert arrays is not None and not arrays.bound and "not measured" in arrays.line()
     assert verdict(None, []) is None and verdict("tf.data", [{"worker": "w0"}]) is None
+    # An edited event log's odd records are left out, never a traceback in show or the report.
+    assert verdict("tf.data", [1, {"device_images_per_s": "fast"}]) is None

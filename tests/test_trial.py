@@ -143,3 +143,28 @@ def test_step_state_is_built_before_fit_so_the_train_step_is_traced_once(staged)
     # The zero batch that built the metrics is not counted: fit reset them before its first step.
     counts = [v for v in model.metrics_variables if v.name == "count"]
     assert counts and all(int(keras.ops.convert_to_numpy(v)) == 64 for v in counts), counts
+
+
+def test_a_trial_trains_all_its_epochs_in_one_fit(staged, monkeypatch):
+    """The training iterator lives across epochs: one `fit` (the real one, counted) for the trial's
+    epochs, each still reported as it ends, with its exact samples."""
+    import keras
+
+    calls = []
+    fit = keras.Model.fit
+
+    def counted(model, *args, **kwargs):
+        calls.append(kwargs.get("epochs"))
+        return fit(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", counted)
+    reports = []
+    result = run_trial(_request(staged, time.time() + 300, epochs=3), reports.append)
+    assert result.status == "completed", result.message
+    assert calls == [3]
+    epochs = [r for r in reports if isinstance(r, EpochReport)]
+    assert [(e.epoch, e.samples_trained, e.samples_evaluated) for e in epochs] == [
+        (0, 384, 128),
+        (1, 384, 128),
+        (2, 384, 128),
+    ]

@@ -30,6 +30,10 @@ class _PipelineOptions(TypedDict):
 @dataclass(frozen=True)
 class Feed:
     train: dict[str, Any]  # keyword arguments for model.fit (one pass over the training data)
+    # Keyword arguments for one model.fit over all a trial's epochs (give it `epochs`): each epoch
+    # is one pass, and the training iterator (tf.data's threads, shuffle and prefetch) lives across
+    # epochs instead of being rebuilt for each.
+    epochs: dict[str, Any]
     val: dict[str, Any]  # keyword arguments for model.evaluate
     train_samples: int
     val_samples: int
@@ -63,8 +67,10 @@ def open_feed(
             )
         x_train, y_train = data.x_train[:whole], data.y_train[:whole]
         if _backend() != "tensorflow":
+            in_memory = {"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True}
             return Feed(
-                train={"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True},
+                train=in_memory,
+                epochs=in_memory,  # Keras slices the arrays itself: no pipeline to keep
                 val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
                 train_samples=whole,
                 val_samples=len(data.y_val),
@@ -73,6 +79,11 @@ def open_feed(
         return Feed(
             train={
                 "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed),
+                "shuffle": False,
+            },
+            epochs={
+                "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed, passes=True),
+                "steps_per_epoch": whole // batch_size,
                 "shuffle": False,
             },
             val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
@@ -106,6 +117,11 @@ def open_feed(
             "x": make_dataset(data_path, "train", training=True, seed=seed, **common),
             "shuffle": False,
         },
+        epochs={
+            "x": make_dataset(data_path, "train", training=True, seed=seed, passes=True, **common),
+            "steps_per_epoch": images // batch_size,
+            "shuffle": False,
+        },
         val={"x": make_dataset(data_path, "validation", training=False, **common)},
         train_samples=images // batch_size * batch_size,
         val_samples=int(manifest["val_samples"]),
@@ -133,11 +149,15 @@ def _backend() -> str:
     return keras.backend.backend()
 
 
-def array_dataset(x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None = None) -> Any:
+def array_dataset(
+    x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None = None, passes: bool = False
+) -> Any:
     """Batches of in-memory arrays as a tf.data pipeline with tf.data's autotuner off (see the
     module's docstring). With `shuffle_seed`, every pass (every `fit` call) takes the samples in a
     new order, reproducible from the seed; the last batch may be partial (training arrays are cut
-    to whole batches by `open_feed`). Only indices are shuffled; each batch is one gather."""
+    to whole batches by `open_feed`). Only indices are shuffled; each batch is one gather.
+    `passes`: pass after pass in one iterator, the next batch prepared ahead (a trial's one `fit`
+    over all its epochs, aiperf.data.pipeline.make_dataset says why)."""
     import tensorflow as tf
 
     count = len(y)
@@ -150,6 +170,8 @@ def array_dataset(x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None =
     batches = tf.data.Dataset.zip((indices.batch(batch_size), arrays)).map(
         lambda picked, data: (tf.gather(data[0], picked), tf.gather(data[1], picked))
     )
+    if passes:
+        batches = batches.repeat().prefetch(2)
     options = tf.data.Options()
     options.autotune.enabled = False
     options.experimental_optimization.apply_default_optimizations = False

@@ -138,13 +138,17 @@ def make_dataset(
     cache: bool | None = None,
     repeat: bool = False,
     drop_remainder: bool | None = None,
+    passes: bool = False,
 ):
     """Batches of (images, labels) from a staged folder's `train` or `validation` shards.
 
     `threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores, so
     concurrent trials on one node do not fight), with tf.data's autotuner off; None lets tf.data
-    use and tune the machine. `repeat` is for benchmarks only: trials run one pass per epoch so
-    their sample counts stay exact."""
+    use and tune the machine. `repeat` is for benchmarks only: it mixes passes. `passes` repeats
+    whole passes (each reshuffled, each its whole batches) in one iterator, for a trial's one `fit`
+    over all its epochs: its epochs stay exact passes (steps_per_epoch = images // batch_size) while
+    the iterator, its threads and the prefetch live across them (the next pass's first batch is
+    prepared while this pass's last one trains)."""
     import tensorflow as tf
 
     manifest = read_manifest(path)
@@ -201,7 +205,9 @@ def make_dataset(
         ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training)
     drop = training if drop_remainder is None else drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
-    if not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
+    if passes:
+        ds = ds.repeat()
+    elif not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
         ds = ds.apply(
             tf.data.experimental.assert_cardinality(
                 images // batch_size if drop else -(-images // batch_size)

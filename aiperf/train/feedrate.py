@@ -201,14 +201,23 @@ class FeedVerdict:
 
 
 def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
-    """The run's verdict from its recorded per-worker rates; None when none were measured."""
-    measured = [r for r in rates or () if r.get("device_images_per_s")]
+    """The run's verdict from its recorded per-worker rates; None when none were measured. A
+    record that is not one (an edited event log read by `verify --package`) is left out."""
+    measured = [r for r in rates or () if _positive(_get(r, "device_images_per_s"))]
     if not measured:
         return None
-    fed = [r.get("feed_images_per_s") for r in measured]
+    fed = [_get(r, "feed_images_per_s") for r in measured]
     return FeedVerdict(
-        feed=data_feed,
-        feed_images_per_s=None if any(f is None for f in fed) else float(sum(fed)),
+        feed=data_feed if isinstance(data_feed, str) else None,
+        feed_images_per_s=float(sum(fed)) if all(_positive(f) for f in fed) else None,
         device_images_per_s=float(sum(float(r["device_images_per_s"]) for r in measured)),
         workers=len(measured),
     )
+
+
+def _get(record: Any, key: str) -> Any:
+    return record.get(key) if isinstance(record, dict) else None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -22,6 +22,7 @@ from aiperf import settings
 from aiperf.status import TrialStatus
 from aiperf.train import recipe
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
+from aiperf.train.epochs import epoch_end, stalled
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -100,35 +101,6 @@ def build_step_state(model) -> None:
         keras.ops.zeros((1, classes)),
         sample_weight=None,
     )
-
-
-def _finite(value) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") else None
-
-
-def _diverged(loss) -> bool:
-    """A loss that is NaN or infinite: training cannot recover from it."""
-    return loss is not None and _finite(loss) is None
-
-
-def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
-    """Early stopping on validation loss: no improvement in the last `patience` epochs."""
-    losses = [e.val_loss for e in epochs if e.val_loss is not None]
-    if patience is None or len(losses) <= patience:
-        return False
-    return min(losses[-patience:]) >= min(losses[:-patience])
-
-
-def _one_model(model: Any) -> None:
-    """Make a MirroredStrategy's replicas one model again before an evaluation. Each replica
-    updates its own copy of the batch normalisation statistics from its share of a batch, so the
-    replicas drift apart, an evaluation then mixes their copies, and no one set of weights (what
-    `get_weights()` reads, and what verify evaluates again) gives its accuracy. Writing back what
-    `get_weights()` reads sets every replica to it: the model evaluated is the model kept."""
-    model.set_weights(model.get_weights())
 
 
 class BestWeights:
@@ -223,72 +195,47 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 build_step_state(fed)
         n_train, n_val = feed.train_samples, feed.val_samples
 
-        for epoch in range(request.epochs):
-            if time.time() >= request.deadline:
-                break
+        if time.time() < request.deadline:
             watch = deadline_watch(request.deadline)
-            started = time.time()
-            # No callback makes a step wait for its loss on the host (aiperf.train.watch): the
-            # deadline stops the loop from a timer, the loss is looked at every few batches on
-            # Keras' callback thread and at the epoch's end; the batches trained still count.
-            with clock.steps("train"):
-                history = fed.fit(
-                    **feed.train,
-                    epochs=1,
-                    verbose=0,
-                    callbacks=[watch, clock.callback(), nan_watch()],
-                )
-            trained = min(watch.train_batches * batch, n_train)
-            logs = {k: v[-1] for k, v in history.history.items() if v}
-            diverged = _diverged(logs.get("loss"))
-            evaluation: dict = {}
-            if not watch.hit_deadline and not diverged:
-                if request.devices > 1 and keras.backend.backend() == "tensorflow":
-                    _one_model(fed)
-                with clock.steps("evaluate"):
-                    evaluation = fed.evaluate(
-                        **feed.val,
-                        verbose=0,
-                        callbacks=[watch, clock.callback()],
-                        return_dict=True,
-                    )
-            evaluated = min(watch.test_batches * batch, n_val)
-            complete = not watch.hit_deadline and not diverged
-            epoch_report = EpochReport(
+            ender = epoch_end(
                 trial_key=request.trial_key,
-                epoch=epoch,
-                started_at=started,
-                ended_at=time.time(),
-                samples_trained=trained,
-                samples_evaluated=evaluated,
-                loss=_finite(logs.get("loss")),
-                accuracy=_finite(logs.get("accuracy")),
-                # An evaluation the deadline cut short measured only part of the validation set.
-                val_loss=_finite(evaluation.get("loss")) if complete else None,
-                val_accuracy=_finite(evaluation.get("accuracy")) if complete else None,
-                complete=complete,
+                deadline=request.deadline,
+                batch=batch,
+                samples=(n_train, n_val),
+                val=feed.val,
+                watch=watch,
+                clock=clock,
+                keep=lambda epoch_report: best.offer(model, epoch_report),
+                report=report,
+                patience=request.early_stopping_patience,
+                gather_replicas=request.devices > 1 and keras.backend.backend() == "tensorflow",
             )
-            epochs.append(epoch_report)
-            best.offer(model, epoch_report)  # before it is reported: a recorded best has its file
-            report(epoch_report)
-            if diverged:
+            epochs = ender.epochs  # the same list: what ended before a failure is kept
+            # One fit for every epoch: the training iterator lives across them (aiperf.train.
+            # epochs). No callback makes a step wait for its loss on the host (aiperf.train.watch):
+            # the deadline stops the loop from a timer, the loss is looked at every few batches on
+            # Keras' callback thread and at each epoch's end; the batches trained still count.
+            with clock.steps("train"):
+                fed.fit(
+                    **feed.epochs,
+                    epochs=request.epochs,
+                    verbose=0,
+                    callbacks=[watch, clock.callback(), nan_watch(), ender],
+                )
+            if ender.diverged_message is not None:
                 return TrialResult(
                     request.trial_key,
                     TrialStatus.DIVERGED,
                     built,
                     epochs,
-                    message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped",
+                    message=ender.diverged_message,
                     phases=clock.seconds(),
                 )
-            if not complete or _stalled(epochs, request.early_stopping_patience):
-                break
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
         done = (
             bool(epochs)
             and all(e.complete for e in epochs)
-            and (
-                len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience)
-            )
+            and (len(epochs) == request.epochs or stalled(epochs, request.early_stopping_patience))
         )
         return TrialResult(
             request.trial_key,
