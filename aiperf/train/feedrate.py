@@ -11,9 +11,10 @@ A worker's trials can train no faster than the slower of two rates:
   devices a trial uses, on synthetic batches already in memory (uint8 pixels where the feed gives
   pixels, scaled on the device as in a trial), timed after two steps that compile.
 
-Each lasts about $AIPERF_PEAK_SECONDS (the peak probe's setting: aiperf.train.peak.peak_seconds),
-after its warm-up. A worker whose feed is slower than its devices is feed-bound: its devices wait
-for batches about 1 - feed/device of the time. The run's verdict compares the sums over its workers
+Each lasts about half of $AIPERF_PEAK_SECONDS (the peak probe's setting:
+aiperf.train.peak.peak_seconds; 2 s, so 1 s each), after its warm-up. A worker whose feed is
+slower than its devices is feed-bound: its devices wait for batches about 1 - feed/device of the
+time. The run's verdict compares the sums over its workers
 (each worker feeds only its own devices). The seed model is not what every trial trains (the search
 grows it), so the devices' rate is the rate at the run's start; a larger model only lowers it.
 
@@ -43,12 +44,12 @@ def _rate(step: Any, seconds: float, *, minimum: int = 3) -> float:
 
 
 def feed_images_per_s(feed: Any, seconds: float) -> float | None:
-    """Images per second out of the feed's training pipeline (passes repeated as needed), after its
-    first batch (the pipeline's start-up); None for in-memory arrays Keras slices itself."""
-    dataset = feed.train.get("x")
-    if not hasattr(dataset, "repeat"):
+    """Images per second out of the feed's training pipeline as a trial's `fit` iterates it (its
+    passes repeated in one iterator: aiperf.data.feed.Feed.epochs), after its first batch (the
+    pipeline's start-up); None for in-memory arrays Keras slices itself."""
+    if feed.kind == "arrays":
         return None
-    batches = iter(dataset.repeat())
+    batches = iter(feed.epochs["x"])
     next(batches)
     return _rate(lambda: int(next(batches)[1].shape[0]), seconds)
 
