@@ -33,6 +33,7 @@ def test_a_worker_measures_its_tf_data_feed_and_its_devices_on_pixels(folder_dat
         seconds=0.2,
     )
     assert rates["feed"] == "tf.data" and rates["batch"] == 8 and rates["devices"] == 1
+    assert rates["accelerated"] is False and rates["device_batch"] == 8  # CPU: at most 8 a device
     assert rates["feed_images_per_s"] > 0 and rates["device_images_per_s"] > 0
     judged = verdict(rates["feed"], [rates])
     assert judged is not None and judged.workers == 1

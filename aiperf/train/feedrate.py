@@ -7,9 +7,10 @@ A worker's trials can train no faster than the slower of two rates:
   data, the worker's own cores as its trials use them, the run's global batch), the batches taken
   on the host as Keras takes them, nothing trained;
 - its devices': images per second of training steps of the run's seed model
-  (search.seed_architecture) at that batch, in the run's precision and compile setting, on all the
+  (search.seed_architecture) at that batch (on CPU devices at most CPU_BATCH_PER_DEVICE images a
+  device: recorded as `device_batch`), in the run's precision and compile setting, on all the
   devices a trial uses, on synthetic batches already in memory (uint8 pixels where the feed gives
-  pixels, scaled on the device as in a trial), timed after two steps that compile.
+  pixels, scaled on the device as in a trial), timed after a step that compiles.
 
 Each lasts about half of $AIPERF_PEAK_SECONDS (the peak probe's setting:
 aiperf.train.peak.peak_seconds; 2 s, so 1 s each), after its warm-up. A worker whose feed is
@@ -30,7 +31,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-WARM_UP_STEPS = 2  # device steps before the clock starts: the first traces and compiles
+WARM_UP_STEPS = 1  # device steps before the clock starts: the first traces and compiles
+# On CPU devices the devices' rate is measured at most at this many images per device: a CPU's
+# images/s barely changes with the batch past a few images, and the run's own batch (192-224 for
+# the imagenet-shaped profile on CPUs) would cost minutes a step of ResNet-50 before the window.
+CPU_BATCH_PER_DEVICE = 8
 
 
 def _rate(step: Any, seconds: float, *, minimum: int = 3) -> float:
@@ -101,7 +106,7 @@ def device_images_per_s(
                 model.train_on_batch(x, y)
                 return batch
 
-            return _rate(step, seconds)
+            return _rate(step, seconds, minimum=1)
     finally:
         keras.mixed_precision.set_global_policy(before)
 
@@ -123,6 +128,7 @@ def rates_on_worker(
     `dask_worker`), named as its trials name their worker."""
     from aiperf.cluster.environment import worker_label
     from aiperf.data.feed import open_feed
+    from aiperf.train.peak import device
     from aiperf.train.trial import configure_threads, worker_cores
 
     configure_threads(worker_cores())
@@ -132,12 +138,14 @@ def rates_on_worker(
         data_path, batch_size=batch, input_shape=shape, seed=0, threads=worker_cores()
     )
     fed = feed_images_per_s(feed, seconds)
-    device = device_images_per_s(
+    accelerated = device()[1]
+    device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
+    rate = device_images_per_s(
         feed.pixels,
         seed_architecture=seed_architecture,
         input_shape=shape,
         classes=classes,
-        batch=batch,
+        batch=device_batch,
         devices=devices,
         precision=precision,
         jit_compile=jit_compile,
@@ -147,8 +155,10 @@ def rates_on_worker(
         "worker": name,
         "feed": feed.kind,
         "feed_images_per_s": fed,
-        "device_images_per_s": device,
+        "device_images_per_s": rate,
         "batch": batch,
+        "device_batch": device_batch,
+        "accelerated": accelerated,
         "devices": devices,
         "cores": worker_cores(),
         "seconds": seconds,
