@@ -99,6 +99,9 @@ def device_images_per_s(
                 loss="sparse_categorical_crossentropy",
                 jit_compile=jit_compile,
             )
+            # The optimizer's slots made now: a first trace that creates them traces twice (as in
+            # a trial: aiperf.train.trial.build_step_state).
+            model.optimizer.build(model.trainable_variables)
             for _ in range(WARM_UP_STEPS):
                 model.train_on_batch(x, y)
 
