@@ -154,6 +154,20 @@ def test_cli_lists_and_shows_the_run(finished_run):
     )
     assert shown.exit_code == 0, shown.output
     assert "regulated score" in shown.output and "trials of run" in shown.output
+    # Whether the run was feed-bound, from the rates its workers measured before the window.
+    assert "feed (before the window)" in shown.output and "tf.data" in shown.output
+    assert "feed-bound" in shown.output
+    as_json = CliRunner().invoke(
+        app, ["show", str(result["run_id"]), "--db", db, "--json"], env={"COLUMNS": "200"}
+    )
+    assert as_json.exit_code == 0, as_json.output
+    shown_json = json.loads(as_json.output)
+    rates = shown_json["feed_rates"]
+    assert shown_json["data_feed"] == "tf.data" and len(rates) == 2  # one per worker
+    assert all(r["feed_images_per_s"] > 0 and r["device_images_per_s"] > 0 for r in rates)
+    feed = shown_json["feed"]
+    fed = sum(r["feed_images_per_s"] for r in rates)
+    assert feed["feed_bound"] == (fed < sum(r["device_images_per_s"] for r in rates))
     tree = CliRunner().invoke(
         app, ["show", str(result["run_id"]), "--db", db, "--tree"], env={"COLUMNS": "200"}
     )
@@ -217,6 +231,11 @@ def test_the_event_log_is_written_and_linked_as_an_artifact(finished_run):
     logged = mllog.read_run(log)
     assert logged.run.stored_status == "completed" and logged.run.score.ops == result["ops"]
     assert logged.run.system_description["number_of_nodes"] == 1
+    # The feed and its rates are facts of the run: in the event log as in the database.
+    with Store.open_existing(f"sqlite:///{path}") as store:
+        stored = store.get_run(result["run_id"])
+    assert logged.run.data_feed == stored.data_feed == "tf.data"
+    assert list(logged.run.feed_rates) == list(stored.feed_rates) and len(stored.feed_rates) == 2
     with sqlite3.connect(path) as sql:
         flow_run_id = sql.execute(
             "SELECT flow_run_id FROM runs WHERE id = ?", (result["run_id"],)

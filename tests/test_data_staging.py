@@ -103,8 +103,8 @@ def test_pipeline_yields_every_image_once_per_pass(staged, threads):
         assert ds.options().autotune.enabled is (False if threads else None)
         sizes, labels = [], []
         for x, y in ds:
-            assert x.shape[1:] == (16, 16, 3) and x.dtype.name == "float32"
-            assert -1.0 <= float(np.min(x)) and float(np.max(x)) <= 1.0
+            # Pixels travel as uint8; the model scales them on its device (aiperf.data.normalise).
+            assert x.shape[1:] == (16, 16, 3) and x.dtype.name == "uint8"
             sizes.append(len(y))
             labels.extend(y.numpy().tolist())
         assert sum(sizes) == count and all(s == 8 for s in sizes[:-1]), (
@@ -123,8 +123,8 @@ def test_labels_follow_the_class_folders(staged):
     x, y = next(iter(ds))
     means = np.array([x.numpy()[y.numpy() == c].mean(axis=(0, 1, 2)) for c in range(3)])
     # The fixture's colours: cat (0, 80, 30), dog (97, 137, 181), fish (194, 194, 76) on 0..255.
-    expected = np.array([[0, 80, 30], [97, 137, 181], [194, 194, 76]]) / 127.5 - 1
-    assert np.abs(means - expected).max() < 0.2
+    expected = np.array([[0, 80, 30], [97, 137, 181], [194, 194, 76]])
+    assert np.abs(means - expected).max() < 0.2 * 127.5
 
 
 def test_training_augmentation_is_random_and_eval_is_not(staged):
@@ -246,7 +246,7 @@ def test_digits_are_real_images_split_by_seed(tmp_path):
         )
     )
     assert x.shape == (360, 16, 16, 1) and set(y.numpy().tolist()) == set(range(10))
-    assert float(x.numpy().max()) == pytest.approx(1.0, abs=0.05)
+    assert x.dtype.name == "uint8" and int(x.numpy().max()) >= 250  # full-range pixels
     assert (
         json.loads((Path(manifest.path) / MANIFEST_FILE).read_text())["source"]
         == "sklearn.datasets.load_digits"

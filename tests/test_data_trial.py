@@ -89,3 +89,25 @@ def test_digits_learned_well_above_chance(tmp_path):
     )
     best = max(e.val_accuracy for e in result.epochs)
     assert best >= 0.8, f"best val accuracy {best:.3f} on digits"
+
+
+def test_kept_weights_evaluate_again_on_pixels_to_the_trials_accuracy(folder_data, tmp_path):
+    """The trial trains its model behind the device-side scaling of uint8 pixels but keeps the
+    counted model's weights; `verify`'s evaluation (aiperf.results.remeasure) scales the same way
+    and gets the accuracy the trial recorded for its best epoch."""
+    from dataclasses import replace
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from aiperf.results.remeasure import evaluate_weights
+
+    weights = tmp_path / "trial.weights.h5"
+    request = replace(_request(folder_data, time.time() + 300), weights_path=str(weights))
+    result = run_trial(request, lambda _m: None)
+    assert result.status == "completed", result.message
+    best = max(e.val_accuracy for e in result.epochs)
+    record = SimpleNamespace(
+        hyperparameters={"batch_size": 8}, devices=1, architecture=request.architecture
+    )
+    accuracy, samples = evaluate_weights(record, Path(weights), folder_data.path)  # type: ignore[arg-type]
+    assert samples == 12 and accuracy == pytest.approx(best, abs=1e-6)

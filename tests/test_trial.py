@@ -62,11 +62,43 @@ def test_deadline_mid_training_keeps_the_partial_epoch(tmp_path):
     # Epochs of about a second: the deadline lands inside one, not in the instant between two.
     config = load_config("quick", workers=1, overrides={**TINY, "data.train_samples": 6000})
     staged = (config, stage_synthetic(config.data, 0, tmp_path))
-    result = run_trial(_request(staged, time.time() + 8, epochs=50), lambda _m: None)
+    request = _request(staged, time.time() + 8, epochs=50)
+    result = run_trial(request, lambda _m: None)
     assert result.status == "stopped"
     last = result.epochs[-1]
     assert not last.complete and last.val_accuracy is None
-    assert last.samples_trained <= config.data.train_samples
+    assert 0 < last.samples_trained <= config.data.train_samples
+    assert last.samples_trained % 32 == 0  # every batch begun finished and counts
+    # Stopped by the timer within the batch it was in (milliseconds here), not an epoch later.
+    assert last.ended_at - request.deadline < 3.0
+
+
+def test_no_callback_of_a_steady_epoch_makes_a_step_wait_for_the_host():
+    """Keras 3 dispatches batch-end hooks on its own thread only if every callback overriding one
+    says async_safe (keras.callbacks.CallbackList): the deadline, NaN and phase watches of every
+    call after a trial's first of its kind must all pass that rule."""
+    import keras
+
+    from aiperf.train.phases import PhaseClock
+    from aiperf.train.watch import deadline_watch, nan_watch
+
+    clock = PhaseClock()
+    callbacks, seen = [], set()
+    for kind in ("train", "train", "evaluate", "evaluate"):
+        with clock.steps(kind):
+            made = [deadline_watch(time.time() + 60), clock.callback(), nan_watch()]
+        if kind in seen:  # the first call of a kind is timed batch by batch on purpose
+            callbacks.extend(made)
+        seen.add(kind)
+    assert len(callbacks) == 6
+    hooks = ("on_batch_end", "on_train_batch_end", "on_test_batch_end")
+    for callback in callbacks:
+        overridden = [
+            h
+            for h in hooks
+            if getattr(type(callback), h) is not getattr(keras.callbacks.Callback, h)
+        ]
+        assert getattr(callback, "async_safe", False) or not overridden, (callback, overridden)
 
 
 def test_a_diverging_trial_stops_at_once_and_keeps_its_samples(staged):
@@ -111,3 +143,28 @@ def test_step_state_is_built_before_fit_so_the_train_step_is_traced_once(staged)
     # The zero batch that built the metrics is not counted: fit reset them before its first step.
     counts = [v for v in model.metrics_variables if v.name == "count"]
     assert counts and all(int(keras.ops.convert_to_numpy(v)) == 64 for v in counts), counts
+
+
+def test_a_trial_trains_all_its_epochs_in_one_fit(staged, monkeypatch):
+    """The training iterator lives across epochs: one `fit` (the real one, counted) for the trial's
+    epochs, each still reported as it ends, with its exact samples."""
+    import keras
+
+    calls = []
+    fit = keras.Model.fit
+
+    def counted(model, *args, **kwargs):
+        calls.append(kwargs.get("epochs"))
+        return fit(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", counted)
+    reports = []
+    result = run_trial(_request(staged, time.time() + 300, epochs=3), reports.append)
+    assert result.status == "completed", result.message
+    assert calls == [3]
+    epochs = [r for r in reports if isinstance(r, EpochReport)]
+    assert [(e.epoch, e.samples_trained, e.samples_evaluated) for e in epochs] == [
+        (0, 384, 128),
+        (1, 384, 128),
+        (2, 384, 128),
+    ]

@@ -68,6 +68,9 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "backend": record.backend,
         "peak_flops": record.peak_flops,
         "staging_s": record.staging_s,
+        "data_feed": record.data_feed,
+        "feed_rates": [dict(r) for r in record.feed_rates],
+        "feed": _feed_json(record),
         "verification": checks_json(record.verification or ()),
         "trials": [
             {
@@ -85,6 +88,14 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         ],
     }
     return out
+
+
+def _feed_json(record: RunRecord) -> dict[str, Any] | None:
+    """Whether the run was feed-bound and by how much (aiperf.train.feedrate), or None."""
+    from aiperf.train.feedrate import verdict
+
+    judged = verdict(record.data_feed, record.feed_rates)
+    return None if judged is None else judged.to_dict()
 
 
 def checks_json(checks: Iterable[CheckRecord]) -> list[dict[str, Any]]:

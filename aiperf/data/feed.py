@@ -30,9 +30,19 @@ class _PipelineOptions(TypedDict):
 @dataclass(frozen=True)
 class Feed:
     train: dict[str, Any]  # keyword arguments for model.fit (one pass over the training data)
+    # Keyword arguments for one model.fit over all a trial's epochs (give it `epochs`): each epoch
+    # is one pass, and the training iterator (tf.data's threads, shuffle and prefetch) lives across
+    # epochs instead of being rebuilt for each.
+    epochs: dict[str, Any]
     val: dict[str, Any]  # keyword arguments for model.evaluate
     train_samples: int
     val_samples: int
+    # The batches are uint8 pixels (staged shards), to be scaled on the device by the model's
+    # first layer (aiperf.data.normalise.on_device), not model inputs (synthetic float arrays).
+    pixels: bool = False
+    # Which feed this is, recorded with the run as data.feed (aiperf.train.feedrate): "tf.data", or
+    # "arrays" for in-memory NumPy arrays that Keras slices itself (synthetic data off TensorFlow).
+    kind: str = "tf.data"
 
 
 def open_feed(
@@ -57,15 +67,23 @@ def open_feed(
             )
         x_train, y_train = data.x_train[:whole], data.y_train[:whole]
         if _backend() != "tensorflow":
+            in_memory = {"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True}
             return Feed(
-                train={"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True},
+                train=in_memory,
+                epochs=in_memory,  # Keras slices the arrays itself: no pipeline to keep
                 val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
                 train_samples=whole,
                 val_samples=len(data.y_val),
+                kind="arrays",
             )
         return Feed(
             train={
                 "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed),
+                "shuffle": False,
+            },
+            epochs={
+                "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed, passes=True),
+                "steps_per_epoch": whole // batch_size,
                 "shuffle": False,
             },
             val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
@@ -75,6 +93,8 @@ def open_feed(
     from aiperf.data.manifest import read_manifest
     from aiperf.data.pipeline import make_dataset
     from aiperf.data.placement import local_copy
+
+    kind = choose_feed()
 
     data_path = local_copy(data_path)  # node-local shards, when the staging asked for them
     manifest = read_manifest(data_path)
@@ -97,10 +117,30 @@ def open_feed(
             "x": make_dataset(data_path, "train", training=True, seed=seed, **common),
             "shuffle": False,
         },
+        epochs={
+            "x": make_dataset(data_path, "train", training=True, seed=seed, passes=True, **common),
+            "steps_per_epoch": images // batch_size,
+            "shuffle": False,
+        },
         val={"x": make_dataset(data_path, "validation", training=False, **common)},
         train_samples=images // batch_size * batch_size,
         val_samples=int(manifest["val_samples"]),
+        pixels=True,
+        kind=kind,
     )
+
+
+def choose_feed() -> str:
+    """The feed that decodes staged shards on this worker: always "tf.data" in aiperf today.
+
+    This is the one place a per-run choice of feed belongs. On an NVIDIA node a GPU-side decode
+    (NVIDIA DALI: nvJPEG and the GPUs' JPEG engines, as MLPerf's ResNet submitters use) would be
+    chosen here, named "dali", when its package is installed; aiperf has no DALI pipeline, so none
+    is chosen, and the tf.data pipeline (aiperf.data.pipeline) decodes on the host's cores. A DALI
+    feed would have to yield what make_dataset yields (whole uint8 batches and int labels, the same
+    crops, exact counts per pass) for the trial and the records to stay as they are. Whatever is
+    chosen is recorded with the run (runs.data_feed; the event log's run_resources)."""
+    return "tf.data"
 
 
 def _backend() -> str:
@@ -109,11 +149,15 @@ def _backend() -> str:
     return keras.backend.backend()
 
 
-def array_dataset(x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None = None) -> Any:
+def array_dataset(
+    x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None = None, passes: bool = False
+) -> Any:
     """Batches of in-memory arrays as a tf.data pipeline with tf.data's autotuner off (see the
     module's docstring). With `shuffle_seed`, every pass (every `fit` call) takes the samples in a
     new order, reproducible from the seed; the last batch may be partial (training arrays are cut
-    to whole batches by `open_feed`). Only indices are shuffled; each batch is one gather."""
+    to whole batches by `open_feed`). Only indices are shuffled; each batch is one gather.
+    `passes`: pass after pass in one iterator, the next batch prepared ahead (a trial's one `fit`
+    over all its epochs, aiperf.data.pipeline.make_dataset says why)."""
     import tensorflow as tf
 
     count = len(y)
@@ -126,6 +170,8 @@ def array_dataset(x: Any, y: Any, batch_size: int, *, shuffle_seed: int | None =
     batches = tf.data.Dataset.zip((indices.batch(batch_size), arrays)).map(
         lambda picked, data: (tf.gather(data[0], picked), tf.gather(data[1], picked))
     )
+    if passes:
+        batches = batches.repeat().prefetch(2)
     options = tf.data.Options()
     options.autotune.enabled = False
     options.experimental_optimization.apply_default_optimizations = False

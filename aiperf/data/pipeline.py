@@ -9,7 +9,12 @@ Training preprocessing is AIPerf's (and the reference ResNet-50's) ImageNet augm
 random crop from a distorted bounding box (8-100% of the area, aspect 3:4 to 4:3; JPEGs decode
 only the crop window), resized to the model's size, and a random left-right flip. Evaluation
 crops the centre 87.5% of the short side (the usual "resize to 256, crop 224") and resizes.
-Digits use `resize` (flips and crops change what a digit is). Pixels are scaled to [-1, 1].
+Digits use `resize` (flips and crops change what a digit is).
+
+What travels is uint8: each resized image is rounded back to 0..255 pixels (a quarter of float32's
+bytes to copy to the accelerators), and the model's own input range, [-1, 1], is made on the
+device, by the layer aiperf.data.normalise.on_device puts in front of the trained model (inside its
+compiled step). A batch this pipeline yields is therefore pixels, never model inputs.
 
 Training batches are all full: each epoch's last partial batch is dropped (the order is
 reshuffled every epoch, so no image is always left out), as the reference ImageNet pipelines do.
@@ -83,7 +88,9 @@ def preprocess(
     style: str,
     label_offset: int,
 ):
-    """One example: encoded image bytes and stored label -> (float image, label from 0)."""
+    """One example: encoded image bytes and stored label -> (uint8 image, label from 0). The resize
+    interpolates in float; the result is rounded and clipped back to pixels (scaling to the model's
+    range happens on the device: aiperf.data.normalise)."""
     import tensorflow as tf
 
     if style == "imagenet":
@@ -95,7 +102,7 @@ def preprocess(
     )
     if training and style == "imagenet":
         image = tf.image.random_flip_left_right(image)
-    image = image / 127.5 - 1.0
+    image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
     image.set_shape([image_size, image_size, channels])
     return image, tf.cast(label, tf.int32) - label_offset
 
@@ -131,13 +138,17 @@ def make_dataset(
     cache: bool | None = None,
     repeat: bool = False,
     drop_remainder: bool | None = None,
+    passes: bool = False,
 ):
     """Batches of (images, labels) from a staged folder's `train` or `validation` shards.
 
     `threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores, so
     concurrent trials on one node do not fight), with tf.data's autotuner off; None lets tf.data
-    use and tune the machine. `repeat` is for benchmarks only: trials run one pass per epoch so
-    their sample counts stay exact."""
+    use and tune the machine. `repeat` is for benchmarks only: it mixes passes. `passes` repeats
+    whole passes (each reshuffled, each its whole batches) in one iterator, for a trial's one `fit`
+    over all its epochs: its epochs stay exact passes (steps_per_epoch = images // batch_size) while
+    the iterator, its threads and the prefetch live across them (the next pass's first batch is
+    prepared while this pass's last one trains)."""
     import tensorflow as tf
 
     manifest = read_manifest(path)
@@ -163,7 +174,7 @@ def make_dataset(
     ds = ds.map(_parse, num_parallel_calls=parallel)
     images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
     encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
-    decoded = images * image_size * image_size * channels * 4
+    decoded = images * image_size * image_size * channels  # uint8 pixels
 
     def prepare(e, label):
         return preprocess(
@@ -194,7 +205,9 @@ def make_dataset(
         ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training)
     drop = training if drop_remainder is None else drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
-    if not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
+    if passes:
+        ds = ds.repeat()
+    elif not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
         ds = ds.apply(
             tf.data.experimental.assert_cardinality(
                 images // batch_size if drop else -(-images // batch_size)

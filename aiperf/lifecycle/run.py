@@ -41,6 +41,7 @@ from aiperf.config import AUTO, BenchmarkConfig, batch_problem
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError, disk_full
 from aiperf.lifecycle import live, liveness
+from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.results.data_checks import refuse_unpinned
@@ -340,6 +341,8 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
         jit_compile=record.jit_compile,
         peak_flops=record.peak_flops,
         worker_peaks=list(record.worker_peaks),
+        data_feed=record.data_feed,
+        feed_rates=list(record.feed_rates),
     )
     for trial in record.trials:
         if trial.phases is not None:
@@ -602,6 +605,7 @@ def search_until_deadline(
         config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
         if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
             refuse_batch_beyond_data(config, manifest)
+        measure_feed(config, store, run_id, trials.client, manifest, logger)  # feed-bound?
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))

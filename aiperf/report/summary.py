@@ -61,6 +61,18 @@ def training_text(run: RunRecord) -> str:
     return f"{run.precision or '-'} on {run.backend or '-'}, jit_compile {jit}"
 
 
+def feed_text(run: RunRecord) -> str:
+    """Which feed ran and whether it kept the devices busy, from the rates measured before the
+    window (aiperf.train.feedrate), e.g. "tf.data 640 img/s < devices 1,900 img/s: feed-bound,
+    devices idle ~66%"; or why it cannot say."""
+    from aiperf.train.feedrate import verdict
+
+    judged = verdict(run.data_feed, run.feed_rates)
+    if judged is None:
+        return f"{run.data_feed}, rates not measured" if run.data_feed else "not recorded"
+    return judged.line()
+
+
 def staging_text(run: RunRecord) -> str:
     """The data's staging time, shown beside the window it precedes and is not part of."""
     if run.staging_s is None:
@@ -149,6 +161,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "training", "value": training_text(run)},
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
         {"figure": "data staging", "value": staging_text(run)},
+        {"figure": "feed (before the window)", "value": feed_text(run)},
         {"figure": "window utilisation", "value": percent(score.utilisation)},
         {
             "figure": "total operations",

@@ -68,7 +68,10 @@ CONFIG = "config"  # value: the effective config (no password)
 SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostname, cpu_model, ...)
 SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
 PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' env (aiperf.system.provenance)
-RUN_RESOURCES = "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks
+RUN_RESOURCES = (
+    "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks,
+)
+# data_feed and feed_rates (aiperf.train.feedrate)
 DATASET = "dataset"  # value: the manifest (name, kind, sha256, sizes, classes, ...)
 # the data's staging, before the window and not in it (MLPerf HPC's keys)
 STAGING_START = "staging_start"  # INTERVAL_START; metadata: time_s
@@ -759,6 +762,8 @@ class _Rebuilder:
             jit_compile=resources.get("jit_compile"),
             peak_flops=resources.get("peak_flops"),
             worker_peaks=tuple(resources.get("worker_peaks") or ()),
+            data_feed=resources.get("data_feed"),
+            feed_rates=tuple(resources.get("feed_rates") or ()),
             system_description=description,
             staging_s=self.staging_s,
             best_weights=self.best_weights,

@@ -250,6 +250,7 @@ def evaluate_weights(
 
     from aiperf.arch import build_model, network_from_dict
     from aiperf.data.feed import open_feed
+    from aiperf.data.normalise import on_device
     from aiperf.train import recipe
 
     values = trial.hyperparameters
@@ -261,7 +262,6 @@ def evaluate_weights(
             network_from_dict(trial.architecture), dropout=float(values.get("dropout") or 0.0)
         )
         model.load_weights(str(weights))
-        model.compile(loss=recipe.loss(label_smoothing), metrics=["accuracy"])
         feed = open_feed(
             data_path,
             batch_size=batch,
@@ -269,7 +269,9 @@ def evaluate_weights(
             input_shape=trial.architecture["input_shape"],
             threads=os.cpu_count(),
         )
-        result = model.evaluate(**feed.val, verbose=0, return_dict=True)
+        fed = on_device(model, feed.pixels)  # scaled on the device, as the trial's model was
+        fed.compile(loss=recipe.loss(label_smoothing), metrics=["accuracy"])
+        result = fed.evaluate(**feed.val, verbose=0, return_dict=True)
     finally:
         keras.mixed_precision.set_global_policy(before)
     return float(result["accuracy"]), feed.val_samples

@@ -118,6 +118,14 @@ class Run(Base):
         JSON,
         doc="[{'worker', 'flops', 'dtype', 'device', 'seconds'}] each worker's peak, measured before the window",
     )
+    data_feed: Mapped[str | None] = mapped_column(
+        String(32), doc="the input pipeline that fed the trials (data.feed): tf.data, or dali"
+    )
+    feed_rates: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON,
+        doc="[{'worker', 'feed', 'feed_images_per_s', 'device_images_per_s', 'batch', ...}] each "
+        "worker's feed rate against its devices' rate, measured before the window",
+    )
     system_description: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)"
     )

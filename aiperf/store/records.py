@@ -282,6 +282,9 @@ class RunRecord:
     jit_compile: bool | None = None  # trials compiled with XLA
     peak_flops: float | None = None  # sum of the workers' measured peaks, FLOP/s: MFU's divisor
     worker_peaks: tuple[dict[str, Any], ...] = ()  # each worker's measured peak
+    data_feed: str | None = None  # the input pipeline that fed the trials: tf.data (or dali)
+    # Each worker's feed rate against its devices' rate (aiperf.train.feedrate), before the window.
+    feed_rates: tuple[dict[str, Any], ...] = ()
     system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
     staging_s: float | None = None  # the data's staging, before the window (None: not recorded)
     # The best trial's kept weights: {"trial", "epoch", "file" (relative to the run's folder),

@@ -570,6 +570,15 @@ class Store:
             )
 
     @_retried
+    def record_feed(self, run_id: int, feed: str | None, rates: list[dict[str, Any]]) -> None:
+        """Which feed ran and each worker's feed and device rates (aiperf.train.feedrate),
+        measured before the timed window. A resumed run measures again: the latest stands."""
+        with self.session() as s:
+            run = self._get(s, Run, run_id, "run")
+            run.data_feed = feed
+            run.feed_rates = [dict(rate) for rate in rates]
+
+    @_retried
     def record_resolved_settings(
         self,
         run_id: int,
@@ -1322,6 +1331,8 @@ def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = No
         jit_compile=run.jit_compile,
         peak_flops=run.peak_flops,
         worker_peaks=tuple(run.worker_peaks or ()),
+        data_feed=run.data_feed,
+        feed_rates=tuple(run.feed_rates or ()),
         system_description=run.system_description,
         staging_s=run.staging_s,
         best_weights=run.best_weights,

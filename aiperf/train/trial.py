@@ -1,7 +1,8 @@
 """Train one trial on this worker until its epochs are done or the run's deadline comes.
 
 The steps a trial finishes count toward the score even when the deadline cuts an epoch short,
-so the deadline is checked after every batch, in training and in evaluation alike. A trial
+so the deadline stops training and evaluation alike within the batch it comes in
+(aiperf.train.watch, without making any step wait for the host). A trial
 uses only the cores its worker owns (AIPERF_WORKER_CORES), so concurrent trials on one node do
 not fight over cores.
 """
@@ -22,8 +23,10 @@ from aiperf.status import TrialStatus
 from aiperf.train import recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
+from aiperf.train.epochs import epoch_end, stalled
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
+from aiperf.train.watch import deadline_watch, nan_watch
 
 Reporter = Callable[[TrialBuilt | EpochReport], None]
 
@@ -65,32 +68,6 @@ def worker_cores() -> int | None:
     return settings.count(settings.WORKER_CORES)
 
 
-def _deadline_watch(deadline: float):
-    """A Keras callback that stops training or evaluation at the deadline and counts batches."""
-    import keras
-
-    class DeadlineWatch(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.train_batches = 0
-            self.test_batches = 0
-            self.hit_deadline = False
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.train_batches += 1
-            if time.time() >= deadline:
-                self.hit_deadline = True
-                self.model.stop_training = True
-
-        def on_test_batch_end(self, batch, logs=None):
-            self.test_batches += 1
-            if time.time() >= deadline:
-                self.hit_deadline = True
-                self.model.stop_evaluating = True
-
-    return DeadlineWatch()
-
-
 def _optimizer(request: TrialRequest, steps_per_epoch: int):
     """The trial's optimizer, its learning rate scheduled over the trial's own steps."""
     rate = recipe.learning_rate(
@@ -125,35 +102,6 @@ def build_step_state(model) -> None:
         keras.ops.zeros((1, classes)),
         sample_weight=None,
     )
-
-
-def _finite(value) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") else None
-
-
-def _diverged(loss) -> bool:
-    """A loss that is NaN or infinite: training cannot recover from it."""
-    return loss is not None and _finite(loss) is None
-
-
-def _stalled(epochs: list[EpochReport], patience: int | None) -> bool:
-    """Early stopping on validation loss: no improvement in the last `patience` epochs."""
-    losses = [e.val_loss for e in epochs if e.val_loss is not None]
-    if patience is None or len(losses) <= patience:
-        return False
-    return min(losses[-patience:]) >= min(losses[:-patience])
-
-
-def _one_model(model: Any) -> None:
-    """Make a MirroredStrategy's replicas one model again before an evaluation. Each replica
-    updates its own copy of the batch normalisation statistics from its share of a batch, so the
-    replicas drift apart, an evaluation then mixes their copies, and no one set of weights (what
-    `get_weights()` reads, and what verify evaluates again) gives its accuracy. Writing back what
-    `get_weights()` reads sets every replica to it: the model evaluated is the model kept."""
-    model.set_weights(model.get_weights())
 
 
 class BestWeights:
@@ -201,6 +149,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
 
         from aiperf.arch import build_model, network_from_dict
         from aiperf.data.feed import open_feed
+        from aiperf.data.normalise import on_device
         from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
@@ -233,82 +182,61 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             placement=tuple(placement),
         )
         report(built)
+        # What trains is the counted model behind the device-side scaling of uint8 pixels (a
+        # model sharing its variables); `model` itself is what is counted and saved.
+        fed = on_device(model, feed.pixels)
         with clock.phase("compile"):
-            model.compile(
+            fed.compile(
                 optimizer=_optimizer(request, feed.train_samples // batch),
                 loss=recipe.loss(request.label_smoothing),
                 metrics=["accuracy"],
                 jit_compile=request.jit_compile,
             )
             if request.devices == 1:  # a strategy's replicas build theirs as they trace once
-                build_step_state(model)
+                build_step_state(fed)
         n_train, n_val = feed.train_samples, feed.val_samples
 
-        for epoch in range(request.epochs):
-            if time.time() >= request.deadline:
-                break
-            watch = _deadline_watch(request.deadline)
-            started = time.time()
-            # TerminateOnNaN stops at the first batch whose loss is NaN or infinite: a diverged
-            # trial wastes no more time, and the batches it did train still count.
-            with clock.steps("train"):
-                history = model.fit(
-                    **feed.train,
-                    epochs=1,
-                    verbose=0,
-                    callbacks=[watch, clock.callback(), keras.callbacks.TerminateOnNaN()],
-                )
-            trained = min(watch.train_batches * batch, n_train)
-            logs = {k: v[-1] for k, v in history.history.items() if v}
-            diverged = _diverged(logs.get("loss"))
-            evaluation: dict = {}
-            if not watch.hit_deadline and not diverged:
-                if request.devices > 1 and keras.backend.backend() == "tensorflow":
-                    _one_model(model)
-                with clock.steps("evaluate"):
-                    evaluation = model.evaluate(
-                        **feed.val,
-                        verbose=0,
-                        callbacks=[watch, clock.callback()],
-                        return_dict=True,
-                    )
-            evaluated = min(watch.test_batches * batch, n_val)
-            complete = not watch.hit_deadline and not diverged
-            epoch_report = EpochReport(
+        if time.time() < request.deadline:
+            watch = deadline_watch(request.deadline)
+            ender = epoch_end(
                 trial_key=request.trial_key,
-                epoch=epoch,
-                started_at=started,
-                ended_at=time.time(),
-                samples_trained=trained,
-                samples_evaluated=evaluated,
-                loss=_finite(logs.get("loss")),
-                accuracy=_finite(logs.get("accuracy")),
-                # An evaluation the deadline cut short measured only part of the validation set.
-                val_loss=_finite(evaluation.get("loss")) if complete else None,
-                val_accuracy=_finite(evaluation.get("accuracy")) if complete else None,
-                complete=complete,
+                deadline=request.deadline,
+                batch=batch,
+                samples=(n_train, n_val),
+                val=feed.val,
+                watch=watch,
+                clock=clock,
+                keep=lambda epoch_report: best.offer(model, epoch_report),
+                report=report,
+                patience=request.early_stopping_patience,
+                gather_replicas=request.devices > 1 and keras.backend.backend() == "tensorflow",
             )
-            epochs.append(epoch_report)
-            best.offer(model, epoch_report)  # before it is reported: a recorded best has its file
-            report(epoch_report)
-            if diverged:
+            epochs = ender.epochs  # the same list: what ended before a failure is kept
+            # One fit for every epoch: the training iterator lives across them (aiperf.train.
+            # epochs). No callback makes a step wait for its loss on the host (aiperf.train.watch):
+            # the deadline stops the loop from a timer, the loss is looked at every few batches on
+            # Keras' callback thread and at each epoch's end; the batches trained still count.
+            with clock.steps("train"):
+                fed.fit(
+                    **feed.epochs,
+                    epochs=request.epochs,
+                    verbose=0,
+                    callbacks=[watch, clock.callback(), nan_watch(), ender],
+                )
+            if ender.diverged_message is not None:
                 return TrialResult(
                     request.trial_key,
                     TrialStatus.DIVERGED,
                     built,
                     epochs,
-                    message=f"loss became {logs.get('loss')} in epoch {epoch}: stopped",
+                    message=ender.diverged_message,
                     phases=clock.seconds(),
                 )
-            if not complete or _stalled(epochs, request.early_stopping_patience):
-                break
         # Done: every epoch trained, or stopped early by its own rule (not by the deadline).
         done = (
             bool(epochs)
             and all(e.complete for e in epochs)
-            and (
-                len(epochs) == request.epochs or _stalled(epochs, request.early_stopping_patience)
-            )
+            and (len(epochs) == request.epochs or stalled(epochs, request.early_stopping_patience))
         )
         return TrialResult(
             request.trial_key,

@@ -2,8 +2,8 @@
 TensorFlow's ResourceExhaustedError), a status of its own so a batch too big for the GPU is told
 apart from a bug (aiperf.train.accelerators).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-03
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
@@ -44,7 +44,8 @@ def _drop_views() -> None:
 
 
 def _create_views() -> None:
-    """The views exactly as 0011 left them (0007's run_scores, 0002's trial_summary)."""
+    """The views as 0012 left them (0007's run_scores, 0002's trial_summary; 0012 adds columns
+    only)."""
     op.execute(_revision("0007", "utilisation_and_system")._run_scores())
     op.execute(_revision("0002", "history_views")._trial_summary())
 

@@ -1,0 +1,67 @@
+"""Before the timed window, after the peaks: each worker measures its feed's rate against its
+devices' (aiperf.train.feedrate), and the run records which feed ran (runs.data_feed) and both
+rates per worker (runs.feed_rates; the event log's run_resources). A measurement that fails costs
+the run its feed-bound verdict, never the run."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiperf.broadcast import on_every_worker
+from aiperf.config import AUTO, BenchmarkConfig, trial_devices
+from aiperf.data.manifest import Manifest
+from aiperf.store import Store
+from aiperf.train.feedrate import FeedVerdict, rates_on_worker, verdict
+
+log = logging.getLogger(__name__)
+
+
+def measure_feed(
+    config: BenchmarkConfig,
+    store: Store,
+    run_id: int,
+    client: Any,
+    manifest: Manifest,
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> FeedVerdict | None:
+    """Every worker's feed and device rates at the run's largest global batch, recorded with the
+    run; the run's verdict, logged in one line (None when nothing was measured)."""
+    from aiperf.train.peak import peak_seconds
+
+    if config.train.trainer != "keras":
+        return None
+    devices = trial_devices(config.cluster)
+    precision = config.train.precision
+    try:
+        found = on_every_worker(
+            client,
+            rates_on_worker,
+            manifest.path,
+            input_shape=tuple(manifest.image_shape),
+            classes=int(manifest.classes),
+            seed_architecture=config.search.seed_architecture,
+            batch=max(config.search.space.batch_size) * devices,
+            devices=devices,
+            precision="float32" if precision == AUTO else precision,
+            jit_compile=config.train.jit_compile,
+            seconds=peak_seconds()
+            / 2,  # each of the two measures: the pair takes about a peak probe
+        )
+    except Exception as exc:
+        logger.warning(
+            "run %d: the feed's rate was not measured, so the run cannot say whether it was "
+            "feed-bound: %s: %s",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    rates = sorted(found.values(), key=lambda r: r["worker"])
+    feeds = sorted({str(r["feed"]) for r in rates})
+    data_feed = "+".join(feeds) if feeds else None
+    store.record_feed(run_id, data_feed, rates)
+    judged = verdict(data_feed, rates)
+    if judged is not None:
+        logger.info("run %d: before the window: %s", run_id, judged.line())
+    return judged

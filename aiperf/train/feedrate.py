@@ -1,0 +1,237 @@
+"""Feed rate against device rate, measured on each worker before the timed window: was the run
+feed-bound, and by how much?
+
+A worker's trials can train no faster than the slower of two rates:
+
+- its feed's: images per second out of the real pipeline (aiperf.data.feed.open_feed, the staged
+  data, the worker's own cores as its trials use them, the run's global batch), the batches taken
+  on the host as Keras takes them, nothing trained;
+- its devices': images per second of training steps of the run's seed model
+  (search.seed_architecture) at that batch (on CPU devices at most CPU_BATCH_PER_DEVICE images a
+  device: recorded as `device_batch`), in the run's precision and compile setting, on all the
+  devices a trial uses, on synthetic batches already in memory (uint8 pixels where the feed gives
+  pixels, scaled on the device as in a trial), timed after a step that compiles.
+
+Each lasts about half of $AIPERF_PEAK_SECONDS (the peak probe's setting:
+aiperf.train.peak.peak_seconds; 2 s, so 1 s each), after its warm-up. A worker whose feed is
+slower than its devices is feed-bound: its devices wait for batches about 1 - feed/device of the
+time. The run's verdict compares the sums over its workers
+(each worker feeds only its own devices). The seed model is not what every trial trains (the search
+grows it), so the devices' rate is the rate at the run's start; a larger model only lowers it.
+
+Which feed ran (`data.feed`) comes from open_feed: "tf.data" (the TensorFlow pipeline, also
+for in-memory arrays on the TensorFlow backend) or "arrays" (in-memory NumPy arrays that Keras
+slices itself on other backends: no pipeline, its rate is not the host's decode and is recorded
+without a feed rate).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+WARM_UP_STEPS = 1  # device steps before the clock starts: the first traces and compiles
+# On CPU devices the devices' rate is measured at most at this many images per device: a CPU's
+# images/s barely changes with the batch past a few images, and the run's own batch (192-224 for
+# the imagenet-shaped profile on CPUs) would cost minutes a step of ResNet-50 before the window.
+CPU_BATCH_PER_DEVICE = 8
+
+
+def _rate(step: Any, seconds: float, *, minimum: int = 3) -> float:
+    """Items per second of `step()` (which returns how many it did) over about `seconds`, at least
+    `minimum` calls."""
+    done, calls, started = 0, 0, time.perf_counter()
+    while calls < minimum or time.perf_counter() - started < seconds:
+        done += step()
+        calls += 1
+    return done / (time.perf_counter() - started)
+
+
+def feed_images_per_s(feed: Any, seconds: float) -> float | None:
+    """Images per second out of the feed's training pipeline as a trial's `fit` iterates it (its
+    passes repeated in one iterator: aiperf.data.feed.Feed.epochs), after its first batch (the
+    pipeline's start-up); None for in-memory arrays Keras slices itself."""
+    if feed.kind == "arrays":
+        return None
+    batches = iter(feed.epochs["x"])
+    next(batches)
+    return _rate(lambda: int(next(batches)[1].shape[0]), seconds)
+
+
+def device_images_per_s(
+    feed_pixels: bool,
+    *,
+    seed_architecture: str,
+    input_shape: tuple[int, int, int],
+    classes: int,
+    batch: int,
+    devices: int,
+    precision: str,
+    jit_compile: bool,
+    seconds: float,
+) -> float:
+    """Images per second of the seed model's training steps at `batch` (global) on `devices`
+    devices, on one synthetic batch held in memory."""
+    import keras
+    import numpy as np
+
+    from aiperf.arch import build_model
+    from aiperf.arch.seeds import seed_spec
+    from aiperf.data.normalise import on_device
+    from aiperf.train.devices import data_parallel
+
+    rng = np.random.default_rng(0)
+    if feed_pixels:
+        x = rng.integers(0, 256, (batch, *input_shape), dtype=np.uint8)
+    else:
+        x = rng.standard_normal((batch, *input_shape)).astype("float32")
+    y = rng.integers(0, classes, batch).astype("int32")
+    before = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        with data_parallel(keras.backend.backend(), devices):
+            model = on_device(
+                build_model(seed_spec(seed_architecture, input_shape, classes)), feed_pixels
+            )
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                loss="sparse_categorical_crossentropy",
+                jit_compile=jit_compile,
+            )
+            # The optimizer's slots made now: a first trace that creates them traces twice (as in
+            # a trial: aiperf.train.trial.build_step_state).
+            model.optimizer.build(model.trainable_variables)
+            for _ in range(WARM_UP_STEPS):
+                model.train_on_batch(x, y)
+
+            def step() -> int:
+                model.train_on_batch(x, y)
+                return batch
+
+            return _rate(step, seconds, minimum=1)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+
+
+def rates_on_worker(
+    data_path: str,
+    *,
+    input_shape: tuple[int, int, int] | list[int],
+    classes: int,
+    seed_architecture: str,
+    batch: int,
+    devices: int,
+    precision: str,
+    jit_compile: bool,
+    seconds: float,
+    dask_worker: Any = None,
+) -> dict[str, Any]:
+    """This worker's feed and device rates (run on every worker with Client.run, which passes
+    `dask_worker`), named as its trials name their worker."""
+    from aiperf.cluster.environment import worker_label
+    from aiperf.data.feed import open_feed
+    from aiperf.train.peak import device
+    from aiperf.train.trial import configure_threads, worker_cores
+
+    configure_threads(worker_cores())
+    name = worker_label(str(dask_worker.name)) if dask_worker is not None else "local"
+    shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+    feed = open_feed(
+        data_path, batch_size=batch, input_shape=shape, seed=0, threads=worker_cores()
+    )
+    fed = feed_images_per_s(feed, seconds)
+    accelerated = device()[1]
+    device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
+    rate = device_images_per_s(
+        feed.pixels,
+        seed_architecture=seed_architecture,
+        input_shape=shape,
+        classes=classes,
+        batch=device_batch,
+        devices=devices,
+        precision=precision,
+        jit_compile=jit_compile,
+        seconds=seconds,
+    )
+    return {
+        "worker": name,
+        "feed": feed.kind,
+        "feed_images_per_s": fed,
+        "device_images_per_s": rate,
+        "batch": batch,
+        "device_batch": device_batch,
+        "accelerated": accelerated,
+        "devices": devices,
+        "cores": worker_cores(),
+        "seconds": seconds,
+    }
+
+
+@dataclass(frozen=True)
+class FeedVerdict:
+    """The run's feed against its devices, summed over the workers that measured both."""
+
+    feed: str | None
+    feed_images_per_s: float | None  # None: in-memory arrays, no pipeline measured
+    device_images_per_s: float
+    workers: int
+
+    @property
+    def bound(self) -> bool:
+        return (
+            self.feed_images_per_s is not None
+            and self.feed_images_per_s < self.device_images_per_s
+        )
+
+    @property
+    def idle(self) -> float:
+        """The share of time the devices would wait for batches (0 when not feed-bound)."""
+        if not self.bound or self.feed_images_per_s is None:
+            return 0.0
+        return 1.0 - self.feed_images_per_s / self.device_images_per_s
+
+    def line(self) -> str:
+        """e.g. "tf.data feed 640 img/s < devices 1,900 img/s: feed-bound, devices idle ~66%"."""
+        devices = f"devices {self.device_images_per_s:,.0f} img/s"
+        if self.feed_images_per_s is None:
+            return f"{self.feed or 'feed'}: in-memory arrays, not measured; {devices}"
+        fed = f"{self.feed or 'feed'} {self.feed_images_per_s:,.0f} img/s"
+        if self.bound:
+            return f"{fed} < {devices}: feed-bound, devices idle ~{self.idle:.0%}"
+        spare = self.feed_images_per_s / self.device_images_per_s
+        return f"{fed} >= {devices}: not feed-bound (feed {spare:.1f}x the devices)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feed": self.feed,
+            "feed_images_per_s": self.feed_images_per_s,
+            "device_images_per_s": self.device_images_per_s,
+            "workers": self.workers,
+            "feed_bound": self.bound,
+            "devices_idle": self.idle,
+            "line": self.line(),
+        }
+
+
+def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
+    """The run's verdict from its recorded per-worker rates; None when none were measured. A
+    record that is not one (an edited event log read by `verify --package`) is left out."""
+    measured = [r for r in rates or () if _positive(_get(r, "device_images_per_s"))]
+    if not measured:
+        return None
+    fed = [_get(r, "feed_images_per_s") for r in measured]
+    return FeedVerdict(
+        feed=data_feed if isinstance(data_feed, str) else None,
+        feed_images_per_s=float(sum(fed)) if all(_positive(f) for f in fed) else None,
+        device_images_per_s=float(sum(float(r["device_images_per_s"]) for r in measured)),
+        workers=len(measured),
+    )
+
+
+def _get(record: Any, key: str) -> Any:
+    return record.get(key) if isinstance(record, dict) else None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
