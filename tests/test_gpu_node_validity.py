@@ -163,12 +163,16 @@ def test_the_stand_in_nodes_1_gib_gpus_keep_12_13_14():
 
 
 def test_a_tfrecord_dataset_is_not_checked_against_a_count_it_never_read():
-    """Before the manifest is known only generated kinds are checked (their counts are set)."""
+    """Before the manifest is known only generated kinds are checked (their counts are set), and
+    only a batch that trains: on GPUs with batch_per_gib the listed one is the CPUs' and the
+    devices' memory replaces it (checked against the staged count once resolved)."""
     big = {"search.space.batch_size": [2048], "cluster.gpus": 8}
     config = load_config("imagenet", workers=1, overrides={"data.source": "/d", **big})
     assert config.data.train_samples < 8 * 2048
+    load_config("imagenet-shaped", workers=1, overrides=big)
+    on_cpus = {"search.space.batch_size": [20000]}
     with pytest.raises(UserError, match=r"larger than data.train_samples \(12800\)") as error:
-        load_config("imagenet-shaped", workers=1, overrides=big)
+        load_config("imagenet-shaped", workers=1, overrides=on_cpus)
     assert "\n" not in str(error.value)
 
 
