@@ -1,6 +1,9 @@
 """The GPU check: aiperf's trial against bare Keras on one device and on all of the node's, then a
 short `aiperf run` on the ImageNet-shaped profile, and a table of the figures last.
 
+0. **What the ranked profile resolves here**: `aiperf run --profile imagenet`'s precision and
+   per-device batch from this node's devices, its global batch and learning-rate scale
+   (aiperf-rules-1.4), printed first; parts 1 and 2 train at that batch unless --batch is given.
 1. **Trial efficiency, one device.** ResNet-50 (aiperf.arch's, layer for layer
    keras.applications') at 224 px on 1000 classes of synthetic data, trained twice with the same
    backend, precision, per-device batch and steps:
@@ -54,6 +57,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import fields
@@ -126,7 +130,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="dtype policy (default: mixed_bfloat16; float32 with --smoke)",
     )
     parser.add_argument(
-        "--batch", type=int, help="images per step and device (default 256; 8 with --smoke)"
+        "--batch",
+        type=int,
+        help="images per step and device (default: the largest imagenet resolves on this GPU "
+        "node, else 256; 8 with --smoke)",
     )
     parser.add_argument(
         "--steps", type=int, help="training steps per epoch (default 20; 4 with --smoke)"
@@ -184,6 +191,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--part", choices=["all", "compare"], default="all", help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
+    args.batch_given = args.batch is not None  # else the batch imagenet resolves on this node
     defaults = SMOKE if args.smoke else GPU
     for key in ("model", "image_size", "classes", "batch", "steps", "epochs", "precision"):
         if getattr(args, key) is None:
@@ -390,6 +398,13 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "measured)",
         flush=True,
     )
+    imagenet = imagenet_on_this_node()
+    print(f"imagenet on this node: {imagenet['said']}", flush=True)
+    if not args.batch_given and imagenet.get("batch"):
+        args.batch = imagenet["batch"]  # the per-device batch the ranked profile trains
+        print(
+            f"bench_gpu: batch {args.batch} per device, the largest imagenet resolves", flush=True
+        )
     counts = [1] + ([len(devices)] if args.node and len(devices) > 1 else [])
     parts: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as folder:
@@ -430,8 +445,49 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "keras": keras.__version__,
         "device_count": len(devices),
         "devices": devices,
+        "imagenet": imagenet,
+        "batch": args.batch,
         "parts": parts,
     }
+
+
+def imagenet_on_this_node() -> dict[str, Any]:
+    """What `aiperf run --profile imagenet` resolves on this node before its first trial: the
+    precision and per-device batch from the devices (aiperf.train.auto, as a run's workers report
+    them), the global batch of a trial on all of them, and the learning rate's scale and warm-up
+    (aiperf-rules-1.4). Never fails the check: what cannot be resolved is said."""
+    try:
+        from aiperf.config import load_config, trial_devices
+        from aiperf.train.auto import device_facts, resolved_settings
+        from aiperf.train.peak import device
+        from aiperf.train.recipe import scaled_rate
+
+        config = load_config("imagenet", workers=1, overrides={"data.source": "/imagenet"})
+        facts = device_facts(device()[1])
+        resolved = resolved_settings(config, [{"device_facts": facts.to_dict(), "probes": {}}])
+        precision = resolved.get("train.precision", config.train.precision)
+        batches = resolved.get("search.space.batch_size")
+        on_devices = trial_devices(config.cluster)
+        if batches is None:
+            return {"precision": precision, "said": f"{precision}; no GPU batch (not a GPU node)"}
+        top = max(batches) * on_devices
+        scale = scaled_rate(1.0, top, config.train.lr_reference_batch)
+        said = (
+            f"{precision}, {'/'.join(map(str, batches))} images a device x {on_devices} "
+            f"device(s) (global batch up to {top:,}), learning rate x {scale:.1f} after a "
+            f"{config.train.warmup_epochs:g}-epoch warm-up ({config.ruleset})"
+        )
+        return {
+            "precision": precision,
+            "batches": batches,
+            "batch": max(batches),
+            "devices": on_devices,
+            "global_batch": top,
+            "rate_scale": scale,
+            "said": said,
+        }
+    except Exception as exc:  # noqa: BLE001 - the check goes on without it
+        return {"said": f"not resolved: {type(exc).__name__}: {exc}"}
 
 
 def compare_in_child(args: argparse.Namespace, argv: list[str], folder: Path) -> dict[str, Any]:
@@ -606,6 +662,9 @@ def table(summary: dict[str, Any]) -> str:
             f"GPU check: {peak['device']} x{compared['device_count']}, peak "
             f"{format_ops(peak['flops'])}FLOP/s each (bf16 matmul, measured)"
         )
+        if compared.get("imagenet"):
+            said = f"imagenet here: {compared['imagenet']['said']}"
+            lines += textwrap.wrap(said, width=100, subsequent_indent="  ")
         lines.append(
             f"Keras {compared['keras']} on {settings['backend']}, {settings['precision']}, jit "
             f"{'on' if settings['jit'] else 'off'}; {settings['model']} {settings['image_size']} "
@@ -681,7 +740,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     began = time.perf_counter()
     signal.signal(signal.SIGTERM, _stop)
     summary: dict[str, Any] = {
-        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "table", "part")},
+        "settings": {
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("json", "table", "part", "batch_given")
+        },
         "compare": None,
         "run": None,
         "stopped": None,
@@ -690,6 +753,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         folder = Path(name)
         try:
             summary["compare"] = compare_in_child(args, raw, folder)
+            if summary["compare"] and summary["compare"].get("batch"):
+                args.batch = summary["settings"]["batch"] = summary["compare"]["batch"]
             if args.run:
                 budget = run_budget(args, time.perf_counter() - began)
                 summary["run"] = run = benchmark_run(args, budget, folder)

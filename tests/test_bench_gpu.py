@@ -60,6 +60,9 @@ def test_smoke_mode_runs_every_part_and_prints_the_table_last(prefect_api, tmp_p
     )
     compared = result["compare"]
     assert compared["peak"]["dtype"] == "bfloat16" and compared["peak"]["flops"] > 0
+    # What the ranked profile resolves here, printed before the comparison: a CPU has no GPU batch
+    assert "no GPU batch (not a GPU node)" in compared["imagenet"]["said"], compared["imagenet"]
+    assert "imagenet on this node:" in done.stdout
     parts = {part["devices"]: part for part in compared["parts"]}
     expected = [1, 2] if BACKEND == "jax" else [1]  # two logical CPU devices on JAX
     assert sorted(parts) == expected
@@ -105,6 +108,10 @@ def test_table_names_a_one_device_node_and_what_was_not_measured():
             "peak": peak,
             "keras": "3.15.1",
             "device_count": 1,
+            "imagenet": {
+                "said": "mixed_bfloat16, 876/949/1022 images a device x 8 device(s) (global batch "
+                "up to 8,176), learning rate x 31.9 after a 5-epoch warm-up (aiperf-rules-1.4)"
+            },
             "parts": [
                 {"devices": 1, "aiperf": {"skipped": "no devices"}, "bare": fast, "ratio": None}
             ],
@@ -118,6 +125,7 @@ def test_table_names_a_one_device_node_and_what_was_not_measured():
     assert lines[0].startswith("GPU check: GPU NVIDIA H200 x1")
     assert "5,000.0" in text and "40.0%" in text and "aiperf on 1 devices: no devices" in text
     assert "node: one device" in text and lines[-2].startswith("stopped: signal 15")
+    assert "imagenet here: mixed_bfloat16, 876/949/1022 images a device" in text
     assert all(len(line) <= 100 for line in lines)
 
 

@@ -244,6 +244,29 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     done, db = standin_run
     assert done.returncode in (0, 3), (done.stdout[-3000:], done.stderr[-3000:])
     assert "trials of run" in done.stdout  # aiperf show's table
+    # The feed that ran, and whether it kept the 8 devices busy, measured before the window
+    [(feed, rates)] = _rows(db, "SELECT data_feed, feed_rates FROM runs")
+    assert feed == "tf.data" and rates, (feed, rates)
+    assert "feed (before the window)" in done.stdout  # aiperf show's row
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiperf.cli.main",
+            "show",
+            "1",
+            "--db",
+            f"sqlite:///{db}",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    judged = json.loads(shown.stdout)["feed"]
+    assert judged["feed"] == "tf.data" and judged["feed_bound"] in (True, False), judged
+    assert "feed-bound" in judged["line"] and judged["device_images_per_s"] > 0, judged
     [(run_id, backend, jit, raw_config, peaks)] = _rows(
         db, "SELECT id, backend, jit_compile, config, worker_peaks FROM runs"
     )
