@@ -275,3 +275,17 @@ def scored(flow_fn, **parameters):
         return flow_fn(**parameters)
     except ResultNotValid as not_valid:
         return not_valid.outcome
+
+
+@pytest.fixture(scope="module")
+def folder_data(make_image_folder, tmp_path_factory):
+    """A small ImageNet-layout image folder staged as TFRecord shards (16 px, 3 classes, 10 train
+    and 4 validation images each): real JPEGs through the real pipeline, for trial and feed tests."""
+    from aiperf.config import DataConfig
+    from aiperf.data.staging import stage
+
+    images = make_image_folder(
+        tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4
+    )
+    config = DataConfig(kind="folder", source=str(images), image_size=16, shard_images=8)
+    return stage(config, 0, tmp_path_factory.mktemp("staged"))

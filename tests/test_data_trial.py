@@ -15,15 +15,6 @@ from aiperf.train.messages import EpochReport, TrialRequest
 from aiperf.train.trial import run_trial
 
 
-@pytest.fixture(scope="module")
-def folder_data(make_image_folder, tmp_path_factory):
-    images = make_image_folder(
-        tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4
-    )
-    config = DataConfig(kind="folder", source=str(images), image_size=16, shard_images=8)
-    return stage(config, 0, tmp_path_factory.mktemp("staged"))
-
-
 def _request(
     manifest,
     deadline: float,

@@ -6,18 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiperf.config import DataConfig
-from aiperf.data.staging import stage
 from aiperf.train.feedrate import rates_on_worker, verdict
-
-
-@pytest.fixture(scope="module")
-def folder_data(make_image_folder, tmp_path_factory):
-    images = make_image_folder(
-        tmp_path_factory.mktemp("src") / "images", train_per_class=10, val_per_class=4
-    )
-    config = DataConfig(kind="folder", source=str(images), image_size=16, shard_images=8)
-    return stage(config, 0, tmp_path_factory.mktemp("staged"))
 
 
 def test_a_worker_measures_its_tf_data_feed_and_its_devices_on_pixels(folder_data):
