@@ -105,16 +105,45 @@ def test_slurm_script_has_directives_resources_lifetime_and_prologue():
     assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script, (
         "no profiler in the trials' way"
     )
+    _assert_nanny_spawns_without_malloc_tunables(script)
+
+
+def _assert_nanny_spawns_without_malloc_tunables(script: str) -> None:
+    """A job's nanny reads the job script's DASK_* exports as its process starts: with them, the
+    worker it spawns gets no MALLOC_TRIM_THRESHOLD_ (glibc's dynamic mmap threshold stays on, as in
+    a bare process: aiperf.cluster.environment.WORKER_DASK says why) and Dask's other pre-spawn
+    variables stay."""
+    import shlex
+
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in script.splitlines()
+        if line.startswith("export DASK_")
+    )
+    env = {k: shlex.split(v)[0] for k, v in exports.items()}
+    read = (
+        "import distributed.nanny as n; "
+        "print(sorted(n._get_env_variables('distributed.nanny.pre-spawn-environ')))"
+    )
+    keys = subprocess.run(
+        [sys.executable, "-c", read],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("DASK_")}, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "MALLOC_TRIM_THRESHOLD_" not in keys and "OMP_NUM_THREADS" in keys, keys
 
 
 def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
     """The profiler would sample the trial's thread every 10 ms and the event loops tick every 20 ms
     (system monitor 500 ms, nanny memory check 100 ms), each holding the GIL: the scheduler, the
-    nannies and the workers run with QUIET_DASK's intervals instead."""
+    nannies and the workers run with WORKER_DASK's intervals instead. And the workers start with
+    glibc's malloc as a bare process has it: no MALLOC_TRIM_THRESHOLD_ from Dask's nanny."""
     import dask
     from distributed import Client
 
-    from aiperf.cluster.environment import QUIET_DASK
+    from aiperf.cluster.environment import WORKER_DASK
     from aiperf.cluster.start import local_cluster
 
     def intervals(server) -> dict[str, float]:
@@ -124,10 +153,12 @@ def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
 
     with local_cluster(1) as cluster, Client(cluster, security=cluster.security) as client:
         profiler = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+        trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_", "unset"))
         workers = list(client.run(lambda dask_worker: intervals(dask_worker)).values())
         scheduler = client.run_on_scheduler(lambda dask_scheduler: intervals(dask_scheduler))
         nannies = [intervals(nanny) for nanny in cluster.workers.values()]
-    assert QUIET_DASK["distributed.admin.tick.interval"] == "1s"
+    assert WORKER_DASK["distributed.admin.tick.interval"] == "1s"
+    assert list(trim.values()) == ["unset"], "Dask's malloc tunable would slow TensorFlow's tensors"
     assert list(profiler.values()) == [False]
     for server in [*workers, scheduler, *nannies]:
         assert server["tick"] == 1000 and server["monitor"] == 5000, server

@@ -27,28 +27,54 @@ DEVICES_ENV = settings.WORKER_DEVICES.name
 MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 # JAX's CPU platform shows this many devices when the flag is in XLA_FLAGS as JAX starts.
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+# What aiperf changes in Dask's defaults for its workers. The scheduler and nannies take these from
+# dask.config (start.py), the worker processes from their environment (`worker_environment`),
+# wherever they start.
+#
 # Dask's own housekeeping, slowed down for a benchmark. By default every worker runs an event-loop
 # health tick every 20 ms, a system monitor every 500 ms and (in its nanny) a memory check every
 # 100 ms, and the statistical profiler samples the trial's thread every 10 ms, each taking the GIL:
-# on a small machine that is CPU taken from the trials (docs/performance.md gives the figures). These
-# settings cut it to a fraction. Trials are placed by resource,
-# so work stealing has nothing to do. The scheduler and nannies take them from dask.config (start.py),
-# the worker processes from their environment (`worker_environment`), wherever they start.
-QUIET_DASK: dict[str, Any] = {
+# on a small machine that is CPU taken from the trials (docs/performance.md gives the figures).
+# Trials are placed by resource, so work stealing has nothing to do.
+#
+# And glibc's allocator as a bare process has it. Dask's nanny starts each worker with
+# MALLOC_TRIM_THRESHOLD_=65536 (distributed.nanny.pre-spawn-environ), so that freed memory goes
+# back to the system sooner. Setting any malloc tunable switches off glibc's dynamic mmap threshold:
+# every allocation over 128 KiB is then a fresh mmap that the kernel page-faults and zeroes, and
+# munmaps when freed. TensorFlow takes its tensors from malloc wherever its oneDNN allocator is off,
+# which is TensorFlow's default on CPUs without AVX-512 VNNI/BF16 or AMX (AMD Zen 3, for one): there
+# a worker spent half its CPU in the kernel, and trials trained at 0.43-0.49 of bare Keras on the
+# same model, batch and feed (docs/performance.md, "Trials against bare Keras"). None unsets it.
+WORKER_DASK: dict[str, Any] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
     "distributed.admin.system-monitor.interval": "5s",
     "distributed.worker.memory.monitor-interval": "1s",
     "distributed.scheduler.work-stealing": False,
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
 }
 
 
 def dask_environment(settings: dict[str, Any]) -> dict[str, str]:
-    """Dask config keys as the DASK_* variables dask.config reads when a process starts."""
-    return {
-        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
-        for key, value in settings.items()
-    }
+    """Dask config keys as the DASK_* variables dask.config reads when a process starts.
+
+    Dask lowercases a variable's name into its key, so a key whose last part is not lowercase (an
+    environment variable's name under distributed.nanny.pre-spawn-environ) travels as a Python
+    literal of its parent, which dask.config merges into its defaults."""
+
+    def name(key: str) -> str:
+        return "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+
+    env: dict[str, str] = {}
+    literals: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        parent, _, last = key.rpartition(".")
+        if last != last.lower():
+            literals.setdefault(parent, {})[last] = value
+        else:
+            env[name(key)] = str(value)
+    env.update({name(parent): repr(values) for parent, values in literals.items()})
+    return env
 
 
 FRAMEWORKS = (
@@ -80,7 +106,7 @@ def worker_environment(
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "DO_NOT_TRACK": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        **dask_environment(QUIET_DASK),  # no profiler or 20 ms ticks in the trial's way
+        **dask_environment(WORKER_DASK),  # no profiler or 20 ms ticks; glibc's own malloc
     }
     if prefect_api_url:
         env["PREFECT_API_URL"] = prefect_api_url

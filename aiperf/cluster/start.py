@@ -24,7 +24,7 @@ import dask
 import psutil
 
 from aiperf import settings
-from aiperf.cluster.environment import QUIET_DASK, worker_environment
+from aiperf.cluster.environment import WORKER_DASK, worker_environment
 from aiperf.cluster.keeper import Keeper
 from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
 from aiperf.cluster.preload import PRELOAD
@@ -88,8 +88,8 @@ def local_cluster(
     # Its worker processes copy this process's environment as they start (and as the nannies
     # restart them): the database's secrets are out of it while the cluster lives.
     with secrets_kept_from_children():
-        # The scheduler and nannies read QUIET_DASK here; the workers, from their environment.
-        with dask.config.set({**QUIET_DASK, "distributed.scheduler.allowed-failures": 0}):
+        # The scheduler and nannies read WORKER_DASK here; the workers, from their environment.
+        with dask.config.set({**WORKER_DASK, "distributed.scheduler.allowed-failures": 0}):
             cluster = LocalCluster(
                 n_workers=processes,
                 threads_per_worker=threads,
@@ -158,7 +158,7 @@ def jobqueue_cluster(
     logs.mkdir(parents=True, exist_ok=True)
     plan = job_plan(config, prefect_api_url, log_directory=str(logs))
     settings = {
-        **QUIET_DASK,
+        **WORKER_DASK,
         "distributed.scheduler.allowed-failures": 0,
         # An ended job is forgotten, and so resubmitted by the keeper, 3 s after its worker left.
         "distributed.deploy.lost-worker-timeout": "3s",
