@@ -5,8 +5,9 @@ For each case the script runs, side by side in one invocation:
   aiperf  the real flow (`aiperf run`, one worker per core) with the search pinned to one
           architecture and one batch size, so every trial trains the case's model;
   bare    as many processes as workers, each with one thread, doing what a user of Keras would:
-          build, compile, then `model.fit` and `model.evaluate` per epoch, new model after the
-          profile's epochs, until the same window ends (a batch that crosses it is the last).
+          build, compile (with the profile's jit_compile, as the trials), then `model.fit` and
+          `model.evaluate` per epoch, new model after the profile's epochs, until the same window
+          ends (a batch that crosses it is the last).
           `--bare-feed arrays` (the default) gives `fit` the NumPy arrays, as most users do;
           `--bare-feed aiperf` gives it what a trial gets (aiperf.data.feed.open_feed: a tf.data
           feed of the same arrays, tf.data's autotuner off), so the ratio then isolates
@@ -163,6 +164,7 @@ def _bare_worker(
     case: Case,
     data_path: str,
     feed: str,
+    jit_compile: bool,
     window_start: float,
     window_s: float,
     index: int,
@@ -233,6 +235,7 @@ def _bare_worker(
             optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
+            jit_compile=jit_compile,  # as the trials compile (Keras' "auto" would be XLA on TF)
         )
         for number in range(case.epochs):
             if time.time() >= window_end:
@@ -270,7 +273,16 @@ def run_bare(
     processes = [
         context.Process(
             target=_bare_worker,
-            args=(case, manifest.path, feed, window_start, window_s, i, results),
+            args=(
+                case,
+                manifest.path,
+                feed,
+                config.train.jit_compile,
+                window_start,
+                window_s,
+                i,
+                results,
+            ),
         )
         for i in range(workers)
     ]
