@@ -67,7 +67,7 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         cwd=root,
         env=env,
     )
-    (wheel,) = (root / "dist").glob("aiperf-*.whl")
+    (wheel,) = (root / "dist").glob("aiperf_automl-*.whl")
 
     fresh = root / "fresh"
     _run(sys.executable, "-m", "venv", fresh, cwd=root, env=env)
@@ -110,11 +110,11 @@ def test_the_wheel_imports_aiperf_and_its_flows_from_itself(wheel_venv, tmp_path
 @pytest.mark.slow
 def test_the_wheel_holds_aiperf_and_aiperf_flows_only(wheel_venv):
     fresh, env = wheel_venv
-    (wheel,) = (fresh.parent / "dist").glob("aiperf-*.whl")
+    (wheel,) = (fresh.parent / "dist").glob("aiperf_automl-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         tops = {name.split("/", 1)[0] for name in archive.namelist()}
-        top_level = archive.read("aiperf-0.1.0.dist-info/top_level.txt").decode().split()
-    assert tops == {"aiperf", "aiperf_flows", "aiperf-0.1.0.dist-info"}, tops
+        top_level = archive.read("aiperf_automl-0.1.0.dist-info/top_level.txt").decode().split()
+    assert tops == {"aiperf", "aiperf_flows", "aiperf_automl-0.1.0.dist-info"}, tops
     assert sorted(top_level) == ["aiperf", "aiperf_flows"]
 
 
@@ -153,3 +153,20 @@ def test_db_upgrade_and_a_short_run_from_another_folder(wheel_venv, tmp_path):
         len(list((tmp_path / "aiperf-out" / "reports").glob("aiperf-report-results-*-1.html")))
         == 1
     )
+
+
+@pytest.mark.slow
+def test_the_wheel_is_aiperf_automl_with_its_commands_and_python_m(wheel_venv, tmp_path):
+    """The distribution is aiperf-automl ("aiperf" on the package index is another project); the
+    import package stays aiperf, and `aiperf`, `aiperf-automl` and `python -m aiperf` all run the
+    command."""
+    fresh, env = wheel_venv
+    shown = _run(fresh / "bin" / "python", "-m", "pip", "show", "aiperf-automl", cwd=tmp_path, env=env)
+    assert "Name: aiperf-automl" in shown.stdout
+    for command in (
+        [fresh / "bin" / "aiperf"],
+        [fresh / "bin" / "aiperf-automl"],
+        [fresh / "bin" / "python", "-m", "aiperf"],
+    ):
+        helped = _run(*command, "--help", cwd=tmp_path, env=env)
+        assert "run" in helped.stdout and "verify" in helped.stdout, command
