@@ -4,6 +4,7 @@ measures it on each of its workers and shows its trials against it."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -259,3 +260,23 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
     assert compared["reference_workers"] == 2 and compared["reference_ops_per_s"] > 0
     assert compared["seed_trials"] >= 1 and compared["ratio"] > 0, compared
     assert compared["line"].startswith("seed trials trained at "), compared
+
+    # The same line in show's table, the HTML report and the package's summary, and the package's
+    # event log rebuilds the reference the run recorded.
+    from aiperf.report.html import build_report
+    from aiperf.report.package import verify_package, write_package
+
+    table = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "show", "1", "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert "trials vs bare Keras" in table.stdout and "seed trials trained at" in table.stdout
+    with Store.open_existing(db) as store:
+        assert html.escape(compared["line"], quote=True) in build_report(store, 1)
+        package = write_package(store, 1, tmp_path / "package", log)
+    assert f"- trials vs bare Keras: {compared['line']}" in (package / "README.md").read_text()
+    logged, _checks = verify_package(package)
+    assert logged is not None and list(logged.run.reference_rates) == rates
