@@ -280,3 +280,46 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
     assert f"- trials vs bare Keras: {compared['line']}" in (package / "README.md").read_text()
     logged, _checks = verify_package(package)
     assert logged is not None and list(logged.run.reference_rates) == rates
+
+
+# --- the clean process on real shards --------------------------------------------------------------
+
+
+def _on_shards(folder_data, **kwargs):
+    from aiperf.train.bare_reference import reference_on_worker
+
+    return reference_on_worker(
+        folder_data.path,
+        input_shape=folder_data.image_shape,
+        classes=folder_data.classes,
+        seed_architecture="resnet-mini",
+        batch=8,
+        devices=1,
+        precision="float32",
+        jit_compile=False,
+        seconds=0.3,
+        **kwargs,
+    )
+
+
+def test_the_clean_process_times_the_seed_model_on_the_staged_shards(folder_data):
+    """JPEG shards through the real pipeline (uint8 pixels, scaled on the device), in a process of
+    its own: the rate of whole timed steps, in the score's operations."""
+    measured = _on_shards(folder_data)
+    assert measured["worker"] == "local" and measured["batch"] == 8
+    assert measured["steps"] >= 2 and measured["seconds"] >= 0.3
+    assert measured["samples_per_s"] == pytest.approx(8 * measured["steps"] / measured["seconds"])
+    assert measured["ops_per_s"] == pytest.approx(
+        measured["samples_per_s"] * measured["train_ops_per_sample"]
+    )
+
+
+def test_a_first_step_slower_than_the_limit_skips_the_reference_with_its_reason(folder_data):
+    skipped = _on_shards(folder_data, slow_step_s=0.0)
+    assert "samples_per_s" not in skipped and skipped["worker"] == "local"
+    assert skipped["skipped"].startswith("its first step took "), skipped
+    assert (
+        overhead(_run(reference=[skipped]))
+        .line()
+        .startswith("no comparison: bare Keras not measured (its first step took ")
+    )

@@ -43,7 +43,7 @@ def measure_reference(
     record saying why there is none."""
     seconds = reference_seconds()
     if seconds == 0:
-        rates = [_skipped(f"turned off ({settings.REFERENCE_SECONDS.name}=0)")]
+        rates = [_skipped(f"turned off: {settings.REFERENCE_SECONDS.name}=0")]
     elif config.train.trainer != "keras":
         rates = [_skipped(f"the {config.train.trainer} trainer trains no model to compare")]
     else:

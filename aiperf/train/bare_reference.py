@@ -29,8 +29,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from aiperf import settings
+
 TRACE_STEPS = 2  # steps before the clock starts: the first traces and compiles the train step
 MIN_TIMED_STEPS = 2  # at least this many timed steps, however slow one is
+# A first step (tracing included) slower than this skips the reference: whole steps of a large
+# model at a large batch on a CPU (ResNet-50 at 192 images) take minutes each, which would hold up
+# the window for many minutes.
+SLOW_STEP_S = 60.0
 # Seconds the process may take beyond its timed part (Python, TensorFlow and the data opened, the
 # model built and traced) before the worker gives up on it.
 START_UP_TIMEOUT_S = 600.0
@@ -78,6 +84,7 @@ def reference_on_worker(
     precision: str,
     jit_compile: bool,
     seconds: float,
+    slow_step_s: float = SLOW_STEP_S,
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's bare Keras rate, from a clean process on its node (run on every worker with
@@ -105,6 +112,7 @@ def reference_on_worker(
         "precision": precision,
         "jit_compile": bool(jit_compile),
         "seconds": float(seconds),
+        "slow_step_s": float(slow_step_s),
         "cores": cores,
     }
     done = subprocess.run(
@@ -123,22 +131,29 @@ def reference_on_worker(
     return {"worker": name, **measured}
 
 
-def _step_clock(keras: Any, seconds: float) -> Any:
+def _step_clock(keras: Any, seconds: float, slow_step_s: float) -> Any:
     """A Keras callback that times whole steps after the first TRACE_STEPS for about `seconds`
-    (at least MIN_TIMED_STEPS), then stops the fit: `steps` timed over `ended - started`."""
+    (at least MIN_TIMED_STEPS), then stops the fit: `steps` timed over `ended - started`. A first
+    step that ends after more than `slow_step_s` stops it at once (`first_step_s`)."""
 
     class StepClock(keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
             self.seen = 0
             self.steps = 0
-            self.started = 0.0
-            self.ended = 0.0
+            self.began = self.started = self.ended = 0.0
+            self.first_step_s: float | None = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.began = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.seen += 1
             now = time.perf_counter()
-            if self.seen == TRACE_STEPS:
+            if self.seen == 1 and now - self.began > slow_step_s:
+                self.first_step_s = now - self.began
+                self.model.stop_training = True
+            elif self.seen == TRACE_STEPS:
                 self.started = now
             elif self.seen > TRACE_STEPS:
                 self.steps, self.ended = self.seen - TRACE_STEPS, now
@@ -186,9 +201,16 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
             metrics=["accuracy"],  # as a user (and every trial) watches it
             jit_compile=bool(request["jit_compile"]),
         )
-        clock = _step_clock(keras, seconds)
+        clock = _step_clock(keras, seconds, float(request.get("slow_step_s", SLOW_STEP_S)))
         # One fit, as a trial's: its iterator lives across passes; the clock stops it.
         fed.fit(**feed.epochs, epochs=1_000_000, verbose=0, callbacks=[clock])
+    if clock.first_step_s is not None:
+        return {
+            "skipped": f"its first step took {clock.first_step_s:.0f} s (tracing included): timing "
+            "whole steps of this model and batch would hold up the window for minutes; "
+            f"{settings.REFERENCE_SECONDS.name}=0 saves the first step too",
+            "batch": batch,
+        }
     if clock.steps < 1:
         raise RuntimeError(f"the fit ended after {clock.seen} steps, before any was timed")
     timed_s = clock.ended - clock.started
