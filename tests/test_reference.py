@@ -323,3 +323,43 @@ def test_a_first_step_slower_than_the_limit_skips_the_reference_with_its_reason(
         .line()
         .startswith("no comparison: bare Keras not measured (its first step took ")
     )
+
+
+# --- the run's side: what it records when nothing is measured --------------------------------------
+
+
+def test_turned_off_or_simulated_the_run_records_why_and_broadcasts_nothing(
+    sqlite_url, monkeypatch
+):
+    """No client is given: a run that turns the reference off, or trains nothing, never asks its
+    workers; it records the reason, which `show` then gives."""
+    from test_store import new_run
+
+    from aiperf.config import load_config
+    from aiperf.lifecycle.reference import measure_reference
+
+    simulated = load_config("quick", overrides={"train.trainer": "simulated"})
+    with Store.open(sqlite_url) as store:
+        run_id = new_run(store)
+        monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "0")
+        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        off = store.get_run(run_id).reference_rates
+        monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "4")
+        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        skipped = store.get_run(run_id)
+    assert off == ({"worker": None, "skipped": "turned off: AIPERF_REFERENCE_SECONDS=0"},)
+    assert skipped.reference_rates == (
+        {"worker": None, "skipped": "the simulated trainer trains no model to compare"},
+    )
+    assert overhead(skipped).line() == (
+        "no comparison: bare Keras not measured (the simulated trainer trains no model to compare)"
+    )
+
+
+def test_a_bad_reference_seconds_is_one_line_naming_the_fix(monkeypatch):
+    from aiperf.errors import UserError
+    from aiperf.lifecycle.reference import reference_seconds
+
+    monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "soon")
+    with pytest.raises(UserError, match=r"^AIPERF_REFERENCE_SECONDS='soon' is not a number 0 or"):
+        reference_seconds()
