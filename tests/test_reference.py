@@ -356,10 +356,16 @@ def test_turned_off_or_simulated_the_run_records_why_and_broadcasts_nothing(
     )
 
 
-def test_a_bad_reference_seconds_is_one_line_naming_the_fix(monkeypatch):
+def test_a_bad_reference_seconds_is_one_line_naming_the_fix_before_the_run_is_recorded(
+    tmp_path, monkeypatch
+):
+    from aiperf.config import load_config
     from aiperf.errors import UserError
-    from aiperf.lifecycle.reference import reference_seconds
+    from aiperf.lifecycle.preflight import check_before_recording
 
+    config = load_config("quick", out=str(tmp_path))
     monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "soon")
     with pytest.raises(UserError, match=r"^AIPERF_REFERENCE_SECONDS='soon' is not a number 0 or"):
-        reference_seconds()
+        check_before_recording(config)
+    monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "0")
+    check_before_recording(config)  # 0 is a value: no reference
