@@ -72,6 +72,12 @@ PEAK_SECONDS = Variable(
     "2",
     "seconds each worker measures its matmul peak before the timed window",
 )
+REFERENCE_SECONDS = Variable(
+    "AIPERF_REFERENCE_SECONDS",
+    "4",
+    "seconds each worker's clean process times bare Keras (the run's seed model, data and batch) "
+    "before the timed window, for show's trials-vs-bare-Keras line; 0 turns it off",
+)
 WORKERS_TIMEOUT = Variable(
     "AIPERF_WORKERS_TIMEOUT",
     "600",

@@ -18,6 +18,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Each run's workers measure their peak before the window (aiperf.train.peak): briefly, in tests.
 os.environ.setdefault("AIPERF_PEAK_SECONDS", "0.2")
+# Nor do they time bare Keras before the window (aiperf.lifecycle.reference) unless a test asks:
+# make test's runs would each pay a process's start-up and its seconds.
+os.environ.setdefault("AIPERF_REFERENCE_SECONDS", "0")
 # Runs in tests take a lock of their own session, not the user's local-run lock (aiperf.lifecycle.locks): a
 # developer's own run, or another test session, never gets a test's run refused. The lock's folder
 # goes when the session ends.

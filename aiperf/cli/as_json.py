@@ -17,6 +17,7 @@ from typing import Any
 
 from aiperf.history.query import RunPair
 from aiperf.report.summary import for_review, verdict_text
+from aiperf.results.overhead import overhead
 from aiperf.results.score import validity_label
 from aiperf.store import CheckRecord, RunRecord, RunScoreRow
 
@@ -71,6 +72,8 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "data_feed": record.data_feed,
         "feed_rates": [dict(r) for r in record.feed_rates],
         "feed": _feed_json(record),
+        "reference_rates": [dict(r) for r in record.reference_rates],
+        "trials_vs_bare_keras": overhead(record).to_dict(),
         "verification": checks_json(record.verification or ()),
         "trials": [
             {

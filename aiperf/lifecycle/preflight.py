@@ -18,6 +18,7 @@ from aiperf.config import BenchmarkConfig
 from aiperf.data.space import check_space
 from aiperf.data.staging import preflight as data_preflight
 from aiperf.errors import UserError
+from aiperf.lifecycle.reference import reference_seconds
 
 
 def check_before_recording(config: BenchmarkConfig) -> None:
@@ -26,6 +27,7 @@ def check_before_recording(config: BenchmarkConfig) -> None:
     data_preflight(config.data)  # a missing or misshapen dataset
     check_space(config.data, config.seed, config.out)  # data that cannot fit under --out
     cluster_preflight(config)  # a running scheduler (cluster.kind scheduler) that does not answer
+    reference_seconds()  # a bad $AIPERF_REFERENCE_SECONDS, read only once the workers are up
 
 
 def check_writable_folder(folder: str, what: str) -> None:

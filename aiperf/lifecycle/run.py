@@ -44,6 +44,7 @@ from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
+from aiperf.lifecycle.reference import measure_reference
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.evidence import Evaluator
@@ -343,6 +344,7 @@ def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -
         worker_peaks=list(record.worker_peaks),
         data_feed=record.data_feed,
         feed_rates=list(record.feed_rates),
+        reference_rates=list(record.reference_rates),
     )
     for trial in record.trials:
         if trial.phases is not None:
@@ -606,6 +608,7 @@ def search_until_deadline(
         if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
             refuse_batch_beyond_data(config, manifest)
         measure_feed(config, store, run_id, trials.client, manifest, logger)  # feed-bound?
+        measure_reference(config, store, run_id, trials.client, manifest, logger)  # bare Keras
         describe_workers(config, store, run_id, trials.client, logger)
         record_provenance(config, store, run_id, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))

@@ -38,7 +38,7 @@ from pathlib import Path
 from aiperf import __version__, paths
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
-from aiperf.report.summary import feed_text, for_review, verdict_text
+from aiperf.report.summary import feed_text, for_review, reference_text, verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
@@ -372,6 +372,7 @@ def _readme(
         f"{score.val_samples} samples)",
         f"- verdict: {verdict}",
         f"- feed, measured before the window: {feed_text(record)}",
+        f"- trials vs bare Keras: {reference_text(record)}",
         f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "
         f"of {len(from_records)} checks pass, from the event log {passed} of {len(checks)}",
         "",

@@ -73,6 +73,14 @@ def feed_text(run: RunRecord) -> str:
     return judged.line()
 
 
+def reference_text(run: RunRecord) -> str:
+    """The run's seed trials against bare Keras on the same nodes (aiperf.results.overhead), e.g.
+    "seed trials trained at 52.1 GOPS, bare Keras 53.0 GOPS per worker on the same nodes: 0.98"."""
+    from aiperf.results.overhead import overhead
+
+    return overhead(run).line()
+
+
 def staging_text(run: RunRecord) -> str:
     """The data's staging time, shown beside the window it precedes and is not part of."""
     if run.staging_s is None:
@@ -162,6 +170,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
         {"figure": "data staging", "value": staging_text(run)},
         {"figure": "feed (before the window)", "value": feed_text(run)},
+        {"figure": "trials vs bare Keras", "value": reference_text(run)},
         {"figure": "window utilisation", "value": percent(score.utilisation)},
         {
             "figure": "total operations",

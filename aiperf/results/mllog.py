@@ -71,7 +71,7 @@ PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' 
 RUN_RESOURCES = (
     "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks,
 )
-# data_feed and feed_rates (aiperf.train.feedrate)
+# data_feed and feed_rates (aiperf.train.feedrate), reference_rates (aiperf.train.bare_reference)
 DATASET = "dataset"  # value: the manifest (name, kind, sha256, sizes, classes, ...)
 # the data's staging, before the window and not in it (MLPerf HPC's keys)
 STAGING_START = "staging_start"  # INTERVAL_START; metadata: time_s
@@ -764,6 +764,7 @@ class _Rebuilder:
             worker_peaks=tuple(resources.get("worker_peaks") or ()),
             data_feed=resources.get("data_feed"),
             feed_rates=tuple(resources.get("feed_rates") or ()),
+            reference_rates=tuple(resources.get("reference_rates") or ()),
             system_description=description,
             staging_s=self.staging_s,
             best_weights=self.best_weights,

@@ -126,6 +126,12 @@ class Run(Base):
         doc="[{'worker', 'feed', 'feed_images_per_s', 'device_images_per_s', 'batch', ...}] each "
         "worker's feed rate against its devices' rate, measured before the window",
     )
+    reference_rates: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON,
+        doc="[{'worker', 'samples_per_s', 'ops_per_s', 'batch', 'seconds', ...} or {'worker', "
+        "'skipped'}] each worker's bare Keras rate in a clean process on its node, measured "
+        "before the window (aiperf.train.bare_reference), or why it was not",
+    )
     system_description: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)"
     )

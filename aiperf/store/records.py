@@ -285,6 +285,9 @@ class RunRecord:
     data_feed: str | None = None  # the input pipeline that fed the trials: tf.data (or dali)
     # Each worker's feed rate against its devices' rate (aiperf.train.feedrate), before the window.
     feed_rates: tuple[dict[str, Any], ...] = ()
+    # Each worker's bare Keras rate in a clean process (aiperf.train.bare_reference), before the
+    # window, or {"worker", "skipped": why}; () when not recorded.
+    reference_rates: tuple[dict[str, Any], ...] = ()
     system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
     staging_s: float | None = None  # the data's staging, before the window (None: not recorded)
     # The best trial's kept weights: {"trial", "epoch", "file" (relative to the run's folder),

@@ -579,6 +579,13 @@ class Store:
             run.feed_rates = [dict(rate) for rate in rates]
 
     @_retried
+    def record_reference(self, run_id: int, rates: list[dict[str, Any]]) -> None:
+        """Each worker's bare Keras rate, or why it was skipped (aiperf.lifecycle.reference),
+        measured before the timed window. A resumed run measures again: the latest stands."""
+        with self.session() as s:
+            self._get(s, Run, run_id, "run").reference_rates = [dict(r) for r in rates]
+
+    @_retried
     def record_resolved_settings(
         self,
         run_id: int,
@@ -1333,6 +1340,7 @@ def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = No
         worker_peaks=tuple(run.worker_peaks or ()),
         data_feed=run.data_feed,
         feed_rates=tuple(run.feed_rates or ()),
+        reference_rates=tuple(run.reference_rates or ()),
         system_description=run.system_description,
         staging_s=run.staging_s,
         best_weights=run.best_weights,

@@ -1,0 +1,372 @@
+"""Bare Keras on every run's nodes (issue 33 item 2): the clean process's environment, the
+comparison of a run's seed trials against it (aiperf.results.overhead), and a real short run that
+measures it on each of its workers and shows its trials against it."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import TINY
+
+from aiperf import settings
+from aiperf.cli.main import EXIT_INVALID
+from aiperf.results.overhead import BELOW, overhead
+from aiperf.status import RunStatus, TrialStatus
+from aiperf.store import EpochRecord, RunRecord, Store, SystemRecord, TrialRecord
+from aiperf.store.records import TrialPhases
+from aiperf.train.bare_reference import clean_environment
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+SYSTEM = SystemRecord(
+    id=1,
+    fingerprint="f" * 64,
+    hostname="h",
+    cpu_model="c",
+    cpu_cores=2,
+    memory_bytes=2**30,
+    gpus={"count": 0, "models": []},
+    platform="p",
+    python_version="3.12",
+    tensorflow_version=None,
+    keras_version="3",
+    keras_backend="tensorflow",
+    first_seen_at=T0,
+)
+
+
+# --- the clean process's environment -------------------------------------------------------------
+
+
+def test_the_clean_environment_drops_what_the_nanny_and_dask_set_and_keeps_keras_backend():
+    worker = {
+        "MALLOC_TRIM_THRESHOLD_": "65536",  # Dask's nanny, in every worker it spawns
+        "OMP_NUM_THREADS": "1",  # the nanny's too
+        "MKL_NUM_THREADS": "1",
+        "DASK_DISTRIBUTED__WORKER__DAEMON": "False",
+        "DASK_INTERNAL_INHERIT_CONFIG": "e30=",
+        "KERAS_BACKEND": "tensorflow",
+        "PATH": "/usr/bin",
+        settings.WORKER_CORES.name: "2",
+    }
+    clean = clean_environment(worker, 2)
+    assert "MALLOC_TRIM_THRESHOLD_" not in clean and "MKL_NUM_THREADS" not in clean
+    assert not [k for k in clean if k.startswith("DASK_")]
+    assert clean["KERAS_BACKEND"] == "tensorflow" and clean["PATH"] == "/usr/bin"
+    assert clean[settings.WORKER_CORES.name] == "2"
+    # The thread counts a user on 2 cores sets, not the nanny's 1.
+    assert clean["OMP_NUM_THREADS"] == clean["TF_NUM_INTRAOP_THREADS"] == "2"
+    assert clean["TF_NUM_INTEROP_THREADS"] == "1"
+    # Cores unknown: no thread count of anyone's, the framework's own choice.
+    assert "OMP_NUM_THREADS" not in clean_environment(worker, None)
+
+
+# --- the comparison ------------------------------------------------------------------------------
+
+
+def _trial(number: int, operator: str, samples: int, train_s: float, ops: int = 1000):
+    return TrialRecord(
+        id=number,
+        run_id=1,
+        trial_key=f"{number:02d}",
+        number=number,
+        parent_trial_id=None if operator == "seed" else 0,
+        operator=operator,
+        architecture={},
+        hyperparameters={},
+        status=TrialStatus.COMPLETED,
+        worker=f"w{number % 2}",
+        started_at=T0,
+        ended_at=T0 + timedelta(seconds=10),
+        parameters=10,
+        train_ops_per_sample=ops,
+        eval_ops_per_sample=ops // 3,
+        tensor_train_ops_per_sample=ops,
+        tensor_eval_ops_per_sample=ops // 3,
+        best_val_accuracy=0.5,
+        message=None,
+        epochs=(EpochRecord(1, T0, T0, samples, 0, None, None, None, None, True),),
+        phases=TrialPhases(compile_s=5.0, train_s=train_s, evaluate_s=1.0),
+    )
+
+
+def _run(trials=(), reference=()) -> RunRecord:
+    return RunRecord(
+        id=1,
+        system=SYSTEM,
+        profile="quick",
+        config={},
+        seed=0,
+        budget_s=60,
+        workers=2,
+        status=RunStatus.COMPLETED,
+        created_at=T0,
+        search_started_at=T0,
+        deadline=None,
+        search_ended_at=None,
+        flow_run_id=None,
+        message=None,
+        ruleset=None,
+        division=None,
+        deviations=(),
+        config_hash=None,
+        score=None,
+        verification=None,
+        trials=tuple(trials),
+        reference_rates=tuple(reference),
+    )
+
+
+def _measured(worker: str, ops_per_s: float) -> dict:
+    return {"worker": worker, "samples_per_s": ops_per_s / 1000, "ops_per_s": ops_per_s}
+
+
+def test_seed_trials_are_compared_with_the_mean_per_worker_reference():
+    run = _run(
+        [
+            _trial(0, "seed", samples=4000, train_s=2.0),  # 2.0 MOPS in training steps
+            _trial(1, "seed", samples=2000, train_s=2.0),  # 1.0 MOPS
+            _trial(2, "widen stage 1", samples=100, train_s=10.0),  # not the seed: left out
+        ],
+        [_measured("w0", 1.4e6), _measured("w1", 1.6e6)],
+    )
+    found = overhead(run)
+    # 6,000 samples x 1,000 operations over 4 s in training steps (compile and evaluate left out).
+    assert found.seed_ops_per_s == pytest.approx(1.5e6) and found.seed_trials == 2
+    assert found.reference_ops_per_s == pytest.approx(1.5e6) and found.reference_workers == 2
+    assert found.ratio == pytest.approx(1.0) and not found.below
+    assert found.line() == (
+        "seed trials trained at 1.5 MOPS, bare Keras 1.5 MOPS per worker on the same nodes: 1.00"
+    )
+
+
+def test_a_ratio_below_090_is_a_verdict_on_the_benchmark():
+    run = _run([_trial(0, "seed", samples=2000, train_s=4.0)], [_measured("w0", 1.0e6)])
+    found = overhead(run)
+    assert found.ratio == pytest.approx(0.5) and found.ratio < BELOW and found.below
+    assert found.line().startswith(
+        "seed trials trained at 500 kOPS, bare Keras 1 MOPS per worker on the same nodes: "
+        "0.50 - BELOW 0.90: the benchmark's own cost"
+    ), found.line()
+    assert found.to_dict()["below"] is True and found.to_dict()["ratio"] == pytest.approx(0.5)
+
+
+def test_without_a_seed_trial_that_trained_there_is_no_ratio():
+    run = _run(
+        [_trial(0, "seed", samples=0, train_s=0.0), _trial(1, "deepen", samples=500, train_s=1)],
+        [_measured("w0", 1.0e6)],
+    )
+    found = overhead(run)
+    assert found.ratio is None and found.seed_trials == 0
+    assert found.line() == (
+        "no comparison: no seed trial trained (none recorded its samples and training seconds)"
+    )
+
+
+def test_a_skipped_reference_says_why_and_gives_no_ratio():
+    trials = [_trial(0, "seed", samples=2000, train_s=2.0)]
+    skipped = {"worker": "w0", "skipped": "GPU worker: its process holds the devices"}
+    found = overhead(_run(trials, [skipped]))
+    assert found.ratio is None and found.seed_ops_per_s == pytest.approx(1.0e6)
+    assert found.line() == (
+        "no comparison: bare Keras not measured (GPU worker: its process holds the devices)"
+    )
+    assert overhead(_run(trials)).line() == "no comparison: bare Keras not measured (not recorded)"
+
+
+def test_the_reference_is_stored_and_read_back(sqlite_url):
+    """runs.reference_rates through the Alembic migrations and the Store's own method; a resumed
+    run's measurement replaces the first."""
+    from test_store import new_run
+
+    with Store.open(sqlite_url) as store:
+        run_id = new_run(store)
+        assert store.get_run(run_id).reference_rates == ()
+        store.record_reference(run_id, [_measured("w0", 2.0e6)])
+        store.record_reference(run_id, [_measured("w0", 3.0e6), _measured("w1", 1.0e6)])
+        assert store.get_run(run_id).reference_rates == (
+            _measured("w0", 3.0e6),
+            _measured("w1", 1.0e6),
+        )
+
+
+# --- a real run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_against_it(
+    prefect_api, tmp_path
+):
+    from prefect.settings import PREFECT_API_URL
+
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    overrides = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    # 20 s: each worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs.
+    args = ["run", "--budget", "20s", "--workers", "2", "--seed", "3", "--db", db]
+    env = {
+        **os.environ,
+        settings.REFERENCE_SECONDS.name: "1",  # the head's environment reaches its workers
+        "COLUMNS": "250",
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiperf.cli.main",
+            *args,
+            "--out",
+            str(tmp_path / "out"),
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == EXIT_INVALID, said  # scored and verified; too short to be valid
+
+    from aiperf.results import mllog
+
+    with Store.open_existing(db) as store:
+        record = store.get_run(1)
+    # A fact of the run: in the event log as in the database.
+    (log,) = (tmp_path / "out").glob("run-*-1/events.log")
+    assert list(mllog.read_run(log).run.reference_rates) == list(record.reference_rates)
+    rates = list(record.reference_rates)
+    assert len(rates) == 2 and len({r["worker"] for r in rates}) == 2, rates
+    for rate in rates:
+        assert rate["samples_per_s"] > 0 and rate["ops_per_s"] > 0 and rate["steps"] >= 2, rate
+        assert rate["seconds"] >= 1 and rate["batch"] == min(TINY["search.space.batch_size"])
+        # The score's own convention: the seed model's counted operations per sample.
+        assert rate["ops_per_s"] == pytest.approx(
+            rate["samples_per_s"] * rate["train_ops_per_sample"]
+        )
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "show", "1", "--db", db, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    compared = json.loads(shown.stdout)["trials_vs_bare_keras"]
+    assert compared["reference_workers"] == 2 and compared["reference_ops_per_s"] > 0
+    assert compared["seed_trials"] >= 1 and compared["ratio"] > 0, compared
+    assert compared["line"].startswith("seed trials trained at "), compared
+
+    # The same line in show's table, the HTML report and the package's summary, and the package's
+    # event log rebuilds the reference the run recorded.
+    from aiperf.report.html import build_report
+    from aiperf.report.package import verify_package, write_package
+
+    table = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "show", "1", "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert "trials vs bare Keras" in table.stdout and "seed trials trained at" in table.stdout
+    with Store.open_existing(db) as store:
+        assert html.escape(compared["line"], quote=True) in build_report(store, 1)
+        package = write_package(store, 1, tmp_path / "package", log)
+    assert f"- trials vs bare Keras: {compared['line']}" in (package / "README.md").read_text()
+    logged, _checks = verify_package(package)
+    assert logged is not None and list(logged.run.reference_rates) == rates
+
+
+# --- the clean process on real shards --------------------------------------------------------------
+
+
+def _on_shards(folder_data, **kwargs):
+    from aiperf.train.bare_reference import reference_on_worker
+
+    return reference_on_worker(
+        folder_data.path,
+        input_shape=folder_data.image_shape,
+        classes=folder_data.classes,
+        seed_architecture="resnet-mini",
+        batch=8,
+        devices=1,
+        precision="float32",
+        jit_compile=False,
+        seconds=0.3,
+        **kwargs,
+    )
+
+
+def test_the_clean_process_times_the_seed_model_on_the_staged_shards(folder_data):
+    """JPEG shards through the real pipeline (uint8 pixels, scaled on the device), in a process of
+    its own: the rate of whole timed steps, in the score's operations."""
+    measured = _on_shards(folder_data)
+    assert measured["worker"] == "local" and measured["batch"] == 8
+    assert measured["steps"] >= 2 and measured["seconds"] >= 0.3
+    assert measured["samples_per_s"] == pytest.approx(8 * measured["steps"] / measured["seconds"])
+    assert measured["ops_per_s"] == pytest.approx(
+        measured["samples_per_s"] * measured["train_ops_per_sample"]
+    )
+
+
+def test_a_first_step_slower_than_the_limit_skips_the_reference_with_its_reason(folder_data):
+    skipped = _on_shards(folder_data, slow_step_s=0.0)
+    assert "samples_per_s" not in skipped and skipped["worker"] == "local"
+    assert skipped["skipped"].startswith("its first step took "), skipped
+    assert (
+        overhead(_run(reference=[skipped]))
+        .line()
+        .startswith("no comparison: bare Keras not measured (its first step took ")
+    )
+
+
+# --- the run's side: what it records when nothing is measured --------------------------------------
+
+
+def test_turned_off_or_simulated_the_run_records_why_and_broadcasts_nothing(
+    sqlite_url, monkeypatch
+):
+    """No client is given: a run that turns the reference off, or trains nothing, never asks its
+    workers; it records the reason, which `show` then gives."""
+    from test_store import new_run
+
+    from aiperf.config import load_config
+    from aiperf.lifecycle.reference import measure_reference
+
+    simulated = load_config("quick", overrides={"train.trainer": "simulated"})
+    with Store.open(sqlite_url) as store:
+        run_id = new_run(store)
+        monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "0")
+        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        off = store.get_run(run_id).reference_rates
+        monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "4")
+        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        skipped = store.get_run(run_id)
+    assert off == ({"worker": None, "skipped": "turned off: AIPERF_REFERENCE_SECONDS=0"},)
+    assert skipped.reference_rates == (
+        {"worker": None, "skipped": "the simulated trainer trains no model to compare"},
+    )
+    assert overhead(skipped).line() == (
+        "no comparison: bare Keras not measured (the simulated trainer trains no model to compare)"
+    )
+
+
+def test_a_bad_reference_seconds_is_one_line_naming_the_fix_before_the_run_is_recorded(
+    tmp_path, monkeypatch
+):
+    from aiperf.config import load_config
+    from aiperf.errors import UserError
+    from aiperf.lifecycle.preflight import check_before_recording
+
+    config = load_config("quick", out=str(tmp_path))
+    monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "soon")
+    with pytest.raises(UserError, match=r"^AIPERF_REFERENCE_SECONDS='soon' is not a number 0 or"):
+        check_before_recording(config)
+    monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "0")
+    check_before_recording(config)  # 0 is a value: no reference
