@@ -69,7 +69,9 @@ def test_the_clean_environment_drops_what_the_nanny_and_dask_set_and_keeps_keras
 # --- the comparison ------------------------------------------------------------------------------
 
 
-def _trial(number: int, operator: str, samples: int, train_s: float, ops: int = 1000):
+def _trial(
+    number: int, operator: str, samples: int, train_s: float, ops: int = 1000, batch: int = 32
+):
     return TrialRecord(
         id=number,
         run_id=1,
@@ -78,7 +80,7 @@ def _trial(number: int, operator: str, samples: int, train_s: float, ops: int = 
         parent_trial_id=None if operator == "seed" else 0,
         operator=operator,
         architecture={},
-        hyperparameters={},
+        hyperparameters={"batch_size": batch},
         status=TrialStatus.COMPLETED,
         worker=f"w{number % 2}",
         started_at=T0,
@@ -122,8 +124,13 @@ def _run(trials=(), reference=()) -> RunRecord:
     )
 
 
-def _measured(worker: str, ops_per_s: float) -> dict:
-    return {"worker": worker, "samples_per_s": ops_per_s / 1000, "ops_per_s": ops_per_s}
+def _measured(worker: str, ops_per_s: float, batch: int = 32) -> dict:
+    return {
+        "worker": worker,
+        "samples_per_s": ops_per_s / 1000,
+        "ops_per_s": ops_per_s,
+        "batch": batch,
+    }
 
 
 def test_seed_trials_are_compared_with_the_mean_per_worker_reference():
@@ -143,6 +150,18 @@ def test_seed_trials_are_compared_with_the_mean_per_worker_reference():
     assert found.line() == (
         "seed trials trained at 1.5 MOPS, bare Keras 1.5 MOPS per worker on the same nodes: 1.00"
     )
+
+
+def test_seed_trials_at_the_references_batch_are_compared_when_there_are_any():
+    at_32 = _trial(0, "seed", samples=4000, train_s=4.0, batch=32)  # 1.0 MOPS
+    at_64 = _trial(1, "seed", samples=6000, train_s=2.0, batch=64)  # 3.0 MOPS: another batch
+    both = overhead(_run([at_32, at_64], [_measured("w0", 1.0e6, batch=32)]))
+    assert both.seed_trials == 1 and both.ratio == pytest.approx(1.0) and not both.other_batch
+    only_64 = overhead(_run([at_64], [_measured("w0", 1.0e6, batch=32)]))
+    assert only_64.ratio == pytest.approx(3.0) and only_64.other_batch
+    assert only_64.line().endswith(
+        "(no seed trial at bare Keras's batch: compared at other batches)"
+    ), only_64.line()
 
 
 def test_a_ratio_below_090_is_a_verdict_on_the_benchmark():

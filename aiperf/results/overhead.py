@@ -14,9 +14,9 @@ sample) compare directly:
 
 A ratio under BELOW (0.90) says the benchmark's machinery, not the model or the node, costs its
 trials: the verdict names it. Without seed trials that trained, or without a reference, it says
-which and gives no ratio. The seed trials' batch is the one the search drew (any of
-search.space.batch_size); the reference's is the smallest, and on a CPU a larger batch seldom
-trains fewer samples a second, so a ratio under 1 is not the batch's doing.
+which and gives no ratio. The reference trains at the smallest of search.space.batch_size; a seed
+trial's batch is the one the search drew. Only the seed trials at the reference's batch are compared
+when there are any; otherwise all of them are, and the line says the batches differ.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Overhead:
     reference_ops_per_s: float | None  # None: no worker measured bare Keras
     reference_workers: int
     reason: str | None = None  # why there is no ratio
+    other_batch: bool = False  # no seed trial trained at the reference's batch: all were compared
 
     @property
     def ratio(self) -> float | None:
@@ -62,6 +63,8 @@ class Overhead:
             f"seed trials trained at {ops_rate(self.seed_ops_per_s)}, bare Keras "
             f"{ops_rate(self.reference_ops_per_s)} per worker on the same nodes: {self.ratio:.2f}"
         )
+        if self.other_batch:
+            said += " (no seed trial at bare Keras's batch: compared at other batches)"
         if self.below:
             said += (
                 f" - BELOW {BELOW:.2f}: the benchmark's own cost slows its trials on these nodes, "
@@ -78,32 +81,41 @@ class Overhead:
             "ratio": self.ratio,
             "below": self.below,
             "reason": self.reason,
+            "other_batch": self.other_batch,
             "line": self.line(),
         }
 
 
 def overhead(run: RunRecord) -> Overhead:
     """The run's seed trials against its workers' bare Keras (see the module's docstring)."""
-    ops = seconds = 0.0
-    trials = 0
-    for trial in run.trials:
-        if trial.operator != SEED_OPERATOR or not trial.train_ops_per_sample:
-            continue
-        samples = sum(e.samples_trained for e in trial.epochs)
-        if trial.phases is None or trial.phases.train_s <= 0 or samples <= 0:
-            continue
-        ops += samples * trial.train_ops_per_sample
-        seconds += trial.phases.train_s
-        trials += 1
+    measured = [r for r in run.reference_rates if _positive(r, "ops_per_s")]
+    rates = [float(r["ops_per_s"]) for r in measured]
+    reference = sum(rates) / len(rates) if rates else None
+    batches = {r.get("batch") for r in measured}
+    trained = [
+        t
+        for t in run.trials
+        if t.operator == SEED_OPERATOR
+        and t.train_ops_per_sample
+        and t.phases is not None
+        and t.phases.train_s > 0
+        and sum(e.samples_trained for e in t.epochs) > 0
+    ]
+    same = [t for t in trained if t.hyperparameters.get("batch_size") in batches]
+    compared = same or trained
+    ops = sum(
+        sum(e.samples_trained for e in t.epochs) * (t.train_ops_per_sample or 0) for t in compared
+    )
+    seconds = sum(t.phases.train_s for t in compared if t.phases is not None)
+    trials = len(compared)
     seed = ops / seconds if trials else None
-    measured = [float(r["ops_per_s"]) for r in run.reference_rates if _positive(r, "ops_per_s")]
-    reference = sum(measured) / len(measured) if measured else None
     reason = None
     if reference is None:
         reason = f"bare Keras not measured ({_why_not(run.reference_rates)})"
     elif seed is None:
         reason = "no seed trial trained (none recorded its samples and training seconds)"
-    return Overhead(seed, trials, reference, len(measured), reason)
+    other_batch = bool(compared) and not same and reference is not None
+    return Overhead(seed, trials, reference, len(rates), reason, other_batch)
 
 
 def _why_not(rates: tuple[dict[str, Any], ...]) -> str:
