@@ -158,7 +158,9 @@ def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
         scheduler = client.run_on_scheduler(lambda dask_scheduler: intervals(dask_scheduler))
         nannies = [intervals(nanny) for nanny in cluster.workers.values()]
     assert WORKER_DASK["distributed.admin.tick.interval"] == "1s"
-    assert list(trim.values()) == ["unset"], "Dask's malloc tunable would slow TensorFlow's tensors"
+    assert list(trim.values()) == ["unset"], (
+        "Dask's malloc tunable would slow TensorFlow's tensors"
+    )
     assert list(profiler.values()) == [False]
     for server in [*workers, scheduler, *nannies]:
         assert server["tick"] == 1000 and server["monitor"] == 5000, server

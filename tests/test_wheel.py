@@ -161,7 +161,9 @@ def test_the_wheel_is_aiperf_automl_with_its_commands_and_python_m(wheel_venv, t
     import package stays aiperf, and `aiperf`, `aiperf-automl` and `python -m aiperf` all run the
     command."""
     fresh, env = wheel_venv
-    shown = _run(fresh / "bin" / "python", "-m", "pip", "show", "aiperf-automl", cwd=tmp_path, env=env)
+    shown = _run(
+        fresh / "bin" / "python", "-m", "pip", "show", "aiperf-automl", cwd=tmp_path, env=env
+    )
     assert "Name: aiperf-automl" in shown.stdout
     for command in (
         [fresh / "bin" / "aiperf"],
