@@ -44,7 +44,8 @@ HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 # munmaps when freed. TensorFlow takes its tensors from malloc wherever its oneDNN allocator is off,
 # which is TensorFlow's default on CPUs without AVX-512 VNNI/BF16 or AMX (AMD Zen 3, for one): there
 # a worker spent half its CPU in the kernel, and trials trained at 0.43-0.49 of bare Keras on the
-# same model, batch and feed (docs/performance.md, "Trials against bare Keras"). None unsets it.
+# same model, batch and feed. XLA's CPU runtime (JAX) takes its buffers from malloc on every CPU,
+# and lost half as well (docs/performance.md, "A 2-core Zen 3"). None unsets it.
 WORKER_DASK: dict[str, Any] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
