@@ -17,6 +17,22 @@ from aiperf.train.feedrate import FeedVerdict, rates_on_worker, verdict
 log = logging.getLogger(__name__)
 
 
+def seed_model(config: BenchmarkConfig, manifest: Manifest) -> dict[str, Any]:
+    """What a measurement before the window trains as the run's trials would: the seed model at the
+    staged data's shape and classes, on a trial's devices, in the run's precision (float32 while
+    auto is unresolved) and XLA setting. Keyword arguments for aiperf.train.feedrate and
+    aiperf.train.bare_reference."""
+    precision = config.train.precision
+    return {
+        "input_shape": tuple(manifest.image_shape),
+        "classes": int(manifest.classes),
+        "seed_architecture": config.search.seed_architecture,
+        "devices": trial_devices(config.cluster),
+        "precision": "float32" if precision == AUTO else precision,
+        "jit_compile": config.train.jit_compile,
+    }
+
+
 def measure_feed(
     config: BenchmarkConfig,
     store: Store,
@@ -31,20 +47,14 @@ def measure_feed(
 
     if config.train.trainer != "keras":
         return None
-    devices = trial_devices(config.cluster)
-    precision = config.train.precision
+    seed = seed_model(config, manifest)
     try:
         found = on_every_worker(
             client,
             rates_on_worker,
             manifest.path,
-            input_shape=tuple(manifest.image_shape),
-            classes=int(manifest.classes),
-            seed_architecture=config.search.seed_architecture,
-            batch=max(config.search.space.batch_size) * devices,
-            devices=devices,
-            precision="float32" if precision == AUTO else precision,
-            jit_compile=config.train.jit_compile,
+            batch=max(config.search.space.batch_size) * seed["devices"],
+            **seed,
             seconds=peak_seconds()
             / 2,  # each of the two measures: the pair takes about a peak probe
         )

@@ -17,8 +17,9 @@ from typing import Any
 
 from aiperf import settings
 from aiperf.broadcast import on_every_worker
-from aiperf.config import AUTO, BenchmarkConfig, trial_devices
+from aiperf.config import BenchmarkConfig
 from aiperf.data.manifest import Manifest
+from aiperf.lifecycle.feedcheck import seed_model
 from aiperf.store import Store
 from aiperf.train.bare_reference import reference_on_worker
 
@@ -71,20 +72,14 @@ def _measured(
     seconds: float,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> list[dict[str, Any]]:
-    devices = trial_devices(config.cluster)
-    precision = config.train.precision
+    seed = seed_model(config, manifest)
     try:
         found = on_every_worker(
             client,
             reference_on_worker,
             manifest.path,
-            input_shape=tuple(manifest.image_shape),
-            classes=int(manifest.classes),
-            seed_architecture=config.search.seed_architecture,
-            batch=min(config.search.space.batch_size) * devices,
-            devices=devices,
-            precision="float32" if precision == AUTO else precision,
-            jit_compile=config.train.jit_compile,
+            batch=min(config.search.space.batch_size) * seed["devices"],
+            **seed,
             seconds=seconds,
         )
     except Exception as exc:
