@@ -9,36 +9,19 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from conftest import TINY
+from records import T0, run_record
 
 from aiperf import settings
 from aiperf.cli.main import EXIT_INVALID
 from aiperf.results.overhead import BELOW, overhead
-from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import EpochRecord, RunRecord, Store, SystemRecord, TrialRecord
+from aiperf.status import TrialStatus
+from aiperf.store import EpochRecord, RunRecord, Store, TrialRecord
 from aiperf.store.records import TrialPhases
 from aiperf.train.bare_reference import clean_environment
-
-T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-SYSTEM = SystemRecord(
-    id=1,
-    fingerprint="f" * 64,
-    hostname="h",
-    cpu_model="c",
-    cpu_cores=2,
-    memory_bytes=2**30,
-    gpus={"count": 0, "models": []},
-    platform="p",
-    python_version="3.12",
-    tensorflow_version=None,
-    keras_version="3",
-    keras_backend="tensorflow",
-    first_seen_at=T0,
-)
-
 
 # --- the clean process's environment -------------------------------------------------------------
 
@@ -98,30 +81,7 @@ def _trial(
 
 
 def _run(trials=(), reference=()) -> RunRecord:
-    return RunRecord(
-        id=1,
-        system=SYSTEM,
-        profile="quick",
-        config={},
-        seed=0,
-        budget_s=60,
-        workers=2,
-        status=RunStatus.COMPLETED,
-        created_at=T0,
-        search_started_at=T0,
-        deadline=None,
-        search_ended_at=None,
-        flow_run_id=None,
-        message=None,
-        ruleset=None,
-        division=None,
-        deviations=(),
-        config_hash=None,
-        score=None,
-        verification=None,
-        trials=tuple(trials),
-        reference_rates=tuple(reference),
-    )
+    return run_record(trials, workers=2, reference_rates=tuple(reference))
 
 
 def _measured(worker: str, ops_per_s: float, batch: int = 32) -> dict:

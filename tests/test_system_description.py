@@ -6,7 +6,7 @@ the search tree."""
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import psutil
 import pytest
@@ -18,14 +18,15 @@ from nvidia_smi_samples import (
     put_first_on_path,
     stand_in,
 )
+from records import T0, run_record
 
 from aiperf.config import load_config
 from aiperf.errors import UserError
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_html
 from aiperf.results.division import classify
-from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import RunRecord, SystemRecord, TrialRecord
+from aiperf.status import TrialStatus
+from aiperf.store import RunRecord, TrialRecord
 from aiperf.system import accelerators
 from aiperf.system import description as system_description
 from aiperf.system.fingerprint import cpu_model
@@ -90,23 +91,6 @@ def test_a_job_names_its_node(monkeypatch):
 
 # --- the report's sections ---------------------------------------------------------------------------
 
-T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-SYSTEM = SystemRecord(
-    id=1,
-    fingerprint="f" * 64,
-    hostname="h",
-    cpu_model="c",
-    cpu_cores=2,
-    memory_bytes=2**30,
-    gpus={"count": 0, "models": []},
-    platform="p",
-    python_version="3.11",
-    tensorflow_version=None,
-    keras_version="3",
-    keras_backend="tensorflow",
-    first_seen_at=T0,
-)
-
 
 def _trial(number: int, parent: int | None, operator: str, status: TrialStatus) -> TrialRecord:
     return TrialRecord(
@@ -133,30 +117,7 @@ def _trial(number: int, parent: int | None, operator: str, status: TrialStatus) 
 
 
 def _run(trials=(), description=None) -> RunRecord:
-    return RunRecord(
-        id=1,
-        system=SYSTEM,
-        profile="quick",
-        config={},
-        seed=0,
-        budget_s=60,
-        workers=1,
-        status=RunStatus.COMPLETED,
-        created_at=T0,
-        search_started_at=T0,
-        deadline=None,
-        search_ended_at=None,
-        flow_run_id=None,
-        message=None,
-        ruleset=None,
-        division=None,
-        deviations=(),
-        config_hash=None,
-        score=None,
-        verification=None,
-        trials=tuple(trials),
-        system_description=description,
-    )
+    return run_record(trials, system_description=description)
 
 
 def test_the_search_tree_is_an_outline_by_parent():
