@@ -135,11 +135,17 @@ def _assert_nanny_spawns_without_malloc_tunables(script: str) -> None:
     assert "MALLOC_TRIM_THRESHOLD_" not in keys and "OMP_NUM_THREADS" in keys, keys
 
 
-def test_local_workers_run_without_dasks_profiler_and_fast_ticks():
+def test_local_workers_run_without_dasks_profiler_and_fast_ticks(monkeypatch):
     """The profiler would sample the trial's thread every 10 ms and the event loops tick every 20 ms
     (system monitor 500 ms, nanny memory check 100 ms), each holding the GIL: the scheduler, the
     nannies and the workers run with WORKER_DASK's intervals instead. And the workers start with
-    glibc's malloc as a bare process has it: no MALLOC_TRIM_THRESHOLD_ from Dask's nanny."""
+    glibc's malloc as a bare process has it: no MALLOC_TRIM_THRESHOLD_ from Dask's nanny.
+
+    A nanny with Dask's defaults also writes its pre-spawn variables into its own process's
+    environment, which every later child copies: another test's plain LocalCluster in this test
+    process may have left MALLOC_TRIM_THRESHOLD_ there. `aiperf run` starts none, so this process
+    starts as a user's shell would, without it."""
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     import dask
     from distributed import Client
 
