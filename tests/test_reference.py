@@ -84,13 +84,14 @@ def _run(trials=(), reference=()) -> RunRecord:
     return run_record(trials, workers=2, reference_rates=tuple(reference))
 
 
-def _measured(worker: str, ops_per_s: float, batch: int = 32) -> dict:
-    return {
+def _measured(worker: str, ops_per_s: float, batch: int = 32, devices: int | None = None) -> dict:
+    rate = {
         "worker": worker,
         "samples_per_s": ops_per_s / 1000,
         "ops_per_s": ops_per_s,
         "batch": batch,
     }
+    return rate if devices is None else {**rate, "devices": devices}
 
 
 def test_seed_trials_are_compared_with_the_mean_per_worker_reference():
@@ -122,6 +123,15 @@ def test_seed_trials_at_the_references_batch_are_compared_when_there_are_any():
     assert only_64.line().endswith(
         "(no seed trial at bare Keras's batch: compared at other batches)"
     ), only_64.line()
+
+
+def test_a_two_device_reference_is_compared_per_device():
+    """The reference trains its global batch across the worker's devices; a trial records its
+    batch per device: 32 per device on 2 devices is the trial at batch_size 32."""
+    at_32 = _trial(0, "seed", samples=4000, train_s=4.0, batch=32)
+    at_64 = _trial(1, "seed", samples=6000, train_s=2.0, batch=64)
+    found = overhead(_run([at_32, at_64], [_measured("w0", 1.0e6, batch=64, devices=2)]))
+    assert found.seed_trials == 1 and found.ratio == pytest.approx(1.0) and not found.other_batch
 
 
 def test_a_ratio_below_090_is_a_verdict_on_the_benchmark():

@@ -15,8 +15,9 @@ sample) compare directly:
 A ratio under BELOW (0.90) says the benchmark's machinery, not the model or the node, costs its
 trials: the verdict names it. Without seed trials that trained, or without a reference, it says
 which and gives no ratio. The reference trains at the smallest of search.space.batch_size; a seed
-trial's batch is the one the search drew. Only the seed trials at the reference's batch are compared
-when there are any; otherwise all of them are, and the line says the batches differ.
+trial's batch is the one the search drew. Only the seed trials at the reference's batch (per device,
+as a trial records it) are compared when there are any; otherwise all of them are, and the line says
+the batches differ.
 """
 
 from __future__ import annotations
@@ -86,12 +87,19 @@ class Overhead:
         }
 
 
+def _per_device(rate: dict[str, Any]) -> int | None:
+    """The reference's batch per device, as a trial records its batch_size: the reference trains
+    its global batch (per-device x the worker's devices) data-parallel, as a trial does."""
+    batch, devices = rate.get("batch"), rate.get("devices") or 1
+    return None if batch is None else int(batch) // int(devices)
+
+
 def overhead(run: RunRecord) -> Overhead:
     """The run's seed trials against its workers' bare Keras (see the module's docstring)."""
     measured = [r for r in run.reference_rates if _positive(r, "ops_per_s")]
     rates = [float(r["ops_per_s"]) for r in measured]
     reference = sum(rates) / len(rates) if rates else None
-    batches = {r.get("batch") for r in measured}
+    batches = {_per_device(r) for r in measured}
     trained = [
         t
         for t in run.trials

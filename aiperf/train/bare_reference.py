@@ -137,6 +137,10 @@ def _step_clock(keras: Any, seconds: float, slow_step_s: float) -> Any:
     step that ends after more than `slow_step_s` stops it at once (`first_step_s`)."""
 
     class StepClock(keras.callbacks.Callback):
+        # Keras calls it on its own thread once the step's logs are ready, as a trial's clocks:
+        # without it every step would wait for its loss on the host, which bare Keras never does.
+        async_safe = True
+
         def __init__(self) -> None:
             super().__init__()
             self.seen = 0
@@ -220,6 +224,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
         "ops_per_s": samples_per_s * ops_per_sample,
         "train_ops_per_sample": ops_per_sample,
         "batch": batch,
+        "devices": devices,
         "steps": clock.steps,
         "seconds": timed_s,
         "cores": request.get("cores"),
