@@ -33,7 +33,9 @@ EVENT_TYPES = (POINT_IN_TIME, INTERVAL_START, INTERVAL_END)
 
 # --- keys: the one vocabulary ------------------------------------------------------------------------
 # the run
-RUN_START = "run_start"  # INTERVAL_START; metadata: run_id, profile, budget_s, workers, resumed
+# INTERVAL_START; metadata: run_id, profile, budget_s, workers, resumed, and the runs row's own
+# created time (time_s) and flow_run_id
+RUN_START = "run_start"
 RUN_STOP = "run_stop"  # INTERVAL_END; value: the run's status; metadata: message
 SUBMISSION_BENCHMARK = "submission_benchmark"  # value "aiperf"; metadata: version
 SUBMISSION_DIVISION = (
@@ -43,7 +45,8 @@ RULESET = "ruleset"  # value: id-version of the rules the run is judged by
 SERIES = "series"  # value: the id of the series of repeated runs it is in; metadata: index (1..N)
 SEED = "seed"
 CONFIG = "config"  # value: the effective config (no password)
-SYSTEM_FINGERPRINT = "system_fingerprint"  # value: the systems row (id, hostname, cpu_model, ...)
+# value: the systems row (id, hostname, cpu_model, ..., first_seen_s)
+SYSTEM_FINGERPRINT = "system_fingerprint"
 SYSTEM_DESCRIPTION = "system_description"  # value: the compute nodes (aiperf.system.description)
 PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' env (aiperf.system.provenance)
 RUN_RESOURCES = (

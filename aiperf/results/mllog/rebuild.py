@@ -126,7 +126,8 @@ class _Rebuilder:
                     profile=str(md["profile"]),
                     budget_s=float(_present(_number(md["budget_s"], "budget_s"), "budget_s")),
                     workers=_whole(md["workers"], "workers"),
-                    created_at=_utc(e.time_ms / 1000),
+                    created_at=_utc(md.get("time_s", e.time_ms / 1000)),
+                    flow_run_id=None if md.get("flow_run_id") is None else str(md["flow_run_id"]),
                 )
         elif e.key == RUN_STOP:
             self.status, self.message = RunStatus(value), md.get("message")
@@ -139,9 +140,14 @@ class _Rebuilder:
             SYSTEM_FINGERPRINT,
             SYSTEM_DESCRIPTION,
             PROVENANCE,
-            RUN_RESOURCES,
         ):
             self.facts[e.key] = (value, md)
+        elif e.key == RUN_RESOURCES:
+            # Emitted as each is recorded, some fields at a time: merged in order, later wins per field.
+            if not isinstance(value, dict):
+                raise ValueError("run_resources is not an object")
+            merged, _ = self.facts.get(RUN_RESOURCES, ({}, {}))
+            self.facts[e.key] = ({**merged, **value}, md)
         elif e.key == DATASET:
             self.dataset = DatasetRecord(
                 name=str(value["name"]),
@@ -275,7 +281,9 @@ class _Rebuilder:
         series, series_md = self.facts.get(SERIES, (None, {}))
         system = SystemRecord(
             **{f.name: facts[f.name] for f in fields(SystemRecord) if f.name != "first_seen_at"},
-            first_seen_at=self.run["created_at"],
+            first_seen_at=_utc(facts["first_seen_s"])
+            if "first_seen_s" in facts
+            else self.run["created_at"],
         )
         windows = tuple(
             WindowRecord(
@@ -301,7 +309,7 @@ class _Rebuilder:
             search_started_at=windows[0].started_at if windows else None,
             deadline=windows[-1].deadline if windows else None,
             search_ended_at=windows[-1].ended_at if windows else None,
-            flow_run_id=None,
+            flow_run_id=self.run["flow_run_id"],
             message=self.message,
             ruleset=ruleset,
             division=division,

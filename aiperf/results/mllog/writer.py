@@ -107,12 +107,21 @@ class EventLog:
         config_hash: str,
         series: str | None = None,
         series_index: int | None = None,
+        created_at: float | None = None,
+        flow_run_id: str | None = None,
+        system_first_seen_at: float | None = None,
     ) -> None:
         """The run was recorded: what it is, where it runs and by which rules it is judged, and
-        the series of repeated runs it is run `series_index` of (aiperf run --repeat), if any."""
+        the series of repeated runs it is run `series_index` of (aiperf run --repeat), if any.
+        `created_at`, `flow_run_id` and `system_first_seen_at` (Unix seconds) are the runs row's and
+        the systems row's own, so the log rebuilds them exactly; without them the run starts now
+        and the log has no flow run nor the system's first sighting (logs before issue 34)."""
         from aiperf import __version__
 
-        now = time.time()
+        now = time.time() if created_at is None else created_at
+        exact: dict[str, Any] = {} if created_at is None else {"time_s": created_at}
+        if flow_run_id is not None:
+            exact["flow_run_id"] = flow_run_id
         self.emit(
             RUN_START,
             event_type=INTERVAL_START,
@@ -122,6 +131,7 @@ class EventLog:
             budget_s=config["budget_s"],
             workers=config["workers"],
             resumed=False,
+            **exact,
         )
         self.emit(SUBMISSION_BENCHMARK, BENCHMARK, at=now, version=__version__)
         self.emit(
@@ -136,7 +146,8 @@ class EventLog:
             self.emit(SERIES, series, at=now, index=series_index)
         self.emit(SEED, config["seed"], at=now)
         self.emit(CONFIG, dict(config), at=now)
-        self.emit(SYSTEM_FINGERPRINT, {"id": system_id, **system}, at=now)
+        first_seen = {} if system_first_seen_at is None else {"first_seen_s": system_first_seen_at}
+        self.emit(SYSTEM_FINGERPRINT, {"id": system_id, **system, **first_seen}, at=now)
 
     def run_resumed(self, *, run_id: int, windows: Iterable[WindowRecord]) -> None:
         """The run runs again: its open segment was closed at its last recorded epoch."""
