@@ -1,0 +1,343 @@
+"""Writing the event log: EventLog appends one line per event as the run goes.
+
+Every run writes it into its own folder (aiperf.paths.run_folder, file EVENT_LOG): each line is
+appended with one write and flushed, so a crash loses no line already written, two writers never
+interleave a line, and a resumed run appends to the same file. One method per fact, so every caller
+spells an event the same way (the keys: aiperf.results.mllog.keys).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from aiperf.results.mllog.keys import (
+    BENCHMARK,
+    BEST_WEIGHTS,
+    CONFIG,
+    DATASET,
+    EPOCH_START,
+    EPOCH_STOP,
+    EVAL_ACCURACY,
+    EVAL_SAMPLES,
+    INTERVAL_END,
+    INTERVAL_START,
+    OPS_PER_SAMPLE,
+    POINT_IN_TIME,
+    PROVENANCE,
+    RULESET,
+    RUN_RESOURCES,
+    RUN_START,
+    RUN_STOP,
+    SCORE,
+    SEARCH_START,
+    SEARCH_STOP,
+    SEED,
+    SERIES,
+    STAGING_START,
+    STAGING_STOP,
+    SUBMISSION_BENCHMARK,
+    SUBMISSION_DIVISION,
+    SYSTEM_DESCRIPTION,
+    SYSTEM_FINGERPRINT,
+    TRAIN_SAMPLES,
+    TRIAL_PHASES,
+    TRIAL_PLACEMENT,
+    TRIAL_START,
+    TRIAL_STOP,
+    VERIFICATION,
+    Event,
+)
+from aiperf.store.records import CheckRecord, ScoreResult, TrialPhases, WindowRecord
+
+
+def _ms(time_s: float) -> int:
+    return int(round(time_s * 1000))
+
+
+class EventLog:
+    """Appends events to a log file as they happen. EventLog(None) writes nothing (an orchestrator
+    driven by tests without a run folder). Each line is one os.write on a file opened O_APPEND."""
+
+    def __init__(self, path: Path | str | None) -> None:
+        self.path = None if path is None else Path(path)
+
+    def emit(
+        self,
+        key: str,
+        value: Any = None,
+        *,
+        event_type: str = POINT_IN_TIME,
+        at: float | None = None,
+        **metadata: Any,
+    ) -> Event:
+        """One event at Unix time `at` (default: now); `metadata` as given."""
+        event = Event(
+            time_ms=_ms(time.time() if at is None else at),
+            event_type=event_type,
+            key=key,
+            value=value,
+            metadata=metadata,
+        )
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(handle, event.to_line().encode("utf-8"))
+            finally:
+                os.close(handle)
+        return event
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def run_started(
+        self,
+        *,
+        run_id: int,
+        config: Mapping[str, Any],
+        system_id: int,
+        system: Mapping[str, Any],
+        division: str,
+        ruleset: str,
+        deviations: Iterable[str],
+        config_hash: str,
+        series: str | None = None,
+        series_index: int | None = None,
+        created_at: float | None = None,
+        flow_run_id: str | None = None,
+        system_first_seen_at: float | None = None,
+    ) -> None:
+        """The run was recorded: what it is, where it runs and by which rules it is judged, and
+        the series of repeated runs it is run `series_index` of (aiperf run --repeat), if any.
+        `created_at`, `flow_run_id` and `system_first_seen_at` (Unix seconds) are the runs row's and
+        the systems row's own, so the log rebuilds them exactly; without them the run starts now
+        and the log has no flow run nor the system's first sighting (logs before issue 34)."""
+        from aiperf import __version__
+
+        now = time.time() if created_at is None else created_at
+        exact: dict[str, Any] = {} if created_at is None else {"time_s": created_at}
+        if flow_run_id is not None:
+            exact["flow_run_id"] = flow_run_id
+        self.emit(
+            RUN_START,
+            event_type=INTERVAL_START,
+            at=now,
+            run_id=run_id,
+            profile=config["profile"],
+            budget_s=config["budget_s"],
+            workers=config["workers"],
+            resumed=False,
+            **exact,
+        )
+        self.emit(SUBMISSION_BENCHMARK, BENCHMARK, at=now, version=__version__)
+        self.emit(
+            SUBMISSION_DIVISION,
+            division,
+            at=now,
+            deviations=list(deviations),
+            config_hash=config_hash,
+        )
+        self.emit(RULESET, ruleset, at=now)
+        if series is not None:
+            self.emit(SERIES, series, at=now, index=series_index)
+        self.emit(SEED, config["seed"], at=now)
+        self.emit(CONFIG, dict(config), at=now)
+        first_seen = {} if system_first_seen_at is None else {"first_seen_s": system_first_seen_at}
+        self.emit(SYSTEM_FINGERPRINT, {"id": system_id, **system, **first_seen}, at=now)
+
+    def run_resumed(self, *, run_id: int, windows: Iterable[WindowRecord]) -> None:
+        """The run runs again: its open segment was closed at its last recorded epoch."""
+        self.windows_closed(windows)
+        self.emit(RUN_START, event_type=INTERVAL_START, run_id=run_id, resumed=True)
+
+    def windows_closed(self, windows: Iterable[WindowRecord]) -> None:
+        """Each closed segment's end as the records have it (after a crash: its last epoch)."""
+        for w in windows:
+            if w.ended_at is not None:
+                end = w.ended_at.timestamp()
+                self.emit(
+                    SEARCH_STOP, event_type=INTERVAL_END, at=end, time_s=end, segment=w.segment
+                )
+
+    def run_stopped(self, status: str, message: str | None = None) -> None:
+        self.emit(RUN_STOP, str(status), event_type=INTERVAL_END, message=message)
+
+    def dataset(self, manifest: Mapping[str, Any]) -> None:
+        """The staged dataset's whole manifest, as the run records it (datasets.manifest): a package
+        checks the data from the log as `aiperf verify` does from the database (its classes per
+        split, its overlap check, where it was staged)."""
+        self.emit(DATASET, dict(manifest))
+
+    def staging_started(self, started: float) -> None:
+        self.emit(STAGING_START, event_type=INTERVAL_START, at=started, time_s=started)
+
+    def staging_stopped(self, ended: float, seconds: float) -> None:
+        """The data is staged: `seconds` of wall time (a monotonic clock's, not ended - started)."""
+        self.emit(STAGING_STOP, event_type=INTERVAL_END, at=ended, time_s=ended, staging_s=seconds)
+
+    def system_description(self, description: Mapping[str, Any]) -> None:
+        self.emit(SYSTEM_DESCRIPTION, dict(description))
+
+    def provenance(self, provenance: Mapping[str, Any]) -> None:
+        """What ran on the workers (aiperf.system.provenance)."""
+        self.emit(PROVENANCE, dict(provenance))
+
+    def resources(self, **resources: Any) -> None:
+        """The run's precision, backend, XLA setting and measured peaks (MFU's divisor), when known."""
+        self.emit(RUN_RESOURCES, resources)
+
+    # --- the timed window ---------------------------------------------------------------------------
+
+    def search_started(self, started: float, deadline: float) -> None:
+        self.emit(
+            SEARCH_START,
+            event_type=INTERVAL_START,
+            at=started,
+            time_s=started,
+            deadline_s=deadline,
+        )
+
+    def search_stopped(self, ended: float) -> None:
+        self.emit(SEARCH_STOP, event_type=INTERVAL_END, at=ended, time_s=ended)
+
+    # --- trials and epochs ------------------------------------------------------------------------
+
+    def trial_started(
+        self,
+        *,
+        trial_id: int,
+        trial_key: str,
+        number: int,
+        started_at: float,
+        parent_trial_id: int | None,
+        operator: str | None,
+        architecture: Mapping[str, Any],
+        hyperparameters: Mapping[str, Any],
+        epochs: int,
+        seed: int,
+    ) -> None:
+        self.emit(
+            TRIAL_START,
+            event_type=INTERVAL_START,
+            at=started_at,
+            time_s=started_at,
+            trial_id=trial_id,
+            trial_key=trial_key,
+            number=number,
+            parent_trial_id=parent_trial_id,
+            operator=operator,
+            architecture=dict(architecture),
+            hyperparameters=dict(hyperparameters),
+            epochs=epochs,
+            seed=seed,
+        )
+
+    def trial_built(
+        self,
+        *,
+        trial_key: str,
+        worker: str,
+        parameters: int,
+        train_ops: int,
+        eval_ops: int,
+        tensor_train_ops: int,
+        tensor_eval_ops: int,
+        devices: int = 1,
+        placement: Sequence[str] = (),
+    ) -> None:
+        now = time.time()
+        self.emit(
+            TRIAL_PLACEMENT,
+            worker,
+            at=now,
+            trial_key=trial_key,
+            parameters=parameters,
+            devices=devices,
+            placement=list(placement),
+        )
+        self.emit(
+            OPS_PER_SAMPLE,
+            {
+                "aiperf": {"train": train_ops, "eval": eval_ops},
+                "tensor": {"train": tensor_train_ops, "eval": tensor_eval_ops},
+            },
+            at=now,
+            trial_key=trial_key,
+        )
+
+    def epoch(
+        self,
+        trial_key: str,
+        *,
+        epoch: int,
+        started_at: float,
+        ended_at: float,
+        samples_trained: int,
+        samples_evaluated: int,
+        loss: float | None,
+        accuracy: float | None,
+        val_loss: float | None,
+        val_accuracy: float | None,
+        complete: bool,
+        **_later: Any,
+    ) -> None:
+        which: dict[str, Any] = {"trial_key": trial_key, "epoch_num": epoch}
+        self.emit(
+            EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at
+        )
+        self.emit(TRAIN_SAMPLES, samples_trained, at=ended_at, **which)
+        self.emit(EVAL_SAMPLES, samples_evaluated, at=ended_at, **which)
+        self.emit(EVAL_ACCURACY, val_accuracy, at=ended_at, **which)
+        self.emit(
+            EPOCH_STOP,
+            event_type=INTERVAL_END,
+            at=ended_at,
+            **which,
+            time_s=ended_at,
+            complete=bool(complete),
+            loss=loss,
+            accuracy=accuracy,
+            val_loss=val_loss,
+        )
+
+    def trial_stopped(
+        self, trial_key: str, status: str, ended_at: float, message: str | None
+    ) -> None:
+        self.emit(
+            TRIAL_STOP,
+            str(status),
+            event_type=INTERVAL_END,
+            at=ended_at,
+            time_s=ended_at,
+            trial_key=trial_key,
+            message=message,
+        )
+
+    def trial_phases(self, trial_key: str, phases: TrialPhases) -> None:
+        self.emit(
+            TRIAL_PHASES,
+            {f.name: getattr(phases, f.name) for f in fields(phases)},
+            trial_key=trial_key,
+        )
+
+    # --- the result -------------------------------------------------------------------------------
+
+    def score(self, score: ScoreResult, ruleset: str | None) -> None:
+        self.emit(SCORE, score.to_dict(), ruleset=ruleset)
+
+    def best_weights(self, kept: Mapping[str, Any] | None) -> None:
+        """The best trial's weights file kept with the run (aiperf.results.remeasure), with its
+        sha256: what `verify --package` evaluates again from the package's copy."""
+        self.emit(BEST_WEIGHTS, None if kept is None else dict(kept))
+
+    def verification(self, checks: Iterable[CheckRecord]) -> None:
+        checks = list(checks)
+        self.emit(
+            VERIFICATION,
+            all(c.passed for c in checks),
+            checks=[{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks],
+        )
