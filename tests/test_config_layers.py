@@ -60,6 +60,21 @@ def test_the_layers_are_listed_lowest_first(site):
     assert (overrides, options) == ({"seed": 7}, {"budget": "2m"})
 
 
+def test_a_set_mapping_merges_into_its_section(site):
+    config = load_config("quick", overrides={"system": {"cooling": "air"}}, runs_here=False)
+    assert (config.system.name, config.system.cooling) == ("site-name", "air")
+
+
+def test_a_packaged_profiles_validity_is_its_rulesets_alone():
+    """The ruleset's layer merges over the profile's: the same as replacing it while no packaged
+    profile has a validity section of its own."""
+    from aiperf.config import available_profiles
+
+    for name in available_profiles():
+        _, profile, _, ruleset, *_ = config_layers(name)
+        assert "validity" not in profile and set(ruleset) == {"validity"}, name
+
+
 def test_a_profile_file_cannot_name_itself_a_packaged_profile(site):
     profile = _profile(site, "profile: quick\n")
     assert load_config(profile, runs_here=False).profile.startswith("custom-")

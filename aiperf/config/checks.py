@@ -140,7 +140,7 @@ def _check_backend(train: TrainConfig) -> None:
         )
 
 
-def _worker_count(
+def worker_count(
     value: Any,
     local: bool = True,
     gpus: Any = None,

@@ -4,18 +4,21 @@ then checked against this machine and validated into one BenchmarkConfig.
 A profile is the whole description of a workload (data, search space, epochs, validity rules);
 the command line only changes how long and where it runs. The layers, lowest first (`config_layers`):
 
-1. the site file's `system:` facts (SITE_FILE in AIPERF_PROFILE_DIR), under the profile's own;
-2. the profile, a packaged one or a file, named by its own name or custom-<sha> (never its text);
+1. the site file's `system:` facts (SITE_FILE in AIPERF_PROFILE_DIR), under the profile's own
+   (docs/package.md: the machine's facts are the site's to give and a profile's to change);
+2. the profile, a packaged one or a file, and over it its name: a packaged profile's own, or
+   custom-<sha of the file> for a file, whatever the file says;
 3. a packaged profile's ruleset: its validity section, for that profile;
 4. the environment: AIPERF_DB_URL over the profile's database;
 5. the command line's `--set` overrides (dotted names, `_set_dotted`);
 6. the command line's own options (--budget, --workers, --db, --seed, --out, --cluster).
 
 They are merged with dask.config.merge (a later layer's value wins, sections merge key by key), so
-where a setting came from is read off one list. A layer that would replace a section of a lower
-one with a value (`--set data.kind=x` over a profile whose `data:` is not a mapping) is refused in
-one line rather than merged away. Every value is then checked, before anything touches the database
-or starts a worker, so a mistake costs nothing already recorded.
+where a setting came from is read off one list; a `--set` whose value is a mapping (`--set
+'cluster={kind: slurm}'`) merges into its section as --cluster-opt does. A layer that would replace
+a section of a lower one with a value (`--set data.kind=x` over a profile whose `data:` is not a
+mapping) is refused in one line rather than merged away. Every value is then checked, before
+anything touches the database or starts a worker, so a mistake costs nothing already recorded.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import yaml
 from pydantic import ValidationError
 
 from aiperf import settings
-from aiperf.config.checks import _worker_count, check_backends
+from aiperf.config.checks import check_backends, worker_count
 from aiperf.config.host import visible_gpus
 from aiperf.config.schema import CHECK_MACHINE, BenchmarkConfig
 from aiperf.config.values import MAX_BUDGET_S
@@ -132,12 +135,12 @@ def config_layers(
 ) -> list[dict[str, Any]]:
     """The layers of a run's settings, lowest first (this module's docstring lists them); each is
     refused in one line where it cannot go over the layers below it."""
-    text, name = _read_profile(profile)
+    written, name = _read_profile(profile)
     layers = [
-        _site_layer(text),
-        text,
+        _site_layer(written),
+        written,
         {"profile": name},
-        _ruleset_layer(name, text),
+        _ruleset_layer(name, written),
         _environment_layer(),
     ]
     layers.append(_override_layer(_merge(layers), overrides or {}))
@@ -270,7 +273,7 @@ def load_config(
             raw["cluster"] = {**(section or {}), "gpus": found}
     gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.gpu_backend)
     per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
-    raw["workers"] = _worker_count(
+    raw["workers"] = worker_count(
         raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0, per_trial=per_trial
     )
     validity = raw.get("validity")
