@@ -1,7 +1,8 @@
 """The sections of a config that describe the machine rather than the workload: where the workers
 run (cluster: a local machine, a batch queue's jobs, or a running Dask scheduler) and what the
-machine's owner says of it (system: its name, submitter and MLPerf availability status). Neither
-changes what a trial trains.
+machine's owner says of it (system: its name, submitter and MLPerf availability status). Apart
+from how many devices a trial trains across (cluster.devices_per_trial), neither changes what a
+trial computes.
 """
 
 from __future__ import annotations
