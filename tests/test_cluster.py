@@ -370,12 +370,13 @@ def test_a_local_cluster_checks_the_cores_of_the_machine_it_starts_on(monkeypatc
     on a bigger machine. Both say the same, from aiperf.config.local_cores_problem."""
     import aiperf.config
     from aiperf.cluster import start
+    from aiperf.config import checks
 
     if aiperf.config.machine_cores() < 2:
         pytest.skip("needs a machine of 2 cores or more")
     config = load_config("quick", workers=2, cluster={"kind": "local", "cores": 1})
     assert aiperf.config.local_cores_problem(config) is None
-    monkeypatch.setattr(aiperf.config, "machine_cores", lambda: 1)
+    monkeypatch.setattr(checks, "machine_cores", lambda: 1)
     problem = aiperf.config.local_cores_problem(config)
     assert problem and "more than this machine's 1 cores" in problem
     with pytest.raises(UserError) as raised, start.start_cluster(config):

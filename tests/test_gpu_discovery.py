@@ -8,9 +8,8 @@ import os
 import pytest
 from nvidia_smi_samples import H100_NODE, L40S_NODE, calls, put_first_on_path, stand_in
 
-import aiperf.config as config_module
 from aiperf.cluster.environment import JOB_GPUS_ENV, PINNED_ENV, pin_gpu, worker_environment
-from aiperf.config import load_config, visible_devices
+from aiperf.config import checks, host, load_config, visible_devices
 from aiperf.errors import UserError
 
 CORES = 16  # more cores than GPUs, so the GPUs decide
@@ -18,7 +17,7 @@ CORES = 16  # more cores than GPUs, so the GPUs decide
 
 @pytest.fixture(autouse=True)
 def _machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module, "machine_cores", lambda: CORES)
+    monkeypatch.setattr(checks, "machine_cores", lambda: CORES)
     for name in ("CUDA_VISIBLE_DEVICES", PINNED_ENV, JOB_GPUS_ENV):
         monkeypatch.delenv(name, raising=False)
 
@@ -73,7 +72,7 @@ def test_without_nvidia_smi_on_path_nothing_is_spawned(tmp_path, monkeypatch):
     def spawn(*args, **kwargs):
         raise AssertionError(f"spawned {args}")
 
-    monkeypatch.setattr(config_module.subprocess, "run", spawn)
+    monkeypatch.setattr(host.subprocess, "run", spawn)
     config = load_config("quick")
     assert (config.workers, config.cluster.gpus) == (CORES, 0)
 

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from nvidia_smi_samples import H100_NODE, calls, h200_node, put_first_on_path, stand_in
 
-from aiperf import config as config_module
 from aiperf import settings
 from aiperf.cluster.environment import MEM_FRACTION_ENV, worker_environment
-from aiperf.config import load_config
+from aiperf.config import checks, load_config
 from aiperf.errors import UserError
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message, unused_gpus
 
@@ -69,7 +68,7 @@ def test_a_job_queues_gpus_train_on_jax_too():
 def test_gpus_without_jax_are_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     put_first_on_path(monkeypatch, stand_in(tmp_path / "bin", h200_node(8)))
-    monkeypatch.setattr(config_module, "backend_installed", lambda backend: backend != "jax")
+    monkeypatch.setattr(checks, "backend_installed", lambda backend: backend != "jax")
     with pytest.raises(UserError) as caught:
         load_config("imagenet-shaped")
     message = str(caught.value)

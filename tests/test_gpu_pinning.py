@@ -184,10 +184,10 @@ def test_the_workers_of_a_job_script_are_pinned_before_their_first_framework_imp
 
 
 def test_a_backend_that_is_not_installed_fails_in_one_line(monkeypatch):
-    import aiperf.config as config_module
+    from aiperf.config import checks
     from aiperf.errors import UserError
 
-    monkeypatch.setattr(config_module, "backend_installed", lambda backend: backend != "torch")
+    monkeypatch.setattr(checks, "backend_installed", lambda backend: backend != "torch")
     with pytest.raises(UserError) as error:
         load_config("quick", workers=1, overrides={"train.backend": "torch"})
     message = str(error.value)

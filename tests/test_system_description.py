@@ -20,7 +20,7 @@ from nvidia_smi_samples import (
 )
 from records import T0, run_record
 
-from aiperf.config import load_config
+from aiperf.config import host, load_config
 from aiperf.errors import UserError
 from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_html
@@ -245,7 +245,7 @@ def test_a_node_without_gpus_spawns_nothing(tmp_path, monkeypatch):
     def spawn(*args, **kwargs):
         raise AssertionError(f"spawned {args}")
 
-    monkeypatch.setattr(accelerators.subprocess, "run", spawn)
+    monkeypatch.setattr(host.subprocess, "run", spawn)
     node = system_description.describe_node()
     assert node["accelerators"] == [] and node["accelerators_per_node"] == 0
     assert (node["accelerator_interconnect"], node["cuda_version"]) == ("n/a", "n/a")

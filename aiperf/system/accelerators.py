@@ -1,17 +1,18 @@
 """A node's NVIDIA GPUs as nvidia-smi describes them: model, memory, driver and CUDA version of
 each, and the links between them (`nvidia-smi topo -m`), for the system description.
 
-The parse functions are pure (tested on captured outputs); `describe` runs nvidia-smi only where
-it is on PATH, so a node without GPUs spawns nothing. CUDA_VISIBLE_DEVICES is not applied here: a
-node is described with every GPU it has (how many a run uses is aiperf.config.visible_gpus).
+The parse functions are pure (tested on captured outputs); `describe` runs nvidia-smi through
+aiperf.config.host.nvidia_smi, which spawns nothing where it is not on PATH, so a node without GPUs
+spawns nothing. CUDA_VISIBLE_DEVICES is not applied here: a node is described with every GPU it has
+(how many a run uses is aiperf.config.host.visible_gpus).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from typing import Any
+
+from aiperf.config.host import nvidia_smi
 
 # Fields nvidia-smi --query-gpu takes (`nvidia-smi --help-query-gpu`); the CUDA version is not
 # one of them: the driver prints it in the header of a plain `nvidia-smi`.
@@ -23,18 +24,6 @@ _VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
 # `nvidia-smi topo -m` legend: NV# is # bonded NVLinks; the others are PCIe paths, from the
 # closest (one PCIe switch) to the farthest (across CPU sockets), SOC on older drivers.
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
-
-
-def nvidia_smi(*args: str) -> str | None:
-    """nvidia-smi's output, or None where it is missing or fails (no driver loaded)."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        return subprocess.run(
-            ["nvidia-smi", *args], capture_output=True, text=True, timeout=20, check=True
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None
 
 
 def parse_gpus(csv: str, cuda_version: str | None = None) -> list[dict[str, Any]]:

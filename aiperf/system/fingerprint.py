@@ -12,8 +12,7 @@ from typing import Any
 
 import psutil
 
-from aiperf.config import machine_cores
-from aiperf.system.accelerators import nvidia_smi
+from aiperf.config.host import machine_cores, nvidia_smi
 
 
 def cpu_model() -> str:

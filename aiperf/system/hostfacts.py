@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aiperf.system.accelerators import nvidia_smi
+from aiperf.config.host import nvidia_smi
 
 NA = "N/A"  # MLPerf's published results' word for a fact not known
 ROOT = Path("/")

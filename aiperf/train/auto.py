@@ -39,14 +39,13 @@ are pure (device facts and probed rates in, a setting out); `device_facts` alone
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiperf.config import AUTO, BenchmarkConfig, visible_devices
+from aiperf.config import AUTO, BenchmarkConfig
+from aiperf.config.host import nvidia_smi, visible_devices
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
 
 GIB = 2**30
@@ -126,7 +125,7 @@ def parse_gpu_query(csv: str) -> dict[str, tuple[int | None, tuple[int, int] | N
 
 def gpu_facts(query: str, listing: str, cuda_visible: str | None) -> DeviceFacts:
     """The facts of the GPUs a worker trains on: those CUDA shows it (`nvidia-smi -L` narrowed by
-    CUDA_VISIBLE_DEVICES, as aiperf.config.visible_devices reads them), looked up in the query by
+    CUDA_VISIBLE_DEVICES, as aiperf.config.host.visible_devices reads them), looked up in the query by
     UUID. A GPU the query does not describe (a MIG instance, an old driver) leaves the capability
     and the memory unknown: such a worker probes float32 only and keeps the listed batch sizes."""
     shown = visible_devices(listing, cuda_visible)
@@ -158,24 +157,14 @@ def cpu_bf16_flags(cpuinfo: str) -> tuple[str, ...]:
     return ()
 
 
-def _nvidia_smi(*args: str) -> str:
-    """nvidia-smi's output, or "" where it is missing or fails (no driver, an unknown field)."""
-    if shutil.which("nvidia-smi") is None:
-        return ""
-    try:
-        return subprocess.run(
-            ["nvidia-smi", *args], capture_output=True, text=True, timeout=20, check=True
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return ""
-
-
 def device_facts(accelerated: bool) -> DeviceFacts:
     """This worker's facts. `accelerated`: its Keras backend computes on an accelerator
     (aiperf.train.peak.device); a node's GPUs that the framework does not use do not count."""
     if accelerated:
         return gpu_facts(
-            _nvidia_smi(*GPU_QUERY), _nvidia_smi("-L"), os.environ.get("CUDA_VISIBLE_DEVICES")
+            nvidia_smi(*GPU_QUERY) or "",  # "" where it fails (no driver, an unknown field)
+            nvidia_smi("-L") or "",
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
     try:
         cpuinfo = CPUINFO.read_text()

@@ -1,0 +1,225 @@
+"""The sections of a config that describe the workload: its data, its search (space and limits),
+how each trial trains, and the validity rules its result is judged by. A profile sets them; the
+machine a run lands on changes none of them (aiperf.config.machine holds the sections that do
+describe the machine).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError  # a message without "Value error,"
+
+from aiperf.config.values import _Strict
+from aiperf.rules import AUTO_PRECISION
+
+DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
+
+
+class DataConfig(_Strict):
+    """The data a run trains on (see aiperf/data/). Kinds: `synthetic` (generated from the seed),
+    `folder` (ROOT/train/<class>/* and ROOT/val/<class>/*, JPEG or PNG, converted to TFRecord
+    shards), `tfrecord` (shards in the usual ImageNet format), `digits` (scikit-learn's
+    digits, real images that ship with the package) and `generated-imagenet` (JPEG-encoded
+    TFRecord shards in ImageNet's format generated from the seed, read as real ImageNet shards
+    are: an accelerator's input pipeline at work without ImageNet)."""
+
+    kind: Literal["synthetic", "folder", "tfrecord", "digits", "generated-imagenet"] = "synthetic"
+    source: str | None = None  # folder or tfrecord: where the user's data is
+    stage_to: str | None = None  # node-local folder: one copy of the shards on every node
+    image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
+    channels: int = Field(3, ge=1, le=4)
+    classes: int = Field(10, ge=2)  # generated: classes made; tfrecord: labels must be in range
+    train_samples: int = Field(3000, ge=16)  # generated (synthetic, generated-imagenet), digits
+    val_samples: int = Field(1000, ge=8)  # generated (synthetic, generated-imagenet), digits
+    noise: float = Field(0.6, ge=0.0)  # generated: pixel noise relative to the class pattern
+    clutter: float = Field(
+        0.0, ge=0.0
+    )  # synthetic: a random smooth pattern per image, unrelated to its class
+    label_noise: float = Field(0.05, ge=0.0, lt=1.0)  # generated: share of labels flipped
+    shard_images: int = Field(1024, ge=1)  # folder, generated-imagenet: images per TFRecord shard
+    label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)
+
+    @model_validator(mode="after")
+    def _source_fits_kind(self) -> DataConfig:
+        if self.kind in ("folder", "tfrecord") and not self.source:
+            what = (
+                "an image folder ROOT with train/ and val/"
+                if self.kind == "folder"
+                else "a folder of TFRecord shards"
+            )
+            raise PydanticCustomError(
+                "data", f"data.kind {self.kind} needs data.source: the path of {what}"
+            )
+        if self.kind in ("synthetic", "digits", "generated-imagenet") and self.source:
+            raise PydanticCustomError(
+                "data",
+                f"data.source is only for kinds folder and tfrecord, not {self.kind}; remove it",
+            )
+        if self.kind == "generated-imagenet" and self.channels not in (1, 3):
+            raise PydanticCustomError(
+                "data",
+                f"data.channels {self.channels} cannot be a JPEG's; generated-imagenet makes "
+                "JPEGs of 3 channels (or 1, grey): set data.channels=3",
+            )
+        if self.kind == "digits" and self.train_samples + self.val_samples > DIGITS_IMAGES:
+            raise PydanticCustomError(
+                "data",
+                f"data.train_samples + data.val_samples must be at most "
+                f"{DIGITS_IMAGES} for digits (e.g. 1437 and 360)",
+            )
+        return self
+
+
+class SpaceConfig(_Strict):
+    """The searched hyperparameters; each one changes the built model or its training.
+
+    The morphism oracle searches learning rate, batch size, kernel size (of the convolutions a
+    deepen adds) and dropout (before the head) alongside the architecture; keras-tuner's own
+    oracles search the ResNet family (stages, blocks per stage, base filters, kernel size) too.
+    """
+
+    blocks_per_stage: list[int] = [1, 2]
+    stages: list[int] = [2, 3]
+    base_filters: list[int] = [8, 16, 24]
+    kernel_size: list[int] = [3, 5]
+    learning_rate: tuple[float, float] = (0.001, 0.05)
+    batch_size: list[int] = [32, 64, 128]
+    dropout: list[float] = [0.0, 0.2, 0.4]
+    # AIPerf's per-device batch from the device's memory: on a run whose workers train on GPUs,
+    # batch_size becomes these times the smallest GPU's memory in whole GiB, resolved once before
+    # the first trial (aiperf.train.auto) and stored with the run; on CPUs batch_size stays as
+    # listed. None: batch_size as listed everywhere.
+    batch_per_gib: list[int] | None = None
+    # The largest per-device batch batch_per_gib may resolve to (None: no cap). The GiB the batch
+    # is sized by is capped at batch_cap // max(batch_per_gib), so the resolved sizes stay the
+    # multipliers times one whole GiB count (aiperf.train.auto.capped_gib; docs/rules.md says why).
+    batch_cap: int | None = Field(None, ge=1)
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout_rates(cls, values: list[float]) -> list[float]:
+        if not values or any(not 0.0 <= v < 1.0 for v in values):
+            raise ValueError("must be a non-empty list of rates in [0, 1)")
+        return values
+
+    @field_validator(
+        "blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size", "batch_per_gib"
+    )
+    @classmethod
+    def _positive_choices(cls, values: list[int] | None) -> list[int] | None:
+        if values is None:  # batch_per_gib unset
+            return None
+        if not values or any(v <= 0 for v in values):
+            raise ValueError("must be a non-empty list of positive integers")
+        return values
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _lr_range(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        low, high = bounds
+        if not 0 < low <= high:
+            raise ValueError("must be [low, high] with 0 < low <= high")
+        return bounds
+
+
+class LimitsConfig(_Strict):
+    """Bounds on what morphism may grow: a proposal past them is never made."""
+
+    max_layers: int = Field(400, ge=4)
+    max_params: int = Field(50_000_000, ge=1)
+
+
+class SearchConfig(_Strict):
+    oracle: Literal["morphism", "random", "bayesian", "hyperband"] = "morphism"
+    objective: Literal["val_accuracy"] = "val_accuracy"
+    seed_architecture: str = "resnet-mini"  # the morphism oracle's first round (aiperf.arch.seeds)
+    candidates: int = Field(24, ge=1)  # morphisms scored by the acquisition per proposal
+    ucb_beta: float = Field(2.0, ge=0.0)  # exploration weight of the upper confidence bound
+    limits: LimitsConfig = LimitsConfig()
+    space: SpaceConfig = SpaceConfig()
+
+
+Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
+Backend = Literal["tensorflow", "jax", "torch"]
+LrSchedule = Literal["constant", "cosine"]
+# train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
+# the devices (never by probe noise) once before the first trial (aiperf.train.auto); trials never
+# see it.
+AUTO = AUTO_PRECISION
+PRECISIONS: tuple[str, ...] = tuple(p for p in get_args(Precision) if p != AUTO)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+
+class TrainConfig(_Strict):
+    # Epochs per trial, by round: AIPerf grows them (15, 30, 45, 60 on ImageNet). Round r is the
+    # r-th wave of trials across the workers; the last entry holds for every later round.
+    epochs: list[int] = [2, 3, 4]
+    # Stop a trial when its validation loss has not improved for this many epochs (None: never).
+    early_stopping_patience: int | None = Field(2, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    # "simulated" trains nothing: trials take a modelled time (for orchestration at scale);
+    # a result made with it is always invalid.
+    trainer: Literal["keras", "simulated"] = "keras"
+    # How trials train; the workload is the same, its speed is not (see aiperf/rules/ for which
+    # values a closed result may use). precision: Keras' dtype policy for every layer but the
+    # softmax head (kept float32). jit_compile: model.compile(jit_compile=...), XLA on TensorFlow,
+    # jax.jit on JAX (JAX without it runs op by op: slow). backend: the Keras backend each worker
+    # starts with (KERAS_BACKEND, set before the worker imports anything). precision auto: the
+    # first of bfloat16, float16, float32 that the ruleset closes and every worker's devices take
+    # (GPUs by compute capability, CPUs bfloat16 with AMX only), recorded as the run's precision
+    # before its first trial (aiperf.train.auto).
+    precision: Precision = "float32"
+    jit_compile: bool = False
+    backend: Backend = "tensorflow"
+
+    # The training recipe (aiperf/train/recipe.py); the defaults are plain SGD at a constant rate.
+    # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own
+    # epochs). warmup_epochs: a linear ramp from a tenth of the rate first. weight_decay: an L2
+    # term on every kernel's gradient (1e-4 in the ResNet recipes). label_smoothing: of the
+    # cross-entropy's targets. Like precision, each enters the workload hash only away from its
+    # default (aiperf.results.division.ADDED_LATER).
+    lr_schedule: LrSchedule = "constant"
+    warmup_epochs: float = Field(0.0, ge=0.0)
+    # Linear scaling (Goyal et al. 2017): the searched learning rate is the rate for a global batch
+    # of this many samples, and a trial trains at rate x its global batch / this
+    # (aiperf.train.recipe.scaled_rate). None: the searched rate as it is, whatever the batch.
+    lr_reference_batch: int | None = Field(None, ge=1)
+    weight_decay: float = Field(0.0, ge=0.0, lt=1.0)
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @field_validator("warmup_epochs")
+    @classmethod
+    def _warmup_within_rounds(cls, value: float, info: ValidationInfo) -> float:
+        """A warm-up as long as a round would leave that round's trials no decay at all."""
+        epochs = info.data.get("epochs")  # absent when epochs itself was refused
+        if value and epochs and value >= min(epochs):
+            raise ValueError(
+                f"must be less than every round's epochs (train.epochs' smallest is {min(epochs)})"
+            )
+        return value
+
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _epochs_schedule(cls, value: Any) -> list[int]:
+        values = [value] if isinstance(value, int) else value
+        if (
+            not isinstance(values, list)
+            or not values
+            or any(not isinstance(v, int) or v < 1 for v in values)
+        ):
+            raise ValueError(
+                "must be a positive whole number or a list of them (epochs per round)"
+            )
+        return values
+
+
+class ValidityConfig(_Strict):
+    min_budget_s: float = Field(60.0, ge=0.0)
+    accuracy_floor: float = Field(0.2, ge=0.0, le=1.0)
+
+
+# Data kinds whose sample counts are read from the files when they are staged, not set in the config.
+FILE_COUNTED = ("tfrecord", "folder")
