@@ -59,6 +59,10 @@ MANY = 4096
             },
             "more than a worker's",
         ),
+        (
+            {"cluster.devices_per_trial": 2, "train.backend": "jax", "train.jit_compile": False},
+            "needs train.jit_compile: true",
+        ),
     ],
 )
 def test_a_stored_config_validates_on_any_machine_and_a_run_here_is_refused(settings, fragment):

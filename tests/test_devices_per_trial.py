@@ -150,10 +150,8 @@ def test_a_run_of_two_device_trials_records_and_verifies_them(backend, tmp_path)
         overrides={
             **TINY,
             "train.backend": backend,
-            # JAX trains with jit, as every JAX run does (make run's, a GPU node's): op by op, a
-            # data-parallel step's collectives on XLA:CPU's logical devices were seen waiting
-            # forever for their second participant (the worker aborted after 40 s), in 2 of 2 full
-            # runs of make test and never alone. Issue 32's note says what is left to find.
+            # JAX across a worker's CPU devices needs jit (aiperf.config.checks.devices_problem
+            # refuses it without): op by op, the collectives were seen deadlocking.
             "train.jit_compile": backend == "jax",
             "train.epochs": 1,
             "search.space.batch_size": [16, 32],
