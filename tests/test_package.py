@@ -21,7 +21,7 @@ from conftest import TINY
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.report import package
-from aiperf.results import mllog, remeasure, verify
+from aiperf.results import mllog, record_checks, remeasure, verify
 from aiperf.results.score import capped_accuracy
 from aiperf.rules import load_ruleset
 from aiperf.store import CheckRecord, Store
@@ -228,7 +228,7 @@ def test_verify_package_fails_naming_the_check_on_an_edited_log(packaged, tmp_pa
     result = aiperf("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     failed = result.stdout.strip().splitlines()[-1]
-    assert "FAILED" in failed and verify.TOTAL_OPERATIONS in failed, failed
+    assert "FAILED" in failed and record_checks.TOTAL_OPERATIONS in failed, failed
 
 
 @pytest.mark.parametrize(
@@ -237,15 +237,15 @@ def test_verify_package_fails_naming_the_check_on_an_edited_log(packaged, tmp_pa
         (
             "ops_per_sample",
             lambda v: {**v, "aiperf": {**v["aiperf"], "train": v["aiperf"]["train"] * 2}},
-            verify.OPERATIONS_PER_SAMPLE,
+            record_checks.OPERATIONS_PER_SAMPLE,
         ),
-        ("eval_samples", lambda samples: 10**9, verify.SAMPLES_WITHIN_DATASET),
+        ("eval_samples", lambda samples: 10**9, record_checks.SAMPLES_WITHIN_DATASET),
         (
             "score",
             lambda score: {**score, "regulated_score": score["regulated_score"] * 1.5},
-            verify.REGULATED_SCORE,
+            record_checks.REGULATED_SCORE,
         ),
-        ("submission_division", lambda division: "closed", verify.DIVISION),
+        ("submission_division", lambda division: "closed", record_checks.DIVISION),
     ],
 )
 def test_each_edit_is_caught_by_name(packaged, tmp_path, key, change, check):
