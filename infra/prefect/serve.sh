@@ -117,7 +117,7 @@ cd "$repo"
 "$prefect" --no-prompt deploy --all --prefect-file "$repo/prefect.yaml" >"$state/deploy.log" 2>&1 \
   || { cat "$state/deploy.log" >&2; exit 1; }
 echo "serve: deployed $(grep -c '^  - name:' "$repo/prefect.yaml") deployments from prefect.yaml" >&2
-"$repo/.venv/bin/python" -m flows.notify 2>&1 | sed 's/^/serve: /' >&2
+"$repo/.venv/bin/python" -m aiperf_flows.notify 2>&1 | sed 's/^/serve: /' >&2
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 
 # The reports server: a child like the others, started before the worker so its flow runs inherit
