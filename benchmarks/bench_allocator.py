@@ -87,7 +87,7 @@ def main() -> None:
         return
 
     from aiperf.config import load_config
-    from aiperf.data.staging import stage_synthetic
+    from aiperf.data.staging_npz import stage_synthetic
 
     config = load_config("quick")
     folder = Path(tempfile.mkdtemp(prefix="aiperf-allocator-"))

@@ -176,7 +176,7 @@ def _bare_worker(
 
     from aiperf.arch.spec import ArchSpec, StageSpec
     from aiperf.data.feed import open_feed
-    from aiperf.data.staging import load_staged
+    from aiperf.data.staging_npz import load_staged
     from aiperf.ops import count_all
 
     data = load_staged(data_path)
@@ -261,7 +261,7 @@ def run_bare(
     """`workers` processes at once for the window. Each imports Keras and loads the data first, then
     waits for the common window start, as aiperf's window opens once its workers are up and warm."""
     from aiperf.config import load_config
-    from aiperf.data.staging import stage_synthetic
+    from aiperf.data.staging_npz import stage_synthetic
 
     config = load_config("quick")
     manifest = stage_synthetic(config.data, config.seed, folder / "bare-data")

@@ -32,8 +32,8 @@ from prefect.context import EngineContext, get_run_context
 from prefect.states import Completed, Failed, State
 from prefect_dask import DaskTaskRunner
 
-from aiperf.broadcast import on_every_worker
 from aiperf.cluster import trial_resources
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.errors import UserError
@@ -51,10 +51,10 @@ from aiperf.lifecycle.parameters import (
     profile_settings,
 )
 from aiperf.lifecycle.recovery import resume_config
+from aiperf.report.served import file_link
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.evidence import Evaluator
 from aiperf.results.score import ScoreResult
-from aiperf.served import file_link
 from aiperf.status import TrialStatus
 from aiperf.store import CheckRecord, Store
 from aiperf.train.messages import TrialRequest, TrialResult

@@ -14,7 +14,7 @@ placeholder instead would fail on every failed night and look configured when it
 Prefect notification block delivers on this machine alone. Creating the block and running
 `make serve` (or this module) again points the automation at it.
 
-    python -m flows.notify [--block NAME]
+    python -m aiperf_flows.notify [--block NAME]
 
 creates or updates it (by its name, so running it again changes nothing more) on the server
 PREFECT_API_URL names, with PREFECT_API_AUTH_STRING when that server requires it: `make serve`
@@ -114,7 +114,7 @@ def ensure(block_name: str = BLOCK) -> tuple[Automation, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m flows.notify",
+        prog="python -m aiperf_flows.notify",
         description="Create or update the automation that announces a failed nightly.",
     )
     parser.add_argument("--block", default=BLOCK, help="the notification block's name")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"a failed nightly is announced nowhere yet: create a notification block named "
             f"{options.block!r} (UI: Blocks -> +, e.g. Slack Webhook), then run make serve or "
-            "python -m flows.notify again",
+            "python -m aiperf_flows.notify again",
             file=sys.stderr,
         )
     else:

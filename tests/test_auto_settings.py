@@ -17,7 +17,7 @@ from nvidia_smi_samples import H100_NODE, L40S_NODE, put_first_on_path
 
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
-from aiperf.results import verify
+from aiperf.results import record_checks, verify
 from aiperf.results.division import (
     ADDED_LATER,
     CLOSED,
@@ -350,14 +350,14 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
     assert [p["flops"] for p in record.worker_peaks] == [60e12, 60e12 + 1]
     assert {p["dtype"] for p in record.worker_peaks} == {"float16"}
     evidence = verify.Evidence(record, stored, None, {}, config.budget_s, score)
-    assert verify.check_division(evidence).passed
-    assert verify.check_validity_rules(evidence).passed
+    assert record_checks.check_division(evidence).passed
+    assert record_checks.check_validity_rules(evidence).passed
     log = next(Path(tmp_path).rglob("events.log"))
     logged = read_run(log).run
     assert logged.config == record.config and logged.config_hash == record.config_hash
     # A 16 GiB batch on the 15 GiB T4s the workers recorded: verify names it.
     claimed = settle(stored, F16, [192, 208, 224])
-    failed = verify.check_validity_rules(
+    failed = record_checks.check_validity_rules(
         verify.Evidence(record, claimed, None, {}, config.budget_s, score)
     )
     assert not failed.passed and "15 GiB" in failed.detail

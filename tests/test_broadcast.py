@@ -1,4 +1,4 @@
-"""aiperf.broadcast.on_every_worker on a real Dask cluster of worker processes: every worker's
+"""aiperf.cluster.broadcast.on_every_worker on a real Dask cluster of worker processes: every worker's
 answer, a worker's own error raised as such, and a worker that leaves as it answers left out (a
 batch cluster's keeper retires idle workers near their walltime, and one answering a broadcast is
 idle: Dask's Client.run had failed the whole run there)."""
@@ -11,7 +11,7 @@ import os
 import pytest
 from distributed import Client, LocalCluster
 
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 
 
 def _cluster(n_workers: int) -> LocalCluster:

@@ -101,7 +101,7 @@ def test_cached_by_settings_and_seed_and_checked_by_checksum(generated):
 def test_another_process_makes_the_same_shards(generated, tmp_path):
     """Workers are other processes (other machines): the same settings and seed must give the same
     checksums there, or a resumed run would not find the data it started on."""
-    from aiperf.data.staging import settings_key
+    from aiperf.data.staging_npz import settings_key
 
     _out, manifest = generated
     code = (

@@ -25,7 +25,8 @@ from aiperf.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, check_image
 from aiperf.data.manifest import MANIFEST_FILE, read_manifest, sha256_file, write_json_atomic
 from aiperf.data.pins import arrays_digest, content_problems, row_keys
 from aiperf.data.problems import DataError
-from aiperf.data.staging import arrays_manifest, stage
+from aiperf.data.staging import stage
+from aiperf.data.staging_npz import arrays_manifest
 from aiperf.data.synthetic import ImageArrays
 from aiperf.lifecycle import run
 from aiperf.results import verify

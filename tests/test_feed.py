@@ -9,7 +9,7 @@ import numpy as np
 
 from aiperf.config import DataConfig
 from aiperf.data.feed import array_dataset, open_feed
-from aiperf.data.staging import stage_synthetic
+from aiperf.data.staging_npz import stage_synthetic
 
 
 def _passes(dataset, count: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:

@@ -20,7 +20,7 @@ from aiperf.train.messages import TrialRequest
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory):
-    from aiperf.data.staging import stage_synthetic
+    from aiperf.data.staging_npz import stage_synthetic
 
     config = load_config("quick", workers=1, overrides=TINY)
     return stage_synthetic(config.data, 0, Path(tmp_path_factory.mktemp("data")))

@@ -20,8 +20,8 @@ from conftest import TINY
 
 from aiperf.config import load_config
 from aiperf.lifecycle import run
-from aiperf.report import package
-from aiperf.results import mllog, remeasure, verify
+from aiperf.report import package, package_files
+from aiperf.results import mllog, record_checks, remeasure, verify
 from aiperf.results.score import capped_accuracy
 from aiperf.rules import load_ruleset
 from aiperf.store import CheckRecord, Store
@@ -207,7 +207,79 @@ def test_verify_package_passes_on_a_clean_copy(packaged, tmp_path):
     copy = shutil.copytree(packaged, tmp_path / "elsewhere")
     result = aiperf("verify", "--package", str(copy))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"all {len(verify.CHECKS)} checks pass" in result.stdout
+    # every check of the records, and the package's files held to the log
+    assert f"all {len(verify.CHECKS) + 1} checks pass" in result.stdout
+    _logged, checks = package.verify_package(copy)
+    (held,) = [c for c in checks if c.check == package_files.PACKAGE_FILES]
+    assert held.passed and "system_description.json, config.json" in held.detail, held.detail
+
+
+def _edit_json(copy: Path, name: str, change) -> None:
+    """Rewrite the copy's `name` (a JSON file) as `change` gives it, as a person would."""
+    path = copy / name
+    path.write_text(json.dumps(change(json.loads(path.read_text())), indent=2) + "\n")
+
+
+def _files_failed(copy: Path) -> str:
+    """`aiperf verify --package` on the copy fails package_files (and nothing else); its detail."""
+    result = aiperf("verify", "--package", str(copy))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (
+        result.stdout.strip().splitlines()[-1].endswith(f"FAILED {package_files.PACKAGE_FILES}")
+    ), result.stdout[-3000:]
+    _logged, checks = package.verify_package(copy)
+    failed = [c for c in checks if not c.passed]
+    assert [c.check for c in failed] == [package_files.PACKAGE_FILES], failed
+    return failed[0].detail
+
+
+def test_a_system_description_edited_to_claim_8_h100s_fails_verify_package(packaged, tmp_path):
+    """Issue 34 item 1: the package's files are held to its event log, field by field."""
+    copy = shutil.copytree(packaged, tmp_path / "claimed")
+    _edit_json(
+        copy,
+        "system_description.json",
+        lambda d: {
+            **d,
+            "accelerators_per_node": "8",
+            "accelerator_model_name": "NVIDIA H100 80GB HBM3",
+        },
+    )
+    detail = _files_failed(copy)
+    assert 'system_description.json: accelerators_per_node is "8", the log\'s "0"' in detail
+    assert "system_description.json: accelerator_model_name is" in detail, detail
+
+
+def test_a_config_edited_after_the_run_fails_verify_package(packaged, quick_run, tmp_path):
+    config, _run_id, _path = quick_run
+    copy = shutil.copytree(packaged, tmp_path / "config")
+    _edit_json(copy, "config.json", lambda c: {**c, "budget_s": c["budget_s"] * 10})
+    detail = _files_failed(copy)
+    assert (
+        f"config.json: budget_s is {config.budget_s * 10}, the log's {config.budget_s}" in detail
+    )
+
+
+def test_a_verification_file_edited_to_hide_a_failure_fails_verify_package(packaged, tmp_path):
+    copy = shutil.copytree(packaged, tmp_path / "verification")
+
+    def hide(document: dict) -> dict:
+        stored = [
+            {**c, "detail": "edited"} if i == 0 else c for i, c in enumerate(document["stored"])
+        ]
+        return {**document, "stored": stored}
+
+    _edit_json(copy, "verification.json", hide)
+    assert 'verification.json: stored[0].detail is "edited"' in _files_failed(copy)
+
+
+def test_the_owners_word_in_the_system_description_is_not_the_logs(packaged, tmp_path):
+    """Who submits a result and its status are given when it is packaged, not logged: editing them
+    changes no check (the results list reads them from the file)."""
+    copy = shutil.copytree(packaged, tmp_path / "owner")
+    _edit_json(copy, "system_description.json", lambda d: {**d, "submitter": "Another Lab"})
+    _logged, checks = package.verify_package(copy)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
 
 
 def _edit(copy: Path, key: str, change, where=lambda value: True) -> None:
@@ -228,7 +300,7 @@ def test_verify_package_fails_naming_the_check_on_an_edited_log(packaged, tmp_pa
     result = aiperf("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     failed = result.stdout.strip().splitlines()[-1]
-    assert "FAILED" in failed and verify.TOTAL_OPERATIONS in failed, failed
+    assert "FAILED" in failed and record_checks.TOTAL_OPERATIONS in failed, failed
 
 
 @pytest.mark.parametrize(
@@ -237,15 +309,15 @@ def test_verify_package_fails_naming_the_check_on_an_edited_log(packaged, tmp_pa
         (
             "ops_per_sample",
             lambda v: {**v, "aiperf": {**v["aiperf"], "train": v["aiperf"]["train"] * 2}},
-            verify.OPERATIONS_PER_SAMPLE,
+            record_checks.OPERATIONS_PER_SAMPLE,
         ),
-        ("eval_samples", lambda samples: 10**9, verify.SAMPLES_WITHIN_DATASET),
+        ("eval_samples", lambda samples: 10**9, record_checks.SAMPLES_WITHIN_DATASET),
         (
             "score",
             lambda score: {**score, "regulated_score": score["regulated_score"] * 1.5},
-            verify.REGULATED_SCORE,
+            record_checks.REGULATED_SCORE,
         ),
-        ("submission_division", lambda division: "closed", verify.DIVISION),
+        ("submission_division", lambda division: "closed", record_checks.DIVISION),
     ],
 )
 def test_each_edit_is_caught_by_name(packaged, tmp_path, key, change, check):

@@ -16,8 +16,9 @@ from test_history_data import PlantedTrial, plant_run, scaled_trials, system_fac
 from typer.testing import CliRunner
 
 from aiperf.cli.main import app
-from aiperf.report.html import MARGIN, build_report, write_report
+from aiperf.report.html import build_report, write_report
 from aiperf.report.summary import score_rows
+from aiperf.report.svg import MARGIN
 from aiperf.report.timeline import aiperf_checkpoints, score_over_time
 from aiperf.store import Store
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, ValidityConfig, available_profiles, load_config
-from aiperf.results import verify
+from aiperf.results import record_checks, verify
 from aiperf.results.division import CLOSED, OPEN, classify
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
@@ -225,9 +225,9 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
     assert rules.accuracy_floor == 0.1 and score.valid, "valid by 1.0's floor"
     assert imagenet().validity.accuracy_floor > 0.15, "1.1's floor would fail it"
     evidence = verify.Evidence(record, stored_config, None, {}, config.budget_s, score)
-    division_check = verify.check_division(evidence)
+    division_check = record_checks.check_division(evidence)
     assert division_check.passed and f"under {V10}" in division_check.detail, division_check
-    validity_check = verify.check_validity_rules(evidence)
+    validity_check = record_checks.check_validity_rules(evidence)
     assert validity_check.passed, validity_check
     assert (V10 in validity_check.detail) is again.closed, validity_check
 

@@ -16,7 +16,7 @@ from conftest import TINY
 from aiperf.arch import build_model, seed_spec
 from aiperf.arch.morph import deepen
 from aiperf.config import load_config
-from aiperf.data.staging import stage_synthetic
+from aiperf.data.staging_npz import stage_synthetic
 from aiperf.ops import count_model
 from aiperf.search import space
 from aiperf.train.messages import TrialRequest

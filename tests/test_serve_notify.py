@@ -10,7 +10,7 @@ from prefect.automations import Automation, DoNothing, SendNotification
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
 
-from flows import notify
+from aiperf_flows import notify
 
 
 def test_the_trigger_is_a_nightly_run_failing_or_crashing() -> None:

@@ -5,7 +5,7 @@
   (tests/chromium.py); a path leading out of the folder (to the API's auth string, next to it) is
   refused;
 - the automation on a failed nightly exists, names the nightly flow and the FAILED and CRASHED state
-  types, and, once a notification block `aiperf-nightly` exists and `python -m flows.notify` has run
+  types, and, once a notification block `aiperf-nightly` exists and `python -m aiperf_flows.notify` has run
   again, a nightly run's failure reaches that block: a custom webhook on this machine, here.
 """
 
@@ -28,7 +28,7 @@ from chromium import Chromium
 from conftest import TINY
 from prefect_serve import REPO, Served, free_port
 
-from flows import notify
+from aiperf_flows import notify
 
 pytestmark = pytest.mark.slow
 
@@ -161,7 +161,7 @@ def test_a_failed_nightly_is_announced_through_the_users_block(served_prefect, t
                 json_data={"subject": "{{subject}}", "body": "{{body}}"},
             ).save(notify.BLOCK, overwrite=True)
         again = subprocess.run(
-            [sys.executable, "-m", "flows.notify"],
+            [sys.executable, "-m", "aiperf_flows.notify"],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -199,7 +199,7 @@ def test_a_failed_nightly_is_announced_through_the_users_block(served_prefect, t
         with httpx.Client(base_url=served.api, headers=served.headers(), timeout=10) as http:
             http.delete(f"/block_documents/{_block_id(http)}")
         subprocess.run(  # back to "announced nowhere" for any later test of this serve
-            [sys.executable, "-m", "flows.notify"],
+            [sys.executable, "-m", "aiperf_flows.notify"],
             cwd=REPO,
             env=env,
             capture_output=True,

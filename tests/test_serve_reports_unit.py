@@ -1,4 +1,4 @@
-"""Issue 26 item 4: the reports server of `make serve` (aiperf/served.py) and the links a run's
+"""Issue 26 item 4: the reports server of `make serve` (aiperf/report/served.py) and the links a run's
 artifacts give (`file_link`), without Prefect: the server runs here on a free loopback port."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from aiperf import settings
 from aiperf.paths import event_log_path, report_path
-from aiperf.served import file_link, main, make_server, servable, served_url
+from aiperf.report.served import file_link, main, make_server, servable, served_url
 
 DB = "sqlite:///aiperf.db"
 

@@ -228,7 +228,7 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory):
-    from aiperf.data.staging import stage_synthetic
+    from aiperf.data.staging_npz import stage_synthetic
 
     config = load_config("quick", workers=1, overrides=TINY)
     return stage_synthetic(config.data, 0, Path(tmp_path_factory.mktemp("data")))

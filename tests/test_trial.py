@@ -7,7 +7,7 @@ import pytest
 from conftest import TINY
 
 from aiperf.config import load_config
-from aiperf.data.staging import stage_synthetic
+from aiperf.data.staging_npz import stage_synthetic
 from aiperf.search.space import architecture
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest
 from aiperf.train.trial import run_trial

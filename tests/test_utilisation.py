@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.config import ValidityConfig, load_config
-from aiperf.data.staging import stage_synthetic
+from aiperf.data.staging_npz import stage_synthetic
 from aiperf.errors import UserError
 from aiperf.lifecycle import run
 from aiperf.report.phases import PARTS, worker_times
-from aiperf.results import verify
+from aiperf.results import record_checks, verify
 from aiperf.results.score import (
     EpochWork,
     compute_score,
@@ -401,7 +401,7 @@ def test_a_run_recorded_before_peaks_and_phases_verifies_with_neither_figure(rea
         again = store.get_run(record.id)
     assert [c.check for c in checks if not c.passed] == []
     assert {c.check: c.detail for c in checks}[
-        verify.MODEL_FLOPS_UTILISATION
+        record_checks.MODEL_FLOPS_UTILISATION
     ] == "no peak measured: no MFU"
     assert worker_times(again) == [] and all(t.phases is None for t in again.trials)
     # and a stored figure without its records is caught
@@ -409,7 +409,7 @@ def test_a_run_recorded_before_peaks_and_phases_verifies_with_neither_figure(rea
         sql.execute("UPDATE scores SET mfu = 0.5, utilisation = 0.5")
     with Store.open_existing(f"sqlite:///{old}") as store:
         failed = {c.check for c in verify.verify_run(store, record.id) if not c.passed}
-    assert failed == {verify.MODEL_FLOPS_UTILISATION, verify.WINDOW_UTILISATION}
+    assert failed == {record_checks.MODEL_FLOPS_UTILISATION, record_checks.WINDOW_UTILISATION}
 
 
 @pytest.mark.parametrize(
@@ -429,9 +429,13 @@ def test_verify_checks_the_peaks_and_the_phases_behind_the_figures(real_run, tmp
         sql.execute(tamper)
     with Store.open_existing(f"sqlite:///{copy}") as store:
         failed = {c.check: c.detail for c in verify.verify_run(store, record.id) if not c.passed}
-    expected = verify.MODEL_FLOPS_UTILISATION if "peak" in tamper else verify.WINDOW_UTILISATION
+    expected = (
+        record_checks.MODEL_FLOPS_UTILISATION
+        if "peak" in tamper
+        else record_checks.WINDOW_UTILISATION
+    )
     assert set(failed) == {expected}, failed
-    if expected == verify.WINDOW_UTILISATION:
+    if expected == record_checks.WINDOW_UTILISATION:
         assert "of a" in failed[expected], "no worker's trials account for more than the window"
 
 

@@ -21,7 +21,7 @@ from aiperf import paths
 from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app, run_exit_code
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.lifecycle import run
-from aiperf.results import remeasure, verify
+from aiperf.results import record_checks, remeasure, verify
 from aiperf.results.division import classify
 from aiperf.results.mllog import read_run
 from aiperf.rules import load_ruleset
@@ -90,37 +90,43 @@ FIRST_BUILT = "(SELECT MIN(id) FROM trials WHERE train_ops_per_sample IS NOT NUL
 TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
     # The four the issue names: one epoch's samples, one trial's operations per sample, the elapsed time,
     # the best accuracy.
-    verify.TOTAL_OPERATIONS: lambda sql: sql.execute(
+    record_checks.TOTAL_OPERATIONS: lambda sql: sql.execute(
         f"UPDATE epochs SET samples_trained = samples_trained - 32 WHERE id = {FIRST_EPOCH}"
     ),
-    verify.OPERATIONS_PER_SAMPLE: lambda sql: sql.execute(
+    record_checks.OPERATIONS_PER_SAMPLE: lambda sql: sql.execute(
         f"UPDATE trials SET train_ops_per_sample = train_ops_per_sample * 2 WHERE id = {FIRST_BUILT}"
     ),
-    verify.ELAPSED_TIME: lambda sql: sql.execute("UPDATE scores SET elapsed_s = elapsed_s * 0.9"),
-    verify.BEST_ACCURACY: lambda sql: sql.execute("UPDATE scores SET best_val_accuracy = 0.999"),
+    record_checks.ELAPSED_TIME: lambda sql: sql.execute(
+        "UPDATE scores SET elapsed_s = elapsed_s * 0.9"
+    ),
+    record_checks.BEST_ACCURACY: lambda sql: sql.execute(
+        "UPDATE scores SET best_val_accuracy = 0.999"
+    ),
     # And one for every other check.
-    verify.SAMPLES_WITHIN_DATASET: lambda sql: sql.execute(
+    record_checks.SAMPLES_WITHIN_DATASET: lambda sql: sql.execute(
         f"UPDATE epochs SET samples_trained = 1000000 WHERE id = {FIRST_EPOCH}"
     ),
-    verify.EPOCHS_INSIDE_WINDOW: lambda sql: _shift_epoch(
+    record_checks.EPOCHS_INSIDE_WINDOW: lambda sql: _shift_epoch(
         sql,
         sql.execute(f"SELECT {FIRST_EPOCH}").fetchone()[0],
         timedelta(hours=-1),
         timedelta(hours=-1),
     ),
-    verify.NO_OVERLAP_ON_A_WORKER: lambda sql: _shift_epoch(
+    record_checks.NO_OVERLAP_ON_A_WORKER: lambda sql: _shift_epoch(
         sql, _second_epoch_of_a_worker(sql), timedelta(seconds=-30), timedelta(0)
     ),
-    verify.OPERATIONS_PER_SECOND: lambda sql: sql.execute(
+    record_checks.OPERATIONS_PER_SECOND: lambda sql: sql.execute(
         "UPDATE scores SET ops = ops * 1.000001"
     ),
-    verify.REGULATED_SCORE: lambda sql: sql.execute(
+    record_checks.REGULATED_SCORE: lambda sql: sql.execute(
         "UPDATE scores SET regulated_score = regulated_score * 1.5"
     ),
-    verify.DIVISION: lambda sql: sql.execute("UPDATE runs SET division = 'closed'"),
-    verify.VALIDITY_RULES: lambda sql: sql.execute("UPDATE scores SET valid = 1 - valid"),
-    verify.MODEL_FLOPS_UTILISATION: lambda sql: sql.execute("UPDATE scores SET mfu = mfu * 1.01"),
-    verify.WINDOW_UTILISATION: lambda sql: sql.execute(
+    record_checks.DIVISION: lambda sql: sql.execute("UPDATE runs SET division = 'closed'"),
+    record_checks.VALIDITY_RULES: lambda sql: sql.execute("UPDATE scores SET valid = 1 - valid"),
+    record_checks.MODEL_FLOPS_UTILISATION: lambda sql: sql.execute(
+        "UPDATE scores SET mfu = mfu * 1.01"
+    ),
+    record_checks.WINDOW_UTILISATION: lambda sql: sql.execute(
         "UPDATE scores SET utilisation = utilisation * 1.01"
     ),
     **PHYSICAL_TAMPERS,  # issue 25 item 3: epochs within devices, workers within peaks and described
@@ -155,20 +161,20 @@ def test_each_tamper_is_caught_by_name(real_run, tmp_path, check):
     [
         # Fewer samples: fewer operations, so the rates recomputed from them differ too, MFU among them.
         (
-            verify.TOTAL_OPERATIONS,
+            record_checks.TOTAL_OPERATIONS,
             {
-                verify.TOTAL_OPERATIONS,
-                verify.OPERATIONS_PER_SECOND,
-                verify.REGULATED_SCORE,
-                verify.MODEL_FLOPS_UTILISATION,
+                record_checks.TOTAL_OPERATIONS,
+                record_checks.OPERATIONS_PER_SECOND,
+                record_checks.REGULATED_SCORE,
+                record_checks.MODEL_FLOPS_UTILISATION,
             },
         ),
         # The score was computed from the recount, so only the trial's own record disagrees.
-        (verify.OPERATIONS_PER_SAMPLE, {verify.OPERATIONS_PER_SAMPLE}),
-        (verify.ELAPSED_TIME, {verify.ELAPSED_TIME}),
-        (verify.BEST_ACCURACY, {verify.BEST_ACCURACY}),
-        (verify.MODEL_FLOPS_UTILISATION, {verify.MODEL_FLOPS_UTILISATION}),
-        (verify.WINDOW_UTILISATION, {verify.WINDOW_UTILISATION}),
+        (record_checks.OPERATIONS_PER_SAMPLE, {record_checks.OPERATIONS_PER_SAMPLE}),
+        (record_checks.ELAPSED_TIME, {record_checks.ELAPSED_TIME}),
+        (record_checks.BEST_ACCURACY, {record_checks.BEST_ACCURACY}),
+        (record_checks.MODEL_FLOPS_UTILISATION, {record_checks.MODEL_FLOPS_UTILISATION}),
+        (record_checks.WINDOW_UTILISATION, {record_checks.WINDOW_UTILISATION}),
     ],
 )
 def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(
@@ -192,7 +198,7 @@ def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
     assert clean.returncode == 0 and f"all {len(verify.CHECKS)} checks pass" in clean.stdout, (
         clean.stdout + clean.stderr
     )
-    copy = tampered(real_run, tmp_path, TAMPERS[verify.ELAPSED_TIME])
+    copy = tampered(real_run, tmp_path, TAMPERS[record_checks.ELAPSED_TIME])
     broken = cli(copy)
     assert broken.returncode == 1 and "FAILED elapsed_time" in broken.stdout, (
         broken.stdout + broken.stderr
@@ -229,11 +235,11 @@ def test_a_failed_verification_makes_the_stored_result_invalid(real_run, tmp_pat
     with Store.open_existing(f"sqlite:///{real_run}") as store:
         before = store.get_run(1).score
     assert before is not None
-    copy = tampered(real_run, tmp_path, TAMPERS[verify.TOTAL_OPERATIONS])
+    copy = tampered(real_run, tmp_path, TAMPERS[record_checks.TOTAL_OPERATIONS])
     record = _run_verify_stage(real_run, copy, tmp_path / "out")
     assert record.score is not None and record.verification is not None
     failed = [c.check for c in record.verification if not c.passed]
-    assert verify.TOTAL_OPERATIONS in failed and record.verified is False
+    assert record_checks.TOTAL_OPERATIONS in failed and record.verified is False
     assert not record.score.valid
     assert record.score.reasons == [*before.reasons, "verification failed: " + ", ".join(failed)]
     assert record.score.ops == before.ops, "only the verdict changed"
@@ -270,12 +276,15 @@ def test_a_verdict_naming_a_failed_verification_must_say_invalid(real_run, tmp_p
 
         return change
 
-    assert verify.VALIDITY_RULES not in failed_checks(tampered(real_run, tmp_path, veto(0)))
+    assert record_checks.VALIDITY_RULES not in failed_checks(tampered(real_run, tmp_path, veto(0)))
     copy = tampered(real_run, tmp_path, veto(1))
     with Store.open_existing(f"sqlite:///{copy}") as store:
         checks = {c.check: c for c in verify.verify_run(store, 1)}
-    assert not checks[verify.VALIDITY_RULES].passed
-    assert "says valid, and that its verification failed" in checks[verify.VALIDITY_RULES].detail
+    assert not checks[record_checks.VALIDITY_RULES].passed
+    assert (
+        "says valid, and that its verification failed"
+        in checks[record_checks.VALIDITY_RULES].detail
+    )
 
 
 def test_a_run_recorded_on_a_bigger_machine_verifies_here(real_run, tmp_path):

@@ -28,7 +28,7 @@ Modules: queues (the batch systems, walltimes and lifetimes), environment (what 
 no Dask), preload (what a worker does as it starts: pin its GPU), plan (the jobs, as pure data),
 keeper (the thread that retires and resubmits jobs), dask_internals (every Dask internal aiperf
 calls: the keeper's), start (starting a cluster and waiting for its workers), external (a running
-scheduler: connecting, and checking its workers).
+scheduler: connecting, and checking its workers), broadcast (a function run on every worker).
 """
 
 from aiperf.cluster.environment import (

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf import settings
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.cluster.environment import worker_settings
 from aiperf.cluster.plan import trial_resources
 from aiperf.cluster.started import StartedCluster

@@ -54,7 +54,7 @@ def open_feed(
     threads: int | None = None,
 ) -> Feed:
     if not Path(data_path).is_dir():
-        from aiperf.data.staging import load_staged
+        from aiperf.data.staging_npz import load_staged
 
         data = load_staged(data_path)
         # Whole batches only, as from shards: a ragged last batch of some sizes crashes oneDNN's

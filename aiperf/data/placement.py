@@ -23,7 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.data.manifest import (
     MANIFEST_FILE,
     read_manifest,

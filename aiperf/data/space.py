@@ -29,7 +29,7 @@ STORED_SIDE = 1 / 0.875
 def bytes_to_stage(config: DataConfig, seed: int, folder: Path) -> int:
     """The bytes staging `config` will write into `folder` (--out's data folder), low-estimated;
     0 where nothing is generated there or it was staged before."""
-    from aiperf.data.staging import settings_key
+    from aiperf.data.staging_npz import settings_key
 
     samples = config.train_samples + config.val_samples
     side, channels = config.image_size, config.channels

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import AUTO, BenchmarkConfig, trial_devices
 from aiperf.data.manifest import Manifest
 from aiperf.store import Store

@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from aiperf import settings
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import BenchmarkConfig
 from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.feedcheck import seed_model

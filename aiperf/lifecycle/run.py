@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aiperf import paths, settings
-from aiperf.broadcast import on_every_worker
 from aiperf.cluster import start_cluster, trial_resources
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import AUTO, BenchmarkConfig, batch_problem
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError, disk_full

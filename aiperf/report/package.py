@@ -18,7 +18,9 @@
 and runs the same checks as `aiperf verify RUN_ID` on them (aiperf.results.verify.verify_records): each
 trial's operations per sample are recounted from the architecture in the log, every epoch's samples
 and times checked, every figure of the score recomputed, and the best trial's weights evaluated again
-on the run's data (generated data regenerated from the seed into a temporary folder).
+on the run's data (generated data regenerated from the seed into a temporary folder); then the
+package's JSON files (system_description.json, config.json, verification.json, package.json) are
+held to the log, field by field (aiperf.report.package_files).
 
 A package is untrusted input: its log is read only up to MAX_LOG_BYTES, no architecture over
 MAX_LAYERS layers or MAX_PARAMETERS parameters is built, and whatever goes wrong while checking
@@ -38,6 +40,7 @@ from pathlib import Path
 from aiperf import __version__, paths
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
+from aiperf.report.package_files import CONFIG_FILE, PACKAGE_FILE, VERIFICATION_FILE
 from aiperf.report.summary import feed_text, for_review, reference_text, verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
@@ -45,9 +48,6 @@ from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
 from aiperf.units import exact, ops_rate
 
 FORMAT = "aiperf-package-1"
-PACKAGE_FILE = "package.json"
-CONFIG_FILE = "config.json"
-VERIFICATION_FILE = "verification.json"
 REPORT_FILE = "report.html"
 README_FILE = "README.md"
 
@@ -314,7 +314,21 @@ def verify_package(folder: Path) -> tuple[LoggedRun | None, list[CheckRecord]]:
         ]
     # Generated data is generated again from the run's seed, here, and removed afterwards.
     with tempfile.TemporaryDirectory(prefix="aiperf-verify-data-") as data:
-        return logged, _verify(logged, str(log), folder=folder, data_folder=Path(data))
+        checks = _verify(logged, str(log), folder=folder, data_folder=Path(data))
+    return logged, [*checks, _files_held(folder, logged)]
+
+
+def _files_held(folder: Path, logged: LoggedRun) -> CheckRecord:
+    """The package's JSON files held to its event log (aiperf.report.package_files); whatever
+    goes wrong while comparing them (untrusted input) fails that check, in one line."""
+    from aiperf.report.package_files import PACKAGE_FILES, check_package_files
+
+    try:
+        return check_package_files(folder, logged)
+    except Exception as exc:  # noqa: BLE001 - untrusted input: whatever it breaks fails the check
+        return CheckRecord(
+            PACKAGE_FILES, False, f"{folder}'s files cannot be compared: {_one_line(exc)}"
+        )
 
 
 def _readme(

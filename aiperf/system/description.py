@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from aiperf.broadcast import on_every_worker
+from aiperf.cluster.broadcast import on_every_worker
 from aiperf.system import accelerators, hostfacts
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 

@@ -88,7 +88,7 @@ def reference_on_worker(
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's bare Keras rate, from a clean process on its node (run on every worker with
-    aiperf.broadcast.on_every_worker, which passes `dask_worker`), or the reason it was skipped,
+    aiperf.cluster.broadcast.on_every_worker, which passes `dask_worker`), or the reason it was skipped,
     named as its trials name their worker. A process that fails raises, with its last words."""
     from aiperf.cluster.environment import worker_label
     from aiperf.train.peak import device

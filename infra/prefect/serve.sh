@@ -10,7 +10,7 @@
 #   5. serves the runs' HTML reports and event logs, read-only, on 127.0.0.1:4201
 #      (AIPERF_REPORTS_PORT; 0: none) from AIPERF_REPORTS_DIR (this checkout's aiperf-out, where
 #      flow runs write with the profiles' `out`), and gives the worker AIPERF_REPORTS_URL, so a
-#      run's artifacts link there (aiperf/served.py);
+#      run's artifacts link there (aiperf/report/served.py);
 #   6. runs a worker on the pool in the foreground until Ctrl-C, then stops what it started.
 #
 # The API takes HTTP basic authentication (Prefect's own): the server it starts requires
@@ -117,7 +117,7 @@ cd "$repo"
 "$prefect" --no-prompt deploy --all --prefect-file "$repo/prefect.yaml" >"$state/deploy.log" 2>&1 \
   || { cat "$state/deploy.log" >&2; exit 1; }
 echo "serve: deployed $(grep -c '^  - name:' "$repo/prefect.yaml") deployments from prefect.yaml" >&2
-"$repo/.venv/bin/python" -m flows.notify 2>&1 | sed 's/^/serve: /' >&2
+"$repo/.venv/bin/python" -m aiperf_flows.notify 2>&1 | sed 's/^/serve: /' >&2
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 
 # The reports server: a child like the others, started before the worker so its flow runs inherit
@@ -128,7 +128,7 @@ if [ "$reports_port" != 0 ]; then
   mkdir -p "$reports_dir"
   export AIPERF_REPORTS_DIR="$(cd "$reports_dir" && pwd)"  # relative: to this checkout, as runs' `out`
   export AIPERF_REPORTS_URL="http://127.0.0.1:$reports_port"
-  setsid "$repo/.venv/bin/python" -m aiperf.served --root "$AIPERF_REPORTS_DIR" --port "$reports_port" \
+  setsid "$repo/.venv/bin/python" -m aiperf.report.served --root "$AIPERF_REPORTS_DIR" --port "$reports_port" \
     >"$state/reports.log" 2>&1 &
   children+=("$!")
   for _ in $(seq 1 60); do

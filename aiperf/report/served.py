@@ -1,6 +1,6 @@
 """The reports `make serve` serves over HTTP, and the links a run's artifacts give them.
 
-`make serve` (infra/prefect/serve.sh) runs `python -m aiperf.served`: a read-only HTTP server on
+`make serve` (infra/prefect/serve.sh) runs `python -m aiperf.report.served`: a read-only HTTP server on
 127.0.0.1:$AIPERF_REPORTS_PORT (4201) over one folder, $AIPERF_REPORTS_DIR: by default the
 checkout's aiperf-out, which is where a flow run of its deployments writes with the profiles' own
 `out` (the worker runs them in the checkout). It exports AIPERF_REPORTS_URL, the server's address,
@@ -144,9 +144,9 @@ def make_server(root: Path, port: int) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m aiperf.served [--root DIR] [--port N]`: serve until killed."""
+    """`python -m aiperf.report.served [--root DIR] [--port N]`: serve until killed."""
     parser = argparse.ArgumentParser(
-        prog="python -m aiperf.served", description=__doc__.splitlines()[0]
+        prog="python -m aiperf.report.served", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--root", type=Path, default=None, help="the folder (AIPERF_REPORTS_DIR)")
     parser.add_argument("--port", type=int, default=None, help="the port (AIPERF_REPORTS_PORT)")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         server = make_server(root, port)
     except UserError as error:
-        print(f"aiperf.served: {error}", file=sys.stderr)
+        print(f"aiperf.report.served: {error}", file=sys.stderr)
         return 2
     print(
         f"serving the reports of {root.resolve()} on http://{HOST}:{server.server_port}",

@@ -1,0 +1,192 @@
+"""What every sharded kind of staged data shares (digits, generated, folder, tfrecord): running
+shard tasks on the Dask workers (or here), collecting their results with progress, scanning every
+shard afresh, checking an earlier staging is intact, and summing the scans into the manifest.
+The kinds themselves are aiperf.data.staging_sources; the entry point is aiperf.data.staging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiperf.config import DataConfig
+from aiperf.data.manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    dataset_digest,
+    read_manifest,
+    shard_path,
+    write_json_atomic,
+)
+from aiperf.data.problems import DataError
+
+# done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
+OnProgress = Callable[[int, int, str], None]  # (done, total, what is being done)
+
+
+def no_progress(_done: int, _total: int, _what: str) -> None:
+    pass
+
+
+def _image_shape(config: DataConfig) -> tuple[int, int, int]:
+    return (config.image_size, config.image_size, config.channels)
+
+
+def sharded_manifest(
+    *,
+    config: DataConfig,
+    name: str,
+    kind: str,
+    out: Path,
+    source: str | None,
+    class_names: list[str],
+    shards: list[dict[str, Any]],
+    label_offset: int,
+    preprocess: str,
+) -> Manifest:
+    """Sum the shard entries into the manifest, write manifest.json last, drop stale files.
+
+    `shards` are fresh scans (tfrecord.scan_shard): checksums, per-class counts and image keys read
+    from the shard files now, so the dataset digest is recomputed, never copied from a sidecar."""
+    from aiperf.data.pins import overlap
+
+    shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))
+    checked = overlap(
+        [(s["name"], s["keys"]) for s in shards if s["split"] == "train"],
+        [(s["name"], s["keys"]) for s in shards if s["split"] == "validation"],
+    )
+    per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
+    for shard in shards:
+        counts = per_split[shard["split"]]
+        for label, n in shard["per_class"].items():
+            cname = class_names[int(label)]
+            counts[cname] = counts.get(cname, 0) + n
+    entries = [
+        {k: s[k] for k in ("split", "name", "file", "images", "size_bytes", "sha256")}
+        for s in shards
+    ]
+    manifest = Manifest(
+        name=name,
+        kind=kind,
+        path=str(out.resolve()),
+        sha256=dataset_digest(entries),
+        size_bytes=sum(s["size_bytes"] for s in entries),
+        image_shape=_image_shape(config),
+        classes=len(class_names),
+        train_samples=sum(s["images"] for s in entries if s["split"] == "train"),
+        val_samples=sum(s["images"] for s in entries if s["split"] == "validation"),
+        images_per_class={c: per_split["train"].get(c, 0) for c in class_names},
+        val_images_per_class={c: per_split["validation"].get(c, 0) for c in class_names},
+        format="tfrecord",
+        source=source,
+        class_names=class_names,
+        label_offset=label_offset,
+        preprocess=preprocess,
+        shards=entries,
+        overlap=checked,
+    )
+    write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
+    keep = (
+        {MANIFEST_FILE, "checks"}
+        | {s["file"] for s in entries}
+        | {s["file"] + ".json" for s in entries}
+    )
+    for stale in out.iterdir():  # shards of an earlier plan (another shard size) and leftovers
+        if stale.name not in keep and stale.is_file():
+            stale.unlink(missing_ok=True)
+    return manifest
+
+
+def run_tasks(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Iterator[dict]:
+    """Each task's result as it finishes: on the Dask workers, or here in order."""
+    if client is None:
+        for task in tasks:
+            yield fn(task)
+        return
+    from distributed import as_completed
+
+    futures = client.map(fn, tasks, pure=False)
+    for future in as_completed(futures, loop=client.loop):
+        yield future.result()
+
+
+def collect(
+    results: Iterable[dict],
+    total: int,
+    weight: Callable[[dict], int],
+    what: str,
+    progress: OnProgress,
+) -> tuple[list[dict], list[str]]:
+    done, shards, problems = 0, [], []
+    progress(0, total, what)
+    for result in results:
+        done += weight(result)
+        progress(done, total, what)
+        if result["problems"]:
+            problems.extend(result["problems"])
+        else:
+            shards.append(result)
+    return shards, problems
+
+
+def scan_shards(
+    out: Path,
+    shards: list[dict[str, Any]],
+    classes: int,
+    label_offset: int,
+    client: Any | None,
+    progress: OnProgress,
+) -> list[dict[str, Any]]:
+    """Read every shard afresh on the workers (tfrecord.scan_shard): their checksums, per-class
+    counts and image keys. A shard that cannot be read is a DataError."""
+    from aiperf.data.tfrecord import ScanTask, scan_shard
+
+    tasks = [
+        ScanTask(
+            path=shard_path(out, s),
+            name=s["name"],
+            split=s["split"],
+            file=s["file"],
+            label_offset=label_offset,
+            classes=classes,
+        )
+        for s in shards
+    ]
+    scans, problems = collect(
+        run_tasks(client, scan_shard, tasks), len(tasks), lambda _r: 1, "hashing images", progress
+    )
+    if problems:
+        raise DataError(str(out), sorted(problems))
+    return scans
+
+
+def source_name(prefix: str, source: Path) -> str:
+    return (
+        f"{prefix}-{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
+    )
+
+
+def intact_shards(
+    out: Path, classes: int, label_offset: int, client: Any | None, progress: OnProgress
+) -> list[dict[str, Any]] | None:
+    """Fresh scans of a finished staging's shards, when every one is there with the checksum its
+    manifest.json lists (None: stage it again). The manifest only says which shards to read and
+    whether they changed; what is recorded comes from the scans."""
+    if not (out / MANIFEST_FILE).is_file():
+        return None
+    try:
+        listed = read_manifest(out)["shards"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(Path(shard_path(out, s)).is_file() for s in listed):
+        return None
+    try:
+        scans = scan_shards(out, listed, classes, label_offset, client, progress)
+    except DataError:
+        return None
+    by_name = {s["name"]: s["sha256"] for s in listed}
+    if any(by_name.get(s["name"]) != s["sha256"] for s in scans):
+        return None
+    return scans

@@ -1,0 +1,278 @@
+"""The sharded kinds of staged data, one function each: scikit-learn's digits and generated
+ImageNet-format shards (made from the seed), an ImageNet-layout image folder (checked and
+converted on the workers) and TFRecord shards the user brought (checked in place). Each ends in
+the manifest aiperf.data.staging_shards sums from fresh scans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aiperf.config import DataConfig
+from aiperf.data.manifest import MANIFEST_FILE, Manifest
+from aiperf.data.problems import DataError
+from aiperf.data.staging_npz import settings_key
+from aiperf.data.staging_shards import (
+    OnProgress,
+    collect,
+    intact_shards,
+    no_progress,
+    run_tasks,
+    scan_shards,
+    sharded_manifest,
+    source_name,
+)
+
+# --- digits --------------------------------------------------------------------------------------
+
+
+def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
+    from aiperf.data import digits
+
+    name = f"digits-{config.train_samples}-{config.val_samples}-seed{seed}"
+    out = folder / name
+    classes = len(digits.CLASS_NAMES)
+    scans = intact_shards(out, classes, 1, None, no_progress)
+    if scans is None:
+        out.mkdir(parents=True, exist_ok=True)
+        entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
+        scans = scan_shards(out, entries, classes, 1, None, no_progress)
+    return sharded_manifest(
+        config=config,
+        name=name,
+        kind="digits",
+        out=out,
+        source="sklearn.datasets.load_digits",
+        class_names=digits.CLASS_NAMES,
+        shards=scans,
+        label_offset=1,
+        preprocess="resize",
+    )
+
+
+# --- generated, ImageNet-shaped -----------------------------------------------------------------
+
+
+def stage_generated(
+    config: DataConfig, seed: int, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    """JPEG-encoded ImageNet-format shards generated from the settings and the seed, made on the
+    workers (aiperf/data/generated.py), kept in a folder named by both: a later staging of the
+    same settings and seed finds them, checks their checksums and makes only what is missing."""
+    from aiperf.data import generated
+    from aiperf.data.tfrecord import IMAGENET_LABEL_OFFSET
+
+    key = settings_key(config, seed)
+    name = f"generated-imagenet-{config.image_size}px-{config.classes}c-{key}"
+    out = folder / name
+    scans = intact_shards(out, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
+    if scans is None:
+        scans = _generate(config, seed, key, out, client, progress)
+    return sharded_manifest(
+        config=config,
+        name=name,
+        kind="generated-imagenet",
+        out=out,
+        source=f"aiperf.data.generated, seed {seed}",
+        class_names=generated.class_names(config.classes),
+        shards=scans,
+        label_offset=IMAGENET_LABEL_OFFSET,
+        preprocess="imagenet",
+    )
+
+
+def _generate(
+    config: DataConfig, seed: int, key: str, out: Path, client: Any | None, progress: OnProgress
+) -> list[dict[str, Any]]:
+    """Make the generated shards (those not made before) and scan them."""
+    from aiperf.data import generated
+    from aiperf.data.tfrecord import IMAGENET_LABEL_OFFSET
+
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = generated.plan(
+        out,
+        key,
+        seed,
+        train_samples=config.train_samples,
+        val_samples=config.val_samples,
+        image_size=config.image_size,
+        channels=config.channels,
+        classes=config.classes,
+        shard_images=config.shard_images,
+        noise=config.noise,
+        label_noise=config.label_noise,
+    )
+    shards, _problems = collect(
+        run_tasks(client, generated.generate_shard, tasks),
+        config.train_samples + config.val_samples,
+        lambda r: int(r["images"]),
+        "generating JPEG shards",
+        progress,
+    )
+    return scan_shards(out, shards, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
+
+
+# --- an ImageNet-layout image folder ------------------------------------------------------------
+
+
+def stage_folder(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    from aiperf.data.folder import scan_folder
+    from aiperf.data.tfrecord import ConvertTask, convert_shard
+
+    assert config.source is not None
+    layout = scan_folder(config.source)  # structural problems stop here, before any work
+    name = source_name("folder", layout.root)
+    out = folder / name
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for split, files in layout.files.items():
+        # A fixed shuffle spreads every class over the shards; the plan depends only on the files.
+        order = np.random.default_rng(0).permutation(len(files))
+        shuffled = [files[i] for i in order]
+        total = -(-len(shuffled) // config.shard_images)
+        size = -(-len(shuffled) // total)
+        for index in range(total):
+            tasks.append(
+                ConvertTask(
+                    root=str(layout.root),
+                    out=str(out),
+                    split=split,
+                    index=index,
+                    total=total,
+                    files=shuffled[index * size : (index + 1) * size],
+                    class_names=layout.class_names,
+                )
+            )
+    sizes = {t.name: len(t.files) for t in tasks}
+    shards, problems = collect(
+        run_tasks(client, convert_shard, tasks),
+        sum(sizes.values()),
+        lambda r: sizes[r["name"]],
+        "checking and converting images",
+        progress,
+    )
+    if problems:
+        (out / MANIFEST_FILE).unlink(
+            missing_ok=True
+        )  # what is staged no longer matches the source
+        raise DataError(config.source, sorted(problems))
+    shards = scan_shards(out, shards, len(layout.class_names), 1, client, progress)
+    return sharded_manifest(
+        config=config,
+        name=name,
+        kind="folder",
+        out=out,
+        source=str(layout.root),
+        class_names=layout.class_names,
+        shards=shards,
+        label_offset=1,
+        preprocess="imagenet",
+    )
+
+
+# --- TFRecord shards the user brought ---------------------------------------------------------
+
+
+def user_shards(source: Path) -> dict[str, list[Path]]:
+    if not source.is_dir():
+        raise DataError(
+            str(source),
+            [
+                f"folder {source} does not exist; give the folder that holds the "
+                "train-*-of-* and validation-*-of-* TFRecord shards"
+            ],
+        )
+    from aiperf.data.folder import shown_name
+
+    # Regular files only (is_file follows links; a FIFO or device is never opened), named in UTF-8.
+    files = [p for p in sorted(source.iterdir()) if p.is_file() and not p.name.startswith(".")]
+    bad = [p.name for p in files if p.name != p.name.encode("utf-8", "replace").decode()]
+    if bad:
+        raise DataError(
+            str(source),
+            [f"{shown_name(name)} has a name that is not UTF-8; rename it" for name in bad],
+        )
+    found = {
+        "train": [p for p in files if p.name.startswith("train-")],
+        "validation": [p for p in files if p.name.startswith(("validation-", "val-"))],
+    }
+    missing = [split for split, paths in found.items() if not paths]
+    if missing:
+        raise DataError(
+            str(source),
+            [
+                f"{source} has no {split}-* shards (ImageNet shards are named "
+                f"train-00000-of-01024 and validation-00000-of-00128)"
+                for split in missing
+            ],
+        )
+    return found
+
+
+def stage_tfrecord(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones)."""
+    from aiperf.data.tfrecord import CheckTask, check_shard
+
+    assert config.source is not None
+    source = Path(config.source).expanduser().resolve()
+    found = user_shards(source)
+    name = source_name("tfrecord", source)
+    out = folder / name
+    (out / "checks").mkdir(parents=True, exist_ok=True)
+    tasks = [
+        CheckTask(
+            path=str(p),
+            split=split,
+            classes=config.classes,
+            label_offset=config.label_offset,
+            checks=str(out / "checks"),
+        )
+        for split, paths in found.items()
+        for p in paths
+    ]
+    sizes = {t.path: Path(t.path).stat().st_size for t in tasks}
+    shards, problems = collect(
+        run_tasks(client, check_shard, tasks),
+        sum(sizes.values()),
+        lambda r: sizes[str(source / r["name"])],
+        "checking shards",
+        progress,
+    )
+    if problems:
+        (out / MANIFEST_FILE).unlink(missing_ok=True)
+        raise DataError(config.source, problems)
+    synsets: dict[str, str] = {}
+    for shard in shards:
+        for label, synset in shard.get("synsets", {}).items():
+            synsets.setdefault(label, synset)
+    class_names = [synsets.get(str(i)) or str(i) for i in range(config.classes)]
+    if len(set(class_names)) != len(class_names):
+        class_names = [str(i) for i in range(config.classes)]
+    train_labels = {label for s in shards if s["split"] == "train" for label in s["per_class"]}
+    val_labels = {label for s in shards if s["split"] == "validation" for label in s["per_class"]}
+    if val_labels - train_labels:
+        raise DataError(
+            config.source,
+            [
+                f"validation shards hold classes that no train shard holds (labels "
+                f"{', '.join(sorted(val_labels - train_labels, key=int)[:10])}, from 0)"
+            ],
+        )
+    return sharded_manifest(
+        config=config,
+        name=name,
+        kind="tfrecord",
+        out=out,
+        source=str(source),
+        class_names=class_names,
+        shards=shards,
+        label_offset=config.label_offset,
+        preprocess="imagenet",
+    )
