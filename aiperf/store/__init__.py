@@ -4,6 +4,7 @@ Knows nothing of Prefect or Keras, so any tool can read a run's records with it.
 outside this package reads the frozen records of aiperf.store.records, never the ORM models.
 """
 
+from aiperf.store.ownership import RunClaim
 from aiperf.store.records import (
     CheckRecord,
     DatasetRecord,
@@ -28,6 +29,7 @@ __all__ = [
     "EpochRecord",
     "RecordNotFound",
     "ResultRecord",
+    "RunClaim",
     "RunRecord",
     "RunScoreRow",
     "RunTakenOver",

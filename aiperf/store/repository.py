@@ -1,14 +1,14 @@
 """The one module that reads and writes aiperf's records.
 
-Only the orchestrator (the flow's process) holds a writing Store, so a run's records have one
-writer. Each method is one short transaction, and the orchestrator commits what one turn of its
-loop learnt (epochs, ends, new trials) as one WriteBatch: if a run dies, everything it reported
-up to its last turn is already committed, and nothing a failed command did touches earlier runs. Reads hand out frozen
-records (aiperf.store.records), never ORM objects. Every method's transaction is retried through
-transient faults (aiperf.store.retry), and every write is idempotent under such a retry.
+Each method is one short transaction, and the orchestrator commits what one turn of its loop
+learnt (epochs, ends, new trials) as one WriteBatch: if a run dies, everything it reported up to
+its last turn is already committed, and nothing a failed command did touches earlier runs. Reads
+hand out frozen records (aiperf.store.records), never ORM objects. Who may write a run, and what
+a write does when it may not, is the Store's contract (see `Store`).
 
     with Store.open(url) as store:           # create the database if needed, apply migrations
-        run_id = store.create_run(...)
+        claim = store.create_run(...)        # the right to write the new run
+        store.start_search(claim, ...)
     with Store.open_existing(url) as store:  # read-only commands: never create, never migrate
         run = store.get_run(run_id)          # RecordNotFound when there is no such run
 """
@@ -39,9 +39,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from aiperf import settings
 from aiperf.status import RunStatus, TrialStatus, derived_status
-from aiperf.store import database
+from aiperf.store import database, ownership
 from aiperf.store.models import (
     Dataset,
     Epoch,
@@ -52,6 +51,7 @@ from aiperf.store.models import (
     System,
     Trial,
 )
+from aiperf.store.ownership import RunClaim
 from aiperf.store.records import (
     TRIAL_PHASE_COLUMNS,
     CheckRecord,
@@ -61,7 +61,6 @@ from aiperf.store.records import (
     RecordNotFound,
     RunRecord,
     RunScoreRow,
-    RunTakenOver,
     ScoreResult,
     SystemRecord,
     TrialPhases,
@@ -98,23 +97,6 @@ def now() -> datetime:
     return datetime.now(tz=UTC)
 
 
-# The runs this process writes, by (database URL without its password, run id): the owner token
-# it created or took each with. A Store opened anywhere in the process on that URL writes those
-# runs only while the row still carries the token (Store._as_owner), so a run taken over by
-# `aiperf recover` or `aiperf run --resume` gets no write from its old process, whichever of its
-# stores (the orchestrator's, the scorer's, the verifier's) makes it.
-_OWNED: dict[tuple[str, int], str] = {}
-
-
-def taken_over(run_id: int) -> RunTakenOver:
-    """The one line a process that lost its run stops with."""
-    return RunTakenOver(
-        f"run {run_id} was taken over by another process (`aiperf recover` or `aiperf run "
-        f"--resume`, after its heartbeat stopped for longer than ${settings.HEARTBEAT_TIMEOUT.name} "
-        "on the database's clock): this process stops without writing to it again"
-    )
-
-
 @dataclass(frozen=True)
 class RunWork:
     """What a run's score is computed from, read back from the records."""
@@ -143,6 +125,29 @@ def _retried(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate
 
 
 class Store:
+    """aiperf's records, read and written through one interface.
+
+    Who may write a run: only the holder of its claim (aiperf.store.ownership.RunClaim), which
+    `create_run` and `take_over` return. Every write that touches a run takes the claim (a
+    WriteBatch's too: `write(batch, claim)`) and, in the same transaction and before anything
+    else, checks that the run's row still carries the claim's token, locking the row until the
+    commit. Writes that touch no run (`upsert_system`, `record_dataset(None, ...)` for `aiperf
+    stage`) take none. Reads take no claim and see committed data only.
+
+    A run taken over: after `aiperf recover` or `aiperf run --resume` took a run (compare-and-set
+    on its token, on the database's clock, once its heartbeat is older than the timeout), every
+    write with the old claim raises RunTakenOver and writes nothing: the check and the write are
+    one transaction, and the take-over waits for a write in progress to commit.
+
+    Retries: every transaction is retried through transient database faults (aiperf.store.retry)
+    for up to `retry_s`. That is safe because every write is idempotent: updates set values,
+    inserts look first for the row an earlier attempt may have committed before its
+    acknowledgement was lost (`_insert_once`), and the ownership check is repeated by each attempt.
+
+    Threads: a Store may be shared by threads (the run's main thread and its heartbeat): each
+    method opens its own session from the engine's pool. A claim is a frozen value, safe to pass
+    to any thread or task that writes for the run."""
+
     def __init__(self, engine: Engine, *, retry_s: float | None = None) -> None:
         """`retry_s`: how long a transaction is retried through transient faults (default
         AIPERF_DB_RETRY_S, else 120 s; 0 never retries)."""
@@ -220,62 +225,17 @@ class Store:
         assert moment is not None  # a clock always answers
         return utc(moment)
 
-    def _owner_key(self, run_id: int) -> tuple[str, int]:
-        return (str(self.engine.url), run_id)
-
-    def _as_owner(self, s: Session, run_id: int) -> None:
-        """Before a write to run `run_id` in this transaction: RunTakenOver unless the row still
-        carries this process's token (a run this process neither created nor took is not checked).
-        A no-op UPDATE, not a SELECT: it locks the row until the commit, so a takeover waits for
-        this transaction on PostgreSQL (and SQLite's one writer) and then sees its fresh writes."""
-        owner = _OWNED.get(self._owner_key(run_id))
-        if owner is None:
-            return
-        mine = update(Run).where(Run.id == run_id, Run.owner == owner).values(owner=Run.owner)
-        if s.execute(mine.execution_options(synchronize_session=False)).rowcount == 0:  # type: ignore[attr-defined]
-            self._get(s, Run, run_id, "run")
-            raise taken_over(run_id)
-
-    def disown(self, run_id: int) -> None:
-        """This process has stopped writing run `run_id` (its run, or its recovery, ended): its
-        writes are no longer checked against the run's token, and a later run of the same
-        process is not held back by one another process took over since."""
-        _OWNED.pop(self._owner_key(run_id), None)
-
-    def _as_owner_of_all(self, s: Session) -> None:
-        """_as_owner for every run this process is writing in this database (a WriteBatch names
-        trials, not always their run; a process runs one run at a time, `disown`ing it after)."""
-        url = str(self.engine.url)
-        for key_url, run_id in list(_OWNED):
-            if key_url == url:
-                self._as_owner(s, run_id)
-
     @_retried
     def take_over(
         self, run_id: int, *, owner: str, seen_owner: str | None, timeout_s: float
-    ) -> bool:
-        """Compare-and-set: run `run_id` becomes `owner`'s (this process's) if it still carries the
-        token its taker saw and is interrupted, or running with a heartbeat older than `timeout_s`
-        on the database's clock (or none). One UPDATE decides, so of two takers one wins, and a
-        live run (its heartbeat fresh) is never taken. True when taken; the row's heartbeat is
-        then fresh, so no third process takes it before this one writes."""
-        seen = Run.owner.is_(None) if seen_owner is None else Run.owner == seen_owner
-        lost = (Run.status == RunStatus.RUNNING.value) & (
-            Run.heartbeat_at.is_(None) | (Run.heartbeat_at < self._clock(timeout_s))
-        )
-        take = (
-            update(Run)
-            .where(Run.id == run_id, seen, lost | (Run.status == RunStatus.INTERRUPTED.value))
-            .values(owner=owner, heartbeat_at=self._clock())
-            .execution_options(synchronize_session=False)
-        )
+    ) -> RunClaim | None:
+        """Make run `run_id` `owner`'s by compare-and-set on the token its taker read
+        (aiperf.store.ownership.take_over): the new claim, or None when its process still beats
+        or another took it first."""
         with self.session() as s:
-            taken = s.execute(take).rowcount == 1  # type: ignore[attr-defined]
-            # A retry after a commit whose acknowledgement was lost finds its own token there.
-            taken = taken or s.scalar(select(Run.owner).where(Run.id == run_id)) == owner
-        if taken:
-            _OWNED[self._owner_key(run_id)] = owner
-        return taken
+            return ownership.take_over(
+                s, run_id, owner=owner, seen_owner=seen_owner, timeout_s=timeout_s
+            )
 
     # --- writes, in the order a run makes them -------------------------------------------------
 
@@ -321,12 +281,13 @@ class Store:
         owner: str | None = None,
         series: str | None = None,
         series_index: int | None = None,
-    ) -> int:
-        """A new run. Its creation time, taken once, identifies it if a retry must find it.
+    ) -> RunClaim:
+        """A new run, and the claim to write it with. Its creation time, taken once, identifies it
+        if a retry must find it.
         `series`, `series_index`: the series of repeated runs it is run `series_index` (1..N) of.
         `precision`, `backend`, `jit_compile`: how its trials train (the config's train section).
-        `owner`: the creating process's token (aiperf.lifecycle.liveness.new_owner); this process
-        then writes the run only while it still owns it (see `take_over`)."""
+        `owner`: the creating process's token (aiperf.lifecycle.liveness.new_owner); the claim
+        writes the run only while the row still carries it (see `take_over`)."""
         if (series is None) != (series_index is None) or (
             series_index is not None and series_index < 1
         ):
@@ -373,19 +334,17 @@ class Store:
             s.flush()
             return run.id
 
-        run_id = self._insert_once(create_run)
-        if owner is None:
-            _OWNED.pop(self._owner_key(run_id), None)  # a new database at a URL this process used
-        else:
-            _OWNED[self._owner_key(run_id)] = owner
-        return run_id
+        return RunClaim(self._insert_once(create_run), owner)
 
-    def record_dataset(self, run_id: int | None, manifest: Mapping[str, Any]) -> int:
-        """A staged dataset's manifest, for a run (or for `aiperf stage` alone: run_id None). Its
+    def record_dataset(self, claim: RunClaim | None, manifest: Mapping[str, Any]) -> int:
+        """A staged dataset's manifest, for a run (or for `aiperf stage` alone: claim None). Its
         staging time, taken once, identifies the row if a retry must find it."""
         staged_at = now()
+        run_id = None if claim is None else claim.run_id
 
         def record_dataset(s: Session, maybe_committed: bool) -> int:
+            if claim is not None:
+                ownership.guard(s, claim)
             if maybe_committed:
                 done = s.scalar(
                     select(Dataset.id).where(
@@ -414,10 +373,11 @@ class Store:
         return self._insert_once(record_dataset)
 
     @_retried
-    def start_search(self, run_id: int, started_at: float, deadline: float) -> None:
+    def start_search(self, claim: RunClaim, started_at: float, deadline: float) -> None:
         """Open the timed window, or, for a resumed run, its next segment (search_windows)."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.search_started_at = run.search_started_at or utc(started_at)
             run.deadline = utc(deadline)
@@ -435,8 +395,8 @@ class Store:
 
     def create_trial(
         self,
+        claim: RunClaim,
         *,
-        run_id: int,
         trial_key: str,
         number: int,
         architecture: dict[str, Any],
@@ -448,7 +408,7 @@ class Store:
         """A new trial, unique by (run, trial_key): a retry finds the one an earlier attempt committed."""
         batch = WriteBatch()
         batch.create_trial(
-            run_id=run_id,
+            run_id=claim.run_id,
             trial_key=trial_key,
             number=number,
             architecture=architecture,
@@ -457,10 +417,11 @@ class Store:
             parent_trial_id=parent_trial_id,
             operator=operator,
         )
-        return self.write(batch)[0]
+        return self.write(batch, claim)[0]
 
     def record_trial_built(
         self,
+        claim: RunClaim,
         trial_id: int,
         *,
         worker: str,
@@ -486,10 +447,11 @@ class Store:
             devices=devices,
             placement=placement,
         )
-        self.write(batch)
+        self.write(batch, claim)
 
     def record_epoch(
         self,
+        claim: RunClaim,
         trial_id: int,
         *,
         epoch: int,
@@ -520,49 +482,59 @@ class Store:
             val_accuracy=val_accuracy,
             complete=complete,
         )
-        return self.write(batch)[0]
+        return self.write(batch, claim)[0]
 
     def finish_trial(
-        self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None
+        self,
+        claim: RunClaim,
+        trial_id: int,
+        *,
+        status: TrialStatus,
+        ended_at: float,
+        message: str | None = None,
     ) -> None:
         batch = WriteBatch()
         batch.finish_trial(trial_id, status=status, ended_at=ended_at, message=message)
-        self.write(batch)
+        self.write(batch, claim)
 
-    def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
+    def record_trial_phases(self, claim: RunClaim, trial_id: int, phases: TrialPhases) -> None:
         """Where the trial's seconds went on its worker, from its result (the trials' *_s columns)."""
         batch = WriteBatch()
         batch.record_trial_phases(trial_id, phases)
-        self.write(batch)
+        self.write(batch, claim)
 
-    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
+    def save_search_state(self, claim: RunClaim, oracle: str, state: dict[str, Any]) -> None:
         """Replace the run's oracle state with the latest one."""
         batch = WriteBatch()
-        batch.save_search_state(run_id, oracle, state)
-        self.write(batch)
+        batch.save_search_state(claim.run_id, oracle, state)
+        self.write(batch, claim)
 
-    def write(self, batch: WriteBatch) -> list[Any]:
+    def write(self, batch: WriteBatch, claim: RunClaim) -> list[Any]:
         """Every write of `batch`, in its order, in one transaction retried through transient faults;
         each write's result (a new trial's id, whether an epoch was new), in the same order.
 
         One commit instead of one per write is what lets one orchestrator keep a thousand workers
         busy (a commit waits for the disk: milliseconds each). All or nothing: a crash before the
         commit loses the batch whole, never a part of it, and every write in it is idempotent, so a
-        retry after a commit whose acknowledgement was lost records nothing twice."""
+        retry after a commit whose acknowledgement was lost records nothing twice. `claim`: the
+        run the batch writes (its trials are that run's); a run taken over gets none of its old
+        process's reports (RunTakenOver, nothing of the batch written)."""
         if not batch:
             return []
 
         def write_batch(s: Session, maybe_committed: bool) -> list[Any]:
-            self._as_owner_of_all(s)  # a run taken over gets none of its old process's reports
+            ownership.guard(s, claim)
             return [work(s, maybe_committed) for work in batch]
 
         return self._insert_once(write_batch)
 
     @_retried
-    def record_peaks(self, run_id: int, worker_peaks: list[dict[str, Any]]) -> None:
+    def record_peaks(self, claim: RunClaim, worker_peaks: list[dict[str, Any]]) -> None:
         """Each worker's measured peak (aiperf.train.peak), measured before the timed window, and
         their sum, MFU's divisor. A resumed run measures again: the latest measurement stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.worker_peaks = [dict(peak) for peak in worker_peaks]
             run.peak_flops = (
@@ -570,25 +542,29 @@ class Store:
             )
 
     @_retried
-    def record_feed(self, run_id: int, feed: str | None, rates: list[dict[str, Any]]) -> None:
+    def record_feed(self, claim: RunClaim, feed: str | None, rates: list[dict[str, Any]]) -> None:
         """Which feed ran and each worker's feed and device rates (aiperf.train.feedrate),
         measured before the timed window. A resumed run measures again: the latest stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.data_feed = feed
             run.feed_rates = [dict(rate) for rate in rates]
 
     @_retried
-    def record_reference(self, run_id: int, rates: list[dict[str, Any]]) -> None:
+    def record_reference(self, claim: RunClaim, rates: list[dict[str, Any]]) -> None:
         """Each worker's bare Keras rate, or why it was skipped (aiperf.lifecycle.reference),
         measured before the timed window. A resumed run measures again: the latest stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").reference_rates = [dict(r) for r in rates]
 
     @_retried
     def record_resolved_settings(
         self,
-        run_id: int,
+        claim: RunClaim,
         *,
         config: dict[str, Any],
         precision: str,
@@ -599,7 +575,9 @@ class Store:
         """The run's config once the settings its profile left to the devices are resolved
         (aiperf.train.auto: train.precision auto, search.space.batch_per_gib), before its first
         trial, with the precision, division and workload hash judged from it."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.config, run.precision = dict(config), precision
             run.division, run.deviations = division, list(deviations)
@@ -612,10 +590,11 @@ class Store:
             return None if row is None else row.state
 
     @_retried
-    def finish_search(self, run_id: int, ended_at: float) -> None:
+    def finish_search(self, claim: RunClaim, ended_at: float) -> None:
         """Close the window's open segment (and the run's window) at `ended_at`."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").search_ended_at = utc(ended_at)
             for window in s.scalars(
                 select(SearchWindow).where(
@@ -625,37 +604,49 @@ class Store:
                 window.ended_at = utc(ended_at)
 
     @_retried
-    def record_staging(self, run_id: int, seconds: float) -> None:
+    def record_staging(self, claim: RunClaim, seconds: float) -> None:
         """Wall seconds the run's data took to stage (validate, convert or generate, copy to the
         nodes), before and outside its timed window, as MLPerf HPC times staging. A resumed run
         stages again, and the latest staging stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").staging_s = float(seconds)
 
     @_retried
-    def save_best_weights(self, run_id: int, weights: dict[str, Any] | None) -> None:
+    def save_best_weights(self, claim: RunClaim, weights: dict[str, Any] | None) -> None:
         """The best trial's kept weights file (aiperf.results.remeasure.keep_best_weights): which
         trial and epoch, where, its sha256 and recorded accuracy; the latest scoring stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").best_weights = weights
 
     @_retried
-    def save_provenance(self, run_id: int, provenance: dict[str, Any]) -> None:
+    def save_provenance(self, claim: RunClaim, provenance: dict[str, Any]) -> None:
         """What ran on the workers (aiperf.system.provenance); a resumed run records it again, and
         the latest stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").provenance = dict(provenance)
 
-    def save_system_description(self, run_id: int, description: dict[str, Any]) -> None:
+    @_retried
+    def save_system_description(self, claim: RunClaim, description: dict[str, Any]) -> None:
         """The compute nodes as they described themselves (aiperf.system.description); a resumed run
         describes them again, and the latest description stands."""
+        run_id = claim.run_id
         with self.session() as s:
+            ownership.guard(s, claim)
             self._get(s, Run, run_id, "run").system_description = dict(description)
 
     @_retried
-    def finish_run(self, run_id: int, *, status: RunStatus, message: str | None = None) -> None:
+    def finish_run(
+        self, claim: RunClaim, *, status: RunStatus, message: str | None = None
+    ) -> None:
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.status, run.message = status, message
             # An interrupted run's running trials are retrained when it is resumed; others just stopped.
@@ -669,10 +660,13 @@ class Store:
                 trial.status, trial.ended_at = ended, trial.ended_at or now()
 
     @_retried
-    def save_score(self, run_id: int, score: ScoreResult, *, ruleset: str | None = None) -> None:
+    def save_score(
+        self, claim: RunClaim, score: ScoreResult, *, ruleset: str | None = None
+    ) -> None:
         """The run's score (replacing an older one), judged by `ruleset`; not yet verified."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             existing = s.scalar(select(Score).where(Score.run_id == run_id))
             if existing is not None:
                 s.delete(existing)
@@ -700,10 +694,11 @@ class Store:
             )
 
     @_retried
-    def save_verification(self, run_id: int, checks: list[CheckRecord]) -> None:
+    def save_verification(self, claim: RunClaim, checks: list[CheckRecord]) -> None:
         """The result of recomputing the run's score from its records, with its stored score."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             score = s.scalar(select(Score).where(Score.run_id == run_id))
             if score is None:
                 raise RecordNotFound(f"run {run_id} has no score to verify")
@@ -734,26 +729,21 @@ class Store:
     # --- liveness and recovery (aiperf.lifecycle.recovery) ------------------------------------------------
 
     @_retried
-    def heartbeat(self, run_id: int) -> None:
+    def heartbeat(self, claim: RunClaim) -> None:
         """The run's process is alive. A running run whose heartbeat is older than the timeout is
         shown lost (aiperf.status.derived_status): no one needs to write that its process died.
         Stamped with the database's clock, the one its readers and takers compare it with; only
-        while the run carries this process's token (RunTakenOver once another took it over)."""
-        owner = _OWNED.get(self._owner_key(run_id))
-        beat = update(Run).where(Run.id == run_id).values(heartbeat_at=self._clock())
-        if owner is not None:
-            beat = beat.where(Run.owner == owner)
+        while the run carries the claim's token (RunTakenOver once another took it over)."""
         with self.session() as s:
-            if s.execute(beat.execution_options(synchronize_session=False)).rowcount == 0:  # type: ignore[attr-defined]
-                self._get(s, Run, run_id, "run")
-                raise taken_over(run_id)
+            ownership.beat(s, claim)
 
     @_retried
-    def interrupt_trials(self, run_id: int) -> int:
+    def interrupt_trials(self, claim: RunClaim) -> int:
         """End the run's running trials as interrupted, each at its last recorded epoch (or its
         start): their finished epochs count, and a resumed run trains them again. How many ended."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             trials = list(
                 s.scalars(
                     select(Trial).where(
@@ -770,11 +760,12 @@ class Store:
             return len(trials)
 
     @_retried
-    def close_window_at_last_epoch(self, run_id: int) -> None:
+    def close_window_at_last_epoch(self, claim: RunClaim) -> None:
         """Close a segment a crash left open at the last epoch recorded in it (at its start when
         none was): the window covers the work the records prove, and no more."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             ends = [
                 utc(t)
@@ -794,12 +785,13 @@ class Store:
                 run.search_ended_at = window.ended_at
 
     @_retried
-    def reopen_run(self, run_id: int) -> None:
+    def reopen_run(self, claim: RunClaim) -> None:
         """A lost or interrupted run runs again (aiperf run --resume): status running, a fresh
         heartbeat, and no score until the resumed search ends (a recovered score is out of date).
         Only by the process that took it over (`take_over`)."""
+        run_id = claim.run_id
         with self.session() as s:
-            self._as_owner(s, run_id)
+            ownership.guard(s, claim)
             run = self._get(s, Run, run_id, "run")
             run.status, run.message, run.heartbeat_at, run.search_ended_at = (
                 RunStatus.RUNNING,
