@@ -275,12 +275,11 @@ class RunRecorder:
 
     # --- before the timed window -----------------------------------------------------------------
 
-    def staging_started(self, started: float) -> None:
-        """Staging began (the log only: the row records its seconds when it ends)."""
-        self.events.staging_started(started)
-
-    def staging_stopped(self, ended: float, seconds: float) -> None:
+    def staging(self, started: float, ended: float, seconds: float) -> None:
+        """The data was staged from `started` to `ended`, in `seconds` of wall time (a monotonic
+        clock's): the row, then the staging's start and stop in the log, at their own times."""
         self.store.record_staging(self.claim, seconds)
+        self.events.staging_started(started)
         self.events.staging_stopped(ended, seconds)
 
     def dataset(self, manifest: Mapping[str, Any]) -> None:

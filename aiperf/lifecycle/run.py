@@ -192,7 +192,7 @@ def _stage(
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> Manifest:
     client = _client(scheduler_address, security) if scheduler_address else None
-    recorder.staging_started(time.time())
+    started = time.time()
     began = time.perf_counter()
     try:
         manifest = stage(
@@ -211,7 +211,7 @@ def _stage(
         if client is not None:
             client.close()
     seconds = time.perf_counter() - began
-    recorder.staging_stopped(time.time(), seconds)
+    recorder.staging(started, time.time(), seconds)
     record_manifest(recorder, manifest)
     # Recorded first, then judged: a closed run on data other than its ruleset's pin (or with an
     # image in both splits, or a class missing from one) stops here, before its search.
