@@ -5,6 +5,7 @@ write's transaction, and the events follow the commit. On SQLite and PostgreSQL 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Callable
@@ -165,7 +166,11 @@ FACTS: dict[str, Callable[[RunRecorder, int], Any]] = {
     "commit": _a_turn,
     "score": lambda r, _: r.score(SCORE, "closed-1"),
     "best_weights": lambda r, _: r.best_weights({"trial_key": "k0", "epoch": 0}),
-    "verification": lambda r, _: r.verification([CheckRecord("ops", True, "recomputed")]),
+    "verification": lambda r, _: r.verification(
+        [CheckRecord("ops", False, "recomputed")],
+        rescored=dataclasses.replace(SCORE, valid=False, reasons=["verification failed: ops"]),
+        ruleset="closed-1",
+    ),
 }
 
 

@@ -374,9 +374,8 @@ class Orchestrator:
         self.max_failures = max_consecutive_failures(config.workers)
         self.ahead = proposals_ahead(config.workers) if ahead is None else ahead
         self.proposals: OracleThread | None = None  # the oracle's thread, while run() runs
-        self._turn = (
-            recorder.turn()
-        )  # this turn's writes and their events, committed by _recording
+        # This turn's writes and their events, committed by _recording.
+        self._turn = recorder.turn()
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
         """Continue a resumed run: number new trials after the recorded ones, link children to

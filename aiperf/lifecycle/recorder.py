@@ -376,7 +376,20 @@ class RunRecorder:
         self.store.save_best_weights(self.claim, kept)
         self.events.best_weights(kept)
 
-    def verification(self, checks: Iterable[CheckRecord]) -> None:
+    def verification(
+        self,
+        checks: Iterable[CheckRecord],
+        *,
+        rescored: ScoreResult | None = None,
+        ruleset: str | None = None,
+    ) -> None:
+        """The run's verification; with `rescored`, the score its failed checks made invalid,
+        stored before the checks (no reader sees a failed verification beside a valid verdict)
+        and logged after them (the log's last score is the one that stands)."""
         checks = list(checks)
+        if rescored is not None:
+            self.store.save_score(self.claim, rescored, ruleset=ruleset)
         self.store.save_verification(self.claim, checks)
         self.events.verification(checks)
+        if rescored is not None:
+            self.events.score(rescored, ruleset)

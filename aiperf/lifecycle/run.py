@@ -325,9 +325,9 @@ def verify_and_record(
         stored = recorder.store.get_run(claim.run_id).score
         assert stored is not None  # verify_run refuses a run without a score
         score = verified_score(stored, checks)
-        if score is not stored:
-            recorder.score(score, classify(config).ruleset)
-        recorder.verification(checks)
+        recorder.verification(
+            checks, rescored=None if score is stored else score, ruleset=classify(config).ruleset
+        )
     return checks
 
 
