@@ -6,6 +6,11 @@ its last turn is already committed, and nothing a failed command did touches ear
 hand out frozen records (aiperf.store.records), never ORM objects. Who may write a run, and what
 a write does when it may not, is the Store's contract (see `Store`).
 
+Store is one class made of parts, each a module of its own: its core (aiperf.store.base: engine,
+sessions, retry), its reads (aiperf.store.reads), a run's facts (aiperf.store.facts), and here the
+run's life and its search. A turn's writes are a WriteBatch (aiperf.store.batch); rows become
+records in aiperf.store.conversion.
+
     with Store.open(url) as store:           # create the database if needed, apply migrations
         claim = store.create_run(...)        # the right to write the new run
         store.start_search(claim, ...)
@@ -15,116 +20,26 @@ a write does when it may not, is the Store's contract (see `Store`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime
-from decimal import Decimal
-from functools import wraps
-from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar, get_type_hints, overload
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    DateTime,
-    Engine,
-    bindparam,
-    func,
-    insert,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session
 
-from aiperf.status import RunStatus, TrialStatus, derived_status
-from aiperf.store import database, ownership
-from aiperf.store.models import (
-    Dataset,
-    Epoch,
-    Run,
-    Score,
-    SearchState,
-    SearchWindow,
-    System,
-    Trial,
-)
+from aiperf.status import RunStatus, TrialStatus
+from aiperf.store import ownership
+from aiperf.store.base import retried
+from aiperf.store.batch import WriteBatch
+from aiperf.store.conversion import now, utc
+from aiperf.store.facts import RunFacts
+from aiperf.store.models import Dataset, Epoch, Run, Score, SearchWindow, System, Trial
 from aiperf.store.ownership import RunClaim
-from aiperf.store.records import (
-    TRIAL_PHASE_COLUMNS,
-    CheckRecord,
-    DatasetRecord,
-    EpochRecord,
-    EpochWork,
-    RecordNotFound,
-    RunRecord,
-    RunScoreRow,
-    ScoreResult,
-    SystemRecord,
-    TrialPhases,
-    TrialRecord,
-    TrialSummaryRow,
-    WindowRecord,
-    window_seconds,
-)
-from aiperf.store.retry import retry_budget_s, retrying
-
-Row = TypeVar("Row")
-T = TypeVar("T")
-P = ParamSpec("P")
+from aiperf.store.reads import StoreReads
+from aiperf.store.records import TrialPhases
 
 
-@overload
-def utc(moment: datetime | float) -> datetime: ...
-@overload
-def utc(moment: None) -> None: ...
-@overload
-def utc(moment: datetime | float | None) -> datetime | None: ...
-
-
-def utc(moment: datetime | float | None) -> datetime | None:
-    """UTC-aware datetime from a datetime (naive ones are UTC, as SQLite returns them) or a Unix time."""
-    if moment is None:
-        return None
-    if isinstance(moment, (int, float)):
-        return datetime.fromtimestamp(moment, tz=UTC)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def now() -> datetime:
-    return datetime.now(tz=UTC)
-
-
-@dataclass(frozen=True)
-class RunWork:
-    """What a run's score is computed from, read back from the records."""
-
-    epochs: list[EpochWork]
-    elapsed_s: float
-    best_val_accuracy: float | None
-    val_samples: int
-    trials_completed: int
-    budget_s: float
-    workers: int = 1
-    peak_flops: float | None = None  # the workers' summed peak: MFU's divisor (None: not measured)
-    stepping_s: tuple[float, ...] | None = None  # per trial with phases: train + evaluate seconds
-
-
-def _retried(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate[Store, P], T]:
-    """A Store method whose one transaction runs again after a transient database fault
-    (aiperf.store.retry). Only for methods that are idempotent as they stand: a second run of
-    them changes nothing the first one committed."""
-
-    @wraps(method)
-    def run_retried(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return retrying(lambda: method(self, *args, **kwargs), self.retry_s, method.__name__)
-
-    return run_retried
-
-
-class Store:
+class Store(StoreReads, RunFacts):
     """aiperf's records, read and written through one interface.
 
     Who may write a run: only the holder of its claim (aiperf.store.ownership.RunClaim), which
@@ -148,84 +63,7 @@ class Store:
     method opens its own session from the engine's pool. A claim is a frozen value, safe to pass
     to any thread or task that writes for the run."""
 
-    def __init__(self, engine: Engine, *, retry_s: float | None = None) -> None:
-        """`retry_s`: how long a transaction is retried through transient faults (default
-        AIPERF_DB_RETRY_S, else 120 s; 0 never retries)."""
-        self.engine = engine
-        self.retry_s = retry_budget_s() if retry_s is None else retry_s
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @classmethod
-    def open(cls, url: str, *, migrate: bool = True) -> Store:
-        """For commands that write: connect (creating an SQLite file; a bad URL is a UserError) and
-        apply pending migrations."""
-        engine = database.open_engine(url)
-        if migrate:
-            database.upgrade(engine)
-        return cls(engine)
-
-    @classmethod
-    def open_existing(cls, url: str) -> Store:
-        """For commands that only read: the database must exist at the current schema; nothing is
-        created or migrated (a missing file, a non-database or an old schema is a UserError)."""
-        return cls(database.open_existing_engine(url))
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
-            yield session
-
-    def _insert_once(self, work: Callable[[Session, bool], T]) -> T:
-        """Run an inserting transaction, retried through transient faults, so that it inserts once.
-
-        A fault while committing may come after the commit took effect (its acknowledgement lost),
-        so `work(session, maybe_committed)` is told whether an earlier attempt reached the commit:
-        then it looks for the row that attempt wrote before inserting again."""
-        maybe_committed = False
-
-        def attempt() -> T:
-            nonlocal maybe_committed
-            with self._sessions.begin() as session:
-                result = work(session, maybe_committed)
-                maybe_committed = True  # the commit happens as the block exits
-            return result
-
-        return retrying(attempt, self.retry_s, getattr(work, "__name__", "insert"))
-
-    @staticmethod
-    def _get(session: Session, model: type, key: int, what: str) -> Any:
-        row = session.get(model, key)
-        if row is None:
-            raise RecordNotFound(f"{what} {key} is not in the database")
-        return row
-
-    # --- one writer per run: the owner token, on the database's clock ----------------------------
-
-    def _clock(self, minus_s: float = 0.0) -> Any:
-        """The database's time now (less `minus_s`), as SQL (aiperf.store.database.clock)."""
-        return database.clock(self.engine.dialect.name, minus_s)
-
-    def _database_now(self, s: Session) -> datetime:
-        """The database's time now, which a reader judges a heartbeat's age by (not its own)."""
-        moment = s.scalar(select(self._clock()))
-        assert moment is not None  # a clock always answers
-        return utc(moment)
-
-    @_retried
+    @retried
     def take_over(
         self, run_id: int, *, owner: str, seen_owner: str | None, timeout_s: float
     ) -> RunClaim | None:
@@ -237,9 +75,7 @@ class Store:
                 s, run_id, owner=owner, seen_owner=seen_owner, timeout_s=timeout_s
             )
 
-    # --- writes, in the order a run makes them -------------------------------------------------
-
-    @_retried
+    @retried
     def upsert_system(self, facts: Mapping[str, Any]) -> int:
         """The system's id, its row inserted unless its fingerprint is there: ON CONFLICT DO NOTHING,
         so two runs starting at once on a new machine both succeed with one row."""
@@ -372,7 +208,7 @@ class Store:
 
         return self._insert_once(record_dataset)
 
-    @_retried
+    @retried
     def start_search(self, claim: RunClaim, started_at: float, deadline: float) -> None:
         """Open the timed window, or, for a resumed run, its next segment (search_windows)."""
         run_id = claim.run_id
@@ -528,68 +364,7 @@ class Store:
 
         return self._insert_once(write_batch)
 
-    @_retried
-    def record_peaks(self, claim: RunClaim, worker_peaks: list[dict[str, Any]]) -> None:
-        """Each worker's measured peak (aiperf.train.peak), measured before the timed window, and
-        their sum, MFU's divisor. A resumed run measures again: the latest measurement stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            run = self._get(s, Run, run_id, "run")
-            run.worker_peaks = [dict(peak) for peak in worker_peaks]
-            run.peak_flops = (
-                float(sum(float(peak["flops"]) for peak in worker_peaks)) if worker_peaks else None
-            )
-
-    @_retried
-    def record_feed(self, claim: RunClaim, feed: str | None, rates: list[dict[str, Any]]) -> None:
-        """Which feed ran and each worker's feed and device rates (aiperf.train.feedrate),
-        measured before the timed window. A resumed run measures again: the latest stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            run = self._get(s, Run, run_id, "run")
-            run.data_feed = feed
-            run.feed_rates = [dict(rate) for rate in rates]
-
-    @_retried
-    def record_reference(self, claim: RunClaim, rates: list[dict[str, Any]]) -> None:
-        """Each worker's bare Keras rate, or why it was skipped (aiperf.lifecycle.reference),
-        measured before the timed window. A resumed run measures again: the latest stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            self._get(s, Run, run_id, "run").reference_rates = [dict(r) for r in rates]
-
-    @_retried
-    def record_resolved_settings(
-        self,
-        claim: RunClaim,
-        *,
-        config: dict[str, Any],
-        precision: str,
-        division: str,
-        deviations: list[str] | tuple[str, ...],
-        config_hash: str,
-    ) -> None:
-        """The run's config once the settings its profile left to the devices are resolved
-        (aiperf.train.auto: train.precision auto, search.space.batch_per_gib), before its first
-        trial, with the precision, division and workload hash judged from it."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            run = self._get(s, Run, run_id, "run")
-            run.config, run.precision = dict(config), precision
-            run.division, run.deviations = division, list(deviations)
-            run.config_hash = config_hash
-
-    @_retried
-    def search_state(self, run_id: int) -> dict[str, Any] | None:
-        with self.session() as s:
-            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
-            return None if row is None else row.state
-
-    @_retried
+    @retried
     def finish_search(self, claim: RunClaim, ended_at: float) -> None:
         """Close the window's open segment (and the run's window) at `ended_at`."""
         run_id = claim.run_id
@@ -603,44 +378,7 @@ class Store:
             ):
                 window.ended_at = utc(ended_at)
 
-    @_retried
-    def record_staging(self, claim: RunClaim, seconds: float) -> None:
-        """Wall seconds the run's data took to stage (validate, convert or generate, copy to the
-        nodes), before and outside its timed window, as MLPerf HPC times staging. A resumed run
-        stages again, and the latest staging stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            self._get(s, Run, run_id, "run").staging_s = float(seconds)
-
-    @_retried
-    def save_best_weights(self, claim: RunClaim, weights: dict[str, Any] | None) -> None:
-        """The best trial's kept weights file (aiperf.results.remeasure.keep_best_weights): which
-        trial and epoch, where, its sha256 and recorded accuracy; the latest scoring stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            self._get(s, Run, run_id, "run").best_weights = weights
-
-    @_retried
-    def save_provenance(self, claim: RunClaim, provenance: dict[str, Any]) -> None:
-        """What ran on the workers (aiperf.system.provenance); a resumed run records it again, and
-        the latest stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            self._get(s, Run, run_id, "run").provenance = dict(provenance)
-
-    @_retried
-    def save_system_description(self, claim: RunClaim, description: dict[str, Any]) -> None:
-        """The compute nodes as they described themselves (aiperf.system.description); a resumed run
-        describes them again, and the latest description stands."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            self._get(s, Run, run_id, "run").system_description = dict(description)
-
-    @_retried
+    @retried
     def finish_run(
         self, claim: RunClaim, *, status: RunStatus, message: str | None = None
     ) -> None:
@@ -659,76 +397,7 @@ class Store:
             for trial in s.scalars(running):
                 trial.status, trial.ended_at = ended, trial.ended_at or now()
 
-    @_retried
-    def save_score(
-        self, claim: RunClaim, score: ScoreResult, *, ruleset: str | None = None
-    ) -> None:
-        """The run's score (replacing an older one), judged by `ruleset`; not yet verified."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            existing = s.scalar(select(Score).where(Score.run_id == run_id))
-            if existing is not None:
-                s.delete(existing)
-                s.flush()
-            s.add(
-                Score(
-                    run_id=run_id,
-                    elapsed_s=score.elapsed_s,
-                    total_ops=float(score.total_ops),
-                    ops=score.ops,
-                    tensor_ops=score.tensor_ops,
-                    best_val_accuracy=score.best_val_accuracy,
-                    val_samples=score.val_samples,
-                    regulated_score=score.regulated_score,
-                    trials_completed=score.trials_completed,
-                    samples_trained=score.samples_trained,
-                    samples_evaluated=score.samples_evaluated,
-                    valid=score.valid,
-                    reasons={"invalid": list(score.reasons)},
-                    computed_at=now(),
-                    ruleset=ruleset,
-                    mfu=score.mfu,
-                    utilisation=score.utilisation,
-                )
-            )
-
-    @_retried
-    def save_verification(self, claim: RunClaim, checks: list[CheckRecord]) -> None:
-        """The result of recomputing the run's score from its records, with its stored score."""
-        run_id = claim.run_id
-        with self.session() as s:
-            ownership.guard(s, claim)
-            score = s.scalar(select(Score).where(Score.run_id == run_id))
-            if score is None:
-                raise RecordNotFound(f"run {run_id} has no score to verify")
-            score.verification = [
-                {"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks
-            ]
-            score.verified = all(c.passed for c in checks)
-
-    @_retried
-    def run_dataset(self, run_id: int) -> DatasetRecord | None:
-        """The dataset the run trained on (None before it was staged)."""
-        with self.session() as s:
-            row = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
-            return (
-                None
-                if row is None
-                else DatasetRecord(
-                    name=row.name,
-                    kind=row.kind,
-                    sha256=row.sha256,
-                    train_samples=row.train_samples,
-                    val_samples=row.val_samples,
-                    classes=row.classes,
-                    manifest=dict(row.manifest or {}),
-                )
-            )
-
-    # --- liveness and recovery (aiperf.lifecycle.recovery) ------------------------------------------------
-
-    @_retried
+    @retried
     def heartbeat(self, claim: RunClaim) -> None:
         """The run's process is alive. A running run whose heartbeat is older than the timeout is
         shown lost (aiperf.status.derived_status): no one needs to write that its process died.
@@ -737,7 +406,7 @@ class Store:
         with self.session() as s:
             ownership.beat(s, claim)
 
-    @_retried
+    @retried
     def interrupt_trials(self, claim: RunClaim) -> int:
         """End the run's running trials as interrupted, each at its last recorded epoch (or its
         start): their finished epochs count, and a resumed run trains them again. How many ended."""
@@ -759,7 +428,7 @@ class Store:
                 )
             return len(trials)
 
-    @_retried
+    @retried
     def close_window_at_last_epoch(self, claim: RunClaim) -> None:
         """Close a segment a crash left open at the last epoch recorded in it (at its start when
         none was): the window covers the work the records prove, and no more."""
@@ -784,7 +453,7 @@ class Store:
                 window.ended_at = max([start, *(end for end in ends if end >= start)])
                 run.search_ended_at = window.ended_at
 
-    @_retried
+    @retried
     def reopen_run(self, claim: RunClaim) -> None:
         """A lost or interrupted run runs again (aiperf run --resume): status running, a fresh
         heartbeat, and no score until the resumed search ends (a recovered score is out of date).
@@ -802,541 +471,3 @@ class Store:
             score = s.scalar(select(Score).where(Score.run_id == run_id))
             if score is not None:
                 s.delete(score)
-
-    # --- reads ---------------------------------------------------------------------------------
-
-    @_retried
-    def run_work(self, run_id: int) -> RunWork:
-        """Everything the score needs, from the records alone."""
-        with self.session() as s:
-            run = self._get(s, Run, run_id, "run")
-            rows = s.execute(
-                select(
-                    Epoch.samples_trained,
-                    Epoch.samples_evaluated,
-                    Trial.train_ops_per_sample,
-                    Trial.eval_ops_per_sample,
-                    Trial.tensor_train_ops_per_sample,
-                    Trial.tensor_eval_ops_per_sample,
-                )
-                .join(Trial, Epoch.trial_id == Trial.id)
-                .where(Trial.run_id == run_id)
-            ).all()
-            best = s.scalar(
-                select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id)
-            )
-            completed = s.scalar(
-                select(func.count())
-                .select_from(Trial)
-                .where(Trial.run_id == run_id, Trial.status == TrialStatus.COMPLETED)
-            )
-            dataset = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
-            try:
-                elapsed = window_seconds([_window_record(w) for w in run.windows])
-            except ValueError:
-                raise ValueError(f"run {run_id} has no finished search window to score") from None
-            missing = [r for r in rows if r[2] is None and (r[0] or r[1])]
-            if missing:
-                raise ValueError(
-                    f"run {run_id} has counted samples on a trial without operation counts"
-                )
-            stepping = [
-                float(train or 0.0) + float(evaluate or 0.0)
-                for train, evaluate in s.execute(
-                    select(Trial.train_s, Trial.evaluate_s)
-                    .where(Trial.run_id == run_id)
-                    .where(
-                        or_(*(getattr(Trial, name).is_not(None) for name in TRIAL_PHASE_COLUMNS))
-                    )
-                )
-            ]
-            return RunWork(
-                workers=run.workers,
-                peak_flops=run.peak_flops,
-                stepping_s=tuple(stepping) if stepping else None,
-                epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
-                elapsed_s=elapsed,
-                best_val_accuracy=best,
-                val_samples=dataset.val_samples if dataset else 0,
-                trials_completed=int(completed or 0),
-                budget_s=run.budget_s,
-            )
-
-    @_retried
-    def list_runs(self, limit: int = 50) -> list[RunRecord]:
-        """The newest runs first, each with its system and score (without trials)."""
-        with self.session() as s:
-            query = (
-                select(Run)
-                .options(
-                    selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows)
-                )
-                .order_by(Run.id.desc())
-                .limit(limit)
-            )
-            at = self._database_now(s)
-            return [_run_record(run, at=at) for run in s.scalars(query)]
-
-    @_retried
-    def series_runs(self, series: str) -> list[RunRecord]:
-        """The runs of one series (aiperf run --repeat), by their index, each with its system and
-        score (without trials); empty when no run carries that series id."""
-        with self.session() as s:
-            query = (
-                select(Run)
-                .where(Run.series == series)
-                .options(
-                    selectinload(Run.score), selectinload(Run.system), selectinload(Run.windows)
-                )
-                .order_by(Run.series_index, Run.id)
-            )
-            at = self._database_now(s)
-            return [_run_record(run, at=at) for run in s.scalars(query)]
-
-    @_retried
-    def get_run(self, run_id: int) -> RunRecord:
-        """One run with its system, score, trials and their epochs."""
-        with self.session() as s:
-            run = s.scalar(
-                select(Run)
-                .where(Run.id == run_id)
-                .options(
-                    selectinload(Run.score),
-                    selectinload(Run.system),
-                    selectinload(Run.windows),
-                    selectinload(Run.trials).selectinload(Trial.epochs),
-                )
-            )
-            if run is None:
-                raise RecordNotFound(f"run {run_id} is not in the database")
-            return _run_record(run, with_trials=True, at=self._database_now(s))
-
-    @_retried
-    def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
-        """How many of the run's trials are in each state."""
-        with self.session() as s:
-            counts = s.execute(
-                select(Trial.status, func.count())
-                .where(Trial.run_id == run_id)
-                .group_by(Trial.status)
-            ).all()
-            return {TrialStatus(status): int(count) for status, count in counts}
-
-    # --- history: read through the SQL views of migration 0002 (run_scores, trial_summary) ----------
-
-    @_retried
-    def run_scores(
-        self,
-        *,
-        system_id: int | None = None,
-        profile: str | None = None,
-        run_ids: list[int] | None = None,
-    ) -> list[RunScoreRow]:
-        """Rows of the run_scores view, oldest first: the same figures a user gets from SQL."""
-        where: list[str] = []
-        params: dict[str, Any] = {}
-        if system_id is not None:
-            where.append("system_id = :system_id")
-            params["system_id"] = system_id
-        if profile is not None:
-            where.append("profile = :profile")
-            params["profile"] = profile
-        if run_ids is not None:
-            where.append("run_id IN :run_ids")
-            params["run_ids"] = list(run_ids)
-        sql = text(
-            "SELECT * FROM run_scores"
-            + (" WHERE " + " AND ".join(where) if where else "")
-            + " ORDER BY created_at, run_id"
-        ).columns(created_at=DateTime(timezone=True), valid=Boolean())
-        if run_ids is not None:
-            sql = sql.bindparams(bindparam("run_ids", expanding=True))
-        return self._view_rows(RunScoreRow, sql, params)
-
-    @_retried
-    def trial_summary(self, run_id: int) -> list[TrialSummaryRow]:
-        """Rows of the trial_summary view for one run, in trial order."""
-        sql = text("SELECT * FROM trial_summary WHERE run_id = :run_id ORDER BY number").columns(
-            started_at=DateTime(timezone=True), ended_at=DateTime(timezone=True)
-        )
-        return self._view_rows(TrialSummaryRow, sql, {"run_id": run_id})
-
-    def _view_rows(self, record: type[Row], sql: Any, params: dict[str, Any]) -> list[Row]:
-        """A view's rows as records, every column by name, each value as its field declares it."""
-        hints = get_type_hints(record)
-        names = [f.name for f in fields(record)]  # type: ignore[arg-type]
-        with self.engine.connect() as connection:
-            rows = [row._mapping for row in connection.execute(sql, params)]
-        return [record(**{name: _plain(hints[name], row[name]) for name in names}) for row in rows]
-
-    @_retried
-    def find_systems(self, term: str | None = None) -> list[SystemRecord]:
-        """Systems whose id, hostname or fingerprint prefix is `term` (every system when None)."""
-        with self.session() as s:
-            query = select(System)
-            if term is not None:
-                conditions = [System.hostname == term, System.fingerprint.startswith(term.lower())]
-                if term.isdigit():
-                    conditions.append(System.id == int(term))
-                query = query.where(or_(*conditions))
-            return [_system_record(system) for system in s.scalars(query.order_by(System.id))]
-
-
-class WriteBatch:
-    """The orchestrator's writes of one turn of its loop (new trials, the oracle's state, built
-    models, epochs, ends), committed together by Store.write in one transaction.
-
-    Each write is kept as a function of (session, maybe_committed) that is idempotent on its own:
-    inserts look for the row an earlier attempt committed, updates set values. They are single
-    SQL statements, not ORM loads and flushes: at a thousand workers the loop writes thousands of
-    rows a minute, and the ORM's SELECT before each UPDATE doubled what each one cost. The batch
-    itself neither touches the database nor knows which one it will be written to."""
-
-    def __init__(self) -> None:
-        self._work: list[Callable[[Session, bool], Any]] = []
-        self._updates: dict[
-            int, dict[str, Any]
-        ] = {}  # per trial, the columns its pending UPDATE sets
-
-    def __bool__(self) -> bool:
-        return bool(self._work)
-
-    def __len__(self) -> int:
-        return len(self._work)
-
-    def __iter__(self) -> Iterator[Callable[[Session, bool], Any]]:
-        return iter(self._work)
-
-    def create_trial(
-        self,
-        *,
-        run_id: int,
-        trial_key: str,
-        number: int,
-        architecture: dict[str, Any],
-        hyperparameters: dict[str, Any],
-        started_at: float,
-        parent_trial_id: int | None = None,
-        operator: str | None = None,
-    ) -> None:
-        """A new trial (its id is the write's result), unique by (run, trial_key)."""
-
-        def create_trial(s: Session, maybe_committed: bool) -> int:
-            if maybe_committed:
-                done = s.scalar(
-                    select(Trial.id).where(Trial.run_id == run_id, Trial.trial_key == trial_key)
-                )
-                if done is not None:
-                    return done
-            return (
-                s.connection()
-                .execute(
-                    insert(Trial)
-                    .values(
-                        run_id=run_id,
-                        trial_key=trial_key,
-                        number=number,
-                        architecture=architecture,
-                        hyperparameters=hyperparameters,
-                        status=TrialStatus.RUNNING,
-                        started_at=utc(started_at),
-                        parent_trial_id=parent_trial_id,
-                        operator=operator,
-                    )
-                    .returning(Trial.id)
-                )
-                .scalar_one()
-            )
-
-        self._work.append(create_trial)
-
-    def record_trial_built(
-        self,
-        trial_id: int,
-        *,
-        worker: str,
-        parameters: int,
-        train_ops: int,
-        eval_ops: int,
-        tensor_train_ops: int,
-        tensor_eval_ops: int,
-        devices: int = 1,
-        placement: Sequence[str] = (),
-    ) -> None:
-        self._update_trial(
-            trial_id,
-            worker=worker,
-            parameters=parameters,
-            train_ops_per_sample=train_ops,
-            eval_ops_per_sample=eval_ops,
-            tensor_train_ops_per_sample=tensor_train_ops,
-            tensor_eval_ops_per_sample=tensor_eval_ops,
-            devices=devices,
-            placement=list(placement),
-        )
-
-    def record_epoch(
-        self,
-        trial_id: int,
-        *,
-        epoch: int,
-        started_at: float,
-        ended_at: float,
-        samples_trained: int,
-        samples_evaluated: int,
-        loss: float | None,
-        accuracy: float | None,
-        val_loss: float | None,
-        val_accuracy: float | None,
-        complete: bool,
-    ) -> None:
-        """One epoch, unique by (trial, epoch): a repeat is ignored (the write's result is False,
-        or True after a retry whose first attempt may have committed it)."""
-
-        def record_epoch(s: Session, maybe_committed: bool) -> bool:
-            dialect = {"sqlite": sqlite, "postgresql": postgresql}[s.get_bind().dialect.name]
-            sql = (
-                s.connection()
-            )  # plain SQL: the ORM's bulk paths report no row counts on PostgreSQL
-            added = sql.execute(
-                dialect.insert(Epoch)
-                .values(
-                    trial_id=trial_id,
-                    epoch=epoch,
-                    started_at=utc(started_at),
-                    ended_at=utc(ended_at),
-                    samples_trained=samples_trained,
-                    samples_evaluated=samples_evaluated,
-                    loss=loss,
-                    accuracy=accuracy,
-                    val_loss=val_loss,
-                    val_accuracy=val_accuracy,
-                    complete=complete,
-                )
-                .on_conflict_do_nothing(index_elements=[Epoch.trial_id, Epoch.epoch])
-                .returning(Epoch.id)
-            ).first()
-            if added is None:
-                return maybe_committed
-            if val_accuracy is not None and complete:
-                sql.execute(
-                    update(Trial)
-                    .where(
-                        Trial.id == trial_id,
-                        or_(
-                            Trial.best_val_accuracy.is_(None),
-                            Trial.best_val_accuracy < val_accuracy,
-                        ),
-                    )
-                    .values(best_val_accuracy=val_accuracy)
-                )
-            return True
-
-        self._work.append(record_epoch)
-
-    def finish_trial(
-        self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None
-    ) -> None:
-        self._update_trial(trial_id, status=status, ended_at=utc(ended_at), message=message)
-
-    def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
-        self._update_trial(
-            trial_id, **{name: getattr(phases, name) for name in TRIAL_PHASE_COLUMNS}
-        )
-
-    def _update_trial(self, trial_id: int, **values: Any) -> None:
-        """Set columns of one trial (setting them again changes nothing: idempotent). Updates of
-        one trial in a batch are one statement: a trial that ends reports its phases and its end
-        at once, and at the deadline every trial does."""
-        pending = self._updates.get(trial_id)
-        if pending is not None:
-            pending.update(values)
-            return
-        pending = self._updates[trial_id] = dict(values)
-
-        def update_trial(s: Session, _maybe_committed: bool) -> None:
-            if (
-                not s.connection()
-                .execute(update(Trial).where(Trial.id == trial_id).values(**pending))
-                .rowcount
-            ):
-                raise RecordNotFound(f"trial {trial_id} is not in the database")
-
-        self._work.append(update_trial)
-
-    def save_search_state(self, run_id: int, oracle: str, state: dict[str, Any]) -> None:
-        """Replace the run's oracle state with `state`."""
-
-        def save_search_state(s: Session, _maybe_committed: bool) -> None:
-            row = s.scalar(select(SearchState).where(SearchState.run_id == run_id))
-            if row is None:
-                s.add(SearchState(run_id=run_id, oracle=oracle, state=state, updated_at=now()))
-            else:
-                row.oracle, row.state, row.updated_at = oracle, state, now()
-
-        self._work.append(save_search_state)
-
-
-# --- ORM rows to records, inside the session ---------------------------------------------------------
-
-
-def _plain(hint: Any, value: Any) -> Any:
-    """A view's value as its record field holds it: UTC times, enum statuses, floats not Decimals
-    (PostgreSQL's numeric arithmetic), booleans not SQLite's 0 and 1."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return utc(value)
-    if hint in (RunStatus, TrialStatus, bool):
-        return hint(value)
-    if isinstance(value, Decimal):
-        return float(value)
-    return value
-
-
-def _system_record(system: System) -> SystemRecord:
-    return SystemRecord(
-        id=system.id,
-        fingerprint=system.fingerprint,
-        hostname=system.hostname,
-        cpu_model=system.cpu_model,
-        cpu_cores=system.cpu_cores,
-        memory_bytes=system.memory_bytes,
-        gpus=dict(system.gpus),
-        platform=system.platform,
-        python_version=system.python_version,
-        tensorflow_version=system.tensorflow_version,
-        keras_version=system.keras_version,
-        keras_backend=system.keras_backend,
-        first_seen_at=utc(system.first_seen_at),
-    )
-
-
-def _score_result(score: Score) -> ScoreResult:
-    return ScoreResult(
-        elapsed_s=score.elapsed_s,
-        total_ops=int(score.total_ops),
-        ops=score.ops,
-        tensor_ops=score.tensor_ops,
-        best_val_accuracy=score.best_val_accuracy,
-        val_samples=score.val_samples,
-        regulated_score=score.regulated_score,
-        trials_completed=score.trials_completed,
-        samples_trained=score.samples_trained,
-        samples_evaluated=score.samples_evaluated,
-        valid=score.valid,
-        reasons=list(score.reasons.get("invalid", [])),
-        mfu=score.mfu,
-        utilisation=score.utilisation,
-    )
-
-
-def _verification(score: Score | None) -> tuple[CheckRecord, ...] | None:
-    if score is None or score.verification is None:
-        return None
-    return tuple(CheckRecord(**check) for check in score.verification)
-
-
-def _epoch_record(epoch: Epoch) -> EpochRecord:
-    return EpochRecord(
-        epoch=epoch.epoch,
-        started_at=utc(epoch.started_at),
-        ended_at=utc(epoch.ended_at),
-        samples_trained=epoch.samples_trained,
-        samples_evaluated=epoch.samples_evaluated,
-        loss=epoch.loss,
-        accuracy=epoch.accuracy,
-        val_loss=epoch.val_loss,
-        val_accuracy=epoch.val_accuracy,
-        complete=bool(epoch.complete),
-    )
-
-
-def _trial_record(trial: Trial) -> TrialRecord:
-    return TrialRecord(
-        id=trial.id,
-        run_id=trial.run_id,
-        trial_key=trial.trial_key,
-        number=trial.number,
-        parent_trial_id=trial.parent_trial_id,
-        operator=trial.operator,
-        architecture=dict(trial.architecture),
-        hyperparameters=dict(trial.hyperparameters),
-        status=TrialStatus(trial.status),
-        worker=trial.worker,
-        started_at=utc(trial.started_at),
-        ended_at=utc(trial.ended_at),
-        parameters=trial.parameters,
-        train_ops_per_sample=trial.train_ops_per_sample,
-        eval_ops_per_sample=trial.eval_ops_per_sample,
-        tensor_train_ops_per_sample=trial.tensor_train_ops_per_sample,
-        tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample,
-        best_val_accuracy=trial.best_val_accuracy,
-        message=trial.message,
-        epochs=tuple(_epoch_record(e) for e in trial.epochs),
-        phases=_phases(trial),
-        devices=trial.devices,
-        placement=tuple(trial.placement or ()),
-    )
-
-
-def _phases(trial: Trial) -> TrialPhases | None:
-    """The trial's time breakdown; None when it was recorded without one (before migration 0007)."""
-    seconds = {name: getattr(trial, name) for name in TRIAL_PHASE_COLUMNS}
-    if all(value is None for value in seconds.values()):
-        return None
-    return TrialPhases(**{name: value or 0.0 for name, value in seconds.items()})
-
-
-def _window_record(window: SearchWindow) -> WindowRecord:
-    return WindowRecord(
-        segment=window.segment,
-        started_at=utc(window.started_at),
-        deadline=utc(window.deadline),
-        ended_at=utc(window.ended_at),
-    )
-
-
-def _run_record(run: Run, *, with_trials: bool = False, at: datetime | None = None) -> RunRecord:
-    """`at`: the database's time now, which the heartbeat's age is judged by (the reader's without)."""
-    return RunRecord(
-        id=run.id,
-        system=_system_record(run.system),
-        profile=run.profile,
-        config=dict(run.config),
-        seed=run.seed,
-        budget_s=run.budget_s,
-        workers=run.workers,
-        status=derived_status(run.status, utc(run.heartbeat_at), at or now()),
-        stored_status=RunStatus(run.status),
-        heartbeat_at=utc(run.heartbeat_at),
-        owner=run.owner,
-        windows=tuple(_window_record(w) for w in run.windows),
-        created_at=utc(run.created_at),
-        search_started_at=utc(run.search_started_at),
-        deadline=utc(run.deadline),
-        search_ended_at=utc(run.search_ended_at),
-        flow_run_id=run.flow_run_id,
-        message=run.message,
-        ruleset=run.ruleset,
-        division=run.division,
-        deviations=tuple(run.deviations or ()),
-        config_hash=run.config_hash,
-        score=None if run.score is None else _score_result(run.score),
-        verification=_verification(run.score),
-        trials=tuple(_trial_record(t) for t in run.trials) if with_trials else (),
-        precision=run.precision,
-        backend=run.backend,
-        jit_compile=run.jit_compile,
-        peak_flops=run.peak_flops,
-        worker_peaks=tuple(run.worker_peaks or ()),
-        data_feed=run.data_feed,
-        feed_rates=tuple(run.feed_rates or ()),
-        reference_rates=tuple(run.reference_rates or ()),
-        system_description=run.system_description,
-        staging_s=run.staging_s,
-        best_weights=run.best_weights,
-        provenance=run.provenance,
-        series=run.series,
-        series_index=run.series_index,
-    )
