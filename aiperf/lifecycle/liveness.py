@@ -31,12 +31,15 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiperf import settings
 from aiperf.errors import UserError
 from aiperf.status import HEARTBEAT_S, heartbeat_timeout_s
 from aiperf.store import RunClaim, RunRecord, RunTakenOver
+
+if TYPE_CHECKING:
+    from aiperf.lifecycle.recorder import RunRecorder
 
 log = logging.getLogger("aiperf.lifecycle.liveness")
 
@@ -90,7 +93,7 @@ def _lose(exc: RunTakenOver) -> None:
 
 
 @contextmanager
-def heartbeat(recorder: Any, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+def heartbeat(recorder: RunRecorder, every_s: float = HEARTBEAT_S) -> Iterator[None]:
     """Beat for the run of `recorder` (aiperf.lifecycle.recorder.RunRecorder, whose claim the
     thread writes with) while the block runs (a daemon thread: it dies with the process). A beat
     refused because another process took the run over ends the beating and stops the run."""

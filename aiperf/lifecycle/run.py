@@ -13,8 +13,9 @@
     finish   the run marked completed (or failed, or interrupted), then its report published
 
 What each step records also goes, as it happens, to the run's event log (aiperf.results.mllog: MLLOG lines
-in its folder, enough alone to recompute the score), and the workers describe their nodes once they
-are up (aiperf.system.description).
+in its folder, enough alone to recompute the score): the run's recorder (aiperf.lifecycle.recorder)
+writes each fact's rows, as the run's owner, and its lines together. The workers describe their
+nodes once they are up (aiperf.system.description).
 
 `run_benchmark` takes a config that is already validated (aiperf.config.load_config: parsed once
 per run) and knows nothing of Prefect. How the steps execute is a `Stages` object: `Stages()`
