@@ -185,6 +185,8 @@ def simulate(
 
     from aiperf.config import load_config
     from aiperf.lifecycle.orchestrator import Orchestrator
+    from aiperf.lifecycle.recorder import RunRecorder
+    from aiperf.results.mllog import EventLog
     from aiperf.search.oracles import make_oracle
     from aiperf.store import Store
     from aiperf.system.fingerprint import fingerprint
@@ -214,7 +216,7 @@ def simulate(
 
     clock = _Clock()
     try:
-        run_id = store.create_run(
+        claim = store.create_run(
             system_id=store.upsert_system(fingerprint()),
             profile=config.profile,
             config=config.model_dump(mode="json"),
@@ -222,6 +224,8 @@ def simulate(
             budget_s=budget_s,
             workers=workers,
         )
+        run_id = claim.run_id
+        recorder = RunRecorder(store, claim, EventLog(None))
         shape, classes = (
             (config.data.image_size,) * 2 + (config.data.channels,),
             config.data.classes,
@@ -241,8 +245,7 @@ def simulate(
 
         orchestrator = Orchestrator(
             config=config,
-            store=store,
-            run_id=run_id,
+            recorder=recorder,
             oracle=search,
             data_path="simulated",
             image_shape=shape,
@@ -255,10 +258,10 @@ def simulate(
         event.listen(store.engine, "before_cursor_execute", count)
         started = time.time()
         cpu = time.process_time()
-        store.start_search(run_id, started, started + budget_s)
+        store.start_search(claim, started, started + budget_s)
         summary = orchestrator.run(started, started + budget_s)
         cpu = time.process_time() - cpu
-        store.finish_search(run_id, summary.ended_at)
+        store.finish_search(claim, summary.ended_at)
         event.remove(store.engine, "before_cursor_execute", count)
         wall = summary.ended_at - started
         with store.engine.connect() as sql:

@@ -56,7 +56,7 @@ from aiperf.report.summary import markdown, score_rows
 from aiperf.results.evidence import Evaluator
 from aiperf.results.score import ScoreResult
 from aiperf.status import TrialStatus
-from aiperf.store import CheckRecord, Store
+from aiperf.store import CheckRecord, RunClaim, Store
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.worker import train_on_worker
 from aiperf.urls import database_url
@@ -79,7 +79,7 @@ logging.getLogger("prefect.task_runs").addFilter(_UserErrorsInOneLine())
 
 @task(name="stage_dataset", cache_policy=NO_CACHE)
 def stage_dataset(
-    config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+    config: BenchmarkConfig, claim: RunClaim, scheduler_address: str, security: Any = None
 ) -> Manifest:
     logger = get_run_logger()
     shown: dict[str, int] = {}
@@ -91,7 +91,7 @@ def stage_dataset(
             logger.info("%s: %d of %d", what, done, total)
 
     manifest = run.stage_dataset(
-        config, run_id, scheduler_address, security, on_progress=log_progress, logger=logger
+        config, claim, scheduler_address, security, on_progress=log_progress, logger=logger
     )
     logger.info(
         "staged %s (%d train, %d val images, sha256 %s)",
@@ -121,15 +121,15 @@ def train_trial(request: TrialRequest, trainer: str = "keras") -> TrialResult | 
 
 
 @task(name="score", cache_policy=NO_CACHE)
-def score(config: BenchmarkConfig, run_id: int) -> ScoreResult:
-    return run.score_run(config, run_id)
+def score(config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
+    return run.score_run(config, claim)
 
 
 @task(name="verify", cache_policy=NO_CACHE)
 def verify(
-    config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+    config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
 ) -> list[CheckRecord]:
-    checks = run.verify_and_record(config, run_id, evaluator)
+    checks = run.verify_and_record(config, claim, evaluator)
     logger = get_run_logger()
     for check in checks:
         (logger.info if check.passed else logger.warning)(
@@ -233,9 +233,13 @@ class PrefectStages(run.Stages):
         get_run_logger().info("event log: %s", event_log)
 
     def stage_dataset(
-        self, config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+        self,
+        config: BenchmarkConfig,
+        claim: RunClaim,
+        scheduler_address: str,
+        security: Any = None,
     ) -> Manifest:
-        return stage_dataset(config, run_id, scheduler_address, security)
+        return stage_dataset(config, claim, scheduler_address, security)
 
     @contextmanager
     def trials(
@@ -258,13 +262,13 @@ class PrefectStages(run.Stages):
 
             yield run.TrialRunner(runner.client, launch)
 
-    def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
-        return score(config, run_id)
+    def score(self, config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
+        return score(config, claim)
 
     def verify(
-        self, config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+        self, config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
     ) -> list[CheckRecord]:
-        return verify(config, run_id, evaluator)
+        return verify(config, claim, evaluator)
 
     def publish(self, config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
         report(config, run_id, result)

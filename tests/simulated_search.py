@@ -12,6 +12,8 @@ from test_history_data import system_facts
 
 from aiperf.config import load_config
 from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.lifecycle.recorder import RunRecorder
+from aiperf.results.mllog import EventLog
 from aiperf.search.oracles import make_oracle
 from aiperf.store import Store
 
@@ -31,7 +33,7 @@ def simulated_orchestrator(
 ) -> Orchestrator:
     """A new quick run's orchestrator (TINY, simulated trainer, random oracle, SQLite under
     `tmp_path`) whose trials `launch` starts; `options` go to Orchestrator. The caller closes
-    `orchestrator.store`."""
+    `orchestrator.recorder.store`."""
     config = load_config(
         "quick",
         budget="3s",
@@ -46,7 +48,7 @@ def simulated_orchestrator(
         },
     )
     store = Store.open(config.db)
-    run_id = store.create_run(
+    claim = store.create_run(
         system_id=store.upsert_system(system_facts()),
         profile="quick",
         config={},
@@ -56,8 +58,7 @@ def simulated_orchestrator(
     )
     return Orchestrator(
         config=config,
-        store=store,
-        run_id=run_id,
+        recorder=RunRecorder(store, claim, EventLog(None)),
         oracle=make_oracle(config, SHAPE, 10),
         data_path="simulated",
         image_shape=SHAPE,

@@ -17,6 +17,7 @@ from nvidia_smi_samples import H100_NODE, L40S_NODE, put_first_on_path
 
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results import record_checks, verify
 from aiperf.results.division import (
     ADDED_LATER,
@@ -312,7 +313,7 @@ def test_verify_reads_the_gib_from_the_devices_the_workers_recorded():
 # --- a run resolves, records and is verified -----------------------------------------------------
 
 
-def recorded(store: Store, config: BenchmarkConfig) -> int:
+def recorded(store: Store, config: BenchmarkConfig) -> RunRecorder:
     """The run recorded as `aiperf run` records it: in the database and its event log."""
     from aiperf.lifecycle import run
 
@@ -327,10 +328,11 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
     )
     peaks = [peak(f"w{i}", {F32: 8e12, F16: 60e12 + i}, gpu((7, 5), 15360)) for i in range(2)]
     with Store.open(config.db) as store:
-        run_id = recorded(store, config)
+        recorder = recorded(store, config)
+        run_id = recorder.run_id
         assert store.get_run(run_id).precision == "auto"
-        settled = run.resolve_settings(config, store, run_id, peaks)
-        run.record_peaks(settled, store, run_id, peaks)
+        settled = run.resolve_settings(config, recorder, peaks)
+        run.record_peaks(settled, recorder, peaks)
         record = store.get_run(run_id)
         stored = BenchmarkConfig.model_validate(record.config)
         score = compute_score(
@@ -342,7 +344,7 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
             budget_s=config.budget_s,
             rules=stored.validity,
         )
-        store.save_score(run_id, score, ruleset=record.ruleset)
+        store.save_score(recorder.claim, score, ruleset=record.ruleset)
         record = store.get_run(run_id)
     assert stored == settled
     assert (stored.train.precision, stored.search.space.batch_size) == (F16, [180, 195, 210])
@@ -376,9 +378,9 @@ def test_a_resolved_batch_the_data_cannot_hold_is_one_line(tmp_path):
     )
     huge = [peak("w0", {F32: 1e12}, gpu((9, 0), 300 * 1024))]  # 14 x 300 GiB > 3000 samples
     with Store.open(config.db) as store:
-        run_id = recorded(store, config)
+        recorder = recorded(store, config)
         with pytest.raises(UserError, match="search.space.batch_size") as error:
-            run.resolve_settings(config, store, run_id, huge)
+            run.resolve_settings(config, recorder, huge)
     assert "\n" not in str(error.value) and "batch_per_gib" in str(error.value)
 
 
@@ -420,8 +422,9 @@ def test_a_run_on_real_workers_probes_resolves_and_records(tmp_path):
         Client(cluster) as client,
         Store.open(config.db) as store,
     ):
-        run_id = recorded(store, config)
-        settled = run.prepare_workers(config, store, run_id, client)
+        recorder = recorded(store, config)
+        run_id = recorder.run_id
+        settled = run.prepare_workers(config, recorder, client)
         record = store.get_run(run_id)
     assert settled.train.precision in (F32, BF16) and record.precision == settled.train.precision
     assert record.division == CLOSED == classify(settled).name

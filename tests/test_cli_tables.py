@@ -9,6 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from claims import claim_of, trial_claim
 from sqlalchemy import text
 from test_history_data import PlantedTrial, plant_run, system_facts
 from typer.testing import CliRunner
@@ -66,12 +67,12 @@ def _grow_and_time(store: Store, run_id: int) -> None:
         phases = TrialPhases(
             build_s=12.5, count_s=0.75, compile_s=120.25, train_s=1500.5, evaluate_s=250.0
         )
-        store.record_trial_phases(trial.id, phases)
+        store.record_trial_phases(trial_claim(store, trial.id), trial.id, phases)
     peaks = [
         {"worker": w, "flops": 1e11, "dtype": "float32", "device": "CPU", "seconds": 2.0}
         for w in ("w0", "w1")
     ]
-    store.record_peaks(run_id, peaks)
+    store.record_peaks(claim_of(store, run_id), peaks)
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +98,8 @@ def db(tmp_path_factory) -> tuple[str, dict[str, int]]:
         system_id = store.upsert_system(facts)
         ids["lost"] = store.create_run(
             system_id=system_id, profile="nightly", config={}, seed=0, budget_s=3600, workers=16
-        )
-        store.finish_run(ids["lost"], status=RunStatus.INTERRUPTED)
+        ).run_id
+        store.finish_run(claim_of(store, ids["lost"]), status=RunStatus.INTERRUPTED)
     return url, ids
 
 

@@ -37,7 +37,7 @@ def _first_run(db_url: str, barrier, results) -> None:
                     seed=1,
                     budget_s=60.0,
                     workers=1,
-                )
+                ).run_id
             )
     except Exception as exc:  # noqa: BLE001 - reported by the test
         results.put(repr(exc))

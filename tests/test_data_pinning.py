@@ -147,10 +147,11 @@ def test_a_swapped_synthetic_validation_split_is_refused_before_the_search(tmp_p
     _swap_validation_for_training(Path(clean.path))
 
     with Store.open(config.db) as store:
-        run_id = run.record_run(store, config)
+        claim = run.record_run(store, config).claim
+    run_id = claim.run_id
     assert run.classify(config).closed
     with pytest.raises(DataError) as caught:
-        run.stage_dataset(config, run_id, None)
+        run.stage_dataset(config, claim, None)
     message = str(caught.value)
     assert "\n" not in message
     assert "1000 validation images are also training images" in message
@@ -257,8 +258,9 @@ def test_verify_fails_a_record_whose_digest_was_edited(tmp_path):
     config = config.model_copy(update={"db": f"sqlite:///{tmp_path / 'a.db'}"})
     manifest = stage(config.data, config.seed, tmp_path / "data").to_dict()
     with Store.open(config.db) as store:
-        run_id = run.record_run(store, config)
-        store.record_dataset(run_id, manifest)
+        recorder = run.record_run(store, config)
+        run_id = recorder.run_id
+        store.record_dataset(recorder.claim, manifest)
         clean = store.run_dataset(run_id)
     passed = check_dataset_pinned(evidence(config, clean))
     assert passed.passed and "3000 images hashed, none in both splits" in passed.detail, passed

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from claims import claim_of
 from conftest import TINY
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -58,7 +59,7 @@ def _new_run(store: Store) -> int:
     system_id = store.upsert_system(system_facts("node-a"))
     return store.create_run(
         system_id=system_id, profile="quick", config={}, seed=1, budget_s=60.0, workers=1
-    )
+    ).run_id
 
 
 # --- the Store's retry, one transaction at a time ------------------------------------------------
@@ -127,9 +128,10 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             return result
 
         run_id = once(lambda: _new_run(store))
+        claim = claim_of(store, run_id)  # the run's process's, read outside the faulty commits
         trial_id = once(
             lambda: store.create_trial(
-                run_id=run_id,
+                claim,
                 trial_key="k0",
                 number=0,
                 architecture={},
@@ -145,7 +147,7 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             "val_samples": 5,
             "classes": 2,
         }
-        once(lambda: store.record_dataset(run_id, manifest))
+        once(lambda: store.record_dataset(claim, manifest))
         epoch = dict(
             epoch=0,
             started_at=time.time(),
@@ -158,10 +160,12 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             val_accuracy=0.5,
             complete=True,
         )
-        assert once(lambda: store.record_epoch(trial_id, **epoch)) is True, (
+        assert once(lambda: store.record_epoch(claim, trial_id, **epoch)) is True, (
             "recorded, and said so once"
         )
-        assert store.record_epoch(trial_id, **epoch) is False, "a repeated event is still ignored"
+        assert store.record_epoch(claim, trial_id, **epoch) is False, (
+            "a repeated event is still ignored"
+        )
         with store.engine.connect() as connection:
             counts = {
                 table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()

@@ -97,9 +97,10 @@ def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, fa
     assert (config.workers, config.data.train_samples) == (1, 3000), "3000: a default never read"
     peaks = [node_peak(node, faster)]
     with Store.open(config.db) as store:
-        run_id = run.record_run(store, config)
-        settled = run.resolve_settings(config, store, run_id, peaks)  # raised here before
-        run.record_peaks(settled, store, run_id, peaks)
+        recorder = run.record_run(store, config)
+        run_id = recorder.run_id
+        settled = run.resolve_settings(config, recorder, peaks)  # raised here before
+        run.record_peaks(settled, recorder, peaks)
         record = store.get_run(run_id)
     gib = SIZED_GIB[node]
     assert settled.train.precision == BF16, "bfloat16 on compute capability 8.0 and later"
@@ -188,9 +189,9 @@ def test_a_resolved_batch_the_generated_data_cannot_hold_is_one_line(tmp_path):
     )
     huge = node_peak("8 x H200", BF16)  # 1022 a device > 1000 samples
     with Store.open(config.db) as store:
-        run_id = run.record_run(store, config)
+        recorder = run.record_run(store, config)
         with pytest.raises(UserError, match="search.space.batch_size") as error:
-            run.resolve_settings(config, store, run_id, [huge])
+            run.resolve_settings(config, recorder, [huge])
     assert "\n" not in str(error.value) and "batch_per_gib" in str(error.value)
 
 
@@ -218,10 +219,12 @@ def test_the_orchestrator_sends_each_trial_its_scaled_rate(tmp_path):
 
     scaled = {"train.lr_reference_batch": 16, "cluster.devices_per_trial": 2}
     orchestrator = simulated_orchestrator(tmp_path, launch, overrides=scaled)
-    with orchestrator.store:
+    with orchestrator.recorder.store:
         started = time.time()
         orchestrator.run(started, started + 0.3)
-        trials = {t.trial_key: t for t in orchestrator.store.get_run(orchestrator.run_id).trials}
+        trials = {
+            t.trial_key: t for t in orchestrator.recorder.store.get_run(orchestrator.run_id).trials
+        }
     assert sent
     for request in sent:
         searched = trials[request.trial_key].hyperparameters["learning_rate"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from claims import claim_of, trial_claim
 from sqlalchemy import DateTime, bindparam, text
 
 from aiperf.arch import ArchSpec, StageSpec
@@ -89,7 +90,7 @@ def plant_run(
         workers=len({t.worker for t in trials}),
         division=division,
         config_hash=config_hash,
-    )
+    ).run_id
     backdate = text("UPDATE runs SET created_at = :created WHERE id = :run_id").bindparams(
         bindparam("created", type_=DateTime(timezone=True))
     )
@@ -98,9 +99,9 @@ def plant_run(
     ):  # as if the run had been started a minute before its search
         connection.execute(backdate, {"created": started - timedelta(minutes=1), "run_id": run_id})
     t0 = started.timestamp()
-    store.start_search(run_id, t0, t0 + elapsed_s)
+    store.start_search(claim_of(store, run_id), t0, t0 + elapsed_s)
     store.record_dataset(
-        run_id,
+        claim_of(store, run_id),
         {
             "name": "synthetic",
             "kind": "synthetic",
@@ -113,7 +114,7 @@ def plant_run(
     work = []
     for number, t in enumerate(trials):
         trial_id = store.create_trial(
-            run_id=run_id,
+            claim_of(store, run_id),
             trial_key=f"t{number:02d}",
             number=number,
             architecture=PLANTED_ARCHITECTURE,
@@ -121,6 +122,7 @@ def plant_run(
             started_at=t0 + t.start_s,
         )
         store.record_trial_built(
+            trial_claim(store, trial_id),
             trial_id,
             worker=t.worker,
             parameters=1000,
@@ -132,6 +134,7 @@ def plant_run(
         for epoch in range(t.epochs):
             begin = t0 + t.start_s + epoch * t.epoch_s
             store.record_epoch(
+                trial_claim(store, trial_id),
                 trial_id,
                 epoch=epoch,
                 started_at=begin,
@@ -155,9 +158,12 @@ def plant_run(
                 )
             )
         store.finish_trial(
-            trial_id, status=TrialStatus.COMPLETED, ended_at=t0 + t.start_s + t.epochs * t.epoch_s
+            trial_claim(store, trial_id),
+            trial_id,
+            status=TrialStatus.COMPLETED,
+            ended_at=t0 + t.start_s + t.epochs * t.epoch_s,
         )
-    store.finish_search(run_id, t0 + elapsed_s)
+    store.finish_search(claim_of(store, run_id), t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
     rules = ValidityConfig(min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0)
     score = compute_score(
@@ -169,8 +175,8 @@ def plant_run(
         budget_s=elapsed_s,
         rules=rules,
     )
-    store.save_score(run_id, score)
-    store.finish_run(run_id, status=RunStatus.COMPLETED)
+    store.save_score(claim_of(store, run_id), score)
+    store.finish_run(claim_of(store, run_id), status=RunStatus.COMPLETED)
     return run_id
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
+from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.results import mllog
@@ -434,7 +435,7 @@ def test_a_resumed_run_appends_to_its_log_and_the_log_tells_the_whole_run(tmp_pa
     )
     with pytest.raises(KeyboardInterrupt):
         run.run_benchmark(config, _StopAfterSomeEpochs(db))
-    path = run.event_log(config, 1).path
+    path = paths.event_log_path(config.out, config.db, 1)
     first = mllog.read_run(path).run
     assert first.stored_status is RunStatus.INTERRUPTED and len(first.windows) == 1
 

@@ -5,6 +5,7 @@ import json
 import random
 
 import pytest
+from claims import claim_of, trial_claim
 
 from aiperf.arch import Network, seed_spec
 from aiperf.arch.morph import Morphism, apply, deepen, widen
@@ -115,13 +116,13 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
     )
     run = store.create_run(
         system_id=system, profile="quick", config={}, seed=5, budget_s=1, workers=2
-    )
+    ).run_id
     rng = random.Random(2)
     for i in range(7):
         trial = step(original, f"s{i}", rng.random())
         values = trial.hyperparameters.values
         trial_id = store.create_trial(
-            run_id=run,
+            claim_of(store, run),
             trial_key=trial.trial_id,
             number=i,
             architecture=Network.from_json(values[space.ARCHITECTURE]).to_dict(),
@@ -130,6 +131,7 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
             operator=values[space.OPERATOR],
         )
         store.record_epoch(
+            trial_claim(store, trial_id),
             trial_id,
             epoch=0,
             started_at=0.0,
@@ -142,8 +144,10 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
             val_accuracy=trial.score,
             complete=True,
         )
-        store.finish_trial(trial_id, status="completed", ended_at=1.0)
-        store.save_search_state(run, "morphism", state_of(original))
+        store.finish_trial(
+            trial_claim(store, trial_id), trial_id, status="completed", ended_at=1.0
+        )
+        store.save_search_state(claim_of(store, run), "morphism", state_of(original))
 
     resumed = restore(
         new_oracle(tmp_path, seed=5),

@@ -60,7 +60,7 @@ def test_a_trial_that_ends_wakes_the_loop_before_its_poll(tmp_path, caplog):
         grace_s=60.0,
         logger=logging.getLogger("test-orchestrator"),
     )
-    with orchestrator.store:
+    with orchestrator.recorder.store:
         started = time.time()
         with caplog.at_level(logging.INFO, logger="test-orchestrator"):
             summary = orchestrator.run(started, started + 1.5)

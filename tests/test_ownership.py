@@ -27,7 +27,7 @@ from aiperf.cli.main import app
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
 from aiperf.status import HEARTBEAT_S, RunStatus, TrialStatus, heartbeat_timeout_s
-from aiperf.store import RunTakenOver, Store, WriteBatch
+from aiperf.store import RunClaim, RunTakenOver, Store, WriteBatch
 from aiperf.store.database import clock
 from aiperf.store.models import Run
 
@@ -43,19 +43,17 @@ def age_heartbeat(store: Store, run_id: int, seconds: float) -> None:
         )
 
 
-def _owned_run(store: Store) -> tuple[int, str]:
+def _owned_run(store: Store) -> RunClaim:
     """A run this process created with its token, as a run's process does (record_run)."""
-    owner = liveness.new_owner()
-    run_id = store.create_run(
+    return store.create_run(
         system_id=store.upsert_system(system_facts("node-a")),
         profile="quick",
         config={"profile": "quick"},
         seed=1,
         budget_s=60.0,
         workers=1,
-        owner=owner,
+        owner=liveness.new_owner(),
     )
-    return run_id, owner
 
 
 @pytest.fixture
@@ -65,53 +63,61 @@ def store(db_url):
 
 
 def test_a_run_is_taken_over_only_when_its_heartbeat_is_older_than_the_timeout(store):
-    run_id, owner = _owned_run(store)
+    claim = _owned_run(store)
+    run_id, owner = claim.run_id, claim.owner
     record = store.get_run(run_id)
     assert record.owner == owner
     taker = liveness.new_owner()
-    assert not store.take_over(run_id, owner=taker, seen_owner=owner, timeout_s=60), (
+    assert store.take_over(run_id, owner=taker, seen_owner=owner, timeout_s=60) is None, (
         "its process beats: a live run is not taken"
     )
     age_heartbeat(store, run_id, 61)
-    assert not store.take_over(run_id, owner=taker, seen_owner="not-its-token", timeout_s=60), (
-        "a taker that read another token takes nothing"
+    assert (
+        store.take_over(run_id, owner=taker, seen_owner="not-its-token", timeout_s=60) is None
+    ), "a taker that read another token takes nothing"
+    assert store.take_over(run_id, owner=taker, seen_owner=owner, timeout_s=60) == RunClaim(
+        run_id, taker
     )
-    assert store.take_over(run_id, owner=taker, seen_owner=owner, timeout_s=60)
     assert store.get_run(run_id).owner == taker
     assert store.get_run(run_id).status is RunStatus.RUNNING, "taking stamps a fresh heartbeat"
 
 
 def test_of_two_takers_at_once_one_wins(store, db_url):
-    run_id, owner = _owned_run(store)
+    claim = _owned_run(store)
+    run_id = claim.run_id
     age_heartbeat(store, run_id, 61)
     takers = [liveness.new_owner() for _ in range(2)]
-    won: dict[str, bool] = {}
+    won: dict[str, RunClaim | None] = {}
     start = threading.Barrier(2)
 
     def take(token: str) -> None:
         with Store.open(db_url, migrate=False) as mine:  # each its own connections
             start.wait()
-            won[token] = mine.take_over(run_id, owner=token, seen_owner=owner, timeout_s=60)
+            won[token] = mine.take_over(run_id, owner=token, seen_owner=claim.owner, timeout_s=60)
 
     threads = [threading.Thread(target=take, args=(token,)) for token in takers]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(won.values()) == [False, True]
-    (winner,) = [token for token, taken in won.items() if taken]
+    assert sorted(taken is not None for taken in won.values()) == [False, True]
+    (winner,) = [token for token, taken in won.items() if taken is not None]
     assert store.get_run(run_id).owner == winner
 
 
 def test_the_process_that_lost_its_run_writes_nothing_more(store):
-    run_id, _owner = _owned_run(store)
-    store.start_search(run_id, time.time(), time.time() + 60)
+    claim = _owned_run(store)
+    run_id = claim.run_id
+    store.start_search(claim, time.time(), time.time() + 60)
     trial = new_trial(store, run_id, 0)
     built(store, trial)
-    with store.session() as s:  # what another process's take_over leaves: its token
-        s.execute(update(Run).where(Run.id == run_id).values(owner=liveness.new_owner()))
+    age_heartbeat(store, run_id, 61)
+    taken = store.take_over(
+        run_id, owner=liveness.new_owner(), seen_owner=claim.owner, timeout_s=60
+    )
+    assert taken is not None
     with pytest.raises(RunTakenOver, match="taken over by another process"):
-        store.heartbeat(run_id)
+        store.heartbeat(claim)
     batch = WriteBatch()
     batch.record_epoch(
         trial,
@@ -127,30 +133,33 @@ def test_the_process_that_lost_its_run_writes_nothing_more(store):
         complete=True,
     )
     with pytest.raises(RunTakenOver):
-        store.write(batch)
+        store.write(batch, claim)
     with pytest.raises(RunTakenOver):
-        store.finish_run(run_id, status=RunStatus.COMPLETED)
+        store.finish_run(claim, status=RunStatus.COMPLETED)
     with pytest.raises(RunTakenOver):
-        store.finish_search(run_id, time.time())
+        store.finish_search(claim, time.time())
+    with pytest.raises(RunTakenOver):
+        store.record_peaks(claim, [])
     record = store.get_run(run_id)
     assert record.stored_status is RunStatus.RUNNING and not record.trials[0].epochs, (
         "nothing of the old process's was written"
     )
+    store.write(batch, taken)  # the taker's claim writes
+    store.heartbeat(taken)
+    assert len(store.get_run(run_id).trials[0].epochs) == 1
 
 
-def test_a_run_this_process_has_ended_holds_back_none_of_its_later_runs(store):
-    earlier, _owner = _owned_run(store)
-    later, _ = _owned_run(store)
-    trial = new_trial(store, later, 0)
+def test_a_run_taken_over_holds_back_no_other_run_of_its_old_process(store):
+    earlier, later = _owned_run(store), _owned_run(store)
+    trial = new_trial(store, later.run_id, 0)
     with store.session() as s:  # the earlier run, ended here, taken over since by another process
-        s.execute(update(Run).where(Run.id == earlier).values(owner=liveness.new_owner()))
+        s.execute(update(Run).where(Run.id == earlier.run_id).values(owner=liveness.new_owner()))
     batch = WriteBatch()
     batch.finish_trial(trial, status=TrialStatus.COMPLETED, ended_at=time.time())
-    with pytest.raises(RunTakenOver):  # while this process still counts it as its own
-        store.write(batch)
-    store.disown(earlier)  # as the end of its heartbeat (its run) or of its recovery does
-    store.write(batch)
-    assert store.get_run(later).trials[0].status is TrialStatus.COMPLETED
+    with pytest.raises(RunTakenOver):
+        store.write(batch, earlier)
+    store.write(batch, later)  # each claim is checked alone: no table of this process's runs
+    assert store.get_run(later.run_id).trials[0].status is TrialStatus.COMPLETED
 
 
 def test_the_heartbeat_timeout_is_at_least_three_heartbeats(monkeypatch, tmp_path):
@@ -161,7 +170,7 @@ def test_the_heartbeat_timeout_is_at_least_three_heartbeats(monkeypatch, tmp_pat
         heartbeat_timeout_s()
     url = f"sqlite:///{tmp_path / 'aiperf.db'}"
     with Store.open(url) as store:
-        run_id, _owner = _owned_run(store)
+        run_id = _owned_run(store).run_id
     result = CliRunner().invoke(app, ["recover", str(run_id), "--db", url])
     assert result.exit_code == 2 and "less than 3 heartbeats" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1

@@ -18,6 +18,7 @@ import psutil
 import pytest
 from conftest import TINY
 
+from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.report import package, package_files
@@ -43,7 +44,7 @@ def quick_run(tmp_path_factory):
     )
     outcome = run.run_benchmark(config)
     assert outcome.verified, "the run's own verification passed"
-    return config, outcome.run_id, run.event_log(config, outcome.run_id).path
+    return config, outcome.run_id, paths.event_log_path(config.out, config.db, outcome.run_id)
 
 
 def _events(path: Path) -> list[dict]:

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from claims import claim_of
 from conftest import FinishedTrial
 from simulated_search import simulated_orchestrator
 from sqlalchemy import event
@@ -112,7 +113,7 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
     orchestrator.run(started, started + budget_s)
     return (
         orchestrator.config,
-        orchestrator.store,
+        orchestrator.recorder.store,
         orchestrator.run_id,
         orchestrator.oracle,
         planned,
@@ -157,9 +158,9 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
             seed=0,
             budget_s=3,
             workers=1,
-        )
+        ).run_id
         trial_id = store.create_trial(
-            run_id=run_id,
+            claim_of(store, run_id),
             trial_key="0",
             number=0,
             architecture={},
@@ -182,11 +183,12 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
                 complete=True,
             )
         batch.finish_trial(trial_id, status="completed", ended_at=time.time())
+        claim = claim_of(store, run_id)
         commits = []
         event.listen(store.engine, "commit", lambda _conn: commits.append(1))
-        assert store.write(batch) == [True] * 5 + [None]
+        assert store.write(batch, claim) == [True] * 5 + [None]
         assert len(commits) == 1, "one commit for the turn"
-        assert store.write(batch)[:5] == [False] * 5, "a repeat is ignored"
+        assert store.write(batch, claim)[:5] == [False] * 5, "a repeat is ignored"
         (trial,) = store.get_run(run_id).trials
         assert [e.epoch for e in trial.epochs] == list(
             range(5)
@@ -206,7 +208,11 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
             val_accuracy=None,
             complete=False,
         )
-        broken.finish_trial(trial_id + 1, status="completed", ended_at=time.time())
+        broken.finish_trial(
+            trial_id + 1,
+            status="completed",
+            ended_at=time.time(),
+        )
         with pytest.raises(RecordNotFound):
-            store.write(broken)
+            store.write(broken, claim)
         assert len(store.get_run(run_id).trials[0].epochs) == 5, "all or nothing"

@@ -34,7 +34,7 @@ def search(tmp_path, budget_s: float, trial_s: float) -> tuple[list[LiveFigures]
     orchestrator = simulated_orchestrator(
         tmp_path, launch, events=events, on_progress=published.append, grace_s=30.0
     )
-    with orchestrator.store:
+    with orchestrator.recorder.store:
         started = time.time()
         summary = orchestrator.run(started, started + budget_s)
     return published, summary.trials, (launched[0] - started) / budget_s

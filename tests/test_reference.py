@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from claims import claim_of
 from conftest import TINY
 from records import T0, run_record
 
@@ -176,8 +177,10 @@ def test_the_reference_is_stored_and_read_back(sqlite_url):
     with Store.open(sqlite_url) as store:
         run_id = new_run(store)
         assert store.get_run(run_id).reference_rates == ()
-        store.record_reference(run_id, [_measured("w0", 2.0e6)])
-        store.record_reference(run_id, [_measured("w0", 3.0e6), _measured("w1", 1.0e6)])
+        store.record_reference(claim_of(store, run_id), [_measured("w0", 2.0e6)])
+        store.record_reference(
+            claim_of(store, run_id), [_measured("w0", 3.0e6), _measured("w1", 1.0e6)]
+        )
         assert store.get_run(run_id).reference_rates == (
             _measured("w0", 3.0e6),
             _measured("w1", 1.0e6),
@@ -326,16 +329,19 @@ def test_turned_off_or_simulated_the_run_records_why_and_broadcasts_nothing(
     from test_store import new_run
 
     from aiperf.config import load_config
+    from aiperf.lifecycle.recorder import RunRecorder
     from aiperf.lifecycle.reference import measure_reference
+    from aiperf.results.mllog import EventLog
 
     simulated = load_config("quick", overrides={"train.trainer": "simulated"})
     with Store.open(sqlite_url) as store:
         run_id = new_run(store)
+        recorder = RunRecorder(store, claim_of(store, run_id), EventLog(None))
         monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "0")
-        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        measure_reference(simulated, recorder, client=None, manifest=None)
         off = store.get_run(run_id).reference_rates
         monkeypatch.setenv(settings.REFERENCE_SECONDS.name, "4")
-        measure_reference(simulated, store, run_id, client=None, manifest=None)
+        measure_reference(simulated, recorder, client=None, manifest=None)
         skipped = store.get_run(run_id)
     assert off == ({"worker": None, "skipped": "turned off: AIPERF_REFERENCE_SECONDS=0"},)
     assert skipped.reference_rates == (

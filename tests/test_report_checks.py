@@ -39,7 +39,7 @@ class _Forger:
 def _search(tmp_path, forge) -> tuple[list, str]:
     events: queue.Queue = queue.Queue()
     orchestrator = simulated_orchestrator(tmp_path, _Forger(events, forge), events=events)
-    with orchestrator.store as store:
+    with orchestrator.recorder.store as store:
         started = time.time()
         orchestrator.run(started, started + 1.0)
         trials = store.get_run(orchestrator.run_id).trials

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from conftest import TINY
 from typer.testing import CliRunner
 
+from aiperf import paths
 from aiperf.cli.main import app
 from aiperf.ranking import importing, standings
 from aiperf.ranking.page import build_page
@@ -555,7 +556,9 @@ def _tiny_runs(folder: Path, name: str, runs: int = 1, facts: dict | None = None
     with Store.open_existing(config.db) as store:
         if series is not None:
             return write_series_package(store, series, folder / "package")
-        return write_package(store, ids[0], folder / "package", run.event_log(config, ids[0]).path)
+        return write_package(
+            store, ids[0], folder / "package", paths.event_log_path(config.out, config.db, ids[0])
+        )
 
 
 @pytest.fixture(scope="module")

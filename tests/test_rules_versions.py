@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from claims import claim_of
 from test_history_data import system_facts
 from typer.testing import CliRunner
 
@@ -199,7 +200,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
             deviations=division.deviations,
             config_hash=division.config_hash,
             precision=config.train.precision,
-        )
+        ).run_id
         stored_config = BenchmarkConfig.model_validate(store.get_run(run_id).config)
         rules = verify._rules(stored_config)
         score = compute_score(
@@ -211,7 +212,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
             budget_s=config.budget_s,
             rules=rules,
         )
-        store.save_score(run_id, score, ruleset=division.ruleset)
+        store.save_score(claim_of(store, run_id), score, ruleset=division.ruleset)
         record = store.get_run(run_id)
     assert record.ruleset == V10 and stored_config.ruleset == V10
     again = classify(stored_config)

@@ -30,8 +30,8 @@ from aiperf.store import Store
 scored = run.score_run
 
 
-def score_then_tamper(config, run_id, recovered=False):
-    score = scored(config, run_id, recovered)
+def score_then_tamper(config, claim, recovered=False):
+    score = scored(config, claim, recovered)
     with Store.open(config.db, migrate=False) as store, store.engine.begin() as sql:
         sql.execute(text(
             "UPDATE epochs SET samples_trained = samples_trained - 1 "

@@ -45,7 +45,7 @@ def test_a_run_without_prefect_records_scores_and_reports(tmp_path):
 
 
 class _FailingScore(run.Stages):
-    def score(self, config, run_id):
+    def score(self, config, claim):
         raise RuntimeError("the scorer broke")
 
 

@@ -58,12 +58,12 @@ def test_the_store_records_and_reads_a_series(db_url):
                 workers=1,
                 series=series,
                 series_index=index,
-            )
+            ).run_id
             for index in (2, 1, 3)
         ]
         alone = store.create_run(
             system_id=system, profile="quick", config={}, seed=1, budget_s=60.0, workers=1
-        )
+        ).run_id
         runs = store.series_runs(series)
         assert [(r.id, r.series, r.series_index) for r in runs] == [
             (ids[1], series, 1),

@@ -8,6 +8,7 @@ import dataclasses
 from datetime import UTC, datetime
 
 import pytest
+from claims import claim_of, trial_claim
 from test_history_data import plant_run, system_facts
 
 from aiperf.config import ValidityConfig
@@ -34,12 +35,12 @@ def new_run(store: Store, *, profile: str = "quick", host: str = "node-a") -> in
         budget_s=60.0,
         workers=2,
         flow_run_id="flow-1",
-    )
+    ).run_id
 
 
 def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
     return store.create_trial(
-        run_id=run_id,
+        claim_of(store, run_id),
         trial_key=f"k{number}",
         number=number,
         architecture={"nodes": [number]},
@@ -51,6 +52,7 @@ def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
 
 def built(store: Store, trial_id: int, worker: str = "w0") -> None:
     store.record_trial_built(
+        trial_claim(store, trial_id),
         trial_id,
         worker=worker,
         parameters=1234,
@@ -70,6 +72,7 @@ def epoch(
     complete: bool = True,
 ) -> bool:
     return store.record_epoch(
+        trial_claim(store, trial_id),
         trial_id,
         epoch=number,
         started_at=T0 + 10 * number,
@@ -135,11 +138,21 @@ def test_a_missing_run_or_trial_is_record_not_found(store):
     with pytest.raises(RecordNotFound, match="run 99 is not in the database"):
         store.get_run(99)
     with pytest.raises(RecordNotFound, match="run 99"):
-        store.start_search(99, T0, T0 + 60)
+        store.start_search(claim_of(store, 99), T0, T0 + 60)
+    claim = claim_of(store, new_run(store))  # the run's own writer, naming a trial it lacks
     with pytest.raises(RecordNotFound, match="trial 99"):
-        store.finish_trial(99, status=TrialStatus.COMPLETED, ended_at=T0)
+        store.finish_trial(claim, 99, status=TrialStatus.COMPLETED, ended_at=T0)
     with pytest.raises(RecordNotFound, match="trial 99"):
-        built(store, 99)
+        store.record_trial_built(
+            claim,
+            99,
+            worker="w0",
+            parameters=1,
+            train_ops=3,
+            eval_ops=1,
+            tensor_train_ops=3,
+            tensor_eval_ops=1,
+        )
 
 
 def test_list_runs_newest_first_with_their_scores(store):
@@ -152,8 +165,8 @@ def test_list_runs_newest_first_with_their_scores(store):
 
 def test_search_window_is_recorded_in_utc(store):
     run_id = new_run(store)
-    store.start_search(run_id, T0, T0 + 60)
-    store.finish_search(run_id, T0 + 61.5)
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)
+    store.finish_search(claim_of(store, run_id), T0 + 61.5)
     record = store.get_run(run_id)
     assert record.search_started_at == datetime.fromtimestamp(T0, UTC)
     assert record.deadline == datetime.fromtimestamp(T0 + 60, UTC)
@@ -165,8 +178,12 @@ def test_search_window_is_recorded_in_utc(store):
 def test_finish_run_ends_the_trials_still_running(store):
     run_id = new_run(store)
     running, done = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
-    store.finish_trial(done, status=TrialStatus.COMPLETED, ended_at=T0 + 5)
-    store.finish_run(run_id, status=RunStatus.INTERRUPTED, message="KeyboardInterrupt: ")
+    store.finish_trial(
+        trial_claim(store, done), done, status=TrialStatus.COMPLETED, ended_at=T0 + 5
+    )
+    store.finish_run(
+        claim_of(store, run_id), status=RunStatus.INTERRUPTED, message="KeyboardInterrupt: "
+    )
     record = store.get_run(run_id)
     assert record.status is RunStatus.INTERRUPTED and record.message == "KeyboardInterrupt: "
     statuses = {t.id: t.status for t in record.trials}
@@ -176,7 +193,9 @@ def test_finish_run_ends_the_trials_still_running(store):
     assert all(t.ended_at is not None for t in record.trials)
     failed_run = new_run(store)
     stopped = new_trial(store, failed_run, 0)
-    store.finish_run(failed_run, status=RunStatus.FAILED, message="RuntimeError: x")
+    store.finish_run(
+        claim_of(store, failed_run), status=RunStatus.FAILED, message="RuntimeError: x"
+    )
     assert {t.id: t.status for t in store.get_run(failed_run).trials} == {
         stopped: TrialStatus.STOPPED
     }
@@ -194,21 +213,22 @@ def test_a_running_run_without_a_heartbeat_for_the_timeout_is_lost(store):
         record.status is listed.status is RunStatus.LOST
         and record.stored_status is RunStatus.RUNNING
     )
-    store.heartbeat(run_id)
+    store.heartbeat(claim_of(store, run_id))
     assert store.get_run(run_id).status is RunStatus.RUNNING, "a heartbeat shows it alive again"
-    store.finish_run(run_id, status=RunStatus.INTERRUPTED)
+    store.finish_run(claim_of(store, run_id), status=RunStatus.INTERRUPTED)
     age_heartbeat(store, run_id, 61)
     assert store.get_run(run_id).status is RunStatus.INTERRUPTED, "only a running run can be lost"
 
 
 def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_trials(store):
     run_id = new_run(store)
-    store.start_search(run_id, T0, T0 + 60)
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)
     running, done = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
     built(store, running)
     built(store, done)
     for trial_id, ended in ((running, T0 + 7), (done, T0 + 9)):
         store.record_epoch(
+            trial_claim(store, trial_id),
             trial_id,
             epoch=0,
             started_at=T0 + 1,
@@ -221,9 +241,11 @@ def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_tri
             val_accuracy=0.5,
             complete=True,
         )
-    store.finish_trial(done, status=TrialStatus.COMPLETED, ended_at=T0 + 9)
-    assert store.interrupt_trials(run_id) == 1
-    store.close_window_at_last_epoch(run_id)
+    store.finish_trial(
+        trial_claim(store, done), done, status=TrialStatus.COMPLETED, ended_at=T0 + 9
+    )
+    assert store.interrupt_trials(claim_of(store, run_id)) == 1
+    store.close_window_at_last_epoch(claim_of(store, run_id))
     record = store.get_run(run_id)
     trials = {t.id: t for t in record.trials}
     assert trials[running].status is TrialStatus.INTERRUPTED
@@ -237,14 +259,14 @@ def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_tri
 
 def test_a_resumed_run_scores_the_sum_of_its_segments_not_the_gap(store):
     run_id = new_run(store)
-    store.start_search(run_id, T0, T0 + 60)
-    store.start_search(run_id, T0, T0 + 60)  # a retried start adds no segment
-    store.finish_search(run_id, T0 + 20)
-    store.finish_run(run_id, status=RunStatus.INTERRUPTED)
-    store.reopen_run(run_id)
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)  # a retried start adds no segment
+    store.finish_search(claim_of(store, run_id), T0 + 20)
+    store.finish_run(claim_of(store, run_id), status=RunStatus.INTERRUPTED)
+    store.reopen_run(claim_of(store, run_id))
     assert store.get_run(run_id).status is RunStatus.RUNNING
-    store.start_search(run_id, T0 + 100, T0 + 140)
-    store.finish_search(run_id, T0 + 141)
+    store.start_search(claim_of(store, run_id), T0 + 100, T0 + 140)
+    store.finish_search(claim_of(store, run_id), T0 + 141)
     record = store.get_run(run_id)
     assert [w.segment for w in record.windows] == [0, 1]
     assert record.search_started_at == datetime.fromtimestamp(T0, UTC)
@@ -268,9 +290,11 @@ def test_record_dataset_with_and_without_a_run(store):
         "classes": 10,
         "shards": [],
     }
-    assert store.record_dataset(run_id, manifest) != store.record_dataset(None, manifest)
-    store.start_search(run_id, T0, T0 + 60)
-    store.finish_search(run_id, T0 + 60)
+    assert store.record_dataset(claim_of(store, run_id), manifest) != store.record_dataset(
+        None, manifest
+    )
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)
+    store.finish_search(claim_of(store, run_id), T0 + 60)
     assert store.run_work(run_id).val_samples == 128, (
         "the run's own dataset sizes its accuracy cap"
     )
@@ -320,7 +344,11 @@ def test_finish_trial_and_count_trials_by_status(store):
         [TrialStatus.COMPLETED, TrialStatus.COMPLETED, TrialStatus.FAILED]
     ):
         store.finish_trial(
-            new_trial(store, run_id, number), status=status, ended_at=T0 + 9, message=status.value
+            claim_of(store, run_id),
+            new_trial(store, run_id, number),
+            status=status,
+            ended_at=T0 + 9,
+            message=status.value,
         )
     new_trial(store, run_id, 3)
     assert store.trial_counts(run_id) == {
@@ -342,8 +370,8 @@ def test_finish_trial_and_count_trials_by_status(store):
 def test_search_state_is_replaced_by_the_latest(store):
     run_id = new_run(store)
     assert store.search_state(run_id) is None
-    store.save_search_state(run_id, "morphism", {"tried": ["a"]})
-    store.save_search_state(run_id, "morphism", {"tried": ["a", "b"]})
+    store.save_search_state(claim_of(store, run_id), "morphism", {"tried": ["a"]})
+    store.save_search_state(claim_of(store, run_id), "morphism", {"tried": ["a", "b"]})
     assert store.search_state(run_id) == {"tried": ["a", "b"]}
 
 
@@ -353,7 +381,7 @@ def test_search_state_is_replaced_by_the_latest(store):
 def test_run_work_is_what_the_score_is_computed_from(store):
     run_id = new_run(store)
     store.record_dataset(
-        run_id,
+        claim_of(store, run_id),
         {
             "name": "d",
             "kind": "synthetic",
@@ -363,13 +391,15 @@ def test_run_work_is_what_the_score_is_computed_from(store):
             "classes": 10,
         },
     )
-    store.start_search(run_id, T0, T0 + 60)
+    store.start_search(claim_of(store, run_id), T0, T0 + 60)
     trial_id = new_trial(store, run_id)
     built(store, trial_id)
     epoch(store, trial_id, 0, val_accuracy=0.5)
     epoch(store, trial_id, 1, val_accuracy=0.8)
-    store.finish_trial(trial_id, status=TrialStatus.COMPLETED, ended_at=T0 + 20)
-    store.finish_search(run_id, T0 + 60)
+    store.finish_trial(
+        trial_claim(store, trial_id), trial_id, status=TrialStatus.COMPLETED, ended_at=T0 + 20
+    )
+    store.finish_search(claim_of(store, run_id), T0 + 60)
     work = store.run_work(run_id)
     assert work.epochs == [EpochWork(64, 32, 300, 100, 30, 10)] * 2
     assert (
@@ -407,8 +437,8 @@ def test_save_score_stores_every_figure_and_replaces_an_older_one(store):
         budget_s=60.0,
         rules=ValidityConfig(),
     )
-    store.save_score(run_id, older)
-    store.save_score(run_id, score)
+    store.save_score(claim_of(store, run_id), older)
+    store.save_score(claim_of(store, run_id), score)
     stored = store.get_run(run_id).score
     assert isinstance(stored, ScoreResult) and stored == score
     assert stored.reasons == score.reasons

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import psutil
 import pytest
+from claims import claim_of
 from nvidia_smi_samples import (
     H100_NODE,
     L40S_NODE,
@@ -272,11 +273,11 @@ def test_the_description_is_stored_with_the_run(db_url):
             seed=0,
             budget_s=1,
             workers=1,
-        )
+        ).run_id
         assert store.get_run(run_id).system_description is None
-        store.save_system_description(run_id, description)
+        store.save_system_description(claim_of(store, run_id), description)
         store.save_system_description(
-            run_id, description
+            claim_of(store, run_id), description
         )  # a retry, or a resumed run: the latest stands
         assert store.get_run(run_id).system_description == description
 

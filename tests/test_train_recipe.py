@@ -215,7 +215,7 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
     orchestrator = simulated_orchestrator(tmp_path, launch, overrides=RECIPE)
-    with orchestrator.store:
+    with orchestrator.recorder.store:
         started = time.time()
         orchestrator.run(started, started + 0.3)
     assert sent

@@ -220,7 +220,7 @@ def test_the_orchestrator_sends_them_with_every_trial(tmp_path):
         launch,
         overrides={"train.precision": "mixed_bfloat16", "train.jit_compile": True},
     )
-    with orchestrator.store:
+    with orchestrator.recorder.store:
         started = time.time()
         orchestrator.run(started, started + 0.5)
     assert sent and all(r.precision == "mixed_bfloat16" and r.jit_compile is True for r in sent)
@@ -305,7 +305,8 @@ def test_the_run_and_its_system_record_them_and_show_says_them(db_url, tmp_path)
         },
     )
     with Store.open(db) as store:
-        run_id = record_run(store, config)
+        recorder = record_run(store, config)
+        run_id = recorder.run_id
         record = store.get_run(run_id)
         assert (record.precision, record.backend, record.jit_compile) == (
             "mixed_bfloat16",
@@ -315,7 +316,7 @@ def test_the_run_and_its_system_record_them_and_show_says_them(db_url, tmp_path)
         assert record.system.keras_backend == "jax", "the system is the one the workers run"
         assert record.division == CLOSED
         store.save_score(
-            run_id,
+            recorder.claim,
             ScoreResult(
                 elapsed_s=60.0,
                 total_ops=10**9,
@@ -331,7 +332,9 @@ def test_the_run_and_its_system_record_them_and_show_says_them(db_url, tmp_path)
             ),
             ruleset=record.ruleset,
         )
-        tf_run = record_run(store, load_config("quick", workers=1, db=db, out=str(tmp_path)))
+        tf_run = record_run(
+            store, load_config("quick", workers=1, db=db, out=str(tmp_path))
+        ).run_id
         assert store.get_run(tf_run).system.id != record.system.id, (
             "another backend, another system"
         )

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from claims import claim_of, trial_claim
 from conftest import TINY
 from test_store import T0, built, epoch, new_run, new_trial
 from typer.testing import CliRunner
@@ -270,7 +271,7 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
     with Store.open(db_url) as store:
         run_id = new_run(store)
         store.record_dataset(
-            run_id,
+            claim_of(store, run_id),
             {
                 "name": "d",
                 "kind": "synthetic",
@@ -280,23 +281,30 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
                 "classes": 10,
             },
         )
-        store.start_search(run_id, T0, T0 + 60)
+        store.start_search(claim_of(store, run_id), T0, T0 + 60)
         timed, untimed = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
         for trial_id, worker in ((timed, "w0"), (untimed, "w1")):
             built(store, trial_id, worker)
             epoch(store, trial_id, 0)
-            store.finish_trial(trial_id, status=TrialStatus.COMPLETED, ended_at=T0 + 20)
+            store.finish_trial(
+                trial_claim(store, trial_id),
+                trial_id,
+                status=TrialStatus.COMPLETED,
+                ended_at=T0 + 20,
+            )
         phases = TrialPhases(
             build_s=1.0, count_s=0.5, compile_s=2.0, train_s=30.0, evaluate_s=6.0, report_s=0.25
         )
-        store.record_trial_phases(timed, phases)
-        store.record_trial_phases(timed, phases)  # a retry changes nothing
+        store.record_trial_phases(trial_claim(store, timed), timed, phases)
+        store.record_trial_phases(
+            trial_claim(store, timed), timed, phases
+        )  # a retry changes nothing
         peaks = [
             {"worker": "w0", "flops": 1e11, "dtype": "float32", "device": "CPU", "seconds": 2.0},
             {"worker": "w1", "flops": 3e11, "dtype": "float32", "device": "CPU", "seconds": 2.0},
         ]
-        store.record_peaks(run_id, peaks)
-        store.finish_search(run_id, T0 + 60)
+        store.record_peaks(claim_of(store, run_id), peaks)
+        store.finish_search(claim_of(store, run_id), T0 + 60)
         work = store.run_work(run_id)
         assert (work.workers, work.peak_flops, work.stepping_s) == (2, 4e11, (36.0,))
         score = compute_score(
@@ -311,7 +319,7 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
             stepping_s=work.stepping_s,
             workers=work.workers,
         )
-        store.save_score(run_id, score)
+        store.save_score(claim_of(store, run_id), score)
         record = store.get_run(run_id)
         (row,) = store.run_scores(run_ids=[run_id])
     assert score.utilisation == pytest.approx(36.0 / 120.0) and score.mfu == pytest.approx(

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from claims import claim_of
 from conftest import TINY
 from test_physical_limits import PHYSICAL_TAMPERS
 from typer.testing import CliRunner
@@ -219,11 +220,12 @@ def _run_verify_stage(real_run: Path, copy: Path, out: Path) -> RunRecord:
     url = f"sqlite:///{copy}"
     with Store.open_existing(url) as store:
         stored = store.get_run(1).config
+        claim = claim_of(store, 1)  # the run's own process, as its verify stage
     config = BenchmarkConfig.model_validate({**stored, "db": url, "out": str(out)})
     log = paths.event_log_path(config.out, config.db, 1)
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(paths.event_log_path(str(real_run.parent), f"sqlite:///{real_run}", 1), log)
-    run.verify_and_record(config, 1)
+    run.verify_and_record(config, claim)
     with Store.open_existing(url) as store:
         return store.get_run(1)
 

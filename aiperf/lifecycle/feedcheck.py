@@ -11,7 +11,7 @@ from typing import Any
 from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import AUTO, BenchmarkConfig, trial_devices
 from aiperf.data.manifest import Manifest
-from aiperf.store import Store
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.feedrate import FeedVerdict, rates_on_worker, verdict
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,7 @@ def seed_model(config: BenchmarkConfig, manifest: Manifest) -> dict[str, Any]:
 
 def measure_feed(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     client: Any,
     manifest: Manifest,
     logger: logging.Logger | logging.LoggerAdapter = log,
@@ -45,6 +44,7 @@ def measure_feed(
     run; the run's verdict, logged in one line (None when nothing was measured)."""
     from aiperf.train.peak import peak_seconds
 
+    run_id = recorder.run_id
     if config.train.trainer != "keras":
         return None
     seed = seed_model(config, manifest)
@@ -70,7 +70,7 @@ def measure_feed(
     rates = sorted(found.values(), key=lambda r: r["worker"])
     feeds = sorted({str(r["feed"]) for r in rates})
     data_feed = "+".join(feeds) if feeds else None
-    store.record_feed(run_id, data_feed, rates)
+    recorder.feed(data_feed, rates)
     judged = verdict(data_feed, rates)
     if judged is not None:
         logger.info("run %d: before the window: %s", run_id, judged.line())

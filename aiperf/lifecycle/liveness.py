@@ -5,14 +5,15 @@ HEARTBEAT_S seconds. When the process dies (kill -9, a node lost, the OOM killer
 and every command that reads the run shows it `lost` once the heartbeat is older than the timeout
 (aiperf.status.derived_status): no one has to be alive to say that the run died.
 
-One writer: the process that creates a run stamps it with a fresh owner token (`new_owner`), and
+One writer: the process that creates a run stamps it with a fresh owner token (`new_owner`) and
+holds the claim to write it (aiperf.store.ownership.RunClaim), and
 `aiperf recover` / `aiperf run --resume` take a run over only by compare-and-set on that token
 (`take_over`): one UPDATE that succeeds only when the row still carries the token the taker read
 and the run is interrupted, or running with a heartbeat older than the timeout on the database's
 own clock (aiperf.store.database.clock), which stamps the heartbeat too. So two takers cannot
 both win, and a run whose process still beats cannot be taken, whatever the clocks of the
-machines involved say. The run's process writes only while the row carries its token (its
-heartbeat, epoch batches, window, score and end are all `WHERE owner = mine`): when a beat finds
+machines involved say. The run's process writes only while the row carries its token (every
+write takes the claim and checks it in its transaction: aiperf.store.Store): when a beat finds
 it taken over, the process stops at once with RunTakenOver and writes nothing more.
 
 Signals: SIGTERM (a `kill`, a Prefect cancellation, SLURM's warning before it kills a job) and
@@ -30,12 +31,15 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiperf import settings
 from aiperf.errors import UserError
 from aiperf.status import HEARTBEAT_S, heartbeat_timeout_s
-from aiperf.store import RunRecord, RunTakenOver
+from aiperf.store import RunClaim, RunRecord, RunTakenOver
+
+if TYPE_CHECKING:
+    from aiperf.lifecycle.recorder import RunRecorder
 
 log = logging.getLogger("aiperf.lifecycle.liveness")
 
@@ -55,19 +59,21 @@ def new_owner() -> str:
     return str(uuid.uuid4())
 
 
-def take_over(store: Any, record: RunRecord, what: str) -> str:
+def take_over(store: Any, record: RunRecord, what: str) -> RunClaim:
     """Make the run this process's by compare-and-set (Store.take_over) on the token `record`
-    was read with; its new token. Refused in one line when its process still beats (on the
-    database's clock) or another process took it first."""
-    owner = new_owner()
+    was read with; this process's claim to write it. Refused in one line when its process still
+    beats (on the database's clock) or another process took it first."""
     timeout = heartbeat_timeout_s()
-    if not store.take_over(record.id, owner=owner, seen_owner=record.owner, timeout_s=timeout):
+    claim = store.take_over(
+        record.id, owner=new_owner(), seen_owner=record.owner, timeout_s=timeout
+    )
+    if claim is None:
         raise UserError(
             f"run {record.id} was not {what}: its process is alive (a heartbeat within "
             f"${settings.HEARTBEAT_TIMEOUT.name}={timeout:g} s on the database's clock) or another "
             "process took it over first; `aiperf runs` shows what it is now"
         )
-    return owner
+    return claim
 
 
 _taken_over: str | None = None  # why this process lost its run, once a heartbeat found out
@@ -87,16 +93,18 @@ def _lose(exc: RunTakenOver) -> None:
 
 
 @contextmanager
-def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator[None]:
-    """Beat for the run while the block runs (a daemon thread: it dies with the process). A beat
+def heartbeat(recorder: RunRecorder, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Beat for the run of `recorder` (aiperf.lifecycle.recorder.RunRecorder, whose claim the
+    thread writes with) while the block runs (a daemon thread: it dies with the process). A beat
     refused because another process took the run over ends the beating and stops the run."""
     global _taken_over
     stop = threading.Event()
+    run_id = recorder.run_id
 
     def beat() -> None:
         while not stop.wait(every_s):
             try:
-                store.heartbeat(run_id)
+                recorder.heartbeat()
             except RunTakenOver as exc:
                 _lose(exc)
                 return
@@ -106,7 +114,7 @@ def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator
                 )
 
     _taken_over = None
-    store.heartbeat(run_id)
+    recorder.heartbeat()
     thread = threading.Thread(target=beat, name=f"aiperf-heartbeat-{run_id}", daemon=True)
     thread.start()
     try:
@@ -115,7 +123,6 @@ def heartbeat(store: Any, run_id: int, every_s: float = HEARTBEAT_S) -> Iterator
         stop.set()
         thread.join(timeout=every_s + 5)
         _taken_over = None  # the run is over here: the next one this process runs starts owning
-        store.disown(run_id)  # and writes this one no more
 
 
 # --- signals ------------------------------------------------------------------------------------

@@ -4,13 +4,15 @@ It is the keras-tuner "chief": it asks the oracle for a trial whenever a worker 
 hands the trial to a launcher (in the flow, a Prefect task on a Dask worker), records each epoch
 the moment the worker reports it, tells the oracle, and starts the next trial as soon as one
 ends. At the deadline it stops proposing and waits for the running trials to stop themselves.
-It is the only writer of the run's records.
+It writes the search's records through the run's recorder (aiperf.lifecycle.recorder), as the
+run's owner, each record with its event-log lines.
 
 Two things keep a thousand workers busy from one process. The oracle lives on its own thread
 (OracleThread), which proposes the next trials ahead of need, so a freed worker takes a proposal
 that is already made; every oracle call goes through that thread, so only one thread ever touches
 the oracle. And what one turn of the loop learns (epochs, ends, new trials) is committed in one
-transaction (aiperf.store.WriteBatch), not one per report: a commit waits for the disk.
+transaction (a recorder's Turn: an aiperf.store.WriteBatch), not one per report: a commit waits
+for the disk.
 
 Every report is checked when it arrives: samples within the dataset and in whole batches, epochs
 in order, and a live event only from the worker the trial runs on (the Dask scheduler stamps each
@@ -35,7 +37,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol
 
 import keras_tuner as kt
@@ -44,12 +45,12 @@ from aiperf import paths, settings
 from aiperf.config import BenchmarkConfig, trial_devices
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
-from aiperf.results.mllog import EventLog
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.search import space
 from aiperf.search.resume import stored_state
 from aiperf.search.schedule import epochs_for
 from aiperf.status import TrialStatus
-from aiperf.store import Store, TrialRecord, WriteBatch
+from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
 from aiperf.train.recipe import scaled_rate
@@ -319,8 +320,7 @@ class Orchestrator:
         self,
         *,
         config: BenchmarkConfig,
-        store: Store,
-        run_id: int,
+        recorder: RunRecorder,
         oracle: kt.Oracle,
         data_path: str,
         image_shape: tuple[int, int, int],
@@ -333,7 +333,6 @@ class Orchestrator:
         poll_s: float = 0.2,
         grace_s: float | None = None,
         dataset_samples: tuple[int, int] | None = None,
-        event_log: EventLog | None = None,
         ahead: int | None = None,
         logger: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
@@ -342,7 +341,8 @@ class Orchestrator:
         UI shows the search's progress; this module's logger otherwise). `on_progress`: the
         figures as the search starts, as each trial ends, at each PROGRESS_STEP of the budget,
         and as it ends (a failure there is logged: a display never stops a run)."""
-        self.config, self.store, self.run_id, self.oracle = config, store, run_id, oracle
+        self.config, self.recorder, self.oracle = config, recorder, oracle
+        self.run_id = recorder.run_id
         self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
         self.launch, self.events, self.events_topic = launch, events, events_topic
         self.on_figures = on_figures or (lambda _figures: None)
@@ -351,9 +351,6 @@ class Orchestrator:
         self.logger = logger or log
         self.deadline: float | None = None  # set by run(): the budget left, in each trial's line
         self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
-        self.event_log = event_log or EventLog(
-            None
-        )  # what it records, as MLLOG lines (aiperf.results.mllog)
         self.poll_s = poll_s
         self._ended = threading.Event()  # set when a trial's handle reports it is done
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
@@ -377,10 +374,8 @@ class Orchestrator:
         self.max_failures = max_consecutive_failures(config.workers)
         self.ahead = proposals_ahead(config.workers) if ahead is None else ahead
         self.proposals: OracleThread | None = None  # the oracle's thread, while run() runs
-        self._batch = WriteBatch()  # this turn's writes, committed by _recording
-        self._after_commit: list[
-            Callable[[], None]
-        ] = []  # event-log lines of what the batch records
+        # This turn's writes and their events, committed by _recording.
+        self._turn = recorder.turn()
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
         """Continue a resumed run: number new trials after the recorded ones, link children to
@@ -423,11 +418,8 @@ class Orchestrator:
         try:
             yield
         finally:
-            batch, logged = self._batch, self._after_commit
-            self._batch, self._after_commit = WriteBatch(), []
-            self.store.write(batch)
-            for line in logged:
-                line()
+            turn, self._turn = self._turn, self.recorder.turn()
+            self.recorder.commit(turn)
 
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
         self.deadline = deadline
@@ -518,10 +510,9 @@ class Orchestrator:
         transaction, first: it includes every proposal recorded with it, so a resumed run (which
         restores it) never proposes a recorded trial again; as in a run without proposals made
         ahead, the state is stored with each proposal before its trial."""
-        batch = WriteBatch()
+        turn = self.recorder.turn()
         if state is not None:
-            batch.save_search_state(self.run_id, self.config.search.oracle, state)
-        started: list[Callable[..., None]] = []
+            turn.search_state(self.config.search.oracle, state)
         requests: list[tuple[_Launch, TrialRequest, str | None]] = []
         started_at = time.time()
         for launch in launches:
@@ -539,29 +530,16 @@ class Orchestrator:
                 self.config.seed, number if launch.seed_number is None else launch.seed_number
             )
             key = launch.trial.trial_id
-            batch.create_trial(
-                run_id=self.run_id,
+            turn.trial_created(
                 trial_key=key,
                 number=number,
-                architecture=architecture,
-                hyperparameters=hyperparameters,
                 started_at=started_at,
                 parent_trial_id=parent_trial_id,
                 operator=proposal.operator,
-            )
-            started.append(
-                partial(
-                    self.event_log.trial_started,
-                    trial_key=key,
-                    number=number,
-                    started_at=started_at,
-                    parent_trial_id=parent_trial_id,
-                    operator=proposal.operator,
-                    architecture=architecture,
-                    hyperparameters=hyperparameters,
-                    epochs=epochs,
-                    seed=seed,
-                )
+                architecture=architecture,
+                hyperparameters=hyperparameters,
+                epochs=epochs,
+                seed=seed,
             )
             requests.append(
                 (
@@ -597,13 +575,10 @@ class Orchestrator:
                     proposal.operator,
                 )
             )
-        trial_ids = self.store.write(batch)[1 if state is not None else 0 :]
-        for (launch, request, operator), trial_id, log_start in zip(
-            requests, trial_ids, started, strict=True
-        ):
+        trial_ids = self.recorder.commit(turn)
+        for (launch, request, operator), trial_id in zip(requests, trial_ids, strict=True):
             key = launch.trial.trial_id
             self.trial_ids[key] = trial_id
-            log_start(trial_id=trial_id)
             handle = self.launch(request)
             self._wake_when_done(handle)
             self.running[key] = _Running(
@@ -615,9 +590,10 @@ class Orchestrator:
         """Where trial `number` keeps its best epoch's weights, for verify to evaluate again
         (aiperf.results.remeasure): in the run's folder, beside its event log; none without a run
         folder (an orchestrator driven by tests) or for a trainer that trains nothing."""
-        if self.event_log.path is None or self.config.train.trainer == "simulated":
+        log_path = self.recorder.events.path
+        if log_path is None or self.config.train.trainer == "simulated":
             return None
-        return str((self.event_log.path.parent / paths.weights_file(number)).absolute())
+        return str((log_path.parent / paths.weights_file(number)).absolute())
 
     # --- what workers report ---------------------------------------------------------------------
 
@@ -695,8 +671,9 @@ class Orchestrator:
         if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
-            self._batch.record_trial_built(
+            self._turn.trial_built(
                 running.trial_id,
+                trial_key=message.trial_key,
                 worker=message.worker,
                 parameters=message.parameters,
                 train_ops=message.train_ops,
@@ -707,28 +684,11 @@ class Orchestrator:
                 placement=message.placement,
             )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
-            self._after_commit.append(
-                partial(
-                    self.event_log.trial_built,
-                    trial_key=message.trial_key,
-                    worker=message.worker,
-                    parameters=message.parameters,
-                    train_ops=message.train_ops,
-                    eval_ops=message.eval_ops,
-                    tensor_train_ops=message.tensor_train_ops,
-                    tensor_eval_ops=message.tensor_eval_ops,
-                    devices=message.devices,
-                    placement=message.placement,
-                )
-            )
             return
         # Recorded once: _admissible let through only the next epoch, and the write skips a row
         # that a retried commit already wrote.
-        self._batch.record_epoch(running.trial_id, **message.fields())
+        self._turn.epoch(running.trial_id, message.trial_key, message.fields())
         running.epochs_seen.add(message.epoch)
-        self._after_commit.append(
-            partial(self.event_log.epoch, message.trial_key, **message.fields())
-        )
         if running.train_ops is not None and running.eval_ops is not None:
             self.total_ops += (
                 message.samples_trained * running.train_ops
@@ -770,8 +730,8 @@ class Orchestrator:
                 return  # the result broke a rule: the trial is already failed
         if result.phases is not None:  # where its seconds went, measured on its worker
             try:
-                self._batch.record_trial_phases(
-                    running.trial_id, TrialPhases.from_seconds(result.phases)
+                self._turn.trial_phases(
+                    running.trial_id, key, TrialPhases.from_seconds(result.phases)
                 )
             except ValueError as exc:  # recorded without them: its seconds count as idle
                 log.warning("ignored the phases of trial %s: %s", key, exc)
@@ -780,11 +740,8 @@ class Orchestrator:
     def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
         ended_at = time.time()
-        self._batch.finish_trial(
-            running.trial_id, status=status, ended_at=ended_at, message=message
-        )
-        self._after_commit.append(
-            partial(self.event_log.trial_stopped, key, status, ended_at, message)
+        self._turn.trial_stopped(
+            running.trial_id, key, status=status, ended_at=ended_at, message=message
         )
         self.counts[status] += 1
         self.logger.info("%s", self._ended_line(key, running, status, ended_at))

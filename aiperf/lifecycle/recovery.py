@@ -20,15 +20,14 @@ from __future__ import annotations
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle.liveness import take_over
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.run import (
     closable_run,
-    event_log,
     score_run,
     used_seconds,
     verify_and_record,
 )
-from aiperf.status import RunStatus
-from aiperf.store import RunRecord, Store
+from aiperf.store import RunClaim, RunRecord, Store
 
 RECOVERED_MESSAGE = "recovered after a crash"
 
@@ -68,31 +67,23 @@ def recover(db: str, run_id: int) -> RunRecord:
             )
         # Compare-and-set on the token read above, on the database's clock: a run whose process
         # still beats is refused, and of two recoveries at once one writes.
-        take_over(store, record, "recovered")
-    try:
-        return _close_and_score(db, record)
-    finally:
-        store.disown(run_id)  # this process wrote the run for its recovery only
+        claim = take_over(store, record, "recovered")
+    return _close_and_score(db, record, claim)
 
 
-def _close_and_score(db: str, record: RunRecord) -> RunRecord:
-    """The recovery's writes, by the process that took the run over."""
+def _close_and_score(db: str, record: RunRecord, claim: RunClaim) -> RunRecord:
+    """The recovery's writes, with the claim of the process that took the run over."""
     run_id = record.id
-    with Store.open(db) as store:
-        store.interrupt_trials(run_id)
-        store.close_window_at_last_epoch(run_id)
-        message = RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")
-        store.finish_run(run_id, status=RunStatus.INTERRUPTED, message=message)
-        config = stored_config(record, db)
-        events = event_log(
-            config, run_id
-        )  # its open segment closed at its last epoch, and the run stopped
-        events.windows_closed(store.get_run(run_id).windows)
-        events.run_stopped(RunStatus.INTERRUPTED, message)
+    config = stored_config(record, db)
+    with RunRecorder.opened(config, claim) as recorder:
+        # its open segment closed at its last epoch, and the run stopped
+        recorder.run_recovered(
+            RECOVERED_MESSAGE + (f" ({record.message})" if record.message else "")
+        )
     try:
-        score_run(config, run_id, recovered=True)
+        score_run(config, claim, recovered=True)
     except ValueError as exc:  # e.g. a window of no length: not one epoch was recorded
         raise UserError(f"run {run_id} cannot be scored: {exc}") from None
-    verify_and_record(config, run_id)
+    verify_and_record(config, claim)
     with Store.open_existing(db) as store:
         return store.get_run(run_id)

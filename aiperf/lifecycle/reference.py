@@ -20,7 +20,7 @@ from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import BenchmarkConfig
 from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.feedcheck import seed_model
-from aiperf.store import Store
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.bare_reference import reference_on_worker
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,7 @@ def reference_seconds() -> float:
 
 def measure_reference(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     client: Any,
     manifest: Manifest,
     logger: logging.Logger | logging.LoggerAdapter = log,
@@ -42,6 +41,7 @@ def measure_reference(
     """Every worker's bare Keras rate at the run's seed batch (the smallest of
     search.space.batch_size, per device), recorded with the run and logged in one line; or one
     record saying why there is none."""
+    run_id = recorder.run_id
     seconds = reference_seconds()
     if seconds == 0:
         rates = [_skipped(f"turned off: {settings.REFERENCE_SECONDS.name}=0")]
@@ -49,7 +49,7 @@ def measure_reference(
         rates = [_skipped(f"the {config.train.trainer} trainer trains no model to compare")]
     else:
         rates = _measured(config, run_id, client, manifest, seconds, logger)
-    store.record_reference(run_id, rates)
+    recorder.reference(rates)
     measured = [r for r in rates if "ops_per_s" in r]
     if measured:
         mean = sum(float(r["ops_per_s"]) for r in measured) / len(measured)

@@ -13,8 +13,9 @@
     finish   the run marked completed (or failed, or interrupted), then its report published
 
 What each step records also goes, as it happens, to the run's event log (aiperf.results.mllog: MLLOG lines
-in its folder, enough alone to recompute the score), and the workers describe their nodes once they
-are up (aiperf.system.description).
+in its folder, enough alone to recompute the score): the run's recorder (aiperf.lifecycle.recorder)
+writes each fact's rows, as the run's owner, and its lines together. The workers describe their
+nodes once they are up (aiperf.system.description).
 
 `run_benchmark` takes a config that is already validated (aiperf.config.load_config: parsed once
 per run) and knows nothing of Prefect. How the steps execute is a `Stages` object: `Stages()`
@@ -44,11 +45,11 @@ from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
+from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.reference import measure_reference
 from aiperf.results.data_checks import refuse_unpinned
 from aiperf.results.division import classify
 from aiperf.results.evidence import Evaluator
-from aiperf.results.mllog import EventLog
 from aiperf.results.remeasure import keep_best_weights, on_a_worker
 from aiperf.results.score import (
     ScoreResult,
@@ -62,6 +63,7 @@ from aiperf.status import RunStatus
 from aiperf.store import (
     CheckRecord,
     RecordNotFound,
+    RunClaim,
     RunRecord,
     RunTakenOver,
     Store,
@@ -136,58 +138,26 @@ def record_run(
     *,
     series: str | None = None,
     series_index: int | None = None,
-) -> int:
+) -> RunRecorder:
     """The system under test and the run, with its division, before any worker starts; with
-    `series`, as run `series_index` of that series of repeated runs (aiperf run --repeat)."""
+    `series`, as run `series_index` of that series of repeated runs (aiperf run --repeat). Its
+    recorder, which writes it as this process's until another takes it over."""
     division = classify(config)
-    facts = fingerprint(backend=config.train.backend)  # the workers' backend: they start with it
-    system_id = store.upsert_system(facts)
-    settings = config.model_dump(mode="json")
-    run_id = store.create_run(
-        system_id=system_id,
-        profile=config.profile,
-        config=settings,
-        seed=config.seed,
-        budget_s=config.budget_s,
-        workers=config.workers,
-        flow_run_id=flow_run_id,
+    return RunRecorder.new_run(
+        store,
+        config,
+        system=fingerprint(
+            backend=config.train.backend
+        ),  # the workers' backend: they start with it
         ruleset=division.ruleset,
         division=division.name,
         deviations=division.deviations,
         config_hash=division.config_hash,
-        precision=config.train.precision,
-        backend=config.train.backend,
-        jit_compile=config.train.jit_compile,
-        owner=liveness.new_owner(),  # this process writes the run until another takes it over
+        owner=liveness.new_owner(),
+        flow_run_id=flow_run_id,
         series=series,
         series_index=series_index,
     )
-    with failed_on_error(store, run_id):
-        event_log(config, run_id).run_started(
-            run_id=run_id,
-            config=settings,
-            system_id=system_id,
-            system=facts,
-            division=division.name,
-            ruleset=division.ruleset,
-            deviations=division.deviations,
-            config_hash=division.config_hash,
-            series=series,
-            series_index=series_index,
-        )
-    return run_id
-
-
-@contextmanager
-def failed_on_error(store: Store, run_id: int) -> Iterator[None]:
-    """A run that fails before its search (its event log cannot be written, a stage cannot start)
-    is closed as failed with the reason, never left running: a running row without a search
-    could not be recovered or resumed."""
-    try:
-        yield
-    except BaseException as exc:
-        store.finish_run(run_id, status=RunStatus.FAILED, message=f"{type(exc).__name__}: {exc}")
-        raise
 
 
 def _client(scheduler_address: str, security: Any) -> Any:
@@ -199,7 +169,7 @@ def _client(scheduler_address: str, security: Any) -> Any:
 
 def stage_dataset(
     config: BenchmarkConfig,
-    run_id: int,
+    claim: RunClaim,
     scheduler_address: str | None,
     security: Any = None,
     on_progress: OnProgress | None = None,
@@ -208,10 +178,22 @@ def stage_dataset(
     """Generate or convert the profile's data where every worker reads it and record its manifest.
     Shard work runs on the cluster's workers; node-local copies (data.stage_to) are made once per
     node. The staging's wall time is recorded with the run (runs.staging_s) and in its event log:
-    it comes before the timed window and is not in it, and MLPerf HPC reports it beside the score."""
-    events = event_log(config, run_id)
+    it comes before the timed window and is not in it, and MLPerf HPC reports it beside the score.
+    `claim`: the run's, handed to this step (a task of its own in the flow)."""
+    with RunRecorder.opened(config, claim) as recorder:
+        return _stage(config, recorder, scheduler_address, security, on_progress, logger)
+
+
+def _stage(
+    config: BenchmarkConfig,
+    recorder: RunRecorder,
+    scheduler_address: str | None,
+    security: Any,
+    on_progress: OnProgress | None,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> Manifest:
     client = _client(scheduler_address, security) if scheduler_address else None
-    events.staging_started(time.time())
+    started = time.time()
     began = time.perf_counter()
     try:
         manifest = stage(
@@ -230,17 +212,14 @@ def stage_dataset(
         if client is not None:
             client.close()
     seconds = time.perf_counter() - began
-    events.staging_stopped(time.time(), seconds)
-    with Store.open(config.db, migrate=False) as store:
-        record_manifest(store, run_id, manifest)
-        store.record_staging(run_id, seconds)
-    events.dataset(manifest.to_dict())
+    recorder.staging(started, time.time(), seconds)
+    record_manifest(recorder, manifest)
     # Recorded first, then judged: a closed run on data other than its ruleset's pin (or with an
     # image in both splits, or a class missing from one) stops here, before its search.
     refuse_unpinned(config, manifest.to_dict())
     logger.info(
         "run %d: data staged in %.1f s, before the timed window (not counted in it)",
-        run_id,
+        recorder.run_id,
         seconds,
     )
     return manifest
@@ -270,16 +249,15 @@ def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> Non
         )
 
 
-def record_manifest(store: Store, run_id: int, manifest: Manifest) -> None:
+def record_manifest(recorder: RunRecorder, manifest: Manifest) -> None:
     """Record the run's dataset; a resumed run must find the very data it started on."""
-    recorded = store.run_dataset(run_id)
-    if recorded is None:
-        store.record_dataset(run_id, manifest.to_dict())
-    elif recorded.sha256 != manifest.sha256:
+    recorded = recorder.store.run_dataset(recorder.run_id)
+    if recorded is not None and recorded.sha256 != manifest.sha256:
         raise UserError(
-            f"run {run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
+            f"run {recorder.run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
             f"staging now gives sha256 {manifest.sha256[:12]}: restore that data to resume it"
         )
+    recorder.dataset(manifest.to_dict())
 
 
 @contextmanager
@@ -303,11 +281,12 @@ def dask_trials(
         yield TrialRunner(client, launch)
 
 
-def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> ScoreResult:
+def score_run(config: BenchmarkConfig, claim: RunClaim, recovered: bool = False) -> ScoreResult:
     """OPS and the regulated score, computed from the records alone, then stored. `recovered`: the
     run is scored after a crash or a stop (aiperf recover), so it is never valid."""
-    with Store.open(config.db, migrate=False) as store:
-        work = store.run_work(run_id)
+    run_id = claim.run_id
+    with RunRecorder.opened(config, claim) as recorder:
+        work = recorder.store.run_work(run_id)
         score = compute_score(
             work.epochs,
             elapsed_s=work.elapsed_s,
@@ -322,38 +301,17 @@ def score_run(config: BenchmarkConfig, run_id: int, recovered: bool = False) -> 
             stepping_s=work.stepping_s,
             workers=work.workers,
         )
-        store.save_score(run_id, score, ruleset=classify(config).ruleset)
-        record = store.get_run(run_id)
+        recorder.score(score, classify(config).ruleset)
+        record = recorder.store.get_run(run_id)
         # Only the best trial's weights stay, for verify to evaluate again (issue 25 item 2).
-        kept = keep_best_weights(record, paths.run_folder(config.out, config.db, run_id))
-        store.save_best_weights(run_id, kept)
-        events = event_log(config, run_id)
-        log_result_inputs(events, record, score)
-        events.best_weights(kept)
+        recorder.best_weights(
+            keep_best_weights(record, paths.run_folder(config.out, config.db, run_id))
+        )
     return score
 
 
-def log_result_inputs(events: EventLog, record: RunRecord, score: ScoreResult) -> None:
-    """The score in the event log, with what its MFU and utilisation are computed from: the run's
-    precision, backend and measured peaks, and each trial's phases."""
-    events.resources(
-        precision=record.precision,
-        backend=record.backend,
-        jit_compile=record.jit_compile,
-        peak_flops=record.peak_flops,
-        worker_peaks=list(record.worker_peaks),
-        data_feed=record.data_feed,
-        feed_rates=list(record.feed_rates),
-        reference_rates=list(record.reference_rates),
-    )
-    for trial in record.trials:
-        if trial.phases is not None:
-            events.trial_phases(trial.trial_key, trial.phases)
-    events.score(score, record.ruleset)
-
-
 def verify_and_record(
-    config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+    config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
 ) -> list[CheckRecord]:
     """Every check of `aiperf verify`, stored with the score: the run's verdict on itself. A result
     is valid only when every check passes: when one fails, the stored score is made invalid with the
@@ -363,19 +321,14 @@ def verify_and_record(
     stands). `evaluator`: where the kept weights are evaluated again (the run's: on a worker)."""
     from aiperf.results.verify import verify_run
 
-    with Store.open(config.db, migrate=False) as store:
-        checks = verify_run(store, run_id, evaluator=evaluator)
-        stored = store.get_run(run_id).score
+    with RunRecorder.opened(config, claim) as recorder:
+        checks = verify_run(recorder.store, claim.run_id, evaluator=evaluator)
+        stored = recorder.store.get_run(claim.run_id).score
         assert stored is not None  # verify_run refuses a run without a score
         score = verified_score(stored, checks)
-        ruleset = classify(config).ruleset
-        if score is not stored:
-            store.save_score(run_id, score, ruleset=ruleset)
-        store.save_verification(run_id, checks)
-    events = event_log(config, run_id)
-    events.verification(checks)
-    if score is not stored:
-        events.score(score, ruleset)
+        recorder.verification(
+            checks, rescored=None if score is stored else score, ruleset=classify(config).ruleset
+        )
     return checks
 
 
@@ -389,11 +342,6 @@ def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
     with Store.open_existing(config.db) as store:
         page = write_page(store, run_id, page).resolve()
         return page, markdown_summary(store, run_id, page)
-
-
-def event_log(config: BenchmarkConfig, run_id: int) -> EventLog:
-    """The run's event log (aiperf.results.mllog) in its folder, appended to as the run goes."""
-    return EventLog(paths.event_log_path(config.out, config.db, run_id))
 
 
 CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
@@ -438,22 +386,26 @@ class Stages:
         as it ends (Orchestrator.on_progress). Plainly, nothing: the CLI shows a live line."""
 
     def stage_dataset(
-        self, config: BenchmarkConfig, run_id: int, scheduler_address: str, security: Any = None
+        self,
+        config: BenchmarkConfig,
+        claim: RunClaim,
+        scheduler_address: str,
+        security: Any = None,
     ) -> Manifest:
-        return stage_dataset(config, run_id, scheduler_address, security)
+        return stage_dataset(config, claim, scheduler_address, security)
 
     def trials(
         self, config: BenchmarkConfig, scheduler_address: str, security: Any = None
     ) -> AbstractContextManager[TrialRunner]:
         return dask_trials(config, scheduler_address, security)
 
-    def score(self, config: BenchmarkConfig, run_id: int) -> ScoreResult:
-        return score_run(config, run_id)
+    def score(self, config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
+        return score_run(config, claim)
 
     def verify(
-        self, config: BenchmarkConfig, run_id: int, evaluator: Evaluator | None = None
+        self, config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
     ) -> list[CheckRecord]:
-        return verify_and_record(config, run_id, evaluator)
+        return verify_and_record(config, claim, evaluator)
 
     def publish(self, config: BenchmarkConfig, run_id: int, score: ScoreResult) -> None:
         page, _ = write_report(config, run_id)
@@ -479,11 +431,12 @@ def run_benchmark(
     stages = stages or Stages()
     check_before_recording(config)  # a user's mistake is one line, and nothing is recorded
     with Store.open(config.db) as store:
-        run_id = (
+        recorder = (
             record_run(store, config, flow_run_id, series=series, series_index=series_index)
             if resume is None
             else reopen_run(store, config, resume)
         )
+        run_id = recorder.run_id
         logger.info(
             "run %d %s in %s",
             run_id,
@@ -501,21 +454,20 @@ def run_benchmark(
                 run_id,
                 "; ".join(foreseen),
             )
-        with failed_on_error(store, run_id):
+        with recorder.failed_on_error():
             stages.recorded(
                 config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()
             )
         # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
-        with liveness.heartbeat(store, run_id), liveness.stop_on_signals():
+        with liveness.heartbeat(recorder), liveness.stop_on_signals():
             try:
                 scored = search_until_deadline(
                     config,
-                    store,
-                    run_id,
+                    recorder,
                     stages,
                     logger,
                     resumed=resume is not None,
-                    then=partial(score_and_verify, config, run_id, stages),
+                    then=partial(score_and_verify, config, recorder.claim, stages),
                 )
                 assert scored is not None  # `then` ran, with the workers up
                 score, checks = scored
@@ -527,14 +479,12 @@ def run_benchmark(
                     if isinstance(exc, (KeyboardInterrupt, SystemExit))
                     else RunStatus.FAILED
                 )
-                store.finish_run(run_id, status=ended, message=f"{type(exc).__name__}: {exc}")
                 try:
-                    event_log(config, run_id).run_stopped(ended, f"{type(exc).__name__}: {exc}")
+                    recorder.run_stopped(ended, f"{type(exc).__name__}: {exc}")
                 except OSError as log_error:  # a full disk: the database has the run's end
                     logger.warning("run %d: its event log was not closed: %s", run_id, log_error)
                 raise
-            store.finish_run(run_id, status=RunStatus.COMPLETED)
-            event_log(config, run_id).run_stopped(RunStatus.COMPLETED)
+            recorder.run_stopped(RunStatus.COMPLETED)
         score = verified_score(score, checks)  # as verify_and_record stored it
     log_outcome(run_id, score, checks, logger)
     try:  # the run is scored and completed: a report that fails to publish does not undo that
@@ -566,21 +516,19 @@ def log_outcome(
         logger.warning("run %d: result INVALID: %s", run_id, "; ".join(score.reasons))
 
 
-def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> int:
+def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> RunRecorder:
     """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat,
-    once this process took it over (liveness.take_over: refused while its process still beats)."""
-    liveness.take_over(store, closable_run(store, run_id, config.db, "resumed"), "resumed")
-    store.interrupt_trials(run_id)  # a lost run's running trials: trained again
-    store.close_window_at_last_epoch(run_id)  # a lost run's open segment ends at its last epoch
-    store.reopen_run(run_id)
-    event_log(config, run_id).run_resumed(run_id=run_id, windows=store.get_run(run_id).windows)
-    return run_id
+    once this process took it over (liveness.take_over: refused while its process still beats);
+    its recorder, with this process's claim."""
+    claim = liveness.take_over(store, closable_run(store, run_id, config.db, "resumed"), "resumed")
+    recorder = RunRecorder.of_run(store, claim, config)
+    recorder.run_resumed()
+    return recorder
 
 
 def search_until_deadline(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     stages: Stages,
     logger: logging.Logger | logging.LoggerAdapter = log,
     resumed: bool = False,
@@ -591,6 +539,7 @@ def search_until_deadline(
     is left of its budget in a new segment of its window. `then`: what to do with the workers
     still up once the search has ended (score and verify: the kept weights are evaluated again on
     a worker, with its devices); its result is returned."""
+    run_id = recorder.run_id
     topic = f"aiperf-run-{run_id}-epochs"
     events: queue.Queue = queue.Queue()
     with (
@@ -598,25 +547,24 @@ def search_until_deadline(
         stages.trials(config, cluster.scheduler_address, cluster.security) as trials,
     ):
         manifest = stages.stage_dataset(
-            config, run_id, cluster.scheduler_address, cluster.security
+            config, recorder.claim, cluster.scheduler_address, cluster.security
         )
         # Warm-up and peaks come before anything reads what the profile leaves to the devices
         # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
         # and the trials see the settings the run resolved from them.
         listed = config.search.space.batch_size
-        config = prepare_workers(config, store, run_id, trials.client, logger, resumed=resumed)
+        config = prepare_workers(config, recorder, trials.client, logger, resumed=resumed)
         if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
             refuse_batch_beyond_data(config, manifest)
-        measure_feed(config, store, run_id, trials.client, manifest, logger)  # feed-bound?
-        measure_reference(config, store, run_id, trials.client, manifest, logger)  # bare Keras
-        describe_workers(config, store, run_id, trials.client, logger)
-        record_provenance(config, store, run_id, trials.client, logger)
+        measure_feed(config, recorder, trials.client, manifest, logger)  # feed-bound?
+        measure_reference(config, recorder, trials.client, manifest, logger)  # bare Keras
+        describe_workers(config, recorder, trials.client, logger)
+        record_provenance(config, recorder, trials.client, logger)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
             config=config,
-            store=store,
-            run_id=run_id,
+            recorder=recorder,
             oracle=oracle,
             data_path=manifest.path,
             image_shape=manifest.image_shape,
@@ -627,28 +575,22 @@ def search_until_deadline(
             on_figures=live.show,
             on_progress=partial(stages.progress, run_id),
             dataset_samples=(manifest.train_samples, manifest.val_samples),
-            event_log=event_log(config, run_id),
             logger=logger,
         )
-        budget_s = (
-            resume_search(config, store, run_id, orchestrator) if resumed else config.budget_s
-        )
+        budget_s = resume_search(config, recorder, orchestrator) if resumed else config.budget_s
         # The timed window opens once the workers are up and warm (prepare_workers): the budget
         # measures training, not start-up.
         started = time.time()
         deadline = started + budget_s
-        store.start_search(run_id, started, deadline)
-        orchestrator.event_log.search_started(started, deadline)
+        recorder.search_started(started, deadline)
         logger.info("search started on %d workers, budget %g s", config.workers, budget_s)
         try:
             summary = orchestrator.run(started, deadline)
         except KeyboardInterrupt:  # stopped: the segment ends now, every reported epoch recorded
             stopped = time.time()
-            store.finish_search(run_id, stopped)
-            orchestrator.event_log.search_stopped(stopped)
+            recorder.search_stopped(stopped)
             raise
-        store.finish_search(run_id, summary.ended_at)
-        orchestrator.event_log.search_stopped(summary.ended_at)
+        recorder.search_stopped(summary.ended_at)
         logger.info(
             "search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)",
             summary.trials,
@@ -661,22 +603,21 @@ def search_until_deadline(
 
 
 def score_and_verify(
-    config: BenchmarkConfig, run_id: int, stages: Stages, trials: TrialRunner
+    config: BenchmarkConfig, claim: RunClaim, stages: Stages, trials: TrialRunner
 ) -> tuple[ScoreResult, list[CheckRecord]]:
     """The run's score from its records, then its verification, whose re-evaluation of the best
     trial's kept weights runs on one of the run's workers (a trial's slot and devices), not here:
     on a cluster this process runs on a login node, without the devices."""
-    score = stages.score(config, run_id)
+    score = stages.score(config, claim)
     evaluator = None
     if config.train.trainer == "keras":
         evaluator = on_a_worker(trials.client, trial_resources(config))
-    return score, stages.verify(config, run_id, evaluator)
+    return score, stages.verify(config, claim, evaluator)
 
 
 def describe_workers(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     client: Any,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> dict[str, Any] | None:
@@ -687,6 +628,7 @@ def describe_workers(
 
     from aiperf.system import description as system_description
 
+    run_id = recorder.run_id
     try:
         description = system_description.describe_system(
             system_description.collect(client, config.out),
@@ -701,13 +643,12 @@ def describe_workers(
             exc,
         )
         return None
-    store.save_system_description(run_id, description)
+    recorder.system_description(description)
     folder = paths.run_folder(config.out, config.db, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / system_description.FILE_NAME).write_text(
         json.dumps(description, indent=2) + "\n", encoding="utf-8"
     )
-    event_log(config, run_id).system_description(description)
     logger.info(
         "system: %d node(s): %s",
         description["number_of_nodes"],
@@ -718,8 +659,7 @@ def describe_workers(
 
 def record_provenance(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     client: Any,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> dict[str, Any]:
@@ -730,13 +670,13 @@ def record_provenance(
     from aiperf.cluster.plan import user_prologue
     from aiperf.system import provenance as what_ran
 
+    run_id = recorder.run_id
     recorded = what_ran.run_provenance(
         user_prologue(config),
         config.cluster.kind,
         on_every_worker(client, what_ran.describe_process),
     )
-    store.save_provenance(run_id, recorded)
-    event_log(config, run_id).provenance(recorded)
+    recorder.provenance(recorded)
     if classify(config).closed:
         for reason in what_ran.review_reasons(recorded):
             logger.warning("run %d: for review: %s", run_id, reason)
@@ -745,8 +685,7 @@ def record_provenance(
 
 def prepare_workers(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     client: Any,
     logger: logging.Logger | logging.LoggerAdapter = log,
     *,
@@ -759,12 +698,12 @@ def prepare_workers(
     peaks = None
     if config.train.trainer == "keras":
         on_every_worker(client, warm_up)
-        peaks = probe_peaks(config, run_id, client, logger)
+        peaks = probe_peaks(config, recorder.run_id, client, logger)
         refuse_unused_gpus(config, peaks)  # a GPU run whose framework shows none: one line
-    if not resumed or not store.get_run(run_id).trials:
-        config = resolve_settings(config, store, run_id, peaks, logger)
+    if not resumed or not recorder.store.get_run(recorder.run_id).trials:
+        config = resolve_settings(config, recorder, peaks, logger)
     if peaks is not None:
-        record_peaks(config, store, run_id, peaks, logger)
+        record_peaks(config, recorder, peaks, logger)
     return config
 
 
@@ -802,8 +741,7 @@ def probe_peaks(
 
 def resolve_settings(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     peaks: list[dict[str, Any]] | None,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> BenchmarkConfig:
@@ -813,7 +751,6 @@ def resolve_settings(
     event log, whose latest config and division stand)."""
     from pydantic import ValidationError
 
-    from aiperf.results import mllog
     from aiperf.train.auto import resolved_settings
 
     resolved = resolved_settings(config, peaks)
@@ -838,30 +775,20 @@ def resolve_settings(
         ) from None
     division = classify(settled)
     stored = settled.model_dump(mode="json")
-    store.record_resolved_settings(
-        run_id,
+    recorder.resolved_settings(
         config=stored,
         precision=settled.train.precision,
         division=division.name,
         deviations=division.deviations,
         config_hash=division.config_hash,
     )
-    events = event_log(config, run_id)
-    events.emit(
-        mllog.SUBMISSION_DIVISION,
-        division.name,
-        deviations=list(division.deviations),
-        config_hash=division.config_hash,
-    )
-    events.emit(mllog.CONFIG, stored)
-    logger.info("run %d: for its devices: %s (%s)", run_id, shown, division.name)
+    logger.info("run %d: for its devices: %s (%s)", recorder.run_id, shown, division.name)
     return settled
 
 
 def record_peaks(
     config: BenchmarkConfig,
-    store: Store,
-    run_id: int,
+    recorder: RunRecorder,
     peaks: list[dict[str, Any]],
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> float:
@@ -869,7 +796,7 @@ def record_peaks(
     from aiperf.train.peak import compute_dtype, in_precision
 
     peaks = [in_precision(peak, config.train.precision) for peak in peaks]
-    store.record_peaks(run_id, peaks)
+    recorder.peaks(peaks)
     total = sum(p["flops"] for p in peaks)
     logger.info(
         "measured peak: %sFLOP/s in %s over %d workers (%s)",
@@ -882,15 +809,15 @@ def record_peaks(
 
 
 def resume_search(
-    config: BenchmarkConfig, store: Store, run_id: int, orchestrator: Orchestrator
+    config: BenchmarkConfig, recorder: RunRecorder, orchestrator: Orchestrator
 ) -> float:
     """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
     trials' records (it proposes what it would have proposed next), the interrupted trials queued
     to train again. Returns the seconds of budget left."""
     from aiperf.search.resume import restore
 
-    record = store.get_run(run_id)
-    state = store.search_state(run_id)
+    record = recorder.store.get_run(recorder.run_id)
+    state = recorder.store.search_state(recorder.run_id)
     if (
         state is not None
     ):  # None: it stopped before its first proposal, so a fresh oracle is the same

@@ -4,6 +4,9 @@ Knows nothing of Prefect or Keras, so any tool can read a run's records with it.
 outside this package reads the frozen records of aiperf.store.records, never the ORM models.
 """
 
+from aiperf.store.batch import WriteBatch
+from aiperf.store.ownership import RunClaim
+from aiperf.store.reads import RunWork
 from aiperf.store.records import (
     CheckRecord,
     DatasetRecord,
@@ -19,7 +22,7 @@ from aiperf.store.records import (
     window_gaps,
     window_seconds,
 )
-from aiperf.store.repository import RunWork, Store, WriteBatch
+from aiperf.store.repository import Store
 from aiperf.store.results_models import ResultRecord
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "EpochRecord",
     "RecordNotFound",
     "ResultRecord",
+    "RunClaim",
     "RunRecord",
     "RunScoreRow",
     "RunTakenOver",
