@@ -210,8 +210,14 @@ class RunRecorder:
         )
         recorder = cls.of_run(store, claim, config)
         with recorder.failed_on_error():
+            row = store.get_run(
+                claim.run_id
+            )  # the row's own times, so the log rebuilds them exactly
             recorder.events.run_started(
                 run_id=claim.run_id,
+                created_at=row.created_at.timestamp(),
+                flow_run_id=flow_run_id,
+                system_first_seen_at=row.system.first_seen_at.timestamp(),
                 config=settings,
                 system_id=system_id,
                 system=system,
@@ -222,10 +228,18 @@ class RunRecorder:
                 series=series,
                 series_index=series_index,
             )
+            # What the row starts with, nothing measured yet: a later write of a fact logs it again
+            # (the latest stands), and a run that never measures one (simulated trials, a feed
+            # that could not be measured) still logs what its row holds.
             recorder.events.resources(
-                precision=config.train.precision,
-                backend=config.train.backend,
-                jit_compile=config.train.jit_compile,
+                precision=row.precision,
+                backend=row.backend,
+                jit_compile=row.jit_compile,
+                peak_flops=row.peak_flops,
+                worker_peaks=list(row.worker_peaks),
+                data_feed=row.data_feed,
+                feed_rates=list(row.feed_rates),
+                reference_rates=list(row.reference_rates),
             )
         return recorder
 
@@ -243,11 +257,31 @@ class RunRecorder:
         """The run failed before its search: its row only, for the event log may be what failed."""
         self.store.finish_run(self.claim, status=RunStatus.FAILED, message=message)
 
+    @contextmanager
+    def _trials_it_ends(self) -> Iterator[None]:
+        """Trials the run itself ends (interrupted when it is resumed or recovered, stopped with it)
+        get their trial_stop line, as the orchestrator's get theirs: which were running is read
+        before the write and how they ended after it, so a retried write still logs them."""
+        running = {
+            t.trial_key
+            for t in self.store.get_run(self.run_id).trials
+            if t.status == TrialStatus.RUNNING
+        }
+        yield
+        if not running:
+            return
+        for trial in self.store.get_run(self.run_id).trials:
+            if trial.trial_key in running and trial.ended_at is not None:
+                self.events.trial_stopped(
+                    trial.trial_key, trial.status, trial.ended_at.timestamp(), trial.message
+                )
+
     def run_resumed(self) -> None:
         """A lost or interrupted run this process took over runs again: its running trials are
         interrupted (trained again), its open segment ends at its last epoch, and it is running
         with no score until the resumed search ends."""
-        self.store.interrupt_trials(self.claim)
+        with self._trials_it_ends():
+            self.store.interrupt_trials(self.claim)
         self.store.close_window_at_last_epoch(self.claim)
         self.store.reopen_run(self.claim)
         self.events.run_resumed(
@@ -257,7 +291,8 @@ class RunRecorder:
     def run_recovered(self, message: str) -> None:
         """A lost or interrupted run this process took over is closed to be scored: its running
         trials interrupted, its open segment ended at its last epoch, the run interrupted."""
-        self.store.interrupt_trials(self.claim)
+        with self._trials_it_ends():
+            self.store.interrupt_trials(self.claim)
         self.store.close_window_at_last_epoch(self.claim)
         self.store.finish_run(self.claim, status=RunStatus.INTERRUPTED, message=message)
         self.events.windows_closed(self.store.get_run(self.run_id).windows)
@@ -266,7 +301,8 @@ class RunRecorder:
     def run_stopped(self, status: RunStatus, message: str | None = None) -> None:
         """The run ended (completed, failed, interrupted); its running trials stop with it. An event
         log that cannot take the line (a full disk) raises OSError after the row is written."""
-        self.store.finish_run(self.claim, status=status, message=message)
+        with self._trials_it_ends():
+            self.store.finish_run(self.claim, status=status, message=message)
         self.events.run_stopped(status, message)
 
     def heartbeat(self) -> None:

@@ -69,7 +69,7 @@ class LoggedRun:
 
 
 def _utc(seconds: Any) -> datetime:
-    """The datetime the store makes of the same Unix time (aiperf.store.repository.utc)."""
+    """The datetime the store makes of the same Unix time (aiperf.store.conversion.utc)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise ValueError(f"time_s {seconds!r} is not a number")
     return datetime.fromtimestamp(seconds, tz=UTC)
