@@ -775,8 +775,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def failed(summary: dict[str, Any]) -> bool:
     """Whether the check failed: stopped by its time limit, or a run that did not complete. Its run
     is shorter than any ruleset's minimum, so a verified but invalid result (exit status 3,
-    aiperf.cli.main.EXIT_INVALID) is what a good check gives."""
-    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
+    aiperf.cli.exit_codes.EXIT_INVALID) is what a good check gives."""
+    from aiperf.cli.exit_codes import EXIT_INVALID, EXIT_VALID
 
     run = summary.get("run")
     return bool(summary.get("stopped")) or (

@@ -45,7 +45,7 @@ def threshold_for(cv: float, sigmas: float = 3.0) -> float:
 def _run(command: list[str]) -> None:
     """One `aiperf run`: valid (exit 0), or verified and invalid (3: a --budget under the
     profile's minimum) still measures the machine; any other status stops the series."""
-    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
+    from aiperf.cli.exit_codes import EXIT_INVALID, EXIT_VALID
 
     code = subprocess.run(command, stdout=subprocess.DEVNULL).returncode
     if code not in (EXIT_VALID, EXIT_INVALID):

@@ -108,7 +108,7 @@ def _steady_rate(epochs: list[tuple[str, int, float, float]]) -> tuple[float, in
 
 
 def run_aiperf(case: Case, window_s: float, workers: int, folder: Path) -> Rates:
-    from aiperf.cli.main import EXIT_INVALID, EXIT_VALID
+    from aiperf.cli.exit_codes import EXIT_INVALID, EXIT_VALID
     from aiperf.store import Store
 
     db = f"sqlite:///{folder / f'{case.name}.db'}"

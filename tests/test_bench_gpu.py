@@ -82,7 +82,7 @@ def test_smoke_mode_runs_every_part_and_prints_the_table_last(prefect_api, tmp_p
                 part["aiperf"]["images_per_s"] / part["bare"]["images_per_s"]
             )
     run = result["run"]
-    # Shorter than the profile's minimum: verified and invalid (aiperf.cli.main.EXIT_INVALID)
+    # Shorter than the profile's minimum: verified and invalid (aiperf.cli.exit_codes.EXIT_INVALID)
     assert run["profile"] in ("imagenet-shaped", "imagenet") and run["exit"] == 3
     assert run["status"] == "completed", run
     assert run["data"]["kind"].startswith("synthetic in memory")

@@ -16,7 +16,7 @@ from conftest import TINY
 from test_history_data import system_facts
 
 from aiperf import paths, settings
-from aiperf.cli.main import EXIT_INVALID
+from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.config import load_config
 from aiperf.paths import try_hold
 from aiperf.status import RunStatus
@@ -157,7 +157,7 @@ def test_two_concurrent_first_runs_on_one_fresh_sqlite_database_both_finish(tmp_
         )
     for process in runs:
         stdout, stderr = process.communicate(timeout=600)
-        # 8 s is under the profile's minimum budget: verified, and invalid (aiperf.cli.main)
+        # 8 s is under the profile's minimum budget: verified, and invalid (aiperf.cli.exit_codes)
         assert process.returncode == EXIT_INVALID, stdout[-3000:] + stderr[-3000:]
         assert "regulated score" in stdout
     with Store.open_existing(db) as store:

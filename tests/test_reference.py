@@ -17,7 +17,7 @@ from conftest import TINY
 from records import T0, run_record
 
 from aiperf import settings
-from aiperf.cli.main import EXIT_INVALID
+from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.results.overhead import BELOW, overhead
 from aiperf.status import TrialStatus
 from aiperf.store import EpochRecord, RunRecord, Store, TrialRecord

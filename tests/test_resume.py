@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from aiperf.cli.main import EXIT_INVALID
+from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
 
@@ -195,7 +195,7 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
         "--db",
         copy_url,
     )
-    # A simulated trainer's result is verified and invalid (aiperf.cli.main's exit status)
+    # A simulated trainer's result is verified and invalid (aiperf.cli.exit_codes)
     assert resumed.returncode == EXIT_INVALID, resumed.stderr[-3000:]
     with Store.open_existing(copy_url) as store:
         record = store.get_run(1)

@@ -13,7 +13,8 @@ import pytest
 from conftest import TINY
 from typer.testing import CliRunner
 
-from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app
+from aiperf.cli.exit_codes import EXIT_VERIFICATION_FAILED
+from aiperf.cli.main import app
 from aiperf.store import Store
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,8 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from aiperf.cli.main import EXIT_INVALID, app
+from aiperf.cli.exit_codes import EXIT_INVALID
+from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
 from aiperf.lifecycle.parameters import check_parameters

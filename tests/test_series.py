@@ -17,7 +17,8 @@ from conftest import TINY
 from typer.testing import CliRunner
 
 from aiperf import paths
-from aiperf.cli.main import EXIT_INVALID, app
+from aiperf.cli.exit_codes import EXIT_INVALID
+from aiperf.cli.main import app
 from aiperf.report.series_package import SERIES_FILE
 from aiperf.results import mllog
 from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, summarise

@@ -19,7 +19,8 @@ from test_physical_limits import PHYSICAL_TAMPERS
 from typer.testing import CliRunner
 
 from aiperf import paths
-from aiperf.cli.main import EXIT_VERIFICATION_FAILED, app, run_exit_code
+from aiperf.cli.exit_codes import EXIT_VERIFICATION_FAILED, run_exit_code
+from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.lifecycle import run
 from aiperf.results import record_checks, remeasure, verify

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from aiperf.cli.main import EXIT_INVALID
+from aiperf.cli.exit_codes import EXIT_INVALID
 
 REPO = Path(__file__).resolve().parents[1]
 JUNK = shutil.ignore_patterns(
