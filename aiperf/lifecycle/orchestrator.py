@@ -8,8 +8,9 @@ It writes the search's records through the run's recorder (aiperf.lifecycle.reco
 run's owner, each record with its event-log lines.
 
 Its parts live beside it, one job each: which trial runs on which worker slot, and when
-(aiperf.lifecycle.admission); the oracle and its proposals (aiperf.lifecycle.proposals); the live
-figures it publishes (aiperf.lifecycle.live).
+(aiperf.lifecycle.admission); the oracle and its proposals (aiperf.lifecycle.proposals); the rules
+a worker's report is checked against (aiperf.lifecycle.reports); the live figures it publishes
+(aiperf.lifecycle.live).
 
 Two things keep a thousand workers busy from one process. The oracle lives on its own thread
 (aiperf.lifecycle.proposals.OracleThread), which proposes the next trials ahead of need, so a
@@ -18,11 +19,12 @@ so only one thread ever touches the oracle. And what one turn of the loop learns
 trials) is committed in one transaction (a recorder's Turn: an aiperf.store.WriteBatch), not one
 per report: a commit waits for the disk.
 
-Every report is checked when it arrives: samples within the dataset and in whole batches, epochs
-in order, and a live event only from the worker the trial runs on (the Dask scheduler stamps each
-event with its sender, `sent_from`). A report that fails is refused with a warning and its trial is
-failed with the reason. What is expensive to check here (the operations per sample a worker counted)
-is checked by the verification every run ends with (aiperf.results.verify).
+Every report is checked when it arrives (aiperf.lifecycle.reports): samples within the dataset
+and in whole batches, epochs in order, and a live event only from the worker the trial runs on
+(the Dask scheduler stamps each event with its sender, `sent_from`). A report that fails is refused
+with a warning and its trial is failed with the reason. What is expensive to check here (the
+operations per sample a worker counted) is checked by the verification every run ends with
+(aiperf.results.verify).
 
 Nothing here knows Prefect or Dask: a launcher is any callable returning a handle with done(),
 result() and cancel(), and reports arrive on a plain queue (as message objects from launchers in
@@ -49,18 +51,13 @@ from aiperf.lifecycle.admission import Admission, Launcher, Running
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
 from aiperf.lifecycle.recorder import RunRecorder
+from aiperf.lifecycle.reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialResult, from_event
 
 log = logging.getLogger("aiperf.lifecycle.orchestrator")
-
-
-# Where a report came from: a Dask worker's address, the trial's own result (trusted: it is the
-# return value of the task that ran the trial), or an event that no scheduler stamped.
-FROM_RESULT = "result"
-UNSTAMPED = "unstamped"
 
 
 # The coordinator shares the machine with the workers: its loop polls every poll_s, but redraws the
@@ -77,10 +74,6 @@ def max_consecutive_failures(workers: int) -> int:
 
 class NothingTrains(UserError):
     """Every trial fails: the run stops as failed, naming the first failure (usually a setting)."""
-
-
-class RefusedReport(Exception):
-    """A worker's report that breaks a rule: the trial fails with this reason."""
 
 
 @dataclass(frozen=True)
@@ -278,7 +271,7 @@ class Orchestrator:
         if running is None:
             return  # a late repeat for a trial already finished: its result carried it too
         try:
-            if not self._admissible(running, message, sender):
+            if not admissible(running, message, sender, self.dataset_samples):
                 return
         except RefusedReport as exc:
             log.warning(
@@ -288,42 +281,6 @@ class Orchestrator:
             self._end(message.trial_key, TrialStatus.FAILED, f"refused a worker's report: {exc}")
             return
         self._apply(running, message)
-
-    def _admissible(
-        self, running: Running, message: TrialBuilt | EpochReport, sender: str
-    ) -> bool:
-        """True to apply the report, False to skip it for now; RefusedReport when it breaks a rule."""
-        if sender == UNSTAMPED:
-            raise RefusedReport("the event was not sent by a worker")
-        if sender != FROM_RESULT:
-            if running.sender is None:
-                running.sender = sender  # the trial's first live event names its worker
-            elif sender != running.sender:
-                raise RefusedReport(
-                    f"it came from {sender}, but the trial runs on {running.sender}"
-                )
-        if isinstance(message, TrialBuilt):
-            return True
-        expected = len(running.epochs_seen)
-        if message.epoch in running.epochs_seen:
-            return False  # a repeat: the live event and the result both carry every epoch
-        if message.epoch != expected:
-            if sender != FROM_RESULT:
-                return False  # an earlier live event was lost: the trial's result brings them in order
-            raise RefusedReport(f"epoch {message.epoch} arrived after epoch {expected - 1}")
-        if message.samples_trained % running.batch_size:
-            raise RefusedReport(
-                f"epoch {message.epoch} trained {message.samples_trained} samples, not whole "
-                f"batches of {running.batch_size}"
-            )
-        if self.dataset_samples is not None:
-            train, val = self.dataset_samples
-            if message.samples_trained > train or message.samples_evaluated > val:
-                raise RefusedReport(
-                    f"epoch {message.epoch} reports {message.samples_trained} trained and "
-                    f"{message.samples_evaluated} evaluated samples; the dataset has {train} and {val}"
-                )
-        return True
 
     def _apply(self, running: Running, message: TrialBuilt | EpochReport) -> None:
         if isinstance(message, TrialBuilt):
@@ -343,7 +300,7 @@ class Orchestrator:
             )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
             return
-        # Recorded once: _admissible let through only the next epoch, and the write skips a row
+        # Recorded once: admissible let through only the next epoch, and the write skips a row
         # that a retried commit already wrote.
         self._turn.epoch(running.trial_id, message.trial_key, message.fields())
         running.epochs_seen.add(message.epoch)
