@@ -38,7 +38,7 @@ from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.errors import UserError
 from aiperf.lifecycle import run
-from aiperf.lifecycle.orchestrator import LiveFigures
+from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.parameters import (
     FlowCluster,
     FlowProfile,

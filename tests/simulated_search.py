@@ -11,7 +11,8 @@ from conftest import TINY
 from test_history_data import system_facts
 
 from aiperf.config import load_config
-from aiperf.lifecycle.orchestrator import Launcher, Orchestrator
+from aiperf.lifecycle.admission import Launcher
+from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.mllog import EventLog
 from aiperf.search.oracles import make_oracle

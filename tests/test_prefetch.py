@@ -1,4 +1,4 @@
-"""Proposals made ahead of need on the oracle's own thread (aiperf.lifecycle.orchestrator.OracleThread), and
+"""Proposals made ahead of need on the oracle's own thread (aiperf.lifecycle.proposals.OracleThread), and
 one transaction per turn of the loop (aiperf.store.WriteBatch): a freed worker takes a proposal
 that is already made, only one thread ever touches the oracle, a proposal that never runs leaves
 no trace in the records, and a resumed run proposes it again."""
@@ -15,7 +15,7 @@ from simulated_search import simulated_orchestrator
 from sqlalchemy import event
 from test_history_data import system_facts
 
-from aiperf.lifecycle.orchestrator import OracleThread, proposals_ahead
+from aiperf.lifecycle.proposals import OracleThread, proposals_ahead
 from aiperf.search.oracles import make_oracle
 from aiperf.search.resume import restore, trial_values
 from aiperf.store import RecordNotFound, Store, WriteBatch

@@ -12,7 +12,7 @@ import time
 from simulated_search import simulated_orchestrator
 from test_orchestrator_wake import FAST, _Timed
 
-from aiperf.lifecycle.orchestrator import PROGRESS_STEP, LiveFigures
+from aiperf.lifecycle.live import PROGRESS_STEP, LiveFigures
 from aiperf.train.messages import TrialResult, to_event
 from aiperf.train.simulated import plan_trial
 

@@ -31,7 +31,7 @@ BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark_config"
 
 def _live_view():
     """A live line: elapsed of budget, trials done and running, current OPS."""
-    from aiperf.lifecycle.orchestrator import LiveFigures
+    from aiperf.lifecycle.live import LiveFigures
     from aiperf.units import format_ops
 
     def render(p: LiveFigures) -> Table:

@@ -7,18 +7,24 @@ ends. At the deadline it stops proposing and waits for the running trials to sto
 It writes the search's records through the run's recorder (aiperf.lifecycle.recorder), as the
 run's owner, each record with its event-log lines.
 
-Two things keep a thousand workers busy from one process. The oracle lives on its own thread
-(OracleThread), which proposes the next trials ahead of need, so a freed worker takes a proposal
-that is already made; every oracle call goes through that thread, so only one thread ever touches
-the oracle. And what one turn of the loop learns (epochs, ends, new trials) is committed in one
-transaction (a recorder's Turn: an aiperf.store.WriteBatch), not one per report: a commit waits
-for the disk.
+Its parts live beside it, one job each: which trial runs on which worker slot, and when
+(aiperf.lifecycle.admission); the oracle and its proposals (aiperf.lifecycle.proposals); the rules
+a worker's report is checked against (aiperf.lifecycle.reports); the live figures it publishes
+(aiperf.lifecycle.live).
 
-Every report is checked when it arrives: samples within the dataset and in whole batches, epochs
-in order, and a live event only from the worker the trial runs on (the Dask scheduler stamps each
-event with its sender, `sent_from`). A report that fails is refused with a warning and its trial is
-failed with the reason. What is expensive to check here (the operations per sample a worker counted)
-is checked by the verification every run ends with (aiperf.results.verify).
+Two things keep a thousand workers busy from one process. The oracle lives on its own thread
+(aiperf.lifecycle.proposals.OracleThread), which proposes the next trials ahead of need, so a
+freed worker takes a proposal that is already made; every oracle call goes through that thread,
+so only one thread ever touches the oracle. And what one turn of the loop learns (epochs, ends, new
+trials) is committed in one transaction (a recorder's Turn: an aiperf.store.WriteBatch), not one
+per report: a commit waits for the disk.
+
+Every report is checked when it arrives (aiperf.lifecycle.reports): samples within the dataset
+and in whole batches, epochs in order, and a live event only from the worker the trial runs on
+(the Dask scheduler stamps each event with its sender, `sent_from`). A report that fails is refused
+with a warning and its trial is failed with the reason. What is expensive to check here (the
+operations per sample a worker counted) is checked by the verification every run ends with
+(aiperf.results.verify).
 
 Nothing here knows Prefect or Dask: a launcher is any callable returning a handle with done(),
 result() and cancel(), and reports arrive on a plain queue (as message objects from launchers in
@@ -28,131 +34,35 @@ this process, as event dicts from Dask workers). Tests drive it with threads.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
 
 import keras_tuner as kt
 
-from aiperf import paths, settings
-from aiperf.config import BenchmarkConfig, trial_devices
+from aiperf import settings
+from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
+from aiperf.lifecycle.admission import Admission, Launcher, Running
+from aiperf.lifecycle.live import LiveFigures
+from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
 from aiperf.lifecycle.recorder import RunRecorder
-from aiperf.search import space
-from aiperf.search.resume import stored_state
-from aiperf.search.schedule import epochs_for
+from aiperf.lifecycle.reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases
-from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult, from_event
-from aiperf.train.recipe import scaled_rate
-from aiperf.units import ops_rate
+from aiperf.train.messages import EpochReport, TrialBuilt, TrialResult, from_event
 
 log = logging.getLogger("aiperf.lifecycle.orchestrator")
-
-
-def trial_seed(run_seed: int, number: int) -> int:
-    """Each trial's weight seed, distinct per trial and within what numpy and the frameworks take."""
-    return (run_seed * 100_003 + number) % 2**32
-
-
-class TrialHandle(Protocol):
-    def done(self) -> bool: ...
-    def result(self) -> TrialResult: ...
-    def cancel(self) -> None: ...
-
-    # Optional: `add_done_callback(fn)`, as distributed.Future has it. A handle that offers it wakes
-    # the loop the moment its trial ends, so its worker gets the next trial without waiting a poll.
-
-
-Launcher = Callable[[TrialRequest], TrialHandle]
-
-
-@dataclass(frozen=True)
-class LiveFigures:
-    """A snapshot for live displays: what the run has done so far (a resumed run: its segment)."""
-
-    elapsed_s: float
-    budget_s: float
-    trials_done: int
-    trials_running: int
-    total_ops: int
-    best_val_accuracy: float | None
-    best_trial: str | None = None  # the trial whose complete epoch reached best_val_accuracy
-
-    @property
-    def ops_per_s(self) -> float:
-        return self.total_ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def budget_used(self) -> float:
-        """The share of the budget used, 0 to 1 (past the deadline, stopping trials: 1)."""
-        return min(1.0, self.elapsed_s / self.budget_s) if self.budget_s > 0 else 1.0
-
-    def milestone(self) -> tuple[str | None, int, bool]:
-        """What a new version of the best-so-far table marks: a new best trial, another
-        PROGRESS_STEP of the budget, or the search's end (no trial left running past the deadline).
-        A trial's end alone moves the progress bar only, so a run of many trials does not fill its
-        artifacts with versions."""
-        step = math.floor(self.budget_used / PROGRESS_STEP + 1e-9)
-        return self.best_trial, step, self.budget_used >= 1.0 and self.trials_running == 0
-
-    def markdown(self, run_id: int) -> str:
-        """The best figures so far as a markdown table, for a person following the run."""
-        best = (
-            "-"
-            if self.best_val_accuracy is None
-            else f"{self.best_val_accuracy:.4f} (trial {self.best_trial})"
-        )
-        rows = [
-            (
-                "budget used",
-                f"{self.elapsed_s:.0f} s of {self.budget_s:.0f} s ({100 * self.budget_used:.0f}%)",
-            ),
-            ("trials ended", f"{self.trials_done} ({self.trials_running} running)"),
-            ("best val accuracy", best),
-            ("OPS so far", ops_rate(self.ops_per_s)),
-        ]
-        lines = [f"## aiperf run {run_id}: progress", "", "| | |", "|---|---|"]
-        return "\n".join(lines + [f"| {name} | {value} |" for name, value in rows]) + "\n"
-
-
-@dataclass
-class _Running:
-    trial_id: int
-    kt_trial: kt.engine.trial.Trial
-    handle: TrialHandle
-    batch_size: int
-    train_ops: int | None = None
-    eval_ops: int | None = None
-    epochs_seen: set[int] = field(default_factory=set)
-    sender: str | None = None  # the Dask worker whose live events this trial accepts
-    best_val_accuracy: float | None = None  # of its complete epochs, for the line its end logs
-    operator: str | None = None  # how the search made it (a morphism, "seed"), for that line
-
-
-# Where a report came from: a Dask worker's address, the trial's own result (trusted: it is the
-# return value of the task that ran the trial), or an event that no scheduler stamped.
-FROM_RESULT = "result"
-UNSTAMPED = "unstamped"
 
 
 # The coordinator shares the machine with the workers: its loop polls every poll_s, but redraws the
 # live figures only this often (their rendering cost cores the trials want).
 FIGURES_EVERY_S = 1.0
-
-# The run's progress (on_progress: in a flow, Prefect artifacts) is published as each trial ends, and
-# whenever another tenth of the budget is used, so it moves even while no trial ends; each
-# publication is a call to the Prefect API, so not every turn of the loop.
-PROGRESS_STEP = 0.1
 
 
 def max_consecutive_failures(workers: int) -> int:
@@ -162,147 +72,8 @@ def max_consecutive_failures(workers: int) -> int:
     return settings.count(settings.MAX_CONSECUTIVE_FAILURES) or 3 * workers
 
 
-def proposals_ahead(workers: int) -> int:
-    """How many proposals the oracle thread keeps ready beyond the one being taken.
-
-    A proposal made ahead does not know the trials that end between its making and its launch.
-    With W workers every proposal already misses the W - 1 trials still running, so k made ahead
-    add k / (W - 1) to that: nothing at a thousand workers, where a slow proposal would idle
-    them, and as much again at two, where a proposal costs little against a trial. Hence none
-    under 4 workers (the oracle still runs on its thread, on demand), then one per 256 workers
-    (ends arrive about workers / trial length per second, in bursts of a few per turn)."""
-    return 0 if workers < 4 else math.ceil(workers / 256)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A trial the oracle proposed, its values, and the oracle's state right after proposing it.
-
-    The run stores that state in the transaction that records the trial, never an older one: a
-    resumed run then never proposes a recorded trial again. Proposals made after it (ready, not yet
-    launched) are not in it, so one that never runs leaves no trace in the records."""
-
-    trial: kt.engine.trial.Trial
-    values: dict[str, Any]
-    state: dict[str, Any]
-
-
-class OracleThread:
-    """The one thread that touches the oracle (keras-tuner oracles are not thread-safe, and a
-    proposal of the morphism oracle takes long enough to idle workers if the loop waited for it).
-
-    Every call runs on one worker thread, in the order it was made: what the loop tells the oracle
-    (an epoch's score, a trial's end) is fire-and-forget; proposals are asked `ahead` at a time and
-    taken in order. A failure in a told call is raised at the next take() or check()."""
-
-    def __init__(self, oracle: kt.Oracle, ahead: int) -> None:
-        self.oracle, self.ahead = oracle, ahead
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiperf-oracle")
-        self._ready: deque[Future[Proposal | None]] = deque()
-        self._asked = 0
-        self._failure: BaseException | None = None
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """fn(oracle, *args) on the oracle's thread, after everything asked before it."""
-        return self._executor.submit(fn, self.oracle, *args)
-
-    def tell(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Like call, for calls whose answer nobody waits for; a failure is kept and raised later."""
-        self.call(fn, *args).add_done_callback(self._keep_failure)
-
-    def _keep_failure(self, done: Future) -> None:
-        if not done.cancelled() and done.exception() is not None and self._failure is None:
-            self._failure = done.exception()
-
-    def check(self) -> None:
-        """Raise what a told call raised, in the loop's thread."""
-        if self._failure is not None:
-            raise self._failure
-
-    def take(self, wanted: int = 1) -> list[Proposal]:
-        """Up to `wanted` proposals, in order: the next one (waited for when it is not made yet),
-        then each one after it that is already made, so that a slow proposal never holds the ones
-        before it. Empty when the oracle has nothing to propose now. Every proposal wanted is asked
-        for, and `ahead` more are kept asked for."""
-        self.check()
-        while len(self._ready) < wanted:
-            self._ask()
-        taken = [self._ready.popleft().result()]
-        while len(taken) < wanted and self._ready and self._ready[0].done():
-            taken.append(self._ready.popleft().result())
-        while len(self._ready) < self.ahead:
-            self._ask()
-        return [proposal for proposal in taken if proposal is not None]
-
-    def _ask(self) -> None:
-        self._asked += 1
-        self._ready.append(self.call(_propose, f"proposal-{self._asked}"))
-
-    def close(self) -> None:
-        """Drop the proposals not yet started (nothing of theirs was recorded) and wait for the
-        calls already made, so the oracle has learnt every end it was told."""
-        for pending in self._ready:
-            pending.cancel()
-        self._ready.clear()
-        self._executor.shutdown(wait=True)
-
-
-def _propose(oracle: kt.Oracle, tuner_id: str) -> Proposal | None:
-    """On the oracle's thread: a proposal and the state that includes it, as the run stores it."""
-    trial = oracle.create_trial(tuner_id)
-    if trial.status != kt.engine.trial.TrialStatus.RUNNING:
-        return None  # the oracle has nothing to propose right now
-    return Proposal(trial, dict(trial.hyperparameters.values), stored_state(oracle))
-
-
-def _retrain(oracle: kt.Oracle, record: TrialRecord, tuner_id: str) -> kt.engine.trial.Trial:
-    """On the oracle's thread: an interrupted trial of a resumed run registered again under a new
-    trial key with the same values; the oracle counts it as its own, not as a proposal."""
-    from aiperf.search.resume import trial_values
-
-    trial_id = f"{{:0{len(str(oracle.max_trials))}d}}".format(len(oracle.trials))
-    hp = oracle.hyperparameters.copy()
-    hp.values = trial_values(record)
-    trial = kt.engine.trial.Trial(
-        hyperparameters=hp, trial_id=trial_id, status=kt.engine.trial.TrialStatus.RUNNING
-    )
-    oracle.trials[trial_id], oracle.ongoing_trials[tuner_id] = trial, trial
-    oracle.start_order.append(trial_id)
-    return trial
-
-
-def _score(oracle: kt.Oracle, trial_id: str, objective: str, value: float, step: int) -> None:
-    oracle.update_trial(trial_id, {objective: value}, step=step)
-
-
-def _end_trial(
-    oracle: kt.Oracle, trial: kt.engine.trial.Trial, objective: str, message: str | None
-) -> None:
-    """On the oracle's thread, after every score told before it: the trial ends for the oracle,
-    completed if it was ever scored."""
-    measured = trial.metrics.exists(objective)
-    trial.status = (
-        kt.engine.trial.TrialStatus.COMPLETED if measured else kt.engine.trial.TrialStatus.FAILED
-    )
-    trial.message = message
-    oracle.end_trial(trial)
-
-
-@dataclass
-class _Launch:
-    """A trial about to be recorded and handed to a worker."""
-
-    trial: kt.engine.trial.Trial
-    values: dict[str, Any]
-    seed_number: int | None = None  # a retrained trial keeps the weight seed of the one it repeats
-
-
 class NothingTrains(UserError):
     """Every trial fails: the run stops as failed, naming the first failure (usually a setting)."""
-
-
-class RefusedReport(Exception):
-    """A worker's report that breaks a rule: the trial fails with this reason."""
 
 
 @dataclass(frozen=True)
@@ -343,8 +114,7 @@ class Orchestrator:
         and as it ends (a failure there is logged: a display never stops a run)."""
         self.config, self.recorder, self.oracle = config, recorder, oracle
         self.run_id = recorder.run_id
-        self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
-        self.launch, self.events, self.events_topic = launch, events, events_topic
+        self.events = events
         self.on_figures = on_figures or (lambda _figures: None)
         self.on_progress = on_progress
         self._progress_step = -1  # the last PROGRESS_STEP published (-1: none yet)
@@ -355,18 +125,24 @@ class Orchestrator:
         self._ended = threading.Event()  # set when a trial's handle reports it is done
         # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
         self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
-        self.running: dict[str, _Running] = {}
-        self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
+        # The worker slots and the trials on them (which trial runs where and when).
+        self.admission = Admission(
+            config=config,
+            recorder=recorder,
+            data_path=data_path,
+            image_shape=image_shape,
+            num_classes=num_classes,
+            launch=launch,
+            events_topic=events_topic,
+            ended=self._ended,
+        )
+        self.running = self.admission.running  # the same dict: the loop reads, admission fills
         self.counts: dict[TrialStatus, int] = {
             status: 0 for status in TrialStatus if status != TrialStatus.RUNNING
         }
-        self.created = 0
         self.total_ops = 0
         self.best_val_accuracy: float | None = None
         self.best_trial: str | None = None
-        self.retrain: list[
-            TrialRecord
-        ] = []  # a resumed run's interrupted trials, trained again first
         self.failures_in_a_row = 0
         self.first_failure: str | None = (
             None  # its first line: what `aiperf run` prints when nothing trains
@@ -378,14 +154,9 @@ class Orchestrator:
         self._turn = recorder.turn()
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
-        """Continue a resumed run: number new trials after the recorded ones, link children to
-        recorded parents, and train each interrupted trial again, from scratch, before anything new
-        (its finished epochs stay recorded and counted)."""
-        self.created = max((t.number for t in trials), default=-1) + 1
-        self.trial_ids.update({t.trial_key: t.id for t in trials})
-        self.retrain = sorted(
-            (t for t in trials if t.status == TrialStatus.INTERRUPTED), key=lambda t: t.number
-        )
+        """Continue a resumed run (Admission.resume_from): new trials numbered after the recorded
+        ones, interrupted ones trained again first."""
+        self.admission.resume_from(trials)
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -424,6 +195,8 @@ class Orchestrator:
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
         self.deadline = deadline
         slots = self.config.workers
+        proposals = self.proposals
+        assert proposals is not None  # run() set it before calling _run
         shown = 0.0
         # The figures as the search starts, before the first proposal is waited for: a person
         # following the run sees it under way even while a slow oracle makes its first trial.
@@ -435,7 +208,7 @@ class Orchestrator:
                 while (
                     len(self.running) < slots
                     and time.time() < deadline
-                    and self._fill(slots, deadline)
+                    and self.admission.fill(proposals, slots, deadline)
                 ):
                     pass
             self._ended.clear()  # before looking: a trial that ends after this look wakes the wait below
@@ -465,135 +238,13 @@ class Orchestrator:
         self.on_figures(self._figures(started_at, ended))
         self._progress(started_at, ended, ended=True)
         return SearchSummary(
-            trials=self.created,
+            trials=self.admission.created,
             ended_at=ended,
             completed=self.counts[TrialStatus.COMPLETED],
             stopped=self.counts[TrialStatus.STOPPED],
             failed=self.counts[TrialStatus.FAILED],
             diverged=self.counts[TrialStatus.DIVERGED],
         )
-
-    def _wake_when_done(self, handle: TrialHandle) -> None:
-        add = getattr(handle, "add_done_callback", None)
-        if callable(add):
-            add(lambda *_: self._ended.set())
-
-    def _fill(self, slots: int, deadline: float) -> bool:
-        """Start trials on free slots: interrupted trials of a resumed run first, then the oracle's
-        proposals, as many as are ready (at least one, waited for) and as slots are free. False
-        when nothing started (the oracle has nothing to propose right now)."""
-        assert self.proposals is not None
-        launches: list[_Launch] = []
-        state: dict[str, Any] | None = None  # the oracle's, right after the newest proposal taken
-        while self.retrain and len(self.running) + len(launches) < slots:
-            record = self.retrain.pop(0)
-            trial = self.proposals.call(_retrain, record, f"retrain-{record.number}").result()
-            log.info(
-                "trial %s trains interrupted trial %s again", trial.trial_id, record.trial_key
-            )
-            launches.append(
-                _Launch(trial, dict(trial.hyperparameters.values), seed_number=record.number)
-            )
-        free = slots - len(self.running) - len(launches)
-        if free > 0 and not self.retrain:
-            for proposal in self.proposals.take(free):
-                launches.append(_Launch(proposal.trial, proposal.values))
-                state = proposal.state
-        if launches:
-            self._launch(launches, state, deadline)
-        return bool(launches)
-
-    def _launch(
-        self, launches: list[_Launch], state: dict[str, Any] | None, deadline: float
-    ) -> None:
-        """Record the trials and hand them to workers. The oracle's state goes in the same
-        transaction, first: it includes every proposal recorded with it, so a resumed run (which
-        restores it) never proposes a recorded trial again; as in a run without proposals made
-        ahead, the state is stored with each proposal before its trial."""
-        turn = self.recorder.turn()
-        if state is not None:
-            turn.search_state(self.config.search.oracle, state)
-        requests: list[tuple[_Launch, TrialRequest, str | None]] = []
-        started_at = time.time()
-        for launch in launches:
-            values = launch.values
-            proposal = space.decode(values, self.image_shape, self.num_classes)
-            number = self.created
-            self.created += 1
-            epochs = proposal.epochs or epochs_for(
-                number, self.config.workers, self.config.train.epochs
-            )
-            architecture = proposal.network.to_dict()
-            hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
-            parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
-            seed = trial_seed(
-                self.config.seed, number if launch.seed_number is None else launch.seed_number
-            )
-            key = launch.trial.trial_id
-            turn.trial_created(
-                trial_key=key,
-                number=number,
-                started_at=started_at,
-                parent_trial_id=parent_trial_id,
-                operator=proposal.operator,
-                architecture=architecture,
-                hyperparameters=hyperparameters,
-                epochs=epochs,
-                seed=seed,
-            )
-            requests.append(
-                (
-                    launch,
-                    TrialRequest(
-                        run_id=self.run_id,
-                        trial_key=key,
-                        architecture=architecture,
-                        learning_rate=scaled_rate(
-                            proposal.learning_rate,
-                            proposal.batch_size * trial_devices(self.config.cluster),
-                            self.config.train.lr_reference_batch,
-                        ),
-                        batch_size=proposal.batch_size,
-                        epochs=epochs,
-                        deadline=deadline,
-                        data_path=self.data_path,
-                        seed=seed,
-                        optimizer=self.config.train.optimizer,
-                        momentum=self.config.train.momentum,
-                        dropout=proposal.dropout,
-                        early_stopping_patience=self.config.train.early_stopping_patience,
-                        events_topic=self.events_topic,
-                        precision=self.config.train.precision,
-                        jit_compile=self.config.train.jit_compile,
-                        lr_schedule=self.config.train.lr_schedule,
-                        warmup_epochs=self.config.train.warmup_epochs,
-                        weight_decay=self.config.train.weight_decay,
-                        label_smoothing=self.config.train.label_smoothing,
-                        devices=trial_devices(self.config.cluster),
-                        weights_path=self._weights_path(number),
-                    ),
-                    proposal.operator,
-                )
-            )
-        trial_ids = self.recorder.commit(turn)
-        for (launch, request, operator), trial_id in zip(requests, trial_ids, strict=True):
-            key = launch.trial.trial_id
-            self.trial_ids[key] = trial_id
-            handle = self.launch(request)
-            self._wake_when_done(handle)
-            self.running[key] = _Running(
-                trial_id, launch.trial, handle, request.global_batch, operator=operator
-            )
-            log.info("trial %s started: %s", key, operator or launch.values)
-
-    def _weights_path(self, number: int) -> str | None:
-        """Where trial `number` keeps its best epoch's weights, for verify to evaluate again
-        (aiperf.results.remeasure): in the run's folder, beside its event log; none without a run
-        folder (an orchestrator driven by tests) or for a trainer that trains nothing."""
-        log_path = self.recorder.events.path
-        if log_path is None or self.config.train.trainer == "simulated":
-            return None
-        return str((log_path.parent / paths.weights_file(number)).absolute())
 
     # --- what workers report ---------------------------------------------------------------------
 
@@ -620,7 +271,7 @@ class Orchestrator:
         if running is None:
             return  # a late repeat for a trial already finished: its result carried it too
         try:
-            if not self._admissible(running, message, sender):
+            if not admissible(running, message, sender, self.dataset_samples):
                 return
         except RefusedReport as exc:
             log.warning(
@@ -631,43 +282,7 @@ class Orchestrator:
             return
         self._apply(running, message)
 
-    def _admissible(
-        self, running: _Running, message: TrialBuilt | EpochReport, sender: str
-    ) -> bool:
-        """True to apply the report, False to skip it for now; RefusedReport when it breaks a rule."""
-        if sender == UNSTAMPED:
-            raise RefusedReport("the event was not sent by a worker")
-        if sender != FROM_RESULT:
-            if running.sender is None:
-                running.sender = sender  # the trial's first live event names its worker
-            elif sender != running.sender:
-                raise RefusedReport(
-                    f"it came from {sender}, but the trial runs on {running.sender}"
-                )
-        if isinstance(message, TrialBuilt):
-            return True
-        expected = len(running.epochs_seen)
-        if message.epoch in running.epochs_seen:
-            return False  # a repeat: the live event and the result both carry every epoch
-        if message.epoch != expected:
-            if sender != FROM_RESULT:
-                return False  # an earlier live event was lost: the trial's result brings them in order
-            raise RefusedReport(f"epoch {message.epoch} arrived after epoch {expected - 1}")
-        if message.samples_trained % running.batch_size:
-            raise RefusedReport(
-                f"epoch {message.epoch} trained {message.samples_trained} samples, not whole "
-                f"batches of {running.batch_size}"
-            )
-        if self.dataset_samples is not None:
-            train, val = self.dataset_samples
-            if message.samples_trained > train or message.samples_evaluated > val:
-                raise RefusedReport(
-                    f"epoch {message.epoch} reports {message.samples_trained} trained and "
-                    f"{message.samples_evaluated} evaluated samples; the dataset has {train} and {val}"
-                )
-        return True
-
-    def _apply(self, running: _Running, message: TrialBuilt | EpochReport) -> None:
+    def _apply(self, running: Running, message: TrialBuilt | EpochReport) -> None:
         if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
@@ -685,7 +300,7 @@ class Orchestrator:
             )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
             return
-        # Recorded once: _admissible let through only the next epoch, and the write skips a row
+        # Recorded once: admissible let through only the next epoch, and the write skips a row
         # that a retried commit already wrote.
         self._turn.epoch(running.trial_id, message.trial_key, message.fields())
         running.epochs_seen.add(message.epoch)
@@ -697,7 +312,7 @@ class Orchestrator:
         if message.complete and message.val_accuracy is not None:
             assert self.proposals is not None
             self.proposals.tell(
-                _score,
+                score,
                 running.kt_trial.trial_id,
                 self.config.search.objective,
                 message.val_accuracy,
@@ -748,16 +363,14 @@ class Orchestrator:
         # The oracle learns of the end on its thread; the state stored with the next proposal has it
         # (a resumed run rebuilds the trials themselves from the records: aiperf.search.resume).
         assert self.proposals is not None
-        self.proposals.tell(_end_trial, running.kt_trial, self.config.search.objective, message)
+        self.proposals.tell(end_trial, running.kt_trial, self.config.search.objective, message)
         if status in (TrialStatus.FAILED, TrialStatus.DIVERGED, TrialStatus.OUT_OF_MEMORY):
             log.warning(
                 "trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else ""
             )
         self._count_failure(status, message)
 
-    def _ended_line(
-        self, key: str, running: _Running, status: TrialStatus, ended_at: float
-    ) -> str:
+    def _ended_line(self, key: str, running: Running, status: TrialStatus, ended_at: float) -> str:
         """One line per trial as it ends, for a person following the run: how it was made, its
         epochs, its accuracy beside the run's best, and the budget left."""
         accuracy = "-" if running.best_val_accuracy is None else f"{running.best_val_accuracy:.4f}"

@@ -1,0 +1,233 @@
+"""Admission: which trial runs where and when. The worker slots, the trials running on them, and
+starting trials on free slots: a resumed run's interrupted trials first, then the oracle's
+proposals, each recorded (with the oracle's state) before its request goes to a launcher.
+
+Nothing here knows Prefect or Dask: a launcher is any callable returning a handle with done(),
+result() and cancel(). The search loop (aiperf.lifecycle.orchestrator) owns an Admission and reads
+its running trials; the reports those trials send are the loop's to check and record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import keras_tuner as kt
+
+from aiperf import paths
+from aiperf.config import BenchmarkConfig, trial_devices
+from aiperf.lifecycle.proposals import OracleThread, retrain
+from aiperf.lifecycle.recorder import RunRecorder
+from aiperf.search import space
+from aiperf.search.schedule import epochs_for
+from aiperf.status import TrialStatus
+from aiperf.store import TrialRecord
+from aiperf.train.messages import TrialRequest, TrialResult
+from aiperf.train.recipe import scaled_rate
+
+log = logging.getLogger("aiperf.lifecycle.admission")
+
+
+def trial_seed(run_seed: int, number: int) -> int:
+    """Each trial's weight seed, distinct per trial and within what numpy and the frameworks take."""
+    return (run_seed * 100_003 + number) % 2**32
+
+
+class TrialHandle(Protocol):
+    def done(self) -> bool: ...
+    def result(self) -> TrialResult: ...
+    def cancel(self) -> None: ...
+
+    # Optional: `add_done_callback(fn)`, as distributed.Future has it. A handle that offers it wakes
+    # the loop the moment its trial ends, so its worker gets the next trial without waiting a poll.
+
+
+Launcher = Callable[[TrialRequest], TrialHandle]
+
+
+@dataclass
+class Running:
+    """A trial on a worker slot: its handle, and what the loop has learnt of it so far."""
+
+    trial_id: int
+    kt_trial: kt.engine.trial.Trial
+    handle: TrialHandle
+    batch_size: int
+    train_ops: int | None = None
+    eval_ops: int | None = None
+    epochs_seen: set[int] = field(default_factory=set)
+    sender: str | None = None  # the Dask worker whose live events this trial accepts
+    best_val_accuracy: float | None = None  # of its complete epochs, for the line its end logs
+    operator: str | None = None  # how the search made it (a morphism, "seed"), for that line
+
+
+@dataclass
+class Launch:
+    """A trial about to be recorded and handed to a worker."""
+
+    trial: kt.engine.trial.Trial
+    values: dict[str, Any]
+    seed_number: int | None = None  # a retrained trial keeps the weight seed of the one it repeats
+
+
+class Admission:
+    """The worker slots of one run's search and the trials running on them."""
+
+    def __init__(
+        self,
+        *,
+        config: BenchmarkConfig,
+        recorder: RunRecorder,
+        data_path: str,
+        image_shape: tuple[int, int, int],
+        num_classes: int,
+        launch: Launcher,
+        events_topic: str | None,
+        ended: threading.Event,
+    ) -> None:
+        """`ended`: set the moment a trial's handle reports it is done (the loop waits on it)."""
+        self.config, self.recorder, self.run_id = config, recorder, recorder.run_id
+        self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
+        self.launch, self.events_topic = launch, events_topic
+        self._ended = ended
+        self.running: dict[str, Running] = {}
+        self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
+        self.created = 0
+        self.retrain: list[
+            TrialRecord
+        ] = []  # a resumed run's interrupted trials, trained again first
+
+    def resume_from(self, trials: list[TrialRecord]) -> None:
+        """Continue a resumed run: number new trials after the recorded ones, link children to
+        recorded parents, and train each interrupted trial again, from scratch, before anything new
+        (its finished epochs stay recorded and counted)."""
+        self.created = max((t.number for t in trials), default=-1) + 1
+        self.trial_ids.update({t.trial_key: t.id for t in trials})
+        self.retrain = sorted(
+            (t for t in trials if t.status == TrialStatus.INTERRUPTED), key=lambda t: t.number
+        )
+
+    def _wake_when_done(self, handle: TrialHandle) -> None:
+        add = getattr(handle, "add_done_callback", None)
+        if callable(add):
+            add(lambda *_: self._ended.set())
+
+    def fill(self, proposals: OracleThread, slots: int, deadline: float) -> bool:
+        """Start trials on free slots: interrupted trials of a resumed run first, then the oracle's
+        proposals, as many as are ready (at least one, waited for) and as slots are free. False
+        when nothing started (the oracle has nothing to propose right now)."""
+        launches: list[Launch] = []
+        state: dict[str, Any] | None = None  # the oracle's, right after the newest proposal taken
+        while self.retrain and len(self.running) + len(launches) < slots:
+            record = self.retrain.pop(0)
+            trial = proposals.call(retrain, record, f"retrain-{record.number}").result()
+            log.info(
+                "trial %s trains interrupted trial %s again", trial.trial_id, record.trial_key
+            )
+            launches.append(
+                Launch(trial, dict(trial.hyperparameters.values), seed_number=record.number)
+            )
+        free = slots - len(self.running) - len(launches)
+        if free > 0 and not self.retrain:
+            for proposal in proposals.take(free):
+                launches.append(Launch(proposal.trial, proposal.values))
+                state = proposal.state
+        if launches:
+            self._launch(launches, state, deadline)
+        return bool(launches)
+
+    def _launch(
+        self, launches: list[Launch], state: dict[str, Any] | None, deadline: float
+    ) -> None:
+        """Record the trials and hand them to workers. The oracle's state goes in the same
+        transaction, first: it includes every proposal recorded with it, so a resumed run (which
+        restores it) never proposes a recorded trial again; as in a run without proposals made
+        ahead, the state is stored with each proposal before its trial."""
+        turn = self.recorder.turn()
+        if state is not None:
+            turn.search_state(self.config.search.oracle, state)
+        requests: list[tuple[Launch, TrialRequest, str | None]] = []
+        started_at = time.time()
+        for launch in launches:
+            values = launch.values
+            proposal = space.decode(values, self.image_shape, self.num_classes)
+            number = self.created
+            self.created += 1
+            epochs = proposal.epochs or epochs_for(
+                number, self.config.workers, self.config.train.epochs
+            )
+            architecture = proposal.network.to_dict()
+            hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
+            parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
+            seed = trial_seed(
+                self.config.seed, number if launch.seed_number is None else launch.seed_number
+            )
+            key = launch.trial.trial_id
+            turn.trial_created(
+                trial_key=key,
+                number=number,
+                started_at=started_at,
+                parent_trial_id=parent_trial_id,
+                operator=proposal.operator,
+                architecture=architecture,
+                hyperparameters=hyperparameters,
+                epochs=epochs,
+                seed=seed,
+            )
+            requests.append(
+                (
+                    launch,
+                    TrialRequest(
+                        run_id=self.run_id,
+                        trial_key=key,
+                        architecture=architecture,
+                        learning_rate=scaled_rate(
+                            proposal.learning_rate,
+                            proposal.batch_size * trial_devices(self.config.cluster),
+                            self.config.train.lr_reference_batch,
+                        ),
+                        batch_size=proposal.batch_size,
+                        epochs=epochs,
+                        deadline=deadline,
+                        data_path=self.data_path,
+                        seed=seed,
+                        optimizer=self.config.train.optimizer,
+                        momentum=self.config.train.momentum,
+                        dropout=proposal.dropout,
+                        early_stopping_patience=self.config.train.early_stopping_patience,
+                        events_topic=self.events_topic,
+                        precision=self.config.train.precision,
+                        jit_compile=self.config.train.jit_compile,
+                        lr_schedule=self.config.train.lr_schedule,
+                        warmup_epochs=self.config.train.warmup_epochs,
+                        weight_decay=self.config.train.weight_decay,
+                        label_smoothing=self.config.train.label_smoothing,
+                        devices=trial_devices(self.config.cluster),
+                        weights_path=self._weights_path(number),
+                    ),
+                    proposal.operator,
+                )
+            )
+        trial_ids = self.recorder.commit(turn)
+        for (launch, request, operator), trial_id in zip(requests, trial_ids, strict=True):
+            key = launch.trial.trial_id
+            self.trial_ids[key] = trial_id
+            handle = self.launch(request)
+            self._wake_when_done(handle)
+            self.running[key] = Running(
+                trial_id, launch.trial, handle, request.global_batch, operator=operator
+            )
+            log.info("trial %s started: %s", key, operator or launch.values)
+
+    def _weights_path(self, number: int) -> str | None:
+        """Where trial `number` keeps its best epoch's weights, for verify to evaluate again
+        (aiperf.results.remeasure): in the run's folder, beside its event log; none without a run
+        folder (an orchestrator driven by tests) or for a trainer that trains nothing."""
+        log_path = self.recorder.events.path
+        if log_path is None or self.config.train.trainer == "simulated":
+            return None
+        return str((log_path.parent / paths.weights_file(number)).absolute())
