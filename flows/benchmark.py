@@ -4,8 +4,9 @@
     -> stage_dataset -> one trial-<key> task per trial on the Dask workers until the deadline
     -> score -> verify -> report (table, summary, score over time and the HTML report as artifacts)
 
-The story and the logic live in aiperf/lifecycle/run.py; this file is wiring only, so the UI shows
-every stage and every trial with its logs.
+The story lives in aiperf/lifecycle/run.py and its steps in the modules beside it (staging,
+prepare, scoring, stages); this file is wiring only, so the UI shows every stage and every trial
+with its logs.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.errors import UserError
-from aiperf.lifecycle import run
+from aiperf.lifecycle import run, scoring, staging
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.parameters import (
     FlowCluster,
@@ -51,6 +52,7 @@ from aiperf.lifecycle.parameters import (
     profile_settings,
 )
 from aiperf.lifecycle.recovery import resume_config
+from aiperf.lifecycle.stages import Stages, TrialRunner
 from aiperf.report.served import file_link
 from aiperf.report.summary import markdown, score_rows
 from aiperf.results.evidence import Evaluator
@@ -90,7 +92,7 @@ def stage_dataset(
             shown[what] = step
             logger.info("%s: %d of %d", what, done, total)
 
-    manifest = run.stage_dataset(
+    manifest = staging.stage_dataset(
         config, claim, scheduler_address, security, on_progress=log_progress, logger=logger
     )
     logger.info(
@@ -122,14 +124,14 @@ def train_trial(request: TrialRequest, trainer: str = "keras") -> TrialResult | 
 
 @task(name="score", cache_policy=NO_CACHE)
 def score(config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
-    return run.score_run(config, claim)
+    return scoring.score_run(config, claim)
 
 
 @task(name="verify", cache_policy=NO_CACHE)
 def verify(
     config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
 ) -> list[CheckRecord]:
-    checks = run.verify_and_record(config, claim, evaluator)
+    checks = scoring.verify_and_record(config, claim, evaluator)
     logger = get_run_logger()
     for check in checks:
         (logger.info if check.passed else logger.warning)(
@@ -146,7 +148,7 @@ def report(config: BenchmarkConfig, run_id: int, result: ScoreResult) -> None:
     create_markdown_artifact(
         markdown=markdown(rows), key="aiperf-score-summary", description=f"aiperf run {run_id}"
     )
-    page, over_time = run.write_report(config, run_id)
+    page, over_time = scoring.write_report(config, run_id)
     create_markdown_artifact(
         markdown=over_time,
         key="aiperf-report-summary",
@@ -190,7 +192,7 @@ class _PrefectTrial:
         self.future.wrapped_future.add_done_callback(lambda _future: fn())
 
 
-class PrefectStages(run.Stages):
+class PrefectStages(Stages):
     """The run's steps as Prefect tasks; trials through prefect-dask on the run's cluster."""
 
     progress_artifact: UUID | None = None  # the run's aiperf-progress, once created
@@ -244,7 +246,7 @@ class PrefectStages(run.Stages):
     @contextmanager
     def trials(
         self, config: BenchmarkConfig, scheduler_address: str, security: Any = None
-    ) -> Iterator[run.TrialRunner]:
+    ) -> Iterator[TrialRunner]:
         resources = trial_resources(config)
         with DaskTaskRunner(
             address=scheduler_address, client_kwargs={"security": security}
@@ -260,7 +262,7 @@ class PrefectStages(run.Stages):
                         )
                     )
 
-            yield run.TrialRunner(runner.client, launch)
+            yield TrialRunner(runner.client, launch)
 
     def score(self, config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
         return score(config, claim)

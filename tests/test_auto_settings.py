@@ -321,7 +321,7 @@ def recorded(store: Store, config: BenchmarkConfig) -> RunRecorder:
 
 
 def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
-    from aiperf.lifecycle import run
+    from aiperf.lifecycle.prepare import record_peaks, resolve_settings
 
     config = imagenet(**{"out": str(tmp_path)}).model_copy(
         update={"db": f"sqlite:///{tmp_path / 'a.db'}"}
@@ -331,8 +331,8 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
         recorder = recorded(store, config)
         run_id = recorder.run_id
         assert store.get_run(run_id).precision == "auto"
-        settled = run.resolve_settings(config, recorder, peaks)
-        run.record_peaks(settled, recorder, peaks)
+        settled = resolve_settings(config, recorder, peaks)
+        record_peaks(settled, recorder, peaks)
         record = store.get_run(run_id)
         stored = BenchmarkConfig.model_validate(record.config)
         score = compute_score(
@@ -366,7 +366,7 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
 
 
 def test_a_resolved_batch_the_data_cannot_hold_is_one_line(tmp_path):
-    from aiperf.lifecycle import run
+    from aiperf.lifecycle.prepare import resolve_settings
 
     # nightly's 3000 generated samples are set in its config, so they are checked as it resolves.
     config = load_config(
@@ -380,7 +380,7 @@ def test_a_resolved_batch_the_data_cannot_hold_is_one_line(tmp_path):
     with Store.open(config.db) as store:
         recorder = recorded(store, config)
         with pytest.raises(UserError, match="search.space.batch_size") as error:
-            run.resolve_settings(config, recorder, huge)
+            resolve_settings(config, recorder, huge)
     assert "\n" not in str(error.value) and "batch_per_gib" in str(error.value)
 
 
@@ -406,7 +406,7 @@ def test_a_run_on_real_workers_probes_resolves_and_records(tmp_path):
     resolved and stored, the peaks recorded in the resolved precision."""
     from distributed import Client, LocalCluster
 
-    from aiperf.lifecycle import run
+    from aiperf.lifecycle.prepare import prepare_workers
 
     config = load_config(
         "quick",
@@ -424,7 +424,7 @@ def test_a_run_on_real_workers_probes_resolves_and_records(tmp_path):
     ):
         recorder = recorded(store, config)
         run_id = recorder.run_id
-        settled = run.prepare_workers(config, recorder, client)
+        settled = prepare_workers(config, recorder, client)
         record = store.get_run(run_id)
     assert settled.train.precision in (F32, BF16) and record.precision == settled.train.precision
     assert record.division == CLOSED == classify(settled).name

@@ -10,7 +10,8 @@ import pytest
 
 from aiperf.config import load_config
 from aiperf.errors import UserError
-from aiperf.lifecycle.run import Stages, run_benchmark
+from aiperf.lifecycle.run import run_benchmark
+from aiperf.lifecycle.stages import Stages
 from aiperf.status import RunStatus
 from aiperf.store import Store
 from tests.test_cli_errors import aiperf, one_line_error, recorded_db  # noqa: F401 (a fixture)

@@ -29,6 +29,7 @@ from aiperf.data.staging import stage
 from aiperf.data.staging_npz import arrays_manifest
 from aiperf.data.synthetic import ImageArrays
 from aiperf.lifecycle import run
+from aiperf.lifecycle.staging import stage_dataset
 from aiperf.results import verify
 from aiperf.results.data_checks import (
     DATASET_PINNED,
@@ -151,7 +152,7 @@ def test_a_swapped_synthetic_validation_split_is_refused_before_the_search(tmp_p
     run_id = claim.run_id
     assert run.classify(config).closed
     with pytest.raises(DataError) as caught:
-        run.stage_dataset(config, claim, None)
+        stage_dataset(config, claim, None)
     message = str(caught.value)
     assert "\n" not in message
     assert "1000 validation images are also training images" in message

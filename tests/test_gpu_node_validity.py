@@ -92,6 +92,8 @@ def manifest(train_samples: int) -> Manifest:
 @pytest.mark.parametrize("node", list(NODES))
 def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, faster):
     from aiperf.lifecycle import run
+    from aiperf.lifecycle.prepare import record_peaks, resolve_settings
+    from aiperf.lifecycle.staging import refuse_batch_beyond_data
 
     config = on_the_node(tmp_path)
     assert (config.workers, config.data.train_samples) == (1, 3000), "3000: a default never read"
@@ -99,8 +101,8 @@ def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, fa
     with Store.open(config.db) as store:
         recorder = run.record_run(store, config)
         run_id = recorder.run_id
-        settled = run.resolve_settings(config, recorder, peaks)  # raised here before
-        run.record_peaks(settled, recorder, peaks)
+        settled = resolve_settings(config, recorder, peaks)  # raised here before
+        record_peaks(settled, recorder, peaks)
         record = store.get_run(run_id)
     gib = SIZED_GIB[node]
     assert settled.train.precision == BF16, "bfloat16 on compute capability 8.0 and later"
@@ -117,9 +119,9 @@ def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, fa
     # The staged ImageNet holds the node's largest global batch; a handful of shards would not.
     global_batch = 8 * max(settled.search.space.batch_size)
     assert global_batch <= 8192, "within the batch Goyal et al. establish linear scaling for"
-    run.refuse_batch_beyond_data(settled, manifest(IMAGENET_TRAIN))
+    refuse_batch_beyond_data(settled, manifest(IMAGENET_TRAIN))
     with pytest.raises(UserError, match="staged dataset's train images") as error:
-        run.refuse_batch_beyond_data(settled, manifest(global_batch - 1))
+        refuse_batch_beyond_data(settled, manifest(global_batch - 1))
     assert "\n" not in str(error.value)
     # The learning-rate rule at that global batch: the searched rate x global batch / 256, after a
     # 5-epoch warm-up.
@@ -179,6 +181,7 @@ def test_a_tfrecord_dataset_is_not_checked_against_a_count_it_never_read():
 
 def test_a_resolved_batch_the_generated_data_cannot_hold_is_one_line(tmp_path):
     from aiperf.lifecycle import run
+    from aiperf.lifecycle.prepare import resolve_settings
 
     config = load_config(
         "imagenet-shaped",
@@ -191,7 +194,7 @@ def test_a_resolved_batch_the_generated_data_cannot_hold_is_one_line(tmp_path):
     with Store.open(config.db) as store:
         recorder = run.record_run(store, config)
         with pytest.raises(UserError, match="search.space.batch_size") as error:
-            run.resolve_settings(config, recorder, [huge])
+            resolve_settings(config, recorder, [huge])
     assert "\n" not in str(error.value) and "batch_per_gib" in str(error.value)
 
 

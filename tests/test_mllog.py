@@ -13,6 +13,7 @@ from conftest import TINY
 from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
+from aiperf.lifecycle.stages import Stages, TrialRunner, dask_trials
 from aiperf.results import mllog
 from aiperf.results.mllog.conformance import check
 from aiperf.results.score import ScoreResult
@@ -379,7 +380,7 @@ SIMULATED = {
 }
 
 
-class _StopAfterSomeEpochs(run.Stages):
+class _StopAfterSomeEpochs(Stages):
     """Ends the run interrupted (as Ctrl-C would) once two trials have finished."""
 
     def __init__(self, db: str) -> None:
@@ -390,7 +391,7 @@ class _StopAfterSomeEpochs(run.Stages):
 
         @contextlib.contextmanager
         def runner():
-            with run.dask_trials(config, scheduler_address, security) as trials:
+            with dask_trials(config, scheduler_address, security) as trials:
 
                 def launch(request):
                     with Store.open_existing(self.db) as store:
@@ -403,7 +404,7 @@ class _StopAfterSomeEpochs(run.Stages):
                         raise KeyboardInterrupt("stopped by the test")
                     return trials.launch(request)
 
-                yield run.TrialRunner(trials.client, launch)
+                yield TrialRunner(trials.client, launch)
 
         return runner()
 

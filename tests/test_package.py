@@ -21,6 +21,7 @@ from conftest import TINY
 from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
+from aiperf.lifecycle.scoring import write_report
 from aiperf.report import package, package_files
 from aiperf.results import mllog, record_checks, remeasure, verify
 from aiperf.results.score import capped_accuracy
@@ -152,7 +153,7 @@ def test_a_local_run_describes_this_machine(quick_run):
     written = json.loads((path.parent / "system_description.json").read_text())
     assert written == description
     assert mllog.read_run(path).run.system_description == description
-    page = run.write_report(config, run_id)[0].read_text()
+    page = write_report(config, run_id)[0].read_text()
     assert cpu_model() in page and 'id="search-tree"' in page
 
 

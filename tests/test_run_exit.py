@@ -25,10 +25,10 @@ TAMPERING_AIPERF = """
 from sqlalchemy import text
 
 from aiperf.cli.main import main
-from aiperf.lifecycle import run
+from aiperf.lifecycle import scoring
 from aiperf.store import Store
 
-scored = run.score_run
+scored = scoring.score_run
 
 
 def score_then_tamper(config, claim, recovered=False):
@@ -41,7 +41,7 @@ def score_then_tamper(config, claim, recovered=False):
     return score
 
 
-run.score_run = score_then_tamper  # the flow's score task calls it
+scoring.score_run = score_then_tamper  # the flow's score task calls it
 main()
 """
 

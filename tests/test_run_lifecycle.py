@@ -11,6 +11,7 @@ from conftest import TINY
 from aiperf import paths
 from aiperf.config import load_config
 from aiperf.lifecycle import run
+from aiperf.lifecycle.stages import Stages
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import Store
 
@@ -44,12 +45,12 @@ def test_a_run_without_prefect_records_scores_and_reports(tmp_path):
     assert "completed" in page.read_text(), "the report shows the run completed"
 
 
-class _FailingScore(run.Stages):
+class _FailingScore(Stages):
     def score(self, config, claim):
         raise RuntimeError("the scorer broke")
 
 
-class _FailingReport(run.Stages):
+class _FailingReport(Stages):
     def publish(self, config, run_id, score):
         raise OSError("disk full")
 

@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from aiperf.config import load_config
-from aiperf.lifecycle.run import Stages, run_benchmark
+from aiperf.lifecycle.run import run_benchmark
+from aiperf.lifecycle.stages import Stages
 from aiperf.results.score import known_in_advance
 
 

@@ -23,6 +23,7 @@ from aiperf.cli.exit_codes import EXIT_VERIFICATION_FAILED, run_exit_code
 from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.lifecycle import run
+from aiperf.lifecycle.scoring import verify_and_record
 from aiperf.results import record_checks, remeasure, verify
 from aiperf.results.division import classify
 from aiperf.results.mllog import read_run
@@ -216,7 +217,7 @@ def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
 
 
 def _run_verify_stage(real_run: Path, copy: Path, out: Path) -> RunRecord:
-    """The run's own verify stage (aiperf.lifecycle.run.verify_and_record) on a copy of its
+    """The run's own verify stage (aiperf.lifecycle.scoring.verify_and_record) on a copy of its
     database, appending to a copy of its event log."""
     url = f"sqlite:///{copy}"
     with Store.open_existing(url) as store:
@@ -226,7 +227,7 @@ def _run_verify_stage(real_run: Path, copy: Path, out: Path) -> RunRecord:
     log = paths.event_log_path(config.out, config.db, 1)
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(paths.event_log_path(str(real_run.parent), f"sqlite:///{real_run}", 1), log)
-    run.verify_and_record(config, claim)
+    verify_and_record(config, claim)
     with Store.open_existing(url) as store:
         return store.get_run(1)
 

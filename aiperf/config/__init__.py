@@ -29,6 +29,7 @@ from aiperf.config.layers import (
     available_profiles,
     config_layers,
     load_config,
+    set_dotted,
     site_system,
 )
 from aiperf.config.machine import MLPERF_STATUS, ClusterConfig, SystemConfig, mlperf_status
@@ -76,6 +77,7 @@ __all__ = [
     "machine_cores",
     "mlperf_status",
     "nvidia_smi",
+    "set_dotted",
     "site_system",
     "trial_devices",
     "visible_devices",

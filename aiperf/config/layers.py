@@ -10,7 +10,7 @@ the command line only changes how long and where it runs. The layers, lowest fir
    custom-<sha of the file> for a file, whatever the file says;
 3. a packaged profile's ruleset: its validity section, for that profile;
 4. the environment: AIPERF_DB_URL over the profile's database;
-5. the command line's `--set` overrides (dotted names, `_set_dotted`);
+5. the command line's `--set` overrides (dotted names, `set_dotted`);
 6. the command line's own options (--budget, --workers, --db, --seed, --out, --cluster).
 
 They are merged with dask.config.merge (a later layer's value wins, sections merge key by key), so
@@ -205,7 +205,7 @@ def _override_layer(below: Mapping[str, Any], overrides: Mapping[str, Any]) -> d
                 f"{key} cannot be overridden: choose a packaged profile with --profile, or give your "
                 "own profile file (its result is in the open division)"
             )
-        _set_dotted(layer, key, value, below)
+        set_dotted(layer, key, value, below)
     return layer
 
 
@@ -308,7 +308,7 @@ def _budget_seconds(value: Any) -> float:
     return seconds
 
 
-def _set_dotted(
+def set_dotted(
     raw: dict[str, Any], dotted: str, value: Any, below: Mapping[str, Any] | None = None
 ) -> None:
     """Set `dotted` (a.b.c) in `raw`, making the sections it names. Each of them must be a section

@@ -21,12 +21,8 @@ from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle.liveness import take_over
 from aiperf.lifecycle.recorder import RunRecorder
-from aiperf.lifecycle.run import (
-    closable_run,
-    score_run,
-    used_seconds,
-    verify_and_record,
-)
+from aiperf.lifecycle.reopen import closable_run, used_seconds
+from aiperf.lifecycle.scoring import score_run, verify_and_record
 from aiperf.store import RunClaim, RunRecord, Store
 
 RECOVERED_MESSAGE = "recovered after a crash"

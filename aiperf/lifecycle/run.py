@@ -21,6 +21,11 @@ nodes once they are up (aiperf.system.description).
 per run) and knows nothing of Prefect. How the steps execute is a `Stages` object: `Stages()`
 runs them plainly on Dask; the flow (flows/benchmark.py) passes a subclass whose steps are Prefect
 tasks and whose trials are Prefect task runs, so the UI shows every stage and every trial.
+
+The story is this module; each step lives in a module of its own job: aiperf.lifecycle.staging
+(stage), aiperf.lifecycle.prepare (prepare), aiperf.lifecycle.orchestrator (search),
+aiperf.lifecycle.scoring (score, verify, the report), aiperf.lifecycle.reopen (a resumed run), and
+aiperf.lifecycle.stages (the `Stages` strategy).
 """
 
 from __future__ import annotations
@@ -28,64 +33,41 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
 
-from aiperf import paths, settings
+from aiperf import paths
 from aiperf.cluster import start_cluster, trial_resources
-from aiperf.cluster.broadcast import on_every_worker
-from aiperf.config import AUTO, BenchmarkConfig, batch_problem
-from aiperf.data.staging import Manifest, OnProgress, stage
-from aiperf.errors import UserError, disk_full
+from aiperf.config import BenchmarkConfig
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.feedcheck import measure_feed
-from aiperf.lifecycle.orchestrator import Launcher, LiveFigures, Orchestrator
+from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
+from aiperf.lifecycle.prepare import describe_workers, prepare_workers, record_provenance
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.reference import measure_reference
-from aiperf.results.data_checks import refuse_unpinned
+from aiperf.lifecycle.reopen import reopen_run, resume_search
+from aiperf.lifecycle.stages import Stages, TrialRunner
+from aiperf.lifecycle.staging import refuse_batch_beyond_data
 from aiperf.results.division import classify
-from aiperf.results.evidence import Evaluator
-from aiperf.results.remeasure import keep_best_weights, on_a_worker
+from aiperf.results.remeasure import on_a_worker
 from aiperf.results.score import (
     ScoreResult,
-    compute_score,
     is_verification_reason,
     known_in_advance,
     verified_score,
 )
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import (
-    CheckRecord,
-    RecordNotFound,
-    RunClaim,
-    RunRecord,
-    RunTakenOver,
-    Store,
-    window_seconds,
-)
+from aiperf.store import CheckRecord, RunClaim, RunTakenOver, Store
 from aiperf.system.fingerprint import fingerprint
-from aiperf.train.accelerators import refuse_unused_gpus
-from aiperf.train.trial import warm_up
-from aiperf.train.worker import received, train_on_worker
-from aiperf.units import format_ops
+from aiperf.train.worker import received
 from aiperf.urls import safe_url
 
 T = TypeVar("T")
 log = logging.getLogger("aiperf.lifecycle.run")
-
-
-@dataclass(frozen=True)
-class TrialRunner:
-    """Where trials go: a Dask client (for events and warm-up) and how to launch one trial."""
-
-    client: Any  # distributed.Client
-    launch: Launcher
 
 
 @dataclass(frozen=True)
@@ -128,7 +110,7 @@ class ResultNotValid(Exception):
         return self.message
 
 
-# --- the steps, as plain functions ---------------------------------------------------------------
+# --- the first step: the run recorded ----------------------------------------------------------
 
 
 def record_run(
@@ -158,258 +140,6 @@ def record_run(
         series=series,
         series_index=series_index,
     )
-
-
-def _client(scheduler_address: str, security: Any) -> Any:
-    """A client of the run's scheduler, presenting the cluster's TLS credentials (StartedCluster.security)."""
-    from distributed import Client
-
-    return Client(scheduler_address, security=security, set_as_default=False)
-
-
-def stage_dataset(
-    config: BenchmarkConfig,
-    claim: RunClaim,
-    scheduler_address: str | None,
-    security: Any = None,
-    on_progress: OnProgress | None = None,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> Manifest:
-    """Generate or convert the profile's data where every worker reads it and record its manifest.
-    Shard work runs on the cluster's workers; node-local copies (data.stage_to) are made once per
-    node. The staging's wall time is recorded with the run (runs.staging_s) and in its event log:
-    it comes before the timed window and is not in it, and MLPerf HPC reports it beside the score.
-    `claim`: the run's, handed to this step (a task of its own in the flow)."""
-    with RunRecorder.opened(config, claim) as recorder:
-        return _stage(config, recorder, scheduler_address, security, on_progress, logger)
-
-
-def _stage(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    scheduler_address: str | None,
-    security: Any,
-    on_progress: OnProgress | None,
-    logger: logging.Logger | logging.LoggerAdapter,
-) -> Manifest:
-    client = _client(scheduler_address, security) if scheduler_address else None
-    started = time.time()
-    began = time.perf_counter()
-    try:
-        manifest = stage(
-            config.data,
-            config.seed,
-            Path(config.out) / "data",
-            client=client,
-            on_progress=on_progress,
-        )
-    except OSError as exc:  # a full disk is the folder's, named in one line: no traceback
-        full = disk_full(exc, *_staging_folder(config, exc))
-        if full is None:
-            raise
-        raise full from None
-    finally:
-        if client is not None:
-            client.close()
-    seconds = time.perf_counter() - began
-    recorder.staging(started, time.time(), seconds)
-    record_manifest(recorder, manifest)
-    # Recorded first, then judged: a closed run on data other than its ruleset's pin (or with an
-    # image in both splits, or a class missing from one) stops here, before its search.
-    refuse_unpinned(config, manifest.to_dict())
-    logger.info(
-        "run %d: data staged in %.1f s, before the timed window (not counted in it)",
-        recorder.run_id,
-        seconds,
-    )
-    return manifest
-
-
-def _staging_folder(config: BenchmarkConfig, exc: OSError) -> tuple[str, str]:
-    """The folder a staging write failed in and the setting that chose it: node-local copies go to
-    data.stage_to (where the failed file is there), everything else under --out."""
-    stage_to = config.data.stage_to
-    if stage_to and str(exc.filename or "").startswith(str(Path(stage_to).expanduser())):
-        return stage_to, "data.stage_to"
-    return config.out, "--out"
-
-
-def refuse_batch_beyond_data(config: BenchmarkConfig, manifest: Manifest) -> None:
-    """A trial's global batch against the train images staging counted, for a batch the devices
-    resolved (search.space.batch_per_gib): for tfrecord and folder data the config holds no count
-    (aiperf.config.FILE_COUNTED), and that batch is only known once the workers' peaks are, so
-    this is the first place both are. A batch the profile lists is checked against the same count
-    by each trial's feed (aiperf.data.feed), which fails the trial in one line, and the run after
-    its first trials fail in a row."""
-    problem = batch_problem(config, manifest.train_samples, "the staged dataset's train images")
-    if problem:
-        raise UserError(
-            f"{problem}; stage more data, or use smaller batches (search.space.batch_size, "
-            "batch_per_gib or batch_cap) or fewer devices per trial"
-        )
-
-
-def record_manifest(recorder: RunRecorder, manifest: Manifest) -> None:
-    """Record the run's dataset; a resumed run must find the very data it started on."""
-    recorded = recorder.store.run_dataset(recorder.run_id)
-    if recorded is not None and recorded.sha256 != manifest.sha256:
-        raise UserError(
-            f"run {recorder.run_id} trained on dataset {recorded.name} (sha256 {recorded.sha256[:12]}), but "
-            f"staging now gives sha256 {manifest.sha256[:12]}: restore that data to resume it"
-        )
-    recorder.dataset(manifest.to_dict())
-
-
-@contextmanager
-def dask_trials(
-    config: BenchmarkConfig, scheduler_address: str, security: Any = None
-) -> Iterator[TrialRunner]:
-    """Trials as plain Dask tasks, each asking for its worker's trial slot (and GPU, if any)."""
-    resources = trial_resources(config)
-    with _client(scheduler_address, security) as client:
-
-        def launch(request):  # a distributed.Future is a TrialHandle: done(), result(), cancel()
-            return client.submit(
-                train_on_worker,
-                request,
-                config.train.trainer,
-                resources=resources,
-                key=f"trial-{request.run_id}-{request.trial_key}",
-                pure=False,
-            )
-
-        yield TrialRunner(client, launch)
-
-
-def score_run(config: BenchmarkConfig, claim: RunClaim, recovered: bool = False) -> ScoreResult:
-    """OPS and the regulated score, computed from the records alone, then stored. `recovered`: the
-    run is scored after a crash or a stop (aiperf recover), so it is never valid."""
-    run_id = claim.run_id
-    with RunRecorder.opened(config, claim) as recorder:
-        work = recorder.store.run_work(run_id)
-        score = compute_score(
-            work.epochs,
-            elapsed_s=work.elapsed_s,
-            best_val_accuracy=work.best_val_accuracy,
-            val_samples=work.val_samples,
-            trials_completed=work.trials_completed,
-            budget_s=work.budget_s,
-            rules=config.validity,
-            simulated=config.train.trainer == "simulated",
-            recovered=recovered,
-            peak_flops=work.peak_flops,
-            stepping_s=work.stepping_s,
-            workers=work.workers,
-        )
-        recorder.score(score, classify(config).ruleset)
-        record = recorder.store.get_run(run_id)
-        # Only the best trial's weights stay, for verify to evaluate again (issue 25 item 2).
-        recorder.best_weights(
-            keep_best_weights(record, paths.run_folder(config.out, config.db, run_id))
-        )
-    return score
-
-
-def verify_and_record(
-    config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
-) -> list[CheckRecord]:
-    """Every check of `aiperf verify`, stored with the score: the run's verdict on itself. A result
-    is valid only when every check passes: when one fails, the stored score is made invalid with the
-    reason naming the failed checks (aiperf.results.score.verified_score), before the checks are
-    stored, so no reader ever sees a failed verification beside a valid verdict; and the event log
-    gets the score again with that verdict after the checks (its last score is the one that
-    stands). `evaluator`: where the kept weights are evaluated again (the run's: on a worker)."""
-    from aiperf.results.verify import verify_run
-
-    with RunRecorder.opened(config, claim) as recorder:
-        checks = verify_run(recorder.store, claim.run_id, evaluator=evaluator)
-        stored = recorder.store.get_run(claim.run_id).score
-        assert stored is not None  # verify_run refuses a run without a score
-        score = verified_score(stored, checks)
-        recorder.verification(
-            checks, rescored=None if score is stored else score, ruleset=classify(config).ruleset
-        )
-    return checks
-
-
-def write_report(config: BenchmarkConfig, run_id: int) -> tuple[Path, str]:
-    """The run's HTML report under <out>/reports, and its score over time as markdown."""
-    from aiperf.report.html import markdown_summary
-    from aiperf.report.html import write_report as write_page
-
-    page = paths.report_path(config.out, config.db, run_id)
-    page.parent.mkdir(parents=True, exist_ok=True)
-    with Store.open_existing(config.db) as store:
-        page = write_page(store, run_id, page).resolve()
-        return page, markdown_summary(store, run_id, page)
-
-
-CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
-
-
-def closable_run(store: Store, run_id: int, db: str, what: str) -> RunRecord:
-    """The run, if it is lost or interrupted; else a one-line error naming what it is."""
-    try:
-        record = store.get_run(run_id)
-    except RecordNotFound:
-        raise UserError(
-            f"run {run_id} is not in {safe_url(db)}; list runs with "
-            f"`aiperf runs --db {safe_url(db)}`"
-        ) from None
-    if record.status not in CLOSABLE:
-        raise UserError(
-            f"run {run_id} is {record.status}: only a lost or interrupted run can be {what} "
-            f"(a running one is lost once its heartbeat is older than ${settings.HEARTBEAT_TIMEOUT.name} s)"
-        )
-    return record
-
-
-def used_seconds(record: RunRecord) -> float:
-    """Seconds of its budget the run used in its closed segments (0 before its search started)."""
-    closed = [w for w in record.windows if w.ended_at is not None]
-    return window_seconds(closed) if closed else 0.0
-
-
-class Stages:
-    """How the steps of a run execute. Plainly here; flows/benchmark.py makes them Prefect tasks."""
-
-    def prefect_api_url(self) -> str | None:
-        """The Prefect API that workers report task runs to (None: they report to none)."""
-        return None
-
-    def recorded(self, config: BenchmarkConfig, run_id: int, event_log: Path) -> None:
-        """The run is recorded (or resumed) and its event log is being written at `event_log`."""
-        log.info("run %d: event log %s", run_id, event_log)
-
-    def progress(self, run_id: int, figures: LiveFigures) -> None:
-        """The search's figures as it starts, as each trial ends, at each tenth of the budget and
-        as it ends (Orchestrator.on_progress). Plainly, nothing: the CLI shows a live line."""
-
-    def stage_dataset(
-        self,
-        config: BenchmarkConfig,
-        claim: RunClaim,
-        scheduler_address: str,
-        security: Any = None,
-    ) -> Manifest:
-        return stage_dataset(config, claim, scheduler_address, security)
-
-    def trials(
-        self, config: BenchmarkConfig, scheduler_address: str, security: Any = None
-    ) -> AbstractContextManager[TrialRunner]:
-        return dask_trials(config, scheduler_address, security)
-
-    def score(self, config: BenchmarkConfig, claim: RunClaim) -> ScoreResult:
-        return score_run(config, claim)
-
-    def verify(
-        self, config: BenchmarkConfig, claim: RunClaim, evaluator: Evaluator | None = None
-    ) -> list[CheckRecord]:
-        return verify_and_record(config, claim, evaluator)
-
-    def publish(self, config: BenchmarkConfig, run_id: int, score: ScoreResult) -> None:
-        page, _ = write_report(config, run_id)
-        log.info("HTML report: %s", page)
 
 
 # --- the story ------------------------------------------------------------------------------------
@@ -516,16 +246,6 @@ def log_outcome(
         logger.warning("run %d: result INVALID: %s", run_id, "; ".join(score.reasons))
 
 
-def reopen_run(store: Store, config: BenchmarkConfig, run_id: int) -> RunRecorder:
-    """Continue a lost or interrupted run: the same row, running again, with a fresh heartbeat,
-    once this process took it over (liveness.take_over: refused while its process still beats);
-    its recorder, with this process's claim."""
-    claim = liveness.take_over(store, closable_run(store, run_id, config.db, "resumed"), "resumed")
-    recorder = RunRecorder.of_run(store, claim, config)
-    recorder.run_resumed()
-    return recorder
-
-
 def search_until_deadline(
     config: BenchmarkConfig,
     recorder: RunRecorder,
@@ -613,217 +333,6 @@ def score_and_verify(
     if config.train.trainer == "keras":
         evaluator = on_a_worker(trials.client, trial_resources(config))
     return score, stages.verify(config, claim, evaluator)
-
-
-def describe_workers(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    client: Any,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> dict[str, Any] | None:
-    """The compute nodes as the workers describe them (aiperf.system.description), not the
-    submitting host: stored with the run, written as system_description.json in its folder and
-    logged. A description that fails costs the run its description, never the run."""
-    import json
-
-    from aiperf.system import description as system_description
-
-    run_id = recorder.run_id
-    try:
-        description = system_description.describe_system(
-            system_description.collect(client, config.out),
-            division=classify(config).name,
-            precision=config.train.precision,
-        )
-    except Exception as exc:
-        logger.warning(
-            "run %d: the workers did not describe their nodes: %s: %s",
-            run_id,
-            type(exc).__name__,
-            exc,
-        )
-        return None
-    recorder.system_description(description)
-    folder = paths.run_folder(config.out, config.db, run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / system_description.FILE_NAME).write_text(
-        json.dumps(description, indent=2) + "\n", encoding="utf-8"
-    )
-    logger.info(
-        "system: %d node(s): %s",
-        description["number_of_nodes"],
-        description.get("system_name", ""),
-    )
-    return description
-
-
-def record_provenance(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    client: Any,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> dict[str, Any]:
-    """What ran (aiperf.system.provenance): the jobs' prologue, how the workers were started, and
-    each worker's aiperf-relevant environment and code digest beside this host's; stored, logged
-    and flagged where a closed result needs a person to look. Unlike the description, a run
-    whose workers cannot say what they run has no provenance to show, so a failure here fails it."""
-    from aiperf.cluster.plan import user_prologue
-    from aiperf.system import provenance as what_ran
-
-    run_id = recorder.run_id
-    recorded = what_ran.run_provenance(
-        user_prologue(config),
-        config.cluster.kind,
-        on_every_worker(client, what_ran.describe_process),
-    )
-    recorder.provenance(recorded)
-    if classify(config).closed:
-        for reason in what_ran.review_reasons(recorded):
-            logger.warning("run %d: for review: %s", run_id, reason)
-    return recorded
-
-
-def prepare_workers(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    client: Any,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-    *,
-    resumed: bool = False,
-) -> BenchmarkConfig:
-    """Warm the workers up and probe their peaks (real trials only), resolve what the profile
-    leaves to the devices, and store the peaks in the resolved precision. Returns the config the
-    trials run with. Settings are resolved once, before the first trial: a resumed run whose trials
-    trained keeps the ones they trained with."""
-    peaks = None
-    if config.train.trainer == "keras":
-        on_every_worker(client, warm_up)
-        peaks = probe_peaks(config, recorder.run_id, client, logger)
-        refuse_unused_gpus(config, peaks)  # a GPU run whose framework shows none: one line
-    if not resumed or not recorder.store.get_run(recorder.run_id).trials:
-        config = resolve_settings(config, recorder, peaks, logger)
-    if peaks is not None:
-        record_peaks(config, recorder, peaks, logger)
-    return config
-
-
-def probe_peaks(
-    config: BenchmarkConfig,
-    run_id: int,
-    client: Any,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> list[dict[str, Any]] | None:
-    """Every worker's peak record (aiperf.train.worker.peak_on_worker), measured at once before the
-    timed window: in the run's precision, or with train.precision auto in each closed precision
-    its device supports. A probe that fails costs the run its MFU (and auto its choice: float32),
-    never the run."""
-    from aiperf.train.auto import allowed_precisions
-    from aiperf.train.peak import compute_dtype, peak_seconds
-    from aiperf.train.worker import peak_on_worker
-
-    auto = config.train.precision == AUTO
-    dtype = compute_dtype("float32" if auto else config.train.precision)
-    candidates = list(allowed_precisions(config)) if auto else None
-    try:
-        found = on_every_worker(
-            client, peak_on_worker, dtype, peak_seconds(), candidates=candidates
-        )
-    except Exception as exc:
-        logger.warning(
-            "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",
-            run_id,
-            type(exc).__name__,
-            exc,
-        )
-        return None
-    return sorted(found.values(), key=lambda p: p["worker"])
-
-
-def resolve_settings(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    peaks: list[dict[str, Any]] | None,
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> BenchmarkConfig:
-    """The config with train.precision auto and search.space.batch_per_gib resolved from the
-    workers' peak records (aiperf.train.auto), stored with the run in place of the one recorded,
-    with the precision, division and workload hash judged from it again (in the database and the
-    event log, whose latest config and division stand)."""
-    from pydantic import ValidationError
-
-    from aiperf.train.auto import resolved_settings
-
-    resolved = resolved_settings(config, peaks)
-    if not resolved:
-        return config
-    raw = config.model_dump()
-    for dotted, value in resolved.items():
-        *parents, leaf = dotted.split(".")
-        node = raw
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    shown = ", ".join(f"{dotted} {value}" for dotted, value in resolved.items())
-    try:
-        settled = BenchmarkConfig.model_validate(raw)
-    except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-        raise UserError(
-            f"this run's devices give {shown}, which is not valid: {message}; set "
-            "search.space.batch_per_gib, search.space.batch_cap or train.precision to values "
-            "that fit"
-        ) from None
-    division = classify(settled)
-    stored = settled.model_dump(mode="json")
-    recorder.resolved_settings(
-        config=stored,
-        precision=settled.train.precision,
-        division=division.name,
-        deviations=division.deviations,
-        config_hash=division.config_hash,
-    )
-    logger.info("run %d: for its devices: %s (%s)", recorder.run_id, shown, division.name)
-    return settled
-
-
-def record_peaks(
-    config: BenchmarkConfig,
-    recorder: RunRecorder,
-    peaks: list[dict[str, Any]],
-    logger: logging.Logger | logging.LoggerAdapter = log,
-) -> float:
-    """The workers' peaks in the run's precision, stored with the run: MFU's divisor is their sum."""
-    from aiperf.train.peak import compute_dtype, in_precision
-
-    peaks = [in_precision(peak, config.train.precision) for peak in peaks]
-    recorder.peaks(peaks)
-    total = sum(p["flops"] for p in peaks)
-    logger.info(
-        "measured peak: %sFLOP/s in %s over %d workers (%s)",
-        format_ops(total),
-        compute_dtype(config.train.precision),
-        len(peaks),
-        ", ".join(sorted({p["device"] for p in peaks})),
-    )
-    return total
-
-
-def resume_search(
-    config: BenchmarkConfig, recorder: RunRecorder, orchestrator: Orchestrator
-) -> float:
-    """Bring a resumed run's search back where it stopped: the oracle from its stored state and the
-    trials' records (it proposes what it would have proposed next), the interrupted trials queued
-    to train again. Returns the seconds of budget left."""
-    from aiperf.search.resume import restore
-
-    record = recorder.store.get_run(recorder.run_id)
-    state = recorder.store.search_state(recorder.run_id)
-    if (
-        state is not None
-    ):  # None: it stopped before its first proposal, so a fresh oracle is the same
-        restore(orchestrator.oracle, state, record.trials, config.search.objective)
-    orchestrator.resume_from(list(record.trials))
-    return max(1.0, config.budget_s - used_seconds(record))
 
 
 def _into(events: queue.Queue) -> Callable[[tuple[float, dict[str, Any]]], None]:

@@ -122,7 +122,7 @@ def check_worker_mfu_within_peak(ev: Evidence) -> CheckRecord:
     working = {w: f for w, f in flops.items() if f > 0}
     peaks = {str(p.get("worker")): float(p.get("flops") or 0.0) for p in ev.run.worker_peaks}
     if not peaks:
-        # A probe that fails costs an open run its MFU, never the run (aiperf.lifecycle.run); a
+        # A probe that fails costs an open run its MFU, never the run (aiperf.lifecycle.prepare); a
         # closed result, which is ranked, must have its workers' speed bounded.
         if not working or ev.config.train.trainer == "simulated" or not classify(ev.config).closed:
             return CheckRecord(
