@@ -16,7 +16,8 @@ from typing import Any
 from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.data.staging import Manifest
-from aiperf.lifecycle.orchestrator import Launcher, LiveFigures
+from aiperf.lifecycle.admission import Launcher
+from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.scoring import score_run, verify_and_record, write_report
 from aiperf.lifecycle.staging import scheduler_client, stage_dataset
 from aiperf.results.evidence import Evaluator
