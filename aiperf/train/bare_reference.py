@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiperf import settings
+from aiperf.train.watch import stop_loop
 
 TRACE_STEPS = 2  # steps before the clock starts: the first traces and compiles the train step
 MIN_TIMED_STEPS = 2  # at least this many timed steps, however slow one is
@@ -156,13 +157,13 @@ def _step_clock(keras: Any, seconds: float, slow_step_s: float) -> Any:
             now = time.perf_counter()
             if self.seen == 1 and now - self.began > slow_step_s:
                 self.first_step_s = now - self.began
-                self.model.stop_training = True
+                stop_loop(self)
             elif self.seen == TRACE_STEPS:
                 self.started = now
             elif self.seen > TRACE_STEPS:
                 self.steps, self.ended = self.seen - TRACE_STEPS, now
                 if now - self.started >= seconds and self.steps >= MIN_TIMED_STEPS:
-                    self.model.stop_training = True
+                    stop_loop(self)
 
     return StepClock()
 

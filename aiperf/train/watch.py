@@ -27,6 +27,16 @@ from typing import Any
 NAN_EVERY = 4  # batches between two looks at the loss (at the epoch's end it is looked at anyway)
 
 
+def stop_loop(callback: Any, flag: str = "stop_training") -> None:
+    """Set the flag a Keras loop reads between batches (`stop_training`, `stop_evaluating`), safely
+    from any thread. Not through `callback.model`: on JAX that property first writes the loop's
+    latest state into the model's variables (`jax_state_sync`) and marks it synced; from a timer or
+    Keras' callback thread that races the loop, whose next step donates those very buffers and
+    which, told the state was synced, reads them back deleted ("Buffer has been deleted or
+    donated": the worker aborts). Seen on a two-device JAX trial stopped at its deadline."""
+    setattr(callback._model, flag, True)  # the model set_model gave it, with no sync
+
+
 def deadline_watch(deadline: float) -> Any:
     """A Keras callback that stops training or evaluation at `deadline` (time.time()) and counts
     the batches each begins: `train_batches`, `test_batches`, `hit_deadline`."""
@@ -45,7 +55,7 @@ def deadline_watch(deadline: float) -> Any:
 
             def stop() -> None:
                 self.hit_deadline = True
-                setattr(self.model, flag, True)
+                stop_loop(self, flag)
 
             left = deadline - time.time()
             if left <= 0:
@@ -72,7 +82,7 @@ def deadline_watch(deadline: float) -> Any:
         def on_test_end(self, logs=None):
             self._stop_timer()
             if self.hit_deadline:  # an evaluation inside fit must not leave training running
-                self.model.stop_training = True
+                stop_loop(self)
 
         def on_train_batch_begin(self, batch, logs=None):
             self.train_batches += 1
@@ -98,6 +108,6 @@ def nan_watch(every: int = NAN_EVERY) -> Any:
                 return
             loss = float(logs["loss"])
             if math.isnan(loss) or math.isinf(loss):
-                self.model.stop_training = True
+                stop_loop(self)
 
     return NanWatch()
