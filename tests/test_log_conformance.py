@@ -18,7 +18,8 @@ from conftest import TINY, _fresh_postgres_database
 from typer.testing import CliRunner
 
 from aiperf import paths
-from aiperf.cli.main import EXIT_INVALID, app
+from aiperf.cli.exit_codes import EXIT_INVALID
+from aiperf.cli.main import app
 from aiperf.results import mllog
 from aiperf.results.mllog.conformance import check
 from aiperf.store import Store
