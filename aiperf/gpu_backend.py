@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aiperf import settings
+
 GPU_BACKEND = "jax"
 INSTALL = "pip install '.[cuda]'"
 
@@ -56,3 +58,17 @@ def jax_missing(gpus: int, found: bool) -> str:
     return f"{where}; aiperf trains on GPUs with JAX, which is not installed: {INSTALL}" + (
         " (or --cluster-opt gpus=0 to train on the CPUs)" if found else ""
     )
+
+
+def accelerator_platforms() -> frozenset[str]:
+    """The JAX platforms whose devices count as the node's accelerators
+    ($AIPERF_ACCELERATOR_PLATFORMS: gpu, cuda and rocm by default).
+
+    This is the one seam between a real GPU node and the stand-in of benchmarks/gpu_node_standin.sh,
+    which sets it to `cpu`: with XLA's host platform split into N devices and a stand-in nvidia-smi
+    listing N GPUs, a worker then takes the GPU path everywhere after this function (device facts
+    from nvidia-smi, precision candidates by compute capability, the batch by GPU memory, the peak
+    counted per device) while its arithmetic runs on the CPU. Nothing else in aiperf knows it (the
+    trials' devices (aiperf.train.peak.device) and the feed's choice (aiperf.data.feed) ask here)."""
+    written = settings.text(settings.ACCELERATOR_PLATFORMS) or ""
+    return frozenset(p.strip().lower() for p in written.split(",") if p.strip())

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from aiperf.config.host import machine_cores
 from aiperf.config.machine import ClusterConfig
-from aiperf.config.workload import BACKENDS, SearchConfig, TrainConfig
+from aiperf.config.workload import BACKENDS, DataConfig, SearchConfig, TrainConfig
 from aiperf.errors import UserError
 from aiperf.gpu_backend import GPU_BACKEND, jax_missing
 
@@ -32,6 +32,9 @@ class RunSettings(Protocol):
 
     @property
     def cluster(self) -> ClusterConfig: ...
+
+    @property
+    def data(self) -> DataConfig: ...
 
 
 _INSTALL = {
@@ -66,6 +69,30 @@ def trial_devices(cluster: ClusterConfig) -> int:
     if cluster.devices_per_trial == "node":
         return max(1, cluster.gpus)
     return cluster.devices_per_trial
+
+
+def feed_problem(config: RunSettings, this_machine: bool = True) -> str | None:
+    """Why the run's data.feed cannot run here, or None: `dali` asked for where NVIDIA DALI is not
+    installed, for a run that starts on this machine (a cluster's workers decide for themselves)."""
+    if (
+        not this_machine
+        or config.data.feed != "dali"
+        or config.cluster.kind != "local"
+        or config.train.trainer == "simulated"
+    ):
+        return None
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:
+        found = False
+    if found:
+        return None
+    return (
+        "data.feed is dali, but NVIDIA DALI is not installed: pip install '.[cuda]' (or "
+        "nvidia-dali-cuda120), or set data.feed=tf.data"
+    )
 
 
 def devices_problem(config: RunSettings, this_machine: bool = True) -> str | None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from aiperf.config.checks import batch_problem, devices_problem, local_cores_problem
+from aiperf.config.checks import (
+    batch_problem,
+    devices_problem,
+    feed_problem,
+    local_cores_problem,
+)
 from aiperf.config.machine import ClusterConfig, SystemConfig
 from aiperf.config.values import MAX_BUDGET_S, _one_line, _Strict, _utf8
 from aiperf.config.workload import (
@@ -68,7 +73,9 @@ class BenchmarkConfig(_Strict):
     def _devices_fit(self, info: ValidationInfo) -> BenchmarkConfig:
         """A trial's devices must be had: against this machine's cores only when a run starts here
         (`CHECK_MACHINE`), so a stored config validates on any machine."""
-        problem = devices_problem(self, this_machine=_checks_machine(info))
+        problem = devices_problem(self, this_machine=_checks_machine(info)) or feed_problem(
+            self, this_machine=_checks_machine(info)
+        )
         if problem:
             raise ValueError(problem)
         return self

@@ -40,6 +40,10 @@ class DataConfig(_Strict):
     label_noise: float = Field(0.05, ge=0.0, lt=1.0)  # generated: share of labels flipped
     shard_images: int = Field(1024, ge=1)  # folder, generated-imagenet: images per TFRecord shard
     label_offset: int = Field(1, ge=0)  # tfrecord: label of the first class (1 in ImageNet shards)
+    # What decodes the staged shards on each worker (aiperf.data.feed.choose_feed): "tf.data" on
+    # the host's cores, "dali" (NVIDIA DALI, on the GPUs), or "auto": DALI where it is installed
+    # and the trials train on GPUs, tf.data elsewhere. The choice made is recorded (runs.data_feed).
+    feed: Literal["auto", "tf.data", "dali"] = "auto"
 
     @model_validator(mode="after")
     def _source_fits_kind(self) -> DataConfig:

@@ -52,7 +52,10 @@ def open_feed(
     input_shape: tuple[int, int, int] | list[int],
     seed: int,
     threads: int | None = None,
+    feed: str = "auto",
 ) -> Feed:
+    """What a trial feeds Keras from the staged data at `data_path`. `feed` is the run's data.feed
+    ("auto", "tf.data" or "dali": `choose_feed`); in-memory synthetic data has no feed to choose."""
     if not Path(data_path).is_dir():
         from aiperf.data.staging_npz import load_staged
 
@@ -94,7 +97,7 @@ def open_feed(
     from aiperf.data.pipeline import make_dataset
     from aiperf.data.placement import local_copy
 
-    kind = choose_feed()
+    kind = choose_feed(feed)
 
     data_path = local_copy(data_path)  # node-local shards, when the staging asked for them
     manifest = read_manifest(data_path)
@@ -105,6 +108,8 @@ def open_feed(
             f"{manifest['name']}; use a smaller search.space.batch_size"
         )
     height, _width, channels = (int(d) for d in input_shape)
+    if kind == "dali":
+        return _dali_feed(data_path, manifest, batch_size, height, channels, seed, threads)
     common: _PipelineOptions = {
         "batch_size": batch_size,
         "image_size": height,
@@ -130,17 +135,83 @@ def open_feed(
     )
 
 
-def choose_feed() -> str:
-    """The feed that decodes staged shards on this worker: always "tf.data" in aiperf today.
+def _dali_feed(
+    data_path: str,
+    manifest: dict[str, Any],
+    batch_size: int,
+    image_size: int,
+    channels: int,
+    seed: int,
+    threads: int | None,
+) -> Feed:
+    """The DALI feed (aiperf.data.dali) of a staged folder: the same batches, counts and crops."""
+    from aiperf.data.dali import dali_batches
+    from aiperf.data.pipeline import split_files
 
-    This is the one place a per-run choice of feed belongs. On an NVIDIA node a GPU-side decode
-    (NVIDIA DALI: nvJPEG and the GPUs' JPEG engines, as MLPerf's ResNet submitters use) would be
-    chosen here, named "dali", when its package is installed; aiperf has no DALI pipeline, so none
-    is chosen, and the tf.data pipeline (aiperf.data.pipeline) decodes on the host's cores. A DALI
-    feed would have to yield what make_dataset yields (whole uint8 batches and int labels, the same
-    crops, exact counts per pass) for the trial and the records to stay as they are. Whatever is
-    chosen is recorded with the run (runs.data_feed; the event log's run_resources)."""
-    return "tf.data"
+    images, val_images = int(manifest["train_samples"]), int(manifest["val_samples"])
+
+    def batches(split: str, count: int, *, training: bool, passes: bool = False) -> Any:
+        return dali_batches(
+            split_files(manifest, data_path, split),
+            images=count,
+            batch=batch_size,
+            image_size=image_size,
+            channels=channels,
+            training=training,
+            style=str(manifest.get("preprocess", "imagenet")),
+            label_offset=int(manifest.get("label_offset", 0)),
+            seed=seed,
+            threads=threads,
+            passes=passes,
+        )
+
+    return Feed(
+        train={"x": batches("train", images, training=True)},
+        epochs={
+            "x": batches("train", images, training=True, passes=True),
+            "steps_per_epoch": images // batch_size,
+            "shuffle": False,  # the reader shuffles (Keras would only warn that it cannot)
+        },
+        val={"x": batches("validation", val_images, training=False)},
+        train_samples=images // batch_size * batch_size,
+        val_samples=val_images,
+        pixels=True,
+        kind="dali",
+    )
+
+
+def choose_feed(requested: str = "auto") -> str:
+    """The feed that decodes staged shards on this worker, by the run's data.feed: "tf.data" (the
+    host's cores: aiperf.data.pipeline) or "dali" (NVIDIA DALI: nvJPEG and the GPUs' JPEG engines,
+    as MLPerf's ResNet submitters use; aiperf.data.dali). "auto" takes DALI where it is installed
+    and the trial trains on GPUs (on the stand-in GPU node too, where DALI's CPU operators then
+    decode), tf.data everywhere else. This is the one place the choice is
+    made; what it chose is recorded with the run (runs.data_feed; the event log's run_resources).
+    "dali" where DALI is not installed is a ValueError naming the fix."""
+    from aiperf.data import dali
+
+    if requested == "tf.data":
+        return "tf.data"
+    if requested == "dali":
+        if not dali.installed():
+            raise ValueError(
+                "data.feed is dali, but NVIDIA DALI is not installed on this worker: "
+                "pip install '.[cuda]' there, or set data.feed=tf.data"
+            )
+        return "dali"
+    return "dali" if dali.installed() and _on_gpus() else "tf.data"
+
+
+def _on_gpus() -> bool:
+    """Whether this process's Keras computes on the node's accelerators (JAX is aiperf's backend for
+    GPUs), as aiperf.gpu_backend.accelerator_platforms counts them."""
+    if _backend() != "jax":
+        return False
+    import jax
+
+    from aiperf.gpu_backend import accelerator_platforms
+
+    return jax.default_backend() in accelerator_platforms()
 
 
 def _backend() -> str:

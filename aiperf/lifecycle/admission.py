@@ -208,6 +208,7 @@ class Admission:
                         label_smoothing=self.config.train.label_smoothing,
                         devices=trial_devices(self.config.cluster),
                         weights_path=self._weights_path(number),
+                        feed=self.config.data.feed,
                     ),
                     proposal.operator,
                 )

@@ -30,6 +30,7 @@ def seed_model(config: BenchmarkConfig, manifest: Manifest) -> dict[str, Any]:
         "devices": trial_devices(config.cluster),
         "precision": "float32" if precision == AUTO else precision,
         "jit_compile": config.train.jit_compile,
+        "feed": config.data.feed,
     }
 
 

@@ -82,6 +82,9 @@ ADDED_LATER = {
     # rulesets from 1.4: the cap on that batch, and the learning rate scaled with the global batch
     "search.space.batch_cap": None,
     "train.lr_reference_batch": None,
+    # what decodes the shards (aiperf.data.feed.choose_feed): auto, the one a ranked run uses. A
+    # feed forced by hand is a deviation under rulesets up to 1.4, which do not list it as a choice.
+    "data.feed": "auto",
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in

@@ -86,6 +86,7 @@ def reference_on_worker(
     jit_compile: bool,
     seconds: float,
     slow_step_s: float = SLOW_STEP_S,
+    feed: str = "auto",
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's bare Keras rate, from a clean process on its node (run on every worker with
@@ -115,6 +116,7 @@ def reference_on_worker(
         "seconds": float(seconds),
         "slow_step_s": float(slow_step_s),
         "cores": cores,
+        "feed": feed,
     }
     done = subprocess.run(
         [sys.executable, "-m", "aiperf.train.bare_reference", json.dumps(request)],
@@ -193,6 +195,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
         input_shape=shape,
         seed=0,
         threads=request.get("cores"),
+        feed=str(request.get("feed", "auto")),
     )
     with data_parallel(keras.backend.backend(), devices):
         model = build_model(

@@ -125,6 +125,7 @@ def rates_on_worker(
     precision: str,
     jit_compile: bool,
     seconds: float,
+    feed: str = "auto",
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's feed and device rates (run on every worker with Client.run, which passes
@@ -137,14 +138,14 @@ def rates_on_worker(
     configure_threads(worker_cores())
     name = worker_label(str(dask_worker.name)) if dask_worker is not None else "local"
     shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
-    feed = open_feed(
-        data_path, batch_size=batch, input_shape=shape, seed=0, threads=worker_cores()
+    fed_by = open_feed(
+        data_path, batch_size=batch, input_shape=shape, seed=0, threads=worker_cores(), feed=feed
     )
-    fed = feed_images_per_s(feed, seconds)
+    fed = feed_images_per_s(fed_by, seconds)
     accelerated = device()[1]
     device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
     rate = device_images_per_s(
-        feed.pixels,
+        fed_by.pixels,
         seed_architecture=seed_architecture,
         input_shape=shape,
         classes=classes,
@@ -156,7 +157,7 @@ def rates_on_worker(
     )
     return {
         "worker": name,
-        "feed": feed.kind,
+        "feed": fed_by.kind,
         "feed_images_per_s": fed,
         "device_images_per_s": rate,
         "batch": batch,

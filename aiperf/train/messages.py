@@ -45,6 +45,7 @@ class TrialRequest:
     # Where the trial writes the weights of its best complete epoch when it ends (the run's
     # folder, aiperf.paths.weights_path), for verify to evaluate again; None: keep none.
     weights_path: str | None = None
+    feed: str = "auto"  # data.feed: what decodes the staged shards (aiperf.data.feed.choose_feed)
 
     @property
     def global_batch(self) -> int:

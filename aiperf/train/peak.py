@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from aiperf import settings
+from aiperf.gpu_backend import accelerator_platforms
 
 CPU_SIZE = 1024
 GPU_SIZE = 8192
@@ -45,19 +46,6 @@ def compute_dtype(precision: str | None) -> str:
 def peak_seconds() -> float:
     """How long each worker measures: $AIPERF_PEAK_SECONDS."""
     return settings.number(settings.PEAK_SECONDS, positive=True)
-
-
-def accelerator_platforms() -> frozenset[str]:
-    """The JAX platforms whose devices count as the node's accelerators
-    ($AIPERF_ACCELERATOR_PLATFORMS: gpu, cuda and rocm by default).
-
-    This is the one seam between a real GPU node and the stand-in of benchmarks/gpu_node_standin.sh,
-    which sets it to `cpu`: with XLA's host platform split into N devices and a stand-in nvidia-smi
-    listing N GPUs, a worker then takes the GPU path everywhere after this function (device facts
-    from nvidia-smi, precision candidates by compute capability, the batch by GPU memory, the peak
-    counted per device) while its arithmetic runs on the CPU. Nothing else in aiperf knows it."""
-    written = settings.text(settings.ACCELERATOR_PLATFORMS) or ""
-    return frozenset(p.strip().lower() for p in written.split(",") if p.strip())
 
 
 def device() -> tuple[str, bool]:

@@ -165,6 +165,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 seed=request.seed,
                 input_shape=request.architecture["input_shape"],
                 threads=worker_cores(),
+                feed=request.feed,
             )
             model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
         with clock.phase("count"):
