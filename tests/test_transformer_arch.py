@@ -90,6 +90,15 @@ def test_json_round_trip_keeps_every_field_and_the_history(tmp_path):
     assert load_transformer_spec(path) == spec
 
 
+def test_the_architecture_key_ignores_name_history_and_how_head_dim_is_said():
+    spec = tiny()
+    assert tiny(name="other").architecture_key() == spec.architecture_key()
+    assert grow.deepen(spec, 0).architecture_key() == grow.deepen(spec, 2).architecture_key()
+    assert tiny(head_dim=8).architecture_key() == spec.architecture_key()
+    assert grow.deepen(spec, 0).architecture_key() != spec.architecture_key()
+    assert tiny(norm="rms").architecture_key() != spec.architecture_key()
+
+
 def test_a_bad_file_is_one_line_naming_it(tmp_path):
     path = tmp_path / "lm.json"
     for text, reason in [
@@ -97,6 +106,7 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path):
         (json.dumps({**TINY, "format": "aiperf-network/1"}), "format"),
         (json.dumps({"vocab_size": 256}), "missing"),
         (json.dumps({**TINY, "layers": "two"}), "layers must be a positive integer"),
+        (json.dumps({**TINY, "history": "deepen(at=0)"}), "history must be a list"),
         ("[1, 2]", "not a valid transformer spec"),
     ]:
         path.write_text(text)
@@ -137,6 +147,18 @@ def test_the_model_maps_tokens_to_logits_with_the_weights_counted(tied, norm):
     assert {"MultiHeadAttention", "PositionEmbedding", "Dense", "Add"} <= kinds
     assert ("ReversibleEmbedding" if tied else "Embedding") in kinds
     assert ("LayerNormalization" if norm == "layer" else "RMSNormalization") in kinds
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_saved_model_loads_back_computing_the_same(tmp_path, tied):
+    spec = tiny(tied_head=tied, layers=1)
+    model = build_transformer(spec, seed=2)
+    path = tmp_path / "lm.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    x = tokens(spec)
+    np.testing.assert_allclose(np.array(loaded(x)), np.array(model(x)), atol=1e-6)
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
 
 
 def test_two_builds_of_a_spec_are_the_same_layer_for_layer():

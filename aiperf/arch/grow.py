@@ -159,7 +159,8 @@ _WEIGHTS = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5] + [0.5 / 2] * len(ACTIVA
 
 
 def describe(spec: TransformerSpec) -> np.ndarray:
-    """The features `distance` compares, one vector per spec (cache it when comparing many)."""
+    """The features `distance` compares, one vector per spec (cache it when comparing many). The
+    vocabulary and sequence length are the run's, the same for every trial: not compared."""
     activation = [float(spec.activation == a) for a in ACTIVATIONS]
     return np.array(
         [
@@ -220,7 +221,9 @@ def _grown_value(child: np.ndarray, parent: np.ndarray | None, path: str) -> np.
     return value
 
 
-def _preserve(value: np.ndarray, layer: str, rest: str, step: Morphism, parent: TransformerSpec):
+def _preserve(
+    value: np.ndarray, layer: str, rest: str, step: Morphism, parent: TransformerSpec
+) -> np.ndarray:
     """Zero the new parts' contributions to the residual stream, so the child's function is the
     parent's: a new block's output projections (attention and MLP), new hidden units' rows of the
     MLP's down projection, new heads' slices of the attention's output projection."""

@@ -18,6 +18,7 @@ The model (GPT-2's shape, pre-norm):
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -82,6 +83,15 @@ class TransformerSpec:
         head = 0 if self.tied_head else d * v + v
         return v * d + self.seq_len * d + self.layers * (2 * norm + attention + mlp) + norm + head
 
+    def architecture_key(self) -> str:
+        """Hash of what the model computes (not its name or history): two specs with equal keys
+        build the same layers, so a search proposes each architecture once (deepen at different
+        positions gives one architecture)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in ("history", "name")}
+        data["head_dim"] = self.key_dim
+        text = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def block_names(self, block: int) -> list[str]:
         return [f"block{block}_{part}" for part in BLOCK_PARTS]
 
@@ -100,7 +110,7 @@ class TransformerSpec:
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidTransformer(f"invalid transformer: unknown fields {', '.join(unknown)}")
-        if "history" in data:
+        if isinstance(data.get("history"), list):
             data["history"] = tuple(data["history"])
         try:
             return cls(**data)
@@ -161,7 +171,7 @@ def _problems(spec: TransformerSpec) -> list[str]:
         or not 0.0 <= spec.dropout < 1.0
     ):
         problems.append(f"dropout must be in [0, 1), got {spec.dropout!r}")
-    if not all(isinstance(step, str) for step in spec.history):
+    if not isinstance(spec.history, tuple) or not all(isinstance(s, str) for s in spec.history):
         problems.append("history must be a list of growth steps (strings)")
     return problems
 
