@@ -1,0 +1,279 @@
+"""Growth operators for transformers: the LM track's morphisms, as edits of a TransformerSpec, and
+the weights that make a grown child compute what its parent computes.
+
+    deepen(at)        insert a block at index `at` (0 .. layers): it becomes block{at}, the blocks
+                      from `at` on move up one
+    widen_mlp(factor) multiply every block's MLP hidden width
+    widen_heads(add)  add `add` heads to every attention, each as wide as the others (key_dim kept),
+                      so d_model is unchanged: heads x key_dim may then exceed d_model, which
+                      Keras' MultiHeadAttention allows (its output projection maps back to d_model)
+    widen_model(factor) multiply d_model (the residual stream, embeddings, norms; key_dim too when
+                      it follows d_model // heads)
+
+Each operator returns a new valid spec whose history has one more entry (morph.py's Morphism:
+operator and arguments, described and parsed the same way), so `replay` rebuilds any spec from its
+seed. `candidates` lists every child within the limits, so the search never proposes a model that
+will not build or fit. `grow_weights` gives a child the parent's weights; for deepen, widen_mlp
+and widen_heads the new parts are initialised so the child computes the parent's function exactly
+(zeroed output projections: the new parts add zero to the residual stream), so training continues
+from the parent. widen_model does not preserve it: a norm over a wider stream averages over more
+features, so the parent's weights are carried over into the leading slices and the rest is fresh.
+
+`distance` compares two specs for the oracle's Gaussian process, in the spirit of
+aiperf/search/distance.py: one growth step moves a spec by about 1.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aiperf.arch.morph import Morphism
+from aiperf.arch.transformer import ACTIVATIONS, TransformerSpec, build_transformer
+
+if TYPE_CHECKING:
+    import keras
+
+OPERATORS = ("deepen", "widen_mlp", "widen_heads", "widen_model")
+# The operators grow_weights makes function-preserving.
+PRESERVING = ("deepen", "widen_mlp", "widen_heads")
+
+
+def _grown(spec: TransformerSpec, step: Morphism, **changes: Any) -> TransformerSpec:
+    return replace(spec, history=(*spec.history, step.describe()), **changes)
+
+
+def deepen(spec: TransformerSpec, at: int) -> TransformerSpec:
+    if not 0 <= at <= spec.layers:
+        raise ValueError(f"deepen inserts a block at 0 .. {spec.layers}, not at {at}")
+    return _grown(spec, Morphism("deepen", {"at": at}), layers=spec.layers + 1)
+
+
+def widen_mlp(spec: TransformerSpec, factor: int = 2) -> TransformerSpec:
+    if factor < 2:
+        raise ValueError(f"widen_mlp multiplies the MLP width by 2 or more, not {factor}")
+    return _grown(
+        spec, Morphism("widen_mlp", {"factor": factor}), mlp_width=spec.mlp_width * factor
+    )
+
+
+def widen_heads(spec: TransformerSpec, add: int) -> TransformerSpec:
+    if add < 1:
+        raise ValueError(f"widen_heads adds at least one head, not {add}")
+    return _grown(
+        spec, Morphism("widen_heads", {"add": add}), heads=spec.heads + add, head_dim=spec.key_dim
+    )
+
+
+def widen_model(spec: TransformerSpec, factor: int = 2) -> TransformerSpec:
+    if factor < 2:
+        raise ValueError(f"widen_model multiplies d_model by 2 or more, not {factor}")
+    return _grown(spec, Morphism("widen_model", {"factor": factor}), d_model=spec.d_model * factor)
+
+
+def apply(spec: TransformerSpec, step: Morphism | str) -> TransformerSpec:
+    """Replay one recorded growth step (a Morphism or its description)."""
+    step = Morphism.parse(step) if isinstance(step, str) else step
+    args = step.args
+    if step.operator == "deepen":
+        return deepen(spec, int(args["at"]))
+    if step.operator == "widen_mlp":
+        return widen_mlp(spec, int(args["factor"]))
+    if step.operator == "widen_heads":
+        return widen_heads(spec, int(args["add"]))
+    if step.operator == "widen_model":
+        return widen_model(spec, int(args["factor"]))
+    raise ValueError(f"unknown growth step {step.operator!r}; known: {', '.join(OPERATORS)}")
+
+
+def replay(seed: TransformerSpec, history: tuple[str, ...] | list[str]) -> TransformerSpec:
+    """`seed` grown by every step of `history` in turn: a stored spec's lineage, checked."""
+    spec = seed
+    for step in history:
+        spec = apply(spec, step)
+    return spec
+
+
+# --- what the search may propose --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds from the profile: a child past them is never proposed. max_layers counts blocks."""
+
+    max_layers: int = 48
+    max_params: int = 200_000_000
+
+
+def within(spec: TransformerSpec, limits: Limits) -> bool:
+    return spec.layers <= limits.max_layers and spec.param_count <= limits.max_params
+
+
+def _children(spec: TransformerSpec, operator: str) -> list[TransformerSpec]:
+    if operator == "deepen":
+        return [deepen(spec, at) for at in range(spec.layers + 1)]
+    if operator == "widen_mlp":
+        return [widen_mlp(spec, 2)]
+    if operator == "widen_heads":
+        return [widen_heads(spec, add) for add in sorted({1, spec.heads})]
+    if operator == "widen_model":
+        return [widen_model(spec, 2)]
+    raise ValueError(f"unknown growth operator {operator!r}; known: {', '.join(OPERATORS)}")
+
+
+def candidates(
+    spec: TransformerSpec, limits: Limits, operators: tuple[str, ...] = OPERATORS
+) -> list[TransformerSpec]:
+    """Every child one growth step from `spec` within `limits` (each a valid spec, so it builds)."""
+    return [c for op in operators for c in _children(spec, op) if within(c, limits)]
+
+
+def random_growth(
+    spec: TransformerSpec,
+    rng: random.Random,
+    limits: Limits,
+    operators: tuple[str, ...] = OPERATORS,
+) -> TransformerSpec | None:
+    """One random child within the limits (an operator drawn first, so deepen's many positions do
+    not crowd out the widenings), or None when no operator has one."""
+    remaining = list(operators)
+    while remaining:
+        operator = rng.choice(remaining)
+        children = [c for c in _children(spec, operator) if within(c, limits)]
+        if children:
+            return rng.choice(children)
+        remaining.remove(operator)
+    return None
+
+
+# --- distance ---------------------------------------------------------------------------------
+
+# Depth in blocks, then widths on a log2 scale (doubling one is a step of 1), then the choices that
+# growth never changes (weighted 0.5: two specs that differ in one are as far apart as half a step).
+_WEIGHTS = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5] + [0.5 / 2] * len(ACTIVATIONS))
+
+
+def describe(spec: TransformerSpec) -> np.ndarray:
+    """The features `distance` compares, one vector per spec (cache it when comparing many). The
+    vocabulary and sequence length are the run's, the same for every trial: not compared."""
+    activation = [float(spec.activation == a) for a in ACTIVATIONS]
+    return np.array(
+        [
+            spec.layers,
+            math.log2(spec.d_model),
+            math.log2(spec.heads),
+            math.log2(spec.key_dim),
+            math.log2(spec.mlp_width),
+            float(spec.norm == "rms"),
+            float(spec.tied_head),
+            *activation,
+        ]
+    )
+
+
+def distance(a: TransformerSpec | np.ndarray, b: TransformerSpec | np.ndarray) -> float:
+    """A weighted L1 distance of the features (a metric): O(1) per pair."""
+    fa = describe(a) if isinstance(a, TransformerSpec) else a
+    fb = describe(b) if isinstance(b, TransformerSpec) else b
+    return float(np.abs(fa - fb) @ _WEIGHTS)
+
+
+def distance_matrix(rows: list[np.ndarray], cols: list[np.ndarray]) -> np.ndarray:
+    """distance(a, b) for every a of `rows` and b of `cols`, all given as describe() vectors."""
+    if not rows or not cols:
+        return np.zeros((len(rows), len(cols)))
+    a, b = np.stack(rows), np.stack(cols)
+    return np.abs(a[:, None, :] - b[None, :, :]) @ _WEIGHTS
+
+
+# --- weights ----------------------------------------------------------------------------------
+
+_BLOCK = re.compile(r"block(\d+)_(.+)")
+
+
+def _parent_layer(layer: str, step: Morphism) -> str | None:
+    """The parent's name for the child's layer `layer` (None for a new one): deepen renumbers the
+    blocks from its position on; the other operators keep every name."""
+    match = _BLOCK.fullmatch(layer)
+    if step.operator != "deepen" or match is None:
+        return layer
+    block, part, at = int(match[1]), match[2], int(step.args["at"])
+    if block == at:
+        return None
+    return f"block{block - 1 if block > at else block}_{part}"
+
+
+def _grown_value(child: np.ndarray, parent: np.ndarray | None, path: str) -> np.ndarray:
+    """The child's fresh value with the parent's in its leading slice along every axis."""
+    if parent is None:
+        return child
+    if parent.ndim != child.ndim or any(
+        p > c for p, c in zip(parent.shape, child.shape, strict=False)
+    ):
+        raise ValueError(f"weight {path}: parent shape {parent.shape} does not fit {child.shape}")
+    value = child.copy()
+    value[tuple(slice(0, n) for n in parent.shape)] = parent
+    return value
+
+
+def _preserve(
+    value: np.ndarray, layer: str, rest: str, step: Morphism, parent: TransformerSpec
+) -> np.ndarray:
+    """Zero the new parts' contributions to the residual stream, so the child's function is the
+    parent's: a new block's output projections (attention and MLP), new hidden units' rows of the
+    MLP's down projection, new heads' slices of the attention's output projection."""
+    output = rest.startswith("attention_output/")
+    if step.operator == "deepen" and layer in (
+        f"block{step.args['at']}_attention",
+        f"block{step.args['at']}_mlp_down",
+    ):
+        if output or layer.endswith("_mlp_down"):
+            value[...] = 0
+    elif step.operator == "widen_mlp" and layer.endswith("_mlp_down") and rest == "kernel":
+        value[parent.mlp_width :] = 0
+    elif step.operator == "widen_heads" and output and rest.endswith("kernel"):
+        value[parent.heads :] = 0
+    return value
+
+
+def grow_weights(
+    parent_model: keras.Model,
+    parent_spec: TransformerSpec,
+    child_spec: TransformerSpec,
+    *,
+    seed: int,
+) -> keras.Model:
+    """The child built fresh from `seed`, the parent's weights carried over by name: for deepen,
+    widen_mlp and widen_heads it computes the parent's function (up to float rounding); for
+    widen_model only the carried-over slices are the parent's. The child must be the parent grown
+    by one step (or the parent itself, whose weights are then copied)."""
+    history = parent_spec.history
+    if child_spec.history[: len(history)] != history or len(child_spec.history) > len(history) + 1:
+        raise ValueError("the child is not one growth step from the parent")
+    step = (
+        Morphism.parse(child_spec.history[-1])
+        if len(child_spec.history) > len(history)
+        else Morphism("same", {})
+    )
+    if step.operator != "same" and apply(parent_spec, step) != child_spec:
+        raise ValueError(f"the child is not the parent grown by {step.describe()}")
+    if step.operator == "same" and child_spec != parent_spec:
+        raise ValueError("the child differs from the parent but its history records no growth")
+    child = build_transformer(child_spec, seed=seed)
+    parents = {v.path: v for v in parent_model.weights}
+    for variable in child.weights:
+        layer, _, rest = variable.path.partition("/")
+        source = _parent_layer(layer, step)
+        old = parents.get(f"{source}/{rest}") if source is not None else None
+        value = _grown_value(
+            np.array(variable.numpy()),
+            None if old is None else np.array(old.numpy()),
+            variable.path,
+        )
+        variable.assign(_preserve(value, layer, rest, step, parent_spec))
+    return child

@@ -1,0 +1,295 @@
+"""Decoder-only transformers as a few numbers (`TransformerSpec`), and the one builder that turns
+such a spec into a Keras 3 model from Keras' own layers (`build_transformer`).
+
+The LM track's counterpart of ArchSpec and builder.py: the search grows specs (grow.py), every
+trial stores one as JSON, and every worker builds the same layers from it, named by block index so
+that two builds of one spec match layer for layer and a grown child's weights can be mapped from
+its parent's by name. The spec itself is plain Python (Keras is imported by the builder only), so
+the search can validate, count and compare thousands of them without starting a framework.
+
+The model (GPT-2's shape, pre-norm):
+    tokens (int32, (batch, seq_len))
+    token_embedding (Embedding; ReversibleEmbedding when the head is tied) -> position_embedding
+    block{i}, i = 0 .. layers - 1:
+        x + attention(norm1(x))    MultiHeadAttention, causal, key_dim = spec.key_dim
+        x + mlp_down(mlp_up(norm2(x)))   Dense(mlp_width, activation) -> Dense(d_model)
+    final_norm -> head (Dense(vocab_size), or the token embedding reversed) -> logits, float32
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiperf.errors import UserError
+
+if TYPE_CHECKING:
+    import keras
+
+FORMAT = "aiperf-transformer/1"
+NORMS = ("layer", "rms")
+POSITIONS = ("learned",)
+ACTIVATIONS = ("gelu", "relu")
+# Layers (and their part names) every block has, in order: a block's layer is f"block{i}_{part}".
+BLOCK_PARTS = ("norm1", "attention", "add1", "norm2", "mlp_up", "mlp_down", "add2")
+
+
+class InvalidTransformer(UserError, ValueError):
+    """A spec that cannot describe a model: a user's mistake when it comes from a file (one line at
+    the command line), a ValueError to code that builds specs."""
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """A decoder-only transformer. `head_dim` None means d_model // heads (and then heads must
+    divide d_model); widen_heads sets it, since added heads keep the width of the others.
+    `history` lists the growth steps (grow.py) that made this spec from its seed, one entry each."""
+
+    vocab_size: int
+    seq_len: int
+    layers: int
+    d_model: int
+    heads: int
+    mlp_width: int
+    head_dim: int | None = None
+    norm: str = "layer"
+    positions: str = "learned"
+    tied_head: bool = True
+    activation: str = "gelu"
+    dropout: float = 0.0
+    history: tuple[str, ...] = ()
+    name: str = "transformer"
+
+    def __post_init__(self) -> None:
+        problems = _problems(self)
+        if problems:
+            raise InvalidTransformer("invalid transformer: " + "; ".join(problems))
+
+    @property
+    def key_dim(self) -> int:
+        """Width of one attention head (Keras' key_dim)."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.heads
+
+    @property
+    def param_count(self) -> int:
+        """Weights of the built model, as Keras counts them (tests/test_transformer_arch.py checks)."""
+        d, v, m, h, k = self.d_model, self.vocab_size, self.mlp_width, self.heads, self.key_dim
+        norm = 2 * d if self.norm == "layer" else d  # gamma and beta; RMS: scale only
+        attention = 3 * (d * h * k + h * k) + h * k * d + d
+        mlp = d * m + m + m * d + d
+        head = 0 if self.tied_head else d * v + v
+        return v * d + self.seq_len * d + self.layers * (2 * norm + attention + mlp) + norm + head
+
+    def architecture_key(self) -> str:
+        """Hash of what the model computes (not its name or history): two specs with equal keys
+        build the same layers, so a search proposes each architecture once (deepen at different
+        positions gives one architecture)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in ("history", "name")}
+        data["head_dim"] = self.key_dim
+        text = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def block_names(self, block: int) -> list[str]:
+        return [f"block{block}_{part}" for part in BLOCK_PARTS]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["history"] = list(self.history)
+        return {"format": FORMAT, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerSpec:
+        data = dict(data)
+        found = data.pop("format", FORMAT)
+        if found != FORMAT:
+            raise InvalidTransformer(f"invalid transformer: format {found!r}, expected {FORMAT!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidTransformer(f"invalid transformer: unknown fields {', '.join(unknown)}")
+        if isinstance(data.get("history"), list):
+            data["history"] = tuple(data["history"])
+        try:
+            return cls(**data)
+        except TypeError as exc:  # a required field missing
+            raise InvalidTransformer(f"invalid transformer: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerSpec:
+        return cls.from_dict(json.loads(text))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _problems(spec: TransformerSpec) -> list[str]:
+    """Every problem of `spec`, one message each, naming the field and the value found."""
+    problems = []
+    for name in ("vocab_size", "seq_len", "layers", "d_model", "heads", "mlp_width"):
+        value = getattr(spec, name)
+        if not _is_int(value) or value < 1:
+            problems.append(f"{name} must be a positive integer, got {value!r}")
+    if spec.vocab_size == 1:
+        problems.append("vocab_size must be at least 2, got 1")
+    if spec.head_dim is not None and (not _is_int(spec.head_dim) or spec.head_dim < 1):
+        problems.append(f"head_dim must be a positive integer or null, got {spec.head_dim!r}")
+    if (
+        spec.head_dim is None
+        and _is_int(spec.d_model)
+        and _is_int(spec.heads)
+        and spec.heads > 0
+        and spec.d_model % spec.heads
+    ):
+        problems.append(
+            f"heads ({spec.heads}) must divide d_model ({spec.d_model}) unless head_dim is given"
+        )
+    if spec.norm not in NORMS:
+        problems.append(f"norm must be one of {', '.join(NORMS)}, got {spec.norm!r}")
+    if spec.positions == "rotary":
+        problems.append(
+            "positions 'rotary' is not supported: Keras' MultiHeadAttention has no hook to rotate "
+            "queries and keys; use 'learned'"
+        )
+    elif spec.positions not in POSITIONS:
+        problems.append(f"positions must be one of {', '.join(POSITIONS)}, got {spec.positions!r}")
+    if not isinstance(spec.tied_head, bool):
+        problems.append(f"tied_head must be true or false, got {spec.tied_head!r}")
+    if spec.activation not in ACTIVATIONS:
+        problems.append(
+            f"activation must be one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}"
+        )
+    if (
+        not isinstance(spec.dropout, (int, float))
+        or isinstance(spec.dropout, bool)
+        or not 0.0 <= spec.dropout < 1.0
+    ):
+        problems.append(f"dropout must be in [0, 1), got {spec.dropout!r}")
+    if not isinstance(spec.history, tuple) or not all(isinstance(s, str) for s in spec.history):
+        problems.append("history must be a list of growth steps (strings)")
+    return problems
+
+
+def load_transformer_spec(path: str | Path) -> TransformerSpec:
+    """Read a transformer JSON file; a bad file is the user's mistake, said in one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"architecture file {path} does not exist")
+    try:
+        return TransformerSpec.from_json(path.read_text())
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UserError(
+            f"architecture file {path} is not a valid transformer spec: {exc}"
+        ) from None
+
+
+# --- seeds ------------------------------------------------------------------------------------
+
+SEEDS: dict[str, dict[str, Any]] = {
+    # Two CPU cores train it in seconds: byte vocabulary, 64 positions, 2 blocks of width 64.
+    "lm-tiny": {
+        "vocab_size": 256,
+        "seq_len": 64,
+        "layers": 2,
+        "d_model": 64,
+        "heads": 4,
+        "mlp_width": 256,
+    },
+    # GPT-2 small's body (12 blocks, width 768, 12 heads, MLP 3072, 1024 positions, tied head)
+    # over the byte vocabulary the LM track's data uses (vocab_size is a field: 50257 for GPT-2's).
+    "gpt2-small": {
+        "vocab_size": 256,
+        "seq_len": 1024,
+        "layers": 12,
+        "d_model": 768,
+        "heads": 12,
+        "mlp_width": 3072,
+    },
+}
+
+
+def transformer_seed_names() -> list[str]:
+    return sorted(SEEDS)
+
+
+def transformer_seed(name: str, **changes: Any) -> TransformerSpec:
+    """The named seed, with fields changed by `changes` (e.g. vocab_size, seq_len from a profile)."""
+    if name not in SEEDS:
+        raise UserError(
+            f"unknown transformer seed {name!r}; use one of: {', '.join(transformer_seed_names())}"
+        )
+    return TransformerSpec(**{**SEEDS[name], "name": name, **changes})
+
+
+# --- the builder ------------------------------------------------------------------------------
+
+
+def _norm(spec: TransformerSpec, name: str) -> Any:
+    import keras
+
+    if spec.norm == "rms":
+        return keras.layers.RMSNormalization(epsilon=1e-5, name=name)
+    return keras.layers.LayerNormalization(epsilon=1e-5, name=name)
+
+
+def build_transformer(spec: TransformerSpec, *, seed: int) -> keras.Model:
+    """A fresh model for `spec`, its weights drawn from `seed` (Keras' global seed is set: the same
+    spec and seed give the same weights, on any backend's own generator). Logits come out float32
+    under any dtype policy (the head computes in float32), so a mixed-precision model's softmax and
+    loss keep float32's range, as the CNN builder's head does."""
+    import keras
+
+    from aiperf.layers import PositionEmbedding
+
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    tokens = keras.Input(shape=(spec.seq_len,), dtype="int32", name="tokens")
+    if spec.tied_head:
+        # float32 throughout: the reverse call is the head. Its lookups come out float32 and the
+        # next layer casts them to its compute dtype.
+        embedding: Any = layers.ReversibleEmbedding(
+            spec.vocab_size, spec.d_model, dtype="float32", name="token_embedding"
+        )
+    else:
+        embedding = layers.Embedding(spec.vocab_size, spec.d_model, name="token_embedding")
+    x = PositionEmbedding(spec.seq_len, name="position_embedding")(embedding(tokens))
+    if spec.dropout > 0:
+        x = layers.Dropout(spec.dropout, name="embedding_dropout")(x)
+    for i in range(spec.layers):
+        norm1, attention, add1, norm2, up, down, add2 = spec.block_names(i)
+        y = _norm(spec, norm1)(x)
+        # No dropout inside the attention: it would rule out the backend's fused kernel.
+        y = layers.MultiHeadAttention(num_heads=spec.heads, key_dim=spec.key_dim, name=attention)(
+            y, y, use_causal_mask=True
+        )
+        if spec.dropout > 0:
+            y = layers.Dropout(spec.dropout, name=f"block{i}_attention_dropout")(y)
+        x = layers.Add(name=add1)([x, y])
+        y = _norm(spec, norm2)(x)
+        y = layers.Dense(spec.mlp_width, activation=spec.activation, name=up)(y)
+        y = layers.Dense(spec.d_model, name=down)(y)
+        if spec.dropout > 0:
+            y = layers.Dropout(spec.dropout, name=f"block{i}_mlp_dropout")(y)
+        x = layers.Add(name=add2)([x, y])
+    x = _norm(spec, "final_norm")(x)
+    if spec.tied_head:
+        logits = embedding(x, reverse=True)
+    else:
+        logits = layers.Dense(spec.vocab_size, dtype="float32", name="head")(x)
+    return keras.Model(tokens, logits, name=spec.name)
+
+
+def spec_summary(spec: TransformerSpec) -> str:
+    """One line for tables and logs: depth, widths, weights."""
+    millions = spec.param_count / 1e6
+    shown = f"{millions:.1f}M" if millions >= 1 else f"{spec.param_count / 1e3:.0f}k"
+    return (
+        f"{spec.layers}x{spec.d_model} h{spec.heads}x{spec.key_dim} mlp{spec.mlp_width} "
+        f"T{spec.seq_len} V{spec.vocab_size} ({shown} weights)"
+    )
