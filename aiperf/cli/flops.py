@@ -43,8 +43,8 @@ def flops(
     input_shape: str | None = typer.Option(
         None,
         "--input-shape",
-        help="H,W,C of one input sample. Default: 224,224,3 for "
-        "keras.applications models, the model's own otherwise.",
+        help="H,W,C of one input sample, or T (tokens) for a model of token ids. Default: "
+        "224,224,3 for keras.applications models, the model's own otherwise.",
     ),
     classes: int | None = typer.Option(
         None,
@@ -82,6 +82,11 @@ def flops(
             "input_shape": list(_input_shape_of(keras_model, shape)),
             **ops.to_dict(),
         }
+        tokens = _tokens_per_sample(keras_model, shape)
+        if tokens is not None:  # a sample is one sequence; per token is per sample / T
+            result["tokens_per_sample"] = tokens
+            result["eval_per_token"] = ops.eval_per_sample / tokens
+            result["train_per_token"] = ops.train_per_sample / tokens
         typer.echo(json.dumps(result))
     else:
         _print_table(model, keras_model, ops)
@@ -100,20 +105,21 @@ def _check_convention(convention: str) -> None:
         ) from None
 
 
-def _parse_input_shape(text: str | None) -> tuple[int, int, int] | None:
+def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    """H,W,C of an image, or T, the sequence length of a model whose input is token ids."""
     if text is None:
         return None
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) not in (1, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise _BadInput(
-            f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
-            "pass e.g. --input-shape 224,224,3"
+            f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas) "
+            "nor T (the sequence length of a token model); pass e.g. --input-shape 224,224,3 "
+            "or --input-shape 1024"
         )
-    height, width, channels = (int(p) for p in parts)
-    return height, width, channels
+    return tuple(int(p) for p in parts)
 
 
-def _resolve_model(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _resolve_model(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     # Keep TensorFlow's start-up chatter off stderr, where our one-line errors go. The oneDNN
     # notice ignores TF_CPP_MIN_LOG_LEVEL; switching oneDNN off is harmless here: nothing runs.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -150,7 +156,7 @@ def _build(what: str, build: Any) -> Any:
         raise _BadInput(f"cannot build {what}: {_first_line(error)}") from None
 
 
-def _application(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     import keras
 
     build = getattr(keras.applications, APPLICATIONS[name])
@@ -161,6 +167,8 @@ def _application(name: str, shape: tuple[int, int, int] | None, classes: int | N
 
 def _load_keras(path: Path, classes: int | None) -> Any:
     import keras
+
+    import aiperf.layers  # noqa: F401  registers aiperf's own layers (PositionEmbedding) for loading
 
     try:
         # safe_mode: a user's file never runs its own Python (a Lambda layer's code, a pickled
@@ -184,7 +192,7 @@ def _load_keras(path: Path, classes: int | None) -> Any:
     return model
 
 
-def _load_spec(path: Path, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_model, load_spec
     except ImportError:
@@ -197,7 +205,7 @@ def _load_spec(path: Path, shape: tuple[int, int, int] | None, classes: int | No
     )
 
 
-def _seed(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_seed, seed_names
     except ImportError:
@@ -213,9 +221,7 @@ def _seed(name: str, shape: tuple[int, int, int] | None, classes: int | None) ->
     return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
 
 
-def _count(
-    keras_model: Any, convention: str, name: str, shape: tuple[int, int, int] | None
-) -> Any:
+def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] | None) -> Any:
     from aiperf.ops import UnknownLayerError, count_model
 
     built = tuple(keras_model.inputs[0].shape[1:]) if getattr(keras_model, "inputs", None) else ()
@@ -233,8 +239,17 @@ def _count(
         raise _BadInput(f"cannot count {name}: {_first_line(error)}") from None
 
 
-def _input_shape_of(keras_model: Any, shape: tuple[int, int, int] | None) -> tuple:
+def _input_shape_of(keras_model: Any, shape: tuple[int, ...] | None) -> tuple:
     return shape or tuple(keras_model.inputs[0].shape[1:])
+
+
+def _tokens_per_sample(keras_model: Any, shape: tuple[int, ...] | None) -> int | None:
+    """T for a model whose one input is a sequence of integer token ids, else None."""
+    inputs = getattr(keras_model, "inputs", None)
+    if not inputs or len(inputs) != 1 or "int" not in str(inputs[0].dtype):
+        return None
+    sequence = _input_shape_of(keras_model, shape)
+    return sequence[0] if len(sequence) == 1 else None
 
 
 def _first_line(error: BaseException) -> str:
@@ -273,6 +288,12 @@ def _print_table(name: str, keras_model: Any, ops: Any) -> None:
         f"train per sample [bold]{train:,}[/bold] ({ops_per_sample(train)})  "
         f"({ops.convention} convention)"
     )
+    tokens = _tokens_per_sample(keras_model, None)
+    if tokens is not None:
+        console.print(
+            f"a sample is a sequence of {tokens} tokens; per token: eval {eval_ / tokens:,.1f}  "
+            f"train {train / tokens:,.1f}"
+        )
 
 
 def _shape_text(shape: tuple) -> str:
