@@ -320,6 +320,9 @@ def test_token_sequence_length_as_input_shape(saved) -> None:
     result = CliRunner().invoke(app, ["flops", str(saved[True]), "--input-shape", "16"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "built for inputs of shape 32" in result.stderr
+    result = CliRunner().invoke(app, ["flops", "resnet-mini", "--input-shape", "32"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "resnet-mini takes images" in result.stderr
 
 
 def test_table_states_the_figures_per_token(saved) -> None:

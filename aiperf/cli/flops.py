@@ -3,6 +3,7 @@
 Registered by aiperf/cli/main.py with `app.command("flops")(flops)`. TensorFlow is imported only when
 the command runs, so `aiperf --help` stays fast. Bad input (unknown model name, missing file,
 malformed --input-shape, unknown layer or convention) is one line on stderr and exit code 2.
+A model whose input is integer token ids (a GPT) is counted per sequence, and also per token.
 """
 
 from __future__ import annotations
@@ -201,7 +202,9 @@ def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -
         ) from None
     return _build(
         f"the architecture in {path}",
-        lambda: build_model(load_spec(path), input_shape=shape, num_classes=classes),
+        lambda: build_model(
+            load_spec(path), input_shape=_image_shape(shape, str(path)), num_classes=classes
+        ),
     )
 
 
@@ -218,7 +221,21 @@ def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
             f"unknown model {name!r}; pass one of {known}, a .keras file or an architecture .json file"
         )
     # None leaves a seed's own input shape and classes (those of the benchmark's data).
-    return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
+    return _build(
+        f"seed model {name!r}", lambda: build_seed(name, _image_shape(shape, name), classes)
+    )
+
+
+def _image_shape(shape: tuple[int, ...] | None, what: str) -> tuple[int, int, int] | None:
+    """The H,W,C a builder of image models takes; a sequence length T is for saved token models."""
+    if shape is None:
+        return None
+    if len(shape) != 3:
+        raise _BadInput(
+            f"{what} takes images: pass --input-shape H,W,C (e.g. 224,224,3), not a sequence length"
+        )
+    height, width, channels = shape
+    return height, width, channels
 
 
 def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] | None) -> Any:
