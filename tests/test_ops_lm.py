@@ -1,6 +1,7 @@
 """Operation counts of decoder-only transformers (aiperf/ops/rules_lm.py): each rule on a hand-computed
 case, then a GPT-style model built from Keras' own layers, saved, and counted by `aiperf flops` as a
-user runs it, against an independent hand formula in both conventions; then GPT-2 124M's figure."""
+user runs it, against an independent hand formula in both conventions; GPT-2 124M's figure; and on
+JAX, the "tensor" forward against the matrix products XLA is given."""
 
 from __future__ import annotations
 
@@ -350,16 +351,38 @@ def test_gpt2_small_per_token_training_figure() -> None:
 
 # ---------------------------------------------------------------------------------------------
 
+# On JAX, the saved model loads and counts the same, and the "tensor" forward equals the matrix
+# products XLA is given: 2 x (output elements x contracted size) of every dot_general in the
+# StableHLO of one sequence's forward pass (the attention included, the whole T x T).
 JAX_SCRIPT = r"""
-import json, sys
-import keras, typer
+import json, math, re, sys
+import jax, keras, numpy as np, typer
 from typer.testing import CliRunner
+import aiperf.layers
 from aiperf.cli.flops import flops
 app = typer.Typer()
 app.command("flops")(flops)
 app.command("other")(lambda: None)
-out = CliRunner().invoke(app, ["flops", sys.argv[1], "--json"])
-print(json.dumps({"backend": keras.backend.backend(), "code": out.exit_code, "out": out.stdout}))
+found = {"backend": keras.backend.backend()}
+for convention in ("aiperf", "tensor"):
+    out = CliRunner().invoke(app, ["flops", sys.argv[1], "--json", "--convention", convention])
+    found[convention] = json.loads(out.stdout) if out.exit_code == 0 else out.output
+model = keras.saving.load_model(sys.argv[1], compile=False)
+tokens = np.zeros((1, *model.inputs[0].shape[1:]), "int32")
+hlo = jax.jit(lambda x: model(x, training=False)).lower(tokens).as_text()
+found["dots"], found["dots_outside_main"], function = 0, 0, None
+for line in hlo.splitlines():
+    declared = re.search(r"func\.func (?:public |private )?@(\w+)", line)
+    function = declared.group(1) if declared else function
+    if "stablehlo.dot_general" not in line:
+        continue
+    if function != "main":  # a function called n times would hold its products once
+        found["dots_outside_main"] += 1
+    contracted = re.search(r"contracting_dims = \[([\d, ]*)\]", line).group(1).split(",")
+    shapes = re.findall(r"tensor<([\dx]+)x[a-z]\w*>", line.split(" : ")[-1])
+    lhs, out = ([int(d) for d in shape.split("x")] for shape in (shapes[0], shapes[-1]))
+    found["dots"] += 2 * math.prod(out) * math.prod(lhs[int(i)] for i in contracted)
+print(json.dumps(found))
 """
 
 
@@ -367,7 +390,7 @@ print(json.dumps({"backend": keras.backend.backend(), "code": out.exit_code, "ou
     importlib.util.find_spec("jax") is None,
     reason="JAX is not installed (pip install -e '.[jax]')",
 )
-def test_jax_backend_loads_and_counts_the_same(saved) -> None:
+def test_jax_loads_counts_the_same_and_xla_multiplies_what_tensor_counts(saved) -> None:
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
         [sys.executable, "-c", JAX_SCRIPT, str(saved[True])],
@@ -379,6 +402,11 @@ def test_jax_backend_loads_and_counts_the_same(saved) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["backend"] == "jax" and found["code"] == 0, found
-    data = json.loads(found["out"])
-    assert (data["forward"], data["backward"]) == hand_count(**SIZES, tied=True)["aiperf"]
+    assert found["backend"] == "jax", found
+    expected = hand_count(**SIZES, tied=True)
+    for convention in ("aiperf", "tensor"):
+        data = found[convention]
+        assert isinstance(data, dict), data
+        assert (data["forward"], data["backward"]) == expected[convention]
+    assert found["dots_outside_main"] == 0  # so each product is seen once per call
+    assert found["dots"] == expected["tensor"][0]
