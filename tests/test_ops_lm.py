@@ -224,11 +224,14 @@ def test_every_transformer_rule_has_a_case() -> None:
 # A GPT-style model, saved and counted through the CLI
 
 
-def gpt(vocab: int, length: int, width: int, heads: int, blocks: int, tied: bool) -> keras.Model:
+def gpt(
+    vocab: int, length: int, width: int, heads: int, blocks: int, tied: bool, open_length=False
+) -> keras.Model:
     """Token embedding, learned positions, pre-norm blocks (LayerNorm, causal attention, residual
     add; LayerNorm, Dense 4d gelu, Dense d, dropout, residual add), final LayerNorm, an LM head
-    without bias: a Dense, or the token table reversed (tied)."""
-    tokens = keras.Input((length,), dtype="int32")
+    without bias: a Dense, or the token table reversed (tied). open_length: sequences of any
+    length up to `length`."""
+    tokens = keras.Input((None if open_length else length,), dtype="int32")
     table = layers.ReversibleEmbedding(vocab, width) if tied else layers.Embedding(vocab, width)
     x = PositionEmbedding(length)(table(tokens))
     for _ in range(blocks):
@@ -324,6 +327,20 @@ def test_token_sequence_length_as_input_shape(saved) -> None:
     result = CliRunner().invoke(app, ["flops", "resnet-mini", "--input-shape", "32"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "resnet-mini takes images" in result.stderr
+
+
+def test_model_of_open_length_is_counted_at_the_given_length(tmp_path) -> None:
+    path = tmp_path / "open.keras"
+    s = SIZES
+    gpt(s["V"], s["T"], s["d"], s["H"], s["L"], tied=True, open_length=True).save(path)
+    data = flops_json(str(path), "--input-shape", str(s["T"]), "--convention", "tensor")
+    assert (data["forward"], data["backward"]) == hand_count(**s, tied=True)["tensor"]
+    assert data["tokens_per_sample"] == s["T"]
+    result = CliRunner().invoke(app, ["flops", str(path), "--input-shape", "16"])
+    assert result.exit_code == 0, result.output
+    assert "a sample is a sequence of 16 tokens" in " ".join(result.stdout.split())
+    result = CliRunner().invoke(app, ["flops", str(path)])
+    assert result.exit_code == 2 and "undefined dimension" in result.stderr
 
 
 def test_table_states_the_figures_per_token(saved) -> None:

@@ -90,7 +90,7 @@ def flops(
             result["train_per_token"] = ops.train_per_sample / tokens
         typer.echo(json.dumps(result))
     else:
-        _print_table(model, keras_model, ops)
+        _print_table(model, keras_model, ops, shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,7 +274,9 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _print_table(name: str, keras_model: Any, ops: Any) -> None:
+def _print_table(
+    name: str, keras_model: Any, ops: Any, input_shape: tuple[int, ...] | None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -298,14 +300,15 @@ def _print_table(name: str, keras_model: Any, ops: Any) -> None:
     table.add_row("", "total", "", "", f"{ops.forward:,}", f"{ops.backward:,}", style="bold")
     console = Console()
     console.print(table)
-    shape = ",".join(map(str, _input_shape_of(keras_model, None)))
+    # The shape counted: --input-shape where the model leaves dimensions open.
+    shape = ",".join(map(str, _input_shape_of(keras_model, input_shape)))
     eval_, train = ops.eval_per_sample, ops.train_per_sample
     console.print(
         f"input shape {shape}; eval per sample [bold]{eval_:,}[/bold] ({ops_per_sample(eval_)})  "
         f"train per sample [bold]{train:,}[/bold] ({ops_per_sample(train)})  "
         f"({ops.convention} convention)"
     )
-    tokens = _tokens_per_sample(keras_model, None)
+    tokens = _tokens_per_sample(keras_model, input_shape)
     if tokens is not None:
         console.print(
             f"a sample is a sequence of {tokens} tokens; per token: eval {eval_ / tokens:,.1f}  "
