@@ -189,6 +189,19 @@ CASES = [
         tensor=(2 * (2076 + 756), 4 * (2076 + 756)),
         output_shape=(4, 7),
     ),
+    # The same, its inputs passed by keyword in another order: the call node lists them k, q, v.
+    Case(
+        "mha-cross-attention-keywords",
+        lambda: layers.MultiHeadAttention(3, 2, value_dim=5, output_shape=7, use_bias=False),
+        ((4, 6), (9, 10), (9, 3)),
+        aiperf=(
+            2 * (2076 + 756) + 24 + 12 * 116,
+            4 * 2076 + 2 * (36 + 18 + 150 + 105) + 4 * 756,
+        ),
+        tensor=(2 * (2076 + 756), 4 * (2076 + 756)),
+        output_shape=(4, 7),
+        apply=lambda layer, xs: layer(key=xs[2], value=xs[1], query=xs[0]),
+    ),
     # Attention along the last of two position axes of (2, 3, 8): 2 independent rows of 3,
     # projections as for 6 positions; attention 2*2*3*3*(4 + 4) = 288; softmax 12*(13*3 - 1).
     Case(

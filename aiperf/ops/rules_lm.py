@@ -19,7 +19,9 @@ Shapes exclude the batch dimension: a "sample" is one sequence of T tokens.
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Any
 
 from keras import layers
 
@@ -100,10 +102,35 @@ def _attention_split(shape: Shape, axes: tuple[int, ...]) -> tuple[int, int]:
     return _elements(shape[:-1]) // inside, inside
 
 
+def _size(sublayer: Any) -> int:
+    """Weights of one of the attention's projections (kernel, and bias where it has one)."""
+    return sum(math.prod(w.shape) for w in sublayer.weights)
+
+
+def _query_value_key(call: LayerCall, queries: int) -> tuple[Shape, Shape, Shape]:
+    """The query, value and key input shapes. A call node lists its tensors in the order they were
+    passed, so `mha(key=k, value=v, query=q)` lists k first: the roles are told apart by the input
+    widths each projection's kernel was built for and by the query's positions (the output's)."""
+    layer = call.layer
+    widths = [p.kernel.shape[0] for p in (layer.query_dense, layer.value_dense, layer.key_dense)]
+    for order in itertools.permutations(call.input_shapes):
+        query, value = order[0], order[1]
+        key = order[2] if len(order) > 2 else value
+        if (
+            [query[-1], value[-1], key[-1]] == widths
+            and _elements(query[:-1]) == queries
+            and value[:-1] == key[:-1]
+        ):
+            return query, value, key
+    raise ValueError(
+        f"cannot tell the query, value and key of {layer.name!r} from its input shapes "
+        f"{call.input_shapes}"
+    )
+
+
 @rule(layers.MultiHeadAttention)
 def multi_head_attention(call: LayerCall) -> Cost:
-    """Inputs in the order of the call's signature: query, value, and key (the value when
-    absent). With H heads of size k (value size v), Tq query and Tk key positions, d inputs:
+    """With H heads of size k (value size v), Tq query and Tk key positions:
 
     - projections, as Dense layers (2 per MAC forward; backward weight and input gradients, 2 per
       MAC each, and 2 per weight for the update, biases included): Q Tq*dq*H*k, K Tk*dk*H*k,
@@ -117,32 +144,30 @@ def multi_head_attention(call: LayerCall) -> Cost:
       causal mask is a selection, not arithmetic; attention dropout is not counted (Dropout's rule).
     """
     layer = call.layer
-    query, value = call.input_shapes[0], call.input_shapes[1]
-    key = call.input_shapes[2] if len(call.input_shapes) > 2 else value
     heads, key_size, value_size = layer.num_heads, layer.key_dim, layer.value_dim
+    out_features = math.prod(layer.output_dense.kernel.shape[2:])
+    nq = _elements(call.output_shape) // out_features
+    query, value, key = _query_value_key(call, nq)
+    nk = _elements(key[:-1])
     axes = tuple(layer.attention_axes or range(1, len(query)))
     rows, tq = _attention_split(query, axes)
     _, tk = _attention_split(key, axes)
-    nq, nk = _elements(query[:-1]), _elements(key[:-1])
-    out_features = _elements(call.output_shape) // nq
-    bias = 1 if layer.use_bias else 0
 
-    projections = [  # (MACs, weights) of each projection
-        (nq * query[-1] * heads * key_size, (query[-1] + bias) * heads * key_size),
-        (nk * key[-1] * heads * key_size, (key[-1] + bias) * heads * key_size),
-        (nk * value[-1] * heads * value_size, (value[-1] + bias) * heads * value_size),
-        (nq * heads * value_size * out_features, (heads * value_size + bias) * out_features),
+    projections = [  # (MACs, weights) of each projection, on the positions it is applied to
+        (nq * math.prod(layer.query_dense.kernel.shape), _size(layer.query_dense)),
+        (nk * math.prod(layer.key_dense.kernel.shape), _size(layer.key_dense)),
+        (nk * math.prod(layer.value_dense.kernel.shape), _size(layer.value_dense)),
+        (nq * math.prod(layer.output_dense.kernel.shape), _size(layer.output_dense)),
     ]
     elementwise = nq * heads * key_size  # the query's scaling
-    if layer._use_gate:  # no public accessor; the gate is a sigmoid Dense on the query
-        projections.append(
-            (nq * query[-1] * heads * value_size, (query[-1] + bias) * heads * value_size)
-        )
+    if layer._use_gate:  # no public accessor; the gate is a sigmoid projection of the query
+        gate = layer._gate_dense
+        projections.append((nq * math.prod(gate.kernel.shape), _size(gate)))
         elementwise += 2 * nq * heads * value_size
     attention = rows * heads * tq * tk * (key_size + value_size)
     elementwise += _softmax((rows * heads * tq, tk))
 
-    # The output projection (and the gate's product) always take a gradient: Q, K and V are upstream.
+    # The output projection always takes a gradient: Q, K and V are upstream of it.
     backward = sum(
         _weighted_backward(macs, weights, call.needs_input_grad or i == 3)
         for i, (macs, weights) in enumerate(projections)
