@@ -3,6 +3,7 @@
 Registered by aiperf/cli/main.py with `app.command("flops")(flops)`. TensorFlow is imported only when
 the command runs, so `aiperf --help` stays fast. Bad input (unknown model name, missing file,
 malformed --input-shape, unknown layer or convention) is one line on stderr and exit code 2.
+A model whose input is integer token ids (a GPT) is counted per sequence, and also per token.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def flops(
     input_shape: str | None = typer.Option(
         None,
         "--input-shape",
-        help="H,W,C of one input sample. Default: 224,224,3 for "
-        "keras.applications models, the model's own otherwise.",
+        help="H,W,C of one input sample, or T (tokens) for a model of token ids. Default: "
+        "224,224,3 for keras.applications models, the model's own otherwise.",
     ),
     classes: int | None = typer.Option(
         None,
@@ -82,9 +83,14 @@ def flops(
             "input_shape": list(_input_shape_of(keras_model, shape)),
             **ops.to_dict(),
         }
+        tokens = _tokens_per_sample(keras_model, shape)
+        if tokens is not None:  # a sample is one sequence; per token is per sample / T
+            result["tokens_per_sample"] = tokens
+            result["eval_per_token"] = ops.eval_per_sample / tokens
+            result["train_per_token"] = ops.train_per_sample / tokens
         typer.echo(json.dumps(result))
     else:
-        _print_table(model, keras_model, ops)
+        _print_table(model, keras_model, ops, shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,20 +106,21 @@ def _check_convention(convention: str) -> None:
         ) from None
 
 
-def _parse_input_shape(text: str | None) -> tuple[int, int, int] | None:
+def _parse_input_shape(text: str | None) -> tuple[int, ...] | None:
+    """H,W,C of an image, or T, the sequence length of a model whose input is token ids."""
     if text is None:
         return None
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) not in (1, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise _BadInput(
-            f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas); "
-            "pass e.g. --input-shape 224,224,3"
+            f"--input-shape {text!r} is not H,W,C (three positive integers separated by commas) "
+            "nor T (the sequence length of a token model); pass e.g. --input-shape 224,224,3 "
+            "or --input-shape 1024"
         )
-    height, width, channels = (int(p) for p in parts)
-    return height, width, channels
+    return tuple(int(p) for p in parts)
 
 
-def _resolve_model(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _resolve_model(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     # Keep TensorFlow's start-up chatter off stderr, where our one-line errors go. The oneDNN
     # notice ignores TF_CPP_MIN_LOG_LEVEL; switching oneDNN off is harmless here: nothing runs.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -150,7 +157,7 @@ def _build(what: str, build: Any) -> Any:
         raise _BadInput(f"cannot build {what}: {_first_line(error)}") from None
 
 
-def _application(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     import keras
 
     build = getattr(keras.applications, APPLICATIONS[name])
@@ -161,6 +168,8 @@ def _application(name: str, shape: tuple[int, int, int] | None, classes: int | N
 
 def _load_keras(path: Path, classes: int | None) -> Any:
     import keras
+
+    import aiperf.layers  # noqa: F401  registers aiperf's own layers (PositionEmbedding) for loading
 
     try:
         # safe_mode: a user's file never runs its own Python (a Lambda layer's code, a pickled
@@ -184,7 +193,7 @@ def _load_keras(path: Path, classes: int | None) -> Any:
     return model
 
 
-def _load_spec(path: Path, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _load_spec(path: Path, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_model, load_spec
     except ImportError:
@@ -193,11 +202,13 @@ def _load_spec(path: Path, shape: tuple[int, int, int] | None, classes: int | No
         ) from None
     return _build(
         f"the architecture in {path}",
-        lambda: build_model(load_spec(path), input_shape=shape, num_classes=classes),
+        lambda: build_model(
+            load_spec(path), input_shape=_image_shape(shape, str(path)), num_classes=classes
+        ),
     )
 
 
-def _seed(name: str, shape: tuple[int, int, int] | None, classes: int | None) -> Any:
+def _seed(name: str, shape: tuple[int, ...] | None, classes: int | None) -> Any:
     try:
         from aiperf.arch import build_seed, seed_names
     except ImportError:
@@ -210,12 +221,24 @@ def _seed(name: str, shape: tuple[int, int, int] | None, classes: int | None) ->
             f"unknown model {name!r}; pass one of {known}, a .keras file or an architecture .json file"
         )
     # None leaves a seed's own input shape and classes (those of the benchmark's data).
-    return _build(f"seed model {name!r}", lambda: build_seed(name, shape, classes))
+    return _build(
+        f"seed model {name!r}", lambda: build_seed(name, _image_shape(shape, name), classes)
+    )
 
 
-def _count(
-    keras_model: Any, convention: str, name: str, shape: tuple[int, int, int] | None
-) -> Any:
+def _image_shape(shape: tuple[int, ...] | None, what: str) -> tuple[int, int, int] | None:
+    """The H,W,C a builder of image models takes; a sequence length T is for saved token models."""
+    if shape is None:
+        return None
+    if len(shape) != 3:
+        raise _BadInput(
+            f"{what} takes images: pass --input-shape H,W,C (e.g. 224,224,3), not a sequence length"
+        )
+    height, width, channels = shape
+    return height, width, channels
+
+
+def _count(keras_model: Any, convention: str, name: str, shape: tuple[int, ...] | None) -> Any:
     from aiperf.ops import UnknownLayerError, count_model
 
     built = tuple(keras_model.inputs[0].shape[1:]) if getattr(keras_model, "inputs", None) else ()
@@ -233,8 +256,17 @@ def _count(
         raise _BadInput(f"cannot count {name}: {_first_line(error)}") from None
 
 
-def _input_shape_of(keras_model: Any, shape: tuple[int, int, int] | None) -> tuple:
+def _input_shape_of(keras_model: Any, shape: tuple[int, ...] | None) -> tuple:
     return shape or tuple(keras_model.inputs[0].shape[1:])
+
+
+def _tokens_per_sample(keras_model: Any, shape: tuple[int, ...] | None) -> int | None:
+    """T for a model whose one input is a sequence of integer token ids, else None."""
+    inputs = getattr(keras_model, "inputs", None)
+    if not inputs or len(inputs) != 1 or "int" not in str(inputs[0].dtype):
+        return None
+    sequence = _input_shape_of(keras_model, shape)
+    return sequence[0] if len(sequence) == 1 else None
 
 
 def _first_line(error: BaseException) -> str:
@@ -242,7 +274,9 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _print_table(name: str, keras_model: Any, ops: Any) -> None:
+def _print_table(
+    name: str, keras_model: Any, ops: Any, input_shape: tuple[int, ...] | None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -266,13 +300,20 @@ def _print_table(name: str, keras_model: Any, ops: Any) -> None:
     table.add_row("", "total", "", "", f"{ops.forward:,}", f"{ops.backward:,}", style="bold")
     console = Console()
     console.print(table)
-    shape = ",".join(map(str, _input_shape_of(keras_model, None)))
+    # The shape counted: --input-shape where the model leaves dimensions open.
+    shape = ",".join(map(str, _input_shape_of(keras_model, input_shape)))
     eval_, train = ops.eval_per_sample, ops.train_per_sample
     console.print(
         f"input shape {shape}; eval per sample [bold]{eval_:,}[/bold] ({ops_per_sample(eval_)})  "
         f"train per sample [bold]{train:,}[/bold] ({ops_per_sample(train)})  "
         f"({ops.convention} convention)"
     )
+    tokens = _tokens_per_sample(keras_model, input_shape)
+    if tokens is not None:
+        console.print(
+            f"a sample is a sequence of {tokens} tokens; per token: eval {eval_ / tokens:,.1f}  "
+            f"train {train / tokens:,.1f}"
+        )
 
 
 def _shape_text(shape: tuple) -> str:

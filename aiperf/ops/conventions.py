@@ -7,7 +7,8 @@ two conventions can never disagree about which work a layer does (see docs/flops
 
 - "aiperf": AIPerf's own per-layer figures (comparable with published AIPerf results);
   train = forward + backward, with AIPerf's backward rules.
-- "tensor": only Conv2D / DepthwiseConv2D / SeparableConv2D / Dense work, 2 operations per MAC
+- "tensor": only Conv2D / DepthwiseConv2D / SeparableConv2D / Dense work, and a transformer's
+  matrix products (attention projections, Q·K^T and A·V, a tied LM head), 2 operations per MAC
   (what TensorFlow's profiler reports for Conv2D, DepthwiseConv2dNative and MatMul nodes);
   backward = 2 * forward, so train = 3 * forward (the MLPerf model-FLOPs convention). Use it
   for model FLOPs utilisation against a measured matmul peak.

@@ -25,6 +25,7 @@ from typing import Any
 import keras
 from keras import tree
 
+from aiperf.ops import rules_lm  # noqa: F401  (importing it registers the transformer rules)
 from aiperf.ops.conventions import PROJECTIONS, Cost, check_convention
 from aiperf.ops.result import LayerOps, ModelOps, UnknownLayerError
 from aiperf.ops.rules import RULES, LayerCall, Shape
