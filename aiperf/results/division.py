@@ -82,6 +82,11 @@ ADDED_LATER = {
     # rulesets from 1.4: the cap on that batch, and the learning rate scaled with the global batch
     "search.space.batch_cap": None,
     "train.lr_reference_batch": None,
+    # the token kinds' settings (issue 35): at these defaults, as every image run had them
+    "data.seq_len": 128,
+    "data.train_tokens": 2_000_000,
+    "data.val_tokens": 200_000,
+    "data.val_fraction": 0.1,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
