@@ -32,7 +32,6 @@ from aiperf.config import TOKEN_KINDS, DataConfig
 from aiperf.data.manifest import MANIFEST_FILE, Manifest, sha256_file, write_json_atomic
 from aiperf.data.staging_npz import stage_synthetic
 from aiperf.data.staging_shards import OnProgress, no_progress
-from aiperf.data.staging_tokens import stage_tokens
 from aiperf.data.staging_sources import (
     stage_digits,
     stage_folder,
@@ -40,6 +39,7 @@ from aiperf.data.staging_sources import (
     stage_tfrecord,
     user_shards,
 )
+from aiperf.data.staging_tokens import stage_tokens
 from aiperf.paths import held
 
 __all__ = ["Manifest", "OnProgress", "preflight", "stage"]
