@@ -102,7 +102,9 @@ def _document_keys(stream: np.ndarray) -> bytes:
     raw = stream.astype(TOKEN_DTYPE).tobytes()
     starts = np.concatenate([[0], ends + 1])
     stops = np.concatenate([ends + 1, [len(stream)]])
-    return b"".join(image_key(raw[2 * a : 2 * b]) for a, b in zip(starts, stops) if b > a)
+    return b"".join(
+        image_key(raw[2 * a : 2 * b]) for a, b in zip(starts, stops, strict=True) if b > a
+    )
 
 
 def _write(
@@ -239,7 +241,9 @@ def validate_tokens(folder: str | Path) -> TokenManifest:
     problems = check_tokens(folder)
     if problems:
         raise DataError(str(folder), problems)
-    return TokenManifest.from_dict(read_manifest(folder))
+    manifest = TokenManifest.from_dict(read_manifest(folder))
+    assert isinstance(manifest, TokenManifest)  # from_dict makes its own class
+    return manifest
 
 
 def _intact(out: Path, inputs: str) -> bool:

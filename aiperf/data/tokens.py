@@ -129,15 +129,14 @@ def open_token_feed(folder: str | Path, *, batch_size: int, seq_len: int, seed: 
             val_samples=val_count,
             kind="arrays",
         )
-    common = {"batch_size": batch_size, "seq_len": seq_len}
     return Feed(
-        train={"x": token_batches(folder, "train", seed=seed, **common), "shuffle": False},
+        train={"x": token_batches(folder, "train", batch_size, seq_len, seed), "shuffle": False},
         epochs={
-            "x": token_batches(folder, "train", seed=seed, passes=True, **common),
+            "x": token_batches(folder, "train", batch_size, seq_len, seed, passes=True),
             "steps_per_epoch": whole // batch_size,
             "shuffle": False,
         },
-        val={"x": token_batches(folder, "validation", **common)},
+        val={"x": token_batches(folder, "validation", batch_size, seq_len)},
         train_samples=whole,
         val_samples=val_count,
     )
