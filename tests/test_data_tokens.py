@@ -197,6 +197,8 @@ def test_text_files_are_split_whole_by_the_seed(tmp_path):
     one = read_text(tmp_path / "corpus", seed=0, val_fraction=0.25)
     assert sorted(one.files["train"] + one.files["validation"]) == sorted(texts)
     assert one.files["train"] and one.files["validation"]
+    held_out = sum(len(texts[f]) for f in one.files["validation"])
+    assert held_out <= 0.25 * sum(len(t) for t in texts.values())
     for split in ("train", "validation"):
         stream = one.train if split == "train" else one.validation
         expected = b"".join(texts[f] + b"\xff" for f in one.files[split])
@@ -238,13 +240,22 @@ def test_a_file_that_is_not_utf8_is_one_line_naming_it(tmp_path):
     assert "part1/latin1.txt is not UTF-8 (byte 0xe9 at offset 3)" in message
 
 
-@pytest.mark.parametrize("files", [{}, {"only.txt": b"one file"}, {"a.txt": b"", "b.txt": b""}])
-def test_a_folder_without_two_texts_is_one_line(tmp_path, files):
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({}, "holds no files"),
+        ({"only.txt": b"one file"}, "holds 1 non-empty text file"),
+        ({"a.txt": b"", "b.txt": b""}, "holds 0 non-empty text files"),
+        ({"a.txt": b"x" * 200, "b.txt": b"short"}, "not one sequence of data.seq_len 16"),
+    ],
+)
+def test_a_folder_without_text_for_both_splits_is_one_line(tmp_path, files, says):
     (tmp_path / "corpus").mkdir()
     for name, data in files.items():
         (tmp_path / "corpus" / name).write_bytes(data)
-    with pytest.raises(DataError) as err:
-        stage(DataConfig(kind="text", source=str(tmp_path / "corpus")), 0, tmp_path / "data")
+    config = DataConfig(kind="text", source=str(tmp_path / "corpus"), seq_len=16)
+    with pytest.raises(DataError, match=says) as err:
+        stage(config, 0, tmp_path / "data")
     assert "\n" not in str(err.value) and str(tmp_path / "corpus") in str(err.value)
 
 
@@ -334,3 +345,41 @@ def test_stage_to_copies_the_token_shards(tmp_path):
     assert manifest.stage_to == str(tmp_path / "local")
     assert check_tokens(copy) == [] and read_manifest(copy)["sha256"] == manifest.sha256
     assert os.path.samefile(read_manifest(copy)["path"], copy)
+
+
+JAX_FEED = """
+import sys
+from pathlib import Path
+import keras, numpy as np
+from aiperf.config import DataConfig
+from aiperf.data.staging import stage
+from aiperf.data.tokens import open_token_feed
+config = DataConfig(kind="synthetic-text", train_tokens=5000, val_tokens=900, seq_len=16)
+manifest = stage(config, 0, Path(sys.argv[1]))
+feed = open_token_feed(manifest.path, batch_size=8, seq_len=16, seed=0)
+assert keras.backend.backend() == "jax" and feed.kind == "arrays", feed.kind
+x, y = feed.epochs["x"], feed.epochs["y"]
+assert x.dtype == y.dtype == np.int32 and x.shape == (feed.train_samples, 16)
+assert np.array_equal(x[:, 1:], y[:, :-1])
+model = keras.Sequential(
+    [keras.Input((16,), dtype="int32"), keras.layers.Embedding(256, 16), keras.layers.Dense(256)]
+)
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(**feed.epochs, epochs=1, verbose=0)
+print("loss", model.evaluate(**feed.val, verbose=0), feed.train_samples, feed.val_samples)
+"""
+
+
+def test_on_jax_the_feed_is_int32_arrays_keras_slices(tmp_path):
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", JAX_FEED, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    _word, loss, trained, evaluated = done.stdout.split()[-4:]
+    assert 0 < float(loss) < np.log(256)
+    assert (int(trained), int(evaluated)) == (312 // 8 * 8, (900 - 1) // 16)

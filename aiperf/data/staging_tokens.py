@@ -88,6 +88,17 @@ def stage_tokens(config: DataConfig, seed: int, folder: Path) -> TokenManifest:
 
     assert config.source is not None
     text = read_text(config.source, seed, config.val_fraction)  # every file checked, each time
+    for split, stream in (("train", text.train), ("validation", text.validation)):
+        if sequences(len(stream), config.seq_len) == 0:
+            raise DataError(
+                str(text.root),
+                [
+                    f"the {split} files ({', '.join(text.files[split][:3])}) hold {len(stream)} "
+                    f"tokens, not one sequence of data.seq_len {config.seq_len} (+1): add text, "
+                    "or lower data.seq_len"
+                    + (" or raise data.val_fraction" if split != "train" else "")
+                ],
+            )
     out = folder / source_name("text", text.root)
     if _intact(out, text.inputs):
         return _manifest(out, config.seq_len)

@@ -5,8 +5,8 @@ ship: each byte of the files' UTF-8 is a token (ids 0..255, VOCAB_SIZE), and eac
 DOC_END (0xFF), a byte UTF-8 never holds, so a model sees where one document stops.
 
 The split is at file level, by the seed: the files are put in an order drawn from the seed, and
-the first of them go to validation until they hold `val_fraction` of the bytes (at least one file
-each way). Whole files, not a share of each file's bytes, so no document is seen in both splits
+each in turn goes to validation if the validation files then hold no more than `val_fraction` of
+the bytes (where no file is that small, the smallest goes: one file at least each way). Whole files, not a share of each file's bytes, so no document is seen in both splits
 (its later half would be predicted from its earlier half learned in training); a folder needs
 two files or more. Every file is read and decoded each time the folder is staged: a file that is
 not UTF-8 is named in one line (aiperf.data.problems.DataError, a UserError), every bad one at
@@ -102,11 +102,12 @@ def read_text(source: str | Path, seed: int, val_fraction: float) -> TextSplit:
     total = sum(len(contents[n]) for n in names)
     held_out: list[str] = []
     taken = 0
-    for name in order[:-1]:  # the last file always trains
-        if held_out and taken >= val_fraction * total:
-            break
-        held_out.append(name)
-        taken += len(contents[name])
+    for name in order:  # in the seed's order, each file that still fits in the fraction
+        if taken + len(contents[name]) <= val_fraction * total:
+            held_out.append(name)
+            taken += len(contents[name])
+    if not held_out:  # every file is larger than the fraction: the smallest (first in order)
+        held_out = [min(order, key=lambda n: len(contents[n]))]
     split_files = {"train": [n for n in order if n not in held_out], "validation": held_out}
     end = bytes([DOC_END])
     streams = {
