@@ -6,11 +6,12 @@ DOC_END (0xFF), a byte UTF-8 never holds, so a model sees where one document sto
 
 The split is at file level, by the seed: the files are put in an order drawn from the seed, and
 each in turn goes to validation if the validation files then hold no more than `val_fraction` of
-the bytes (where no file is that small, the smallest goes: one file at least each way). Whole files, not a share of each file's bytes, so no document is seen in both splits
-(its later half would be predicted from its earlier half learned in training); a folder needs
-two files or more. Every file is read and decoded each time the folder is staged: a file that is
-not UTF-8 is named in one line (aiperf.data.problems.DataError, a UserError), every bad one at
-once, as is a folder without text.
+the bytes (where no file is that small, the smallest goes: one file at least each way). Whole
+files, not a share of each file's bytes, so no document is seen in both splits (its later half
+would be predicted from its earlier half learned in training); a folder needs two files or more,
+and each split one whole sequence (aiperf.data.staging_tokens). Every file is read and decoded
+each time the folder is staged: a file that is not UTF-8 is named in one line
+(aiperf.data.problems.DataError, a UserError), every bad one at once, as is a folder without text.
 """
 
 from __future__ import annotations
