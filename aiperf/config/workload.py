@@ -69,8 +69,8 @@ class DataConfig(_Strict):
         ):
             raise PydanticCustomError(
                 "data",
-                f"data.source is only for kinds folder, tfrecord and text, not {self.kind}; "
-                "remove it",
+                f"data.source is only for kinds folder and tfrecord (images) and text, not "
+                f"{self.kind}; remove it",
             )
         if self.kind == "synthetic-text":
             for name in ("train_tokens", "val_tokens"):
