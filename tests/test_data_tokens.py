@@ -383,3 +383,14 @@ def test_on_jax_the_feed_is_int32_arrays_keras_slices(tmp_path):
     _word, loss, trained, evaluated = done.stdout.split()[-4:]
     assert 0 < float(loss) < np.log(256)
     assert (int(trained), int(evaluated)) == (312 // 8 * 8, (900 - 1) // 16)
+
+
+def test_image_workloads_keep_their_hash_at_the_token_settings_defaults():
+    """The token settings joined the config after image runs were recorded: at their defaults they
+    stay out of the workload hash (aiperf.results.division.ADDED_LATER), so the defaults there
+    must be the config's."""
+    from aiperf.results.division import ADDED_LATER
+
+    defaults = DataConfig()
+    for name in ("seq_len", "train_tokens", "val_tokens", "val_fraction"):
+        assert ADDED_LATER[f"data.{name}"] == getattr(defaults, name), name

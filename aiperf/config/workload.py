@@ -32,7 +32,7 @@ class DataConfig(_Strict):
     kind: Literal[
         "synthetic", "folder", "tfrecord", "digits", "generated-imagenet", "synthetic-text", "text"
     ] = "synthetic"
-    source: str | None = None  # folder or tfrecord: where the user's data is
+    source: str | None = None  # folder, tfrecord or text: where the user's data is
     stage_to: str | None = None  # node-local folder: one copy of the shards on every node
     image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
     channels: int = Field(3, ge=1, le=4)

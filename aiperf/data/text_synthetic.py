@@ -14,7 +14,8 @@ each of which only a model that sees far enough back can use:
   are always closed;
 - across a document (hundreds of tokens): each document has a topic that biases its content words,
   and a key of four capital letters given in its header (`@KEY`) and repeated after every
-  paragraph (`#KEY`): copying it pays only to a model that attends back to the last one. A
+  paragraph of one to three sentences (`#KEY`, about 100 tokens apart: two thirds of them within
+  128 tokens of the last): copying it pays only to a model that attends back to the last one. A
   document ends with byte 0xFF (DOC_END), as each file of `text` data does.
 
 Bytes 0..255 are the vocabulary (VOCAB_SIZE); the stream is uint16, as every token shard is.
@@ -261,9 +262,9 @@ def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
     docs = CHUNK_DOCS
     topic = rng.integers(TOPICS, size=docs)
     keys = rng.integers(ord("A"), ord("Z") + 1, size=(docs, 4)).astype(np.uint8)
-    paragraphs = rng.integers(1, 5, size=docs)
+    paragraphs = rng.integers(2, 7, size=docs)  # 2..6 paragraphs of 1..3 sentences
     par_doc = np.repeat(np.arange(docs), paragraphs)
-    sentences = rng.integers(2, 6, size=len(par_doc))
+    sentences = rng.integers(1, 4, size=len(par_doc))
     sent_doc = np.repeat(par_doc, sentences)
     n = len(sent_doc)
     ends = np.cumsum(sentences) - 1  # each paragraph's last sentence
