@@ -64,7 +64,7 @@ class BenchmarkConfig(_Strict):
         so it too is checked against the staged count once the workers' peaks are known."""
         resolved_by_devices = bool(self.search.space.batch_per_gib) and self.cluster.gpus > 0
         if self.data.kind not in FILE_COUNTED and not resolved_by_devices:
-            problem = batch_problem(self, self.data.train_samples, "data.train_samples")
+            problem = batch_problem(self, *self.data.train_count())
             if problem:
                 raise ValueError(problem)
         return self

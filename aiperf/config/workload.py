@@ -15,6 +15,7 @@ from aiperf.config.values import _Strict
 from aiperf.rules import AUTO_PRECISION
 
 DIGITS_IMAGES = 1797  # scikit-learn's digits: 8x8 grey images of 10 handwritten digits
+MAX_SEQ_LEN = 1 << 16  # tokens per sequence: far beyond what any profile's models attend over
 
 
 class DataConfig(_Strict):
@@ -23,10 +24,15 @@ class DataConfig(_Strict):
     shards), `tfrecord` (shards in the usual ImageNet format), `digits` (scikit-learn's
     digits, real images that ship with the package) and `generated-imagenet` (JPEG-encoded
     TFRecord shards in ImageNet's format generated from the seed, read as real ImageNet shards
-    are: an accelerator's input pipeline at work without ImageNet)."""
+    are: an accelerator's input pipeline at work without ImageNet). Two kinds are token streams
+    for language models (bytes, vocabulary 256, uint16 shards): `synthetic-text` (a language
+    generated from the seed, aiperf/data/text_synthetic.py) and `text` (a folder of UTF-8 files,
+    split into train and validation at file level by the seed, aiperf/data/text_folder.py)."""
 
-    kind: Literal["synthetic", "folder", "tfrecord", "digits", "generated-imagenet"] = "synthetic"
-    source: str | None = None  # folder or tfrecord: where the user's data is
+    kind: Literal[
+        "synthetic", "folder", "tfrecord", "digits", "generated-imagenet", "synthetic-text", "text"
+    ] = "synthetic"
+    source: str | None = None  # folder, tfrecord or text: where the user's data is
     stage_to: str | None = None  # node-local folder: one copy of the shards on every node
     image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
     channels: int = Field(3, ge=1, le=4)
@@ -44,23 +50,40 @@ class DataConfig(_Strict):
     # the host's cores, "dali" (NVIDIA DALI, on the GPUs), or "auto": DALI where it is installed
     # and the trials train on GPUs, tf.data elsewhere. The choice made is recorded (runs.data_feed).
     feed: Literal["auto", "tf.data", "dali"] = "auto"
+    # Token kinds (TOKEN_KINDS). A model reads seq_len tokens and predicts each one's next: the
+    # windows step by seq_len, so a pass over T tokens holds (T - 1) // seq_len sequences.
+    seq_len: int = Field(128, ge=2, le=MAX_SEQ_LEN)
+    train_tokens: int = Field(2_000_000, ge=64)  # synthetic-text: tokens generated for training
+    val_tokens: int = Field(200_000, ge=64)  # synthetic-text: tokens generated for validation
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # text: share of the bytes held out (files)
 
     @model_validator(mode="after")
     def _source_fits_kind(self) -> DataConfig:
-        if self.kind in ("folder", "tfrecord") and not self.source:
-            what = (
-                "an image folder ROOT with train/ and val/"
-                if self.kind == "folder"
-                else "a folder of TFRecord shards"
-            )
+        if self.kind in ("folder", "tfrecord", "text") and not self.source:
+            what = {
+                "folder": "an image folder ROOT with train/ and val/",
+                "tfrecord": "a folder of TFRecord shards",
+                "text": "a folder of UTF-8 text files",
+            }[self.kind]
             raise PydanticCustomError(
                 "data", f"data.kind {self.kind} needs data.source: the path of {what}"
             )
-        if self.kind in ("synthetic", "digits", "generated-imagenet") and self.source:
+        if self.kind in ("synthetic", "digits", "generated-imagenet", "synthetic-text") and (
+            self.source
+        ):
             raise PydanticCustomError(
                 "data",
-                f"data.source is only for kinds folder and tfrecord, not {self.kind}; remove it",
+                f"data.source is only for kinds folder and tfrecord (images) and text, not "
+                f"{self.kind}; remove it",
             )
+        if self.kind == "synthetic-text":
+            for name in ("train_tokens", "val_tokens"):
+                if getattr(self, name) < self.seq_len + 1:
+                    raise PydanticCustomError(
+                        "data",
+                        f"data.{name} {getattr(self, name)} holds no sequence of data.seq_len "
+                        f"{self.seq_len} (+1, the last target): give at least {self.seq_len + 1}",
+                    )
         if self.kind == "generated-imagenet" and self.channels not in (1, 3):
             raise PydanticCustomError(
                 "data",
@@ -74,6 +97,13 @@ class DataConfig(_Strict):
                 f"{DIGITS_IMAGES} for digits (e.g. 1437 and 360)",
             )
         return self
+
+    def train_count(self) -> tuple[int, str]:
+        """The training samples these settings give, and the settings they come from (for the
+        batch check): generated text's samples are its sequences (aiperf/data/tokens.py)."""
+        if self.kind == "synthetic-text":
+            return (self.train_tokens - 1) // self.seq_len, "data.train_tokens' sequences"
+        return self.train_samples, "data.train_samples"
 
 
 class SpaceConfig(_Strict):
@@ -226,4 +256,6 @@ class ValidityConfig(_Strict):
 
 
 # Data kinds whose sample counts are read from the files when they are staged, not set in the config.
-FILE_COUNTED = ("tfrecord", "folder")
+FILE_COUNTED = ("tfrecord", "folder", "text")
+# Data kinds that are token streams for language models, not images (aiperf/data/tokens.py).
+TOKEN_KINDS = ("synthetic-text", "text")

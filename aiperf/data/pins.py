@@ -101,6 +101,8 @@ def content_problems(manifest: Mapping[str, Any]) -> list[str]:
             f"{record['overlaps']} validation images are also training images "
             f"({'; '.join(record.get('examples') or [])}): the splits must not share an image"
         )
+    if manifest.get("format") == "tokens":  # token ids are no classes: a split lacks many
+        return problems
     names = list(manifest.get("class_names") or [])
     for split, key in (("train", "images_per_class"), ("validation", "val_images_per_class")):
         counts = manifest.get(key) or {}

@@ -8,7 +8,8 @@ One entry point, `stage(config.data, seed, folder, client=...)`, for every kind 
   parallel on the Dask workers (each shard's images are decode-checked where they are written);
 - tfrecord: ImageNet-format shards the user brought, each read and checked on the workers;
 - generated-imagenet: JPEG-encoded TFRecord shards in ImageNet's format, generated from the seed
-  in parallel on the Dask workers (aiperf/data/generated.py).
+  in parallel on the Dask workers (aiperf/data/generated.py);
+- synthetic-text and text: uint16 token shards for language models (aiperf/data/staging_tokens.py).
 
 Work already done is skipped: a shard whose inputs and checksum match its stored record is not
 rewritten, a user shard with a known checksum is not decoded again. With `data.stage_to`, each
@@ -27,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aiperf.config import DataConfig
+from aiperf.config import TOKEN_KINDS, DataConfig
 from aiperf.data.manifest import MANIFEST_FILE, Manifest, sha256_file, write_json_atomic
 from aiperf.data.staging_npz import stage_synthetic
 from aiperf.data.staging_shards import OnProgress, no_progress
@@ -38,6 +39,7 @@ from aiperf.data.staging_sources import (
     stage_tfrecord,
     user_shards,
 )
+from aiperf.data.staging_tokens import stage_tokens
 from aiperf.paths import held
 
 __all__ = ["Manifest", "OnProgress", "preflight", "stage"]
@@ -70,6 +72,8 @@ def _stage(
     """`stage`, with the folder's staging lock held."""
     if config.kind == "synthetic":
         manifest = stage_synthetic(config, seed, folder)
+    elif config.kind in TOKEN_KINDS:
+        manifest = stage_tokens(config, seed, folder)
     elif config.kind == "digits":
         manifest = stage_digits(config, seed, folder)
     elif config.kind == "folder":
@@ -98,6 +102,10 @@ def preflight(config: DataConfig) -> None:
         scan_folder(config.source or "")
     elif config.kind == "tfrecord":
         user_shards(Path(config.source or "").expanduser())
+    elif config.kind == "text":
+        from aiperf.data.text_folder import text_files
+
+        text_files(config.source or "")
     elif config.kind == "digits":
         from aiperf.data.digits import load_digits_arrays
 

@@ -85,6 +85,11 @@ ADDED_LATER = {
     # what decodes the shards (aiperf.data.feed.choose_feed): auto, the one a ranked run uses. A
     # feed forced by hand is a deviation under rulesets up to 1.4, which do not list it as a choice.
     "data.feed": "auto",
+    # the token kinds' settings (issue 35): at these defaults, as every image run had them
+    "data.seq_len": 128,
+    "data.train_tokens": 2_000_000,
+    "data.val_tokens": 200_000,
+    "data.val_fraction": 0.1,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
