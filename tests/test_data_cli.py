@@ -87,3 +87,30 @@ def test_stage_digits(tmp_path):
         1437,
     )
     assert Path(manifest["path"], "manifest.json").is_file()
+
+
+def test_stage_token_data_from_text_files_and_synthetic_text(tmp_path):
+    """`aiperf stage` takes the LM track's two kinds: a folder of UTF-8 files (--kind text) and
+    synthetic-text; each is recorded, and a file that is not UTF-8 is one line naming it."""
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"part{i}.txt").write_text(f"document {i}: " + "the quick brown fox " * 60)
+    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
+    for source, extra in ((str(folder), ["--kind", "text"]), ("synthetic-text", [])):
+        args = ["stage", source, *extra, "--seq-len", "32", "--to", str(tmp_path / "out")]
+        result = CliRunner().invoke(app, [*args, "--db", db, "--json"])
+        assert result.exit_code == 0, result.output
+        manifest = json.loads(result.stdout[result.stdout.index("{") :])
+        assert manifest["seq_len"] == 32 and manifest["vocab_size"] == 256
+        assert manifest["train_samples"] == (manifest["train_tokens"] - 1) // 32
+    with Store.open_existing(db) as store, store.engine.connect() as conn:
+        manifests = conn.execute(text("SELECT manifest FROM datasets ORDER BY id")).scalars()
+        kinds = [json.loads(m)["kind"] for m in manifests]
+    assert kinds == ["text", "synthetic-text"]
+    (folder / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    result = CliRunner().invoke(
+        app, ["stage", str(folder), "--kind", "text", "--to", str(tmp_path / "o2"), "--db", db]
+    )
+    assert result.exit_code == 2 and "latin1.txt is not UTF-8" in result.output
+    assert "Traceback" not in result.output

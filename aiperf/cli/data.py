@@ -22,13 +22,14 @@ from rich.table import Table
 from aiperf.cli.common import db_option
 from aiperf.errors import UserError
 
-KINDS = ("folder", "tfrecord", "digits")
+KINDS = ("folder", "tfrecord", "digits", "text", "synthetic-text")
+TOKEN_KINDS = ("text", "synthetic-text")  # token shards for language models (aiperf.data.tokens)
 
 
 def guess_kind(source: str) -> str:
     """digits by name; a folder with train/ is an image folder; one with train-* files, shards."""
-    if source == "digits":
-        return "digits"
+    if source in ("digits", "synthetic-text"):
+        return source
     path = Path(source).expanduser()
     if (
         path.is_dir()
@@ -48,6 +49,7 @@ def _config(
     shard_images: int,
     image_size: int,
     channels: int,
+    seq_len: int = 128,
 ):
     from pydantic import ValidationError
 
@@ -56,16 +58,14 @@ def _config(
     kind = kind or guess_kind(source)
     if kind not in KINDS:
         raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    values: dict[str, Any] = {
-        "kind": kind,
-        "stage_to": stage_to,
-        "shard_images": shard_images,
-        "image_size": image_size,
-        "channels": channels,
-    }
+    values: dict[str, Any] = {"kind": kind, "stage_to": stage_to}
+    if kind in TOKEN_KINDS:
+        values["seq_len"] = seq_len
+    else:
+        values.update(shard_images=shard_images, image_size=image_size, channels=channels)
     if kind == "digits":
         values.update(channels=1, train_samples=1437, val_samples=360)
-    else:
+    elif kind != "synthetic-text":
         values["source"] = source
     if classes is not None:
         values["classes"] = classes
@@ -84,7 +84,8 @@ def stage(
     source: str = typer.Argument(
         ...,
         help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
-        "of ImageNet-format TFRecord shards, or 'digits' (scikit-learn's digits).",
+        "of ImageNet-format TFRecord shards, 'digits' (scikit-learn's digits), a folder of "
+        "UTF-8 text files (--kind text), or 'synthetic-text'.",
     ),
     to: str = typer.Option(
         "aiperf-out/data",
@@ -93,7 +94,10 @@ def stage(
         "(a run with --out X stages into X/data).",
     ),
     kind: str | None = typer.Option(
-        None, "--kind", help="folder, tfrecord or digits; guessed from SOURCE."
+        None,
+        "--kind",
+        help="folder, tfrecord, digits, text or synthetic-text; guessed from SOURCE "
+        "(a folder of text files needs --kind text).",
     ),
     stage_to: str | None = typer.Option(
         None,
@@ -122,7 +126,12 @@ def stage(
         224, "--image-size", min=8, help="Size the input pipeline crops to."
     ),
     channels: int = typer.Option(3, "--channels", min=1, max=4),
-    seed: int = typer.Option(0, "--seed", help="digits: seed of the train/val split."),
+    seq_len: int = typer.Option(
+        128, "--seq-len", min=2, help="text, synthetic-text: tokens a model reads at once."
+    ),
+    seed: int = typer.Option(
+        0, "--seed", help="digits, text: seed of the train/val split; synthetic-text: the text's."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     db: str = db_option("Database URL the manifest is recorded in."),
 ) -> None:
@@ -134,7 +143,15 @@ def stage(
     with open_store(db) as store:  # a bad database URL fails before any work
         try:
             config = _config(
-                source, kind, stage_to, classes, label_offset, shard_images, image_size, channels
+                source,
+                kind,
+                stage_to,
+                classes,
+                label_offset,
+                shard_images,
+                image_size,
+                channels,
+                seq_len,
             )
             manifest = _stage_with_progress(config, seed, Path(to), workers, err)
             store.record_dataset(None, manifest.to_dict())
@@ -159,7 +176,8 @@ def _stage_with_progress(config, seed: int, to: Path, workers: int | None, err: 
     from aiperf.data.staging import stage as stage_data
 
     preflight(config)  # structural problems first, before any worker starts
-    needs_workers = config.kind != "digits" or config.stage_to
+    # Digits and token data are staged in this process; the rest on Dask workers.
+    needs_workers = config.kind not in ("digits", *TOKEN_KINDS) or config.stage_to
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -198,6 +216,22 @@ def _size(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+def _counts(manifest) -> list[tuple[str, str]]:
+    """The manifest's size rows: images and classes, or tokens, sequences and the vocabulary."""
+    if manifest.kind in TOKEN_KINDS:
+        return [
+            ("vocabulary", str(manifest.vocab_size)),
+            ("sequence", f"{manifest.seq_len} tokens"),
+            ("train", f"{manifest.train_tokens:,} tokens, {manifest.train_samples:,} sequences"),
+            ("val", f"{manifest.val_tokens:,} tokens, {manifest.val_samples:,} sequences"),
+        ]
+    return [
+        ("classes", str(manifest.classes)),
+        ("train images", str(manifest.train_samples)),
+        ("val images", str(manifest.val_samples)),
+    ]
+
+
 def _print_manifest(manifest) -> None:
     console = Console()
     table = Table(title=f"staged {manifest.name}", show_header=False)
@@ -207,9 +241,7 @@ def _print_manifest(manifest) -> None:
         ("kind", manifest.kind),
         ("path", manifest.path),
         ("source", manifest.source or "-"),
-        ("classes", str(manifest.classes)),
-        ("train images", str(manifest.train_samples)),
-        ("val images", str(manifest.val_samples)),
+        *_counts(manifest),
         ("shards", f"{len(manifest.shards)} ({_size(manifest.size_bytes)})"),
         ("sha256", manifest.sha256),
     ]
