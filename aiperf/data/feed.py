@@ -243,6 +243,14 @@ def array_dataset(
     )
     if passes:
         batches = batches.repeat().prefetch(2)
+    return untuned(batches)
+
+
+def untuned(batches: Any) -> Any:
+    """A tf.data pipeline of in-memory data with tf.data's autotuner and default rewrites off (the
+    module's docstring says why): nothing in such a batch needs tuning."""
+    import tensorflow as tf
+
     options = tf.data.Options()
     options.autotune.enabled = False
     options.experimental_optimization.apply_default_optimizations = False

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from aiperf.data.feed import Feed
+from aiperf.data.feed import Feed, untuned
 from aiperf.data.manifest import read_manifest, shard_path
 from aiperf.data.staging_tokens import sequences
 
@@ -94,10 +94,7 @@ def token_batches(
     ).map(gather)
     if passes:
         batches = batches.repeat().prefetch(2)
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    options.experimental_optimization.apply_default_optimizations = False
-    return batches.with_options(options)
+    return untuned(batches)
 
 
 def open_token_feed(folder: str | Path, *, batch_size: int, seq_len: int, seed: int) -> Feed:
