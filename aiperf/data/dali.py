@@ -269,7 +269,9 @@ def dali_batches(
     (the last batch short)."""
     indexes = index_files(files)
     # Training batches stay on the trial's GPUs; evaluation's go to the host, as tf.data's do.
-    gpus = _trial_gpus() if training else _trial_gpus()[:1]
+    gpus = _trial_gpus()
+    if not training:
+        gpus = gpus[:1]
     on_device = training and bool(gpus)
     cores = threads or os.cpu_count() or 1
     options: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """What a trial feeds `model.fit` and `model.evaluate`: in-memory arrays for synthetic data (an
-.npz), the tf.data pipeline for sharded data (a staged folder). Either way, the sample counts of a
-pass are known up front, so the trial reports exactly how many samples it trained and evaluated.
+.npz), the tf.data pipeline or the DALI one for sharded data (a staged folder; `choose_feed`).
+Either way, the sample counts of a pass are known up front, so the trial reports exactly how
+many samples it trained and evaluated.
 Training drops each epoch's last partial batch (see aiperf/data/pipeline.py), so a pass trains
 (images // batch) * batch samples.
 
