@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from aiperf.arch.transformer import (
         TransformerSpec,
         build_transformer,
+        is_transformer,
         transformer_seed,
         transformer_seed_names,
     )
@@ -41,6 +42,7 @@ _LAZY = {
     "TransformerSpec": "aiperf.arch.transformer",
     "transformer_seed": "aiperf.arch.transformer",
     "transformer_seed_names": "aiperf.arch.transformer",
+    "is_transformer": "aiperf.arch.transformer",
 }
 
 
@@ -62,6 +64,7 @@ __all__ = [
     "count_params",
     "grow_weights",
     "infer_shapes",
+    "is_transformer",
     "load_spec",
     "network_from_dict",
     "seed_names",

@@ -125,6 +125,12 @@ class TransformerSpec:
         return cls.from_dict(json.loads(text))
 
 
+def is_transformer(architecture: dict[str, Any]) -> bool:
+    """Whether a trial's architecture (as recorded and sent to workers) is a transformer spec of
+    the LM track, not a CNN graph: the one test every place that handles both makes."""
+    return architecture.get("format") == FORMAT
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -130,6 +130,20 @@ class SpaceConfig(_Strict):
     # is sized by is capped at batch_cap // max(batch_per_gib), so the resolved sizes stay the
     # multipliers times one whole GiB count (aiperf.train.auto.capped_gib; docs/rules.md says why).
     batch_cap: int | None = Field(None, ge=1)
+    # The LM track's (a transformer seed; aiperf.search.growth): the batch as tokens a device
+    # steps on (a trial's batch_size is these // data.seq_len sequences), and the warm-up and
+    # weight decay searched per trial. None: batch_size as listed, and the train section's
+    # warmup_epochs and weight_decay for every trial.
+    batch_tokens: list[int] | None = None
+    warmup_epochs: list[float] | None = None
+    weight_decay: list[float] | None = None
+
+    @field_validator("warmup_epochs", "weight_decay")
+    @classmethod
+    def _non_negative_choices(cls, values: list[float] | None) -> list[float] | None:
+        if values is not None and (not values or any(v < 0 for v in values)):
+            raise ValueError("must be a non-empty list of numbers >= 0")
+        return values
 
     @field_validator("dropout")
     @classmethod
@@ -139,7 +153,13 @@ class SpaceConfig(_Strict):
         return values
 
     @field_validator(
-        "blocks_per_stage", "stages", "base_filters", "kernel_size", "batch_size", "batch_per_gib"
+        "blocks_per_stage",
+        "stages",
+        "base_filters",
+        "kernel_size",
+        "batch_size",
+        "batch_per_gib",
+        "batch_tokens",
     )
     @classmethod
     def _positive_choices(cls, values: list[int] | None) -> list[int] | None:
@@ -167,7 +187,9 @@ class LimitsConfig(_Strict):
 
 class SearchConfig(_Strict):
     oracle: Literal["morphism", "random", "bayesian", "hyperband"] = "morphism"
-    objective: Literal["val_accuracy"] = "val_accuracy"
+    # What the search maximises (val_accuracy, the CNN track's) or minimises (val_loss, the LM
+    # track's: nats per token); the quality a run is judged by (aiperf.results.quality).
+    objective: Literal["val_accuracy", "val_loss"] = "val_accuracy"
     seed_architecture: str = "resnet-mini"  # the morphism oracle's first round (aiperf.arch.seeds)
     candidates: int = Field(24, ge=1)  # morphisms scored by the acquisition per proposal
     ucb_beta: float = Field(2.0, ge=0.0)  # exploration weight of the upper confidence bound
@@ -253,6 +275,9 @@ class TrainConfig(_Strict):
 class ValidityConfig(_Strict):
     min_budget_s: float = Field(60.0, ge=0.0)
     accuracy_floor: float = Field(0.2, ge=0.0, le=1.0)
+    # The LM track's floor, on validation loss (nats per token): a valid result's best is at most
+    # this. None: the profile is judged by accuracy (aiperf.results.quality).
+    loss_ceiling: float | None = Field(None, gt=0.0)
 
 
 # Data kinds whose sample counts are read from the files when they are staged, not set in the config.

@@ -93,6 +93,9 @@ class ProfileRules:
     accuracy_floor: float
     seed_architecture: str
     data: DataPin | None = None  # None: the ruleset pins no data (1.0, 1.1)
+    # The LM track's profiles (rulesets from 1.5): the highest best validation loss (nats per
+    # token) a valid result may have; None: judged by accuracy_floor.
+    loss_ceiling: float | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class Ruleset:
     # How far the best trial's accuracy, evaluated again by verify from its kept weights, may be
     # from the recorded one (absolute). None: the ruleset keeps no weights (1.0, 1.1).
     accuracy_tolerance: float | None = None
+    # The same for the LM track's best validation loss, in nats per token (rulesets from 1.5).
+    loss_tolerance: float | None = None
     # How many runs a ranked closed result needs and how they are summarised. None: the ruleset
     # ranks single runs (1.0-1.2).
     series: SeriesRule | None = None
@@ -181,6 +186,10 @@ def _series_rule(raw: dict[str, Any] | None) -> SeriesRule | None:
     )
 
 
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 @cache
 def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     """A packaged ruleset by its id-version name."""
@@ -194,9 +203,10 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
     profiles = {
         profile: ProfileRules(
             min_budget_s=parse_duration(rules["min_budget"]),
-            accuracy_floor=float(rules["accuracy_floor"]),
+            accuracy_floor=float(rules.get("accuracy_floor", 0.0)),  # none for the LM track's
             seed_architecture=str(rules["seed_architecture"]),
             data=_data_pin(rules.get("data")),
+            loss_ceiling=_optional_float(rules.get("loss_ceiling")),
         )
         for profile, rules in raw["profiles"].items()
     }
@@ -211,11 +221,8 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
         trainer=raw["valid"]["trainer"],
         profiles=profiles,
         choices=choices,
-        accuracy_tolerance=(
-            float(raw["valid"]["accuracy_tolerance"])
-            if raw["valid"].get("accuracy_tolerance") is not None
-            else None
-        ),
+        accuracy_tolerance=_optional_float(raw["valid"].get("accuracy_tolerance")),
+        loss_tolerance=_optional_float(raw["valid"].get("loss_tolerance")),
         series=_series_rule(raw.get("ranking")),
     )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
