@@ -61,7 +61,7 @@ def test_progress_is_published_as_each_trial_ends_with_the_best_so_far(tmp_path)
     assert set(range(trials + 1)) <= set(done), done  # every trial's end, as it came
     last = published[-1]
     assert last.budget_used == 1.0 and last.trials_done == trials
-    assert last.best_val_accuracy is not None and last.best_trial is not None
+    assert last.best_quality is not None and last.best_trial is not None
     assert last.total_ops > 0 and last.ops_per_s > 0
     # The best-so-far table's versions: a new best trial, each tenth, the end; not every trial's end.
     marks = [f.milestone() for f in published]
@@ -70,5 +70,5 @@ def test_progress_is_published_as_each_trial_ends_with_the_best_so_far(tmp_path)
     assert len(set(marks)) <= 11 + len(bests) + 1, (marks, trials)
     text = last.markdown(7)
     assert text.startswith("## aiperf run 7: progress")
-    assert f"{last.best_val_accuracy:.4f} (trial {last.best_trial})" in text
+    assert f"{last.best_quality:.4f} (trial {last.best_trial})" in text
     assert "(100%)" in text and "OPS so far |" in text

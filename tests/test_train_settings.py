@@ -175,6 +175,14 @@ DATA_SETTINGS = (
     "data.val_tokens",
     "data.val_fraction",
 )
+# The LM track's settings (issue 35): its searched batch in tokens, warm-up and weight decay, and the
+# loss ceiling its rulesets judge by.
+LM_SETTINGS = (
+    "search.space.batch_tokens",
+    "search.space.warmup_epochs",
+    "search.space.weight_decay",
+    "validity.loss_ceiling",
+)
 
 
 def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
@@ -190,6 +198,7 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
         and k not in later
         and k not in ("search.space.batch_per_gib", "search.space.batch_cap")
         and k not in DATA_SETTINGS
+        and k not in LM_SETTINGS
         and not k.startswith("system.")  # the machine's name and notes: joined later, never hashed
     }
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
@@ -201,6 +210,9 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     del stored["system"]  # and the machine's facts (config.SystemConfig)
     for key in DATA_SETTINGS:  # the feed's choice and the token data's sizes
         del stored["data"][key.split(".")[1]]
+    for key in LM_SETTINGS:
+        section, *path, name = key.split(".")
+        del (stored[section][path[0]] if path else stored[section])[name]
     from aiperf.config import BenchmarkConfig
 
     again = classify(BenchmarkConfig.model_validate(stored))

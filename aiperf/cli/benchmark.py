@@ -32,16 +32,17 @@ BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark_config"
 def _live_view():
     """A live line: elapsed of budget, trials done and running, current OPS."""
     from aiperf.lifecycle.live import LiveFigures
+    from aiperf.results import quality
     from aiperf.units import format_ops
 
     def render(p: LiveFigures) -> Table:
         table = Table.grid(padding=(0, 2))
-        accuracy = "-" if p.best_val_accuracy is None else f"{p.best_val_accuracy:.3f}"
+        best = "-" if p.best_quality is None else f"{p.best_quality:.3f}"
         table.add_row(
             f"[bold]elapsed[/] {p.elapsed_s:6.1f} s of {p.budget_s:g} s",
             f"[bold]trials[/] {p.trials_done} done, {p.trials_running} running",
             f"[bold]OPS[/] {format_ops(p.ops_per_s)}OPS",
-            f"[bold]best val acc[/] {accuracy}",
+            f"[bold]best {quality.label(p.quality)}[/] {best}",
         )
         return table
 

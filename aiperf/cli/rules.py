@@ -27,7 +27,8 @@ LABEL = 19  # the label column; the value wraps in the rest
 
 def rules(
     profile: str = typer.Argument(
-        ..., help="A packaged profile: quick, nightly, digits or imagenet."
+        ...,
+        help="A packaged profile: quick, nightly, digits, imagenet, imagenet-shaped, lm-quick or lm.",
     ),
     json_output: bool = typer.Option(
         False, "--json", help="One JSON object, its keys as docs/rules.md lists them."

@@ -185,9 +185,7 @@ def _ruleset_layer(name: str, profile: Mapping[str, Any]) -> dict[str, Any]:
     if name.startswith(CUSTOM_PREFIX) or not profile.get("ruleset"):
         return {}
     rules = load_ruleset(profile["ruleset"]).for_profile(name)
-    return {
-        "validity": {"min_budget_s": rules.min_budget_s, "accuracy_floor": rules.accuracy_floor}
-    }
+    return {"validity": rules.validity()}
 
 
 def _environment_layer() -> dict[str, Any]:

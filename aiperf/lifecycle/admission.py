@@ -61,7 +61,7 @@ class Running:
     eval_ops: int | None = None
     epochs_seen: set[int] = field(default_factory=set)
     sender: str | None = None  # the Dask worker whose live events this trial accepts
-    best_val_accuracy: float | None = None  # of its complete epochs, for the line its end logs
+    best_quality: float | None = None  # of its complete epochs, for the line its end logs
     operator: str | None = None  # how the search made it (a morphism, "seed"), for that line
 
 

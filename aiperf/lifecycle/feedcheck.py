@@ -9,10 +9,14 @@ import logging
 from typing import Any
 
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.config import AUTO, BenchmarkConfig, trial_devices
+from aiperf.config import AUTO, TOKEN_KINDS, BenchmarkConfig, trial_devices
 from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.feedrate import FeedVerdict, rates_on_worker, verdict
+
+# What feeds an LM trial, as runs.data_feed records it: windows of the staged token shards, held in
+# memory and sliced per batch (aiperf.data.tokens).
+TOKEN_FEED = "tokens"
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,14 @@ def measure_feed(
 
     run_id = recorder.run_id
     if config.train.trainer != "keras":
+        return None
+    if config.data.kind in TOKEN_KINDS:  # the LM track: token windows sliced from memory
+        recorder.feed(TOKEN_FEED, [])
+        logger.info(
+            "run %d: the feed is token windows from memory (%s): its rate is not measured",
+            run_id,
+            TOKEN_FEED,
+        )
         return None
     seed = seed_model(config, manifest)
     try:

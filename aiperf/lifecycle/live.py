@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiperf.results import quality
 from aiperf.units import ops_rate
 
 # The run's progress (on_progress: in a flow, Prefect artifacts) is published as each trial ends, and
@@ -27,8 +28,9 @@ class LiveFigures:
     trials_done: int
     trials_running: int
     total_ops: int
-    best_val_accuracy: float | None
-    best_trial: str | None = None  # the trial whose complete epoch reached best_val_accuracy
+    best_quality: float | None  # the best val accuracy, or on the LM track val loss (`quality`)
+    best_trial: str | None = None  # the trial whose complete epoch reached best_quality
+    quality: str = quality.ACCURACY  # search.objective: which figure best_quality is
 
     @property
     def ops_per_s(self) -> float:
@@ -51,8 +53,8 @@ class LiveFigures:
         """The best figures so far as a markdown table, for a person following the run."""
         best = (
             "-"
-            if self.best_val_accuracy is None
-            else f"{self.best_val_accuracy:.4f} (trial {self.best_trial})"
+            if self.best_quality is None
+            else f"{self.best_quality:.4f} (trial {self.best_trial})"
         )
         rows = [
             (
@@ -60,7 +62,7 @@ class LiveFigures:
                 f"{self.elapsed_s:.0f} s of {self.budget_s:.0f} s ({100 * self.budget_used:.0f}%)",
             ),
             ("trials ended", f"{self.trials_done} ({self.trials_running} running)"),
-            ("best val accuracy", best),
+            (f"best {quality.label(self.quality)}", best),
             ("OPS so far", ops_rate(self.ops_per_s)),
         ]
         lines = [f"## aiperf run {run_id}: progress", "", "| | |", "|---|---|"]

@@ -34,6 +34,7 @@ this process, as event dicts from Dask workers). Tests drive it with threads.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -52,6 +53,7 @@ from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
+from aiperf.results import quality
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases
@@ -141,7 +143,7 @@ class Orchestrator:
             status: 0 for status in TrialStatus if status != TrialStatus.RUNNING
         }
         self.total_ops = 0
-        self.best_val_accuracy: float | None = None
+        self.best_quality: float | None = None  # the run's best val accuracy, or LM val loss
         self.best_trial: str | None = None
         self.failures_in_a_row = 0
         self.first_failure: str | None = (
@@ -309,23 +311,18 @@ class Orchestrator:
                 message.samples_trained * running.train_ops
                 + message.samples_evaluated * running.eval_ops
             )
-        if message.complete and message.val_accuracy is not None:
+        objective = self.config.search.objective  # the run's quality (aiperf.results.quality)
+        measured = quality.of(message, objective)
+        if message.complete and measured is not None and math.isfinite(measured):
             assert self.proposals is not None
             self.proposals.tell(
-                score,
-                running.kt_trial.trial_id,
-                self.config.search.objective,
-                message.val_accuracy,
-                message.epoch,
+                score, running.kt_trial.trial_id, objective, measured, message.epoch
             )
-            if self.best_val_accuracy is None or message.val_accuracy > self.best_val_accuracy:
-                self.best_val_accuracy = message.val_accuracy
+            if quality.better(objective, measured, self.best_quality):
+                self.best_quality = measured
                 self.best_trial = message.trial_key
-            if (
-                running.best_val_accuracy is None
-                or message.val_accuracy > running.best_val_accuracy
-            ):
-                running.best_val_accuracy = message.val_accuracy
+            if quality.better(objective, measured, running.best_quality):
+                running.best_quality = measured
 
     def _finish(self, key: str) -> None:
         running = self.running[key]
@@ -373,14 +370,17 @@ class Orchestrator:
     def _ended_line(self, key: str, running: Running, status: TrialStatus, ended_at: float) -> str:
         """One line per trial as it ends, for a person following the run: how it was made, its
         epochs, its accuracy beside the run's best, and the budget left."""
-        accuracy = "-" if running.best_val_accuracy is None else f"{running.best_val_accuracy:.4f}"
-        best = "-" if self.best_val_accuracy is None else f"{self.best_val_accuracy:.4f}"
+        own = "-" if running.best_quality is None else f"{running.best_quality:.4f}"
+        best = "-" if self.best_quality is None else f"{self.best_quality:.4f}"
+        measure = (
+            "val loss" if quality.lower_is_better(self.config.search.objective) else "val acc"
+        )
         left = (
             "" if self.deadline is None else f"; {max(0.0, self.deadline - ended_at):.0f} s left"
         )
         return (
             f"trial {key} {status}: {running.operator or 'seed'}, "
-            f"{len(running.epochs_seen)} epoch(s), val acc {accuracy} (run best {best}){left}"
+            f"{len(running.epochs_seen)} epoch(s), {measure} {own} (run best {best}){left}"
         )
 
     def _count_failure(self, status: TrialStatus, message: str | None) -> None:
@@ -427,6 +427,7 @@ class Orchestrator:
             trials_done=sum(self.counts.values()),
             trials_running=len(self.running),
             total_ops=self.total_ops,
-            best_val_accuracy=self.best_val_accuracy,
+            best_quality=self.best_quality,
             best_trial=self.best_trial,
+            quality=self.config.search.objective,
         )

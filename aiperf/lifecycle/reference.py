@@ -17,7 +17,7 @@ from typing import Any
 
 from aiperf import settings
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.config import BenchmarkConfig
+from aiperf.config import TOKEN_KINDS, BenchmarkConfig
 from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.feedcheck import seed_model
 from aiperf.lifecycle.recorder import RunRecorder
@@ -47,6 +47,8 @@ def measure_reference(
         rates = [_skipped(f"turned off: {settings.REFERENCE_SECONDS.name}=0")]
     elif config.train.trainer != "keras":
         rates = [_skipped(f"the {config.train.trainer} trainer trains no model to compare")]
+    elif config.data.kind in TOKEN_KINDS:
+        rates = [_skipped("the LM track has no bare Keras reference (its seed is a transformer)")]
     else:
         rates = _measured(config, run_id, client, manifest, seconds, logger)
     recorder.reference(rates)

@@ -37,6 +37,8 @@ def score_run(config: BenchmarkConfig, claim: RunClaim, recovered: bool = False)
             peak_flops=work.peak_flops,
             stepping_s=work.stepping_s,
             workers=work.workers,
+            best_val_loss=work.best_val_loss,
+            vocab_size=work.vocab_size,
         )
         recorder.score(score, classify(config).ruleset)
         record = recorder.store.get_run(run_id)

@@ -90,6 +90,12 @@ ADDED_LATER = {
     "data.train_tokens": 2_000_000,
     "data.val_tokens": 200_000,
     "data.val_fraction": 0.1,
+    # the LM track's (issue 35): searched batch in tokens, warm-up and weight decay, and the loss
+    # ceiling its rulesets (from 1.5) judge by; unset on every image run
+    "search.space.batch_tokens": None,
+    "search.space.warmup_epochs": None,
+    "search.space.weight_decay": None,
+    "validity.loss_ceiling": None,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
@@ -135,7 +141,7 @@ def as_judged_by(packaged: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkConfig
     if packaged.ruleset == ruleset.name:
         return packaged
     rules = ruleset.for_profile(packaged.profile)
-    validity = ValidityConfig(min_budget_s=rules.min_budget_s, accuracy_floor=rules.accuracy_floor)
+    validity = ValidityConfig(**rules.validity())
     return packaged.model_copy(update={"ruleset": ruleset.name, "validity": validity})
 
 

@@ -218,6 +218,11 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
             f"score says {stored.best_val_accuracy!r}, the best complete epoch has "
             f"{again.best_val_accuracy!r}"
         )
+    if stored.best_val_loss != again.best_val_loss:  # the LM track's quality; None on the CNN's
+        problems.append(
+            f"score says best val loss {stored.best_val_loss!r}, the best complete epoch has "
+            f"{again.best_val_loss!r}"
+        )
     if stored.val_samples != again.val_samples:
         problems.append(
             f"score says {stored.val_samples} validation samples, the dataset has {again.val_samples}"
@@ -227,6 +232,8 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
         if again.best_val_accuracy is None
         else f"{again.best_val_accuracy!r} on {again.val_samples} samples"
     )
+    if again.best_val_loss is not None:
+        measured += f"; best val loss {again.best_val_loss!r} nats/token"
     return _result(BEST_ACCURACY, problems, measured)
 
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from aiperf.config import ValidityConfig
+from aiperf.results import quality
 from aiperf.store.records import CheckRecord, EpochWork, ScoreResult
 
 
@@ -24,6 +25,12 @@ def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: in
     if best_val_accuracy is None or val_samples <= 0:
         return 0.0
     return ops * abs(math.log(1.0 - capped_accuracy(best_val_accuracy, val_samples)))
+
+
+def judged_by_loss(rules: ValidityConfig) -> bool:
+    """Whether the profile's quality is validation loss (the LM track's: its ruleset gives a loss
+    ceiling) rather than accuracy (aiperf.results.quality)."""
+    return rules.loss_ceiling is not None
 
 
 def model_flops_utilisation(tensor_ops_per_s: float, peak_flops: float | None) -> float | None:
@@ -59,9 +66,11 @@ def verdict(
     rules: ValidityConfig,
     simulated: bool = False,
     recovered: bool = False,
+    best_val_loss: float | None = None,
 ) -> list[str]:
     """Every rule the result breaks, named; an empty list means valid. A recovered run (scored while
-    interrupted: it never reached its deadline) is never valid, whatever it recorded."""
+    interrupted: it never reached its deadline) is never valid, whatever it recorded. A profile
+    judged by loss (the LM track) checks `best_val_loss` against its ceiling instead of accuracy."""
     broken = [RECOVERED] if recovered else []
     if simulated:
         broken.append("simulated trainer: trials were modelled, no model was trained")
@@ -71,7 +80,15 @@ def verdict(
         )
     if trials_completed == 0:
         broken.append("no trial completed all its epochs")
-    if best_val_accuracy is None:
+    if rules.loss_ceiling is not None:
+        if best_val_loss is None:
+            broken.append("no validation loss was measured")
+        elif not best_val_loss <= rules.loss_ceiling:  # a NaN loss is over it too
+            broken.append(
+                f"loss over the ceiling: best val loss {best_val_loss:.4f} nats/token "
+                f"> {rules.loss_ceiling:g}"
+            )
+    elif best_val_accuracy is None:
         broken.append("no validation accuracy was measured")
     elif best_val_accuracy < rules.accuracy_floor:
         broken.append(
@@ -88,6 +105,7 @@ def known_in_advance(*, budget_s: float, rules: ValidityConfig, simulated: bool)
     return verdict(
         budget_s=budget_s,
         best_val_accuracy=rules.accuracy_floor,
+        best_val_loss=rules.loss_ceiling,
         trials_completed=1,
         rules=rules,
         simulated=simulated,
@@ -148,10 +166,13 @@ def compute_score(
     peak_flops: float | None = None,
     stepping_s: Iterable[float] | None = None,
     workers: int = 1,
+    best_val_loss: float | None = None,
+    vocab_size: int = 0,
 ) -> ScoreResult:
     """`peak_flops`: the sum of the workers' measured peaks (MFU's divisor); `stepping_s`: each
     trial's seconds in training and evaluation steps (window utilisation's numerator), over
-    `workers` x `elapsed_s`."""
+    `workers` x `elapsed_s`. A profile judged by loss (the LM track) is regulated by
+    `best_val_loss` over its `vocab_size` (aiperf.results.quality.loss_gain), not by accuracy."""
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
     epochs = list(work)
@@ -165,6 +186,12 @@ def compute_score(
         rules=rules,
         simulated=simulated,
         recovered=recovered,
+        best_val_loss=best_val_loss,
+    )
+    regulated = (
+        ops * quality.loss_gain(best_val_loss, vocab_size)
+        if judged_by_loss(rules)
+        else regulated_score(ops, best_val_accuracy, val_samples)
     )
     return ScoreResult(
         elapsed_s=elapsed_s,
@@ -173,7 +200,8 @@ def compute_score(
         tensor_ops=tensor_total / elapsed_s,
         best_val_accuracy=best_val_accuracy,
         val_samples=val_samples,
-        regulated_score=regulated_score(ops, best_val_accuracy, val_samples),
+        regulated_score=regulated,
+        best_val_loss=best_val_loss if judged_by_loss(rules) else None,
         trials_completed=trials_completed,
         samples_trained=sum(e.samples_trained for e in epochs),
         samples_evaluated=sum(e.samples_evaluated for e in epochs),

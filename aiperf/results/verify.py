@@ -17,12 +17,14 @@ Every run of the flow ends with this.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from aiperf import paths
 from aiperf.config import BenchmarkConfig, ValidityConfig
+from aiperf.results import quality
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import classify
 from aiperf.results.evidence import Counter, Counts, Evaluator, Evidence
@@ -148,16 +150,12 @@ def gather_records(
         if t.id in counts
         for e in t.epochs
     ]
-    complete = [
-        e.val_accuracy
-        for t in run.trials
-        for e in t.epochs
-        if e.complete and e.val_accuracy is not None
-    ]
+    complete = [e for t in run.trials for e in t.epochs if e.complete]
+    losses = [e.val_loss for e in complete if e.val_loss is not None and math.isfinite(e.val_loss)]
     recomputed = compute_score(
         work,
         elapsed_s=elapsed,
-        best_val_accuracy=max(complete) if complete else None,
+        best_val_accuracy=quality.best(quality.ACCURACY, (e.val_accuracy for e in complete)),
         val_samples=dataset.val_samples if dataset else 0,
         trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials),
         budget_s=run.budget_s,
@@ -167,6 +165,8 @@ def gather_records(
         peak_flops=peak_flops(run),
         stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None,
         workers=run.workers,
+        best_val_loss=min(losses) if losses else None,
+        vocab_size=dataset.classes if dataset else 0,
     )
     return Evidence(run, config, dataset, counts, elapsed, recomputed, folder, data_folder)
 
@@ -186,7 +186,7 @@ def _rules(config: BenchmarkConfig) -> ValidityConfig:
     if not division.closed:
         return config.validity
     rules = load_ruleset(division.ruleset).for_profile(config.profile)
-    return ValidityConfig(min_budget_s=rules.min_budget_s, accuracy_floor=rules.accuracy_floor)
+    return ValidityConfig(**rules.validity())
 
 
 # Every check, by the name it reports, in the order it runs.

@@ -97,6 +97,15 @@ class ProfileRules:
     # token) a valid result may have; None: judged by accuracy_floor.
     loss_ceiling: float | None = None
 
+    def validity(self) -> dict[str, Any]:
+        """The config's validity section (aiperf.config.ValidityConfig) these rules give: the one
+        place that maps a ruleset's figures onto the settings a run is judged by."""
+        return {
+            "min_budget_s": self.min_budget_s,
+            "accuracy_floor": self.accuracy_floor,
+            "loss_ceiling": self.loss_ceiling,
+        }
+
 
 @dataclass(frozen=True)
 class Ruleset:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -163,6 +164,15 @@ class WriteBatch:
                         ),
                     )
                     .values(best_val_accuracy=val_accuracy)
+                )
+            if val_loss is not None and complete and math.isfinite(val_loss):
+                sql.execute(
+                    update(Trial)
+                    .where(
+                        Trial.id == trial_id,
+                        or_(Trial.best_val_loss.is_(None), Trial.best_val_loss > val_loss),
+                    )
+                    .values(best_val_loss=val_loss)
                 )
             return True
 

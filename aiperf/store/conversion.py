@@ -91,6 +91,7 @@ def score_result(score: Score) -> ScoreResult:
         reasons=list(score.reasons.get("invalid", [])),
         mfu=score.mfu,
         utilisation=score.utilisation,
+        best_val_loss=score.best_val_loss,
     )
 
 
@@ -140,6 +141,7 @@ def trial_record(trial: Trial) -> TrialRecord:
         phases=trial_phases(trial),
         devices=trial.devices,
         placement=tuple(trial.placement or ()),
+        best_val_loss=trial.best_val_loss,
     )
 
 

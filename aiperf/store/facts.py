@@ -143,6 +143,7 @@ class RunFacts(StoreBase):
                     ruleset=ruleset,
                     mfu=score.mfu,
                     utilisation=score.utilisation,
+                    best_val_loss=score.best_val_loss,
                 )
             )
 

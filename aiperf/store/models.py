@@ -218,6 +218,9 @@ class Trial(Base):
         BigInteger, doc="'tensor' convention"
     )
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
+    best_val_loss: Mapped[float | None] = mapped_column(
+        Float, doc="the LM track's: lowest of its complete epochs, nats per token"
+    )
     message: Mapped[str | None] = mapped_column(Text)
     # Where the trial's seconds went, measured on its worker.
     build_s: Mapped[float | None] = mapped_column(Float, doc="data feed and model built")
@@ -281,7 +284,12 @@ class Score(Base):
     tensor_ops: Mapped[float] = mapped_column(Float, doc="'tensor' convention FLOP/s")
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     val_samples: Mapped[int] = mapped_column(Integer)
-    regulated_score: Mapped[float] = mapped_column(Float, doc="ops * |ln(1 - capped accuracy)|")
+    regulated_score: Mapped[float] = mapped_column(
+        Float, doc="ops * |ln(1 - capped accuracy)|; the LM track: ops * max(0, ln V - loss)"
+    )
+    best_val_loss: Mapped[float | None] = mapped_column(
+        Float, doc="the LM track's quality, nats per token (aiperf.results.quality)"
+    )
     trials_completed: Mapped[int] = mapped_column(Integer)
     samples_trained: Mapped[int] = mapped_column(BigInteger)
     samples_evaluated: Mapped[int] = mapped_column(BigInteger)

@@ -36,6 +36,8 @@ class RunWork:
     elapsed_s: float
     best_val_accuracy: float | None
     val_samples: int
+    best_val_loss: float | None  # the LM track's quality (nats/token), of its complete epochs
+    vocab_size: int  # the dataset's classes: a token dataset's vocabulary
     trials_completed: int
     budget_s: float
     workers: int = 1
@@ -91,6 +93,9 @@ class StoreReads(StoreBase):
             best = s.scalar(
                 select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id)
             )
+            lowest_loss = s.scalar(
+                select(func.min(Trial.best_val_loss)).where(Trial.run_id == run_id)
+            )
             completed = s.scalar(
                 select(func.count())
                 .select_from(Trial)
@@ -124,6 +129,8 @@ class StoreReads(StoreBase):
                 elapsed_s=elapsed,
                 best_val_accuracy=best,
                 val_samples=dataset.val_samples if dataset else 0,
+                best_val_loss=lowest_loss,
+                vocab_size=dataset.classes if dataset else 0,
                 trials_completed=int(completed or 0),
                 budget_s=run.budget_s,
             )

@@ -59,6 +59,9 @@ class ScoreResult:
     utilisation: float | None = (
         None  # seconds in train and eval steps / (workers x window seconds)
     )
+    # The LM track's quality: the best complete epoch's validation loss, nats per token (None on
+    # the CNN track, judged by best_val_accuracy; aiperf.results.quality).
+    best_val_loss: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -211,6 +214,9 @@ class TrialRecord:
     )
     devices: int | None = None  # what it trained across, data-parallel (None: before 0008, one)
     placement: tuple[str, ...] = ()  # those devices, as its framework names them
+    best_val_loss: float | None = (
+        None  # the LM track's quality (nats/token); None on the CNN track
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""The quality a result is judged by, which of two figures is better, and how quality regulates the
+score: the one home of that policy for both tracks.
+
+- The CNN track (search.objective val_accuracy): the best validation accuracy of a complete epoch,
+  higher is better; the regulated score is AIPerf's OPS x |ln(1 - accuracy)|
+  (aiperf.results.score.regulated_score).
+- The LM track (search.objective val_loss): the best validation loss of a complete epoch, in nats per
+  token (mean cross-entropy of the next token), lower is better; the regulated score is
+  OPS x max(0, ln V - loss), V the vocabulary's size (`loss_gain`).
+
+Why ln V - loss: a model that has learned nothing predicts every token uniformly over the
+vocabulary, a loss of ln V nats; ln V - loss is what the model has learned, in nats per token: the
+log of how many times smaller its perplexity is than the vocabulary (ln(V / perplexity)). It is
+dimensionless (nats are), 0 for a model that learned nothing, grows as the loss falls (monotone in
+quality) and is bounded by ln V, as AIPerf's |ln(1 - accuracy)| is the log of how many times
+smaller the error is than 1 and is bounded by the validation set's size. The two tracks' scores are
+never ranked together (different workloads, different hashes); docs/rules.md says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+ACCURACY = "val_accuracy"
+LOSS = "val_loss"
+METRICS = (ACCURACY, LOSS)
+
+
+def lower_is_better(metric: str) -> bool:
+    if metric not in METRICS:
+        raise ValueError(f"unknown quality {metric!r}; known: {', '.join(METRICS)}")
+    return metric == LOSS
+
+
+def better(metric: str, value: float, than: float | None) -> bool:
+    """Whether `value` beats `than` (None: nothing yet, so any value does)."""
+    if than is None:
+        return True
+    return value < than if lower_is_better(metric) else value > than
+
+
+def best(metric: str, values: Iterable[float | None]) -> float | None:
+    """The best of `values` (None ignored), or None when there is none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return min(present) if lower_is_better(metric) else max(present)
+
+
+def of(report: Any, metric: str) -> float | None:
+    """The quality an epoch's report or record measured (its val_accuracy or val_loss)."""
+    lower_is_better(metric)  # refuses an unknown metric
+    value = getattr(report, metric)
+    return None if value is None else float(value)
+
+
+def loss_gain(loss: float | None, vocab_size: int) -> float:
+    """The LM track's regulation: ln V - loss nats per token, at least 0 (module docstring)."""
+    if loss is None or vocab_size < 2 or not math.isfinite(loss):
+        return 0.0
+    return max(0.0, math.log(vocab_size) - loss)
+
+
+def label(metric: str) -> str:
+    """How a person reads the metric: 'val accuracy' or 'val loss (nats/token)'."""
+    return "val loss (nats/token)" if lower_is_better(metric) else "val accuracy"
