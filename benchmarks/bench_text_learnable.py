@@ -9,13 +9,11 @@ n-gram can predict: the four letters of a document's key after each paragraph (`
 random per document, cost an n-gram about ln 26 nats each, where a model that attends back to the
 document's header copies them for almost nothing. The machine is printed with the figures.
 
-With `--models`, two small decoder-only transformers built here from Keras' own layers (a stand-in
-for the LM track's builder, not it) train for the same number of steps on aiperf's token feed
-(aiperf.data.tokens) and report their validation loss in the same nats per token: the seed-sized
-one (1 block, width 32) and a deeper, wider one (2 blocks, width 64), each with its nats on the
-key letters. Measured on a 2-core AMD EPYC VM, 3000 steps of 16 x 128 tokens: 1.120 and 0.946
-nats/token overall (the 6-gram: 1.007), but about 3.3 on the key letters for both: in minutes on
-a CPU neither has learnt to copy the key yet, so that structure is still there to be learnt.
+With `--models`, the LM track's seed (lm-tiny) and children of it made by the search's growth
+operators (deeper, a wider MLP, a wider model, both), built by aiperf's builder
+(aiperf.arch.transformer.build_transformer), each train from fresh weights for the same number of
+steps on aiperf's token feed (aiperf.data.tokens) and report their validation loss in the same nats
+per token, and on the key letters. docs/performance.md, "The LM track", has the figures.
 
     .venv/bin/python benchmarks/bench_text_learnable.py [--seed 0] [--train-tokens 2000000]
         [--models --steps 400 --seq-len 64 --batch 32]
@@ -37,7 +35,6 @@ from aiperf.data.staging import stage
 from aiperf.data.tokens import load_tokens, ngram_token_nats, open_token_feed, windows
 
 ORDERS = (1, 2, 3, 4, 5, 6)
-MODELS = ((1, 32), (2, 64))  # (blocks, width): the seed's size, and deeper and wider
 
 
 def machine() -> str:
@@ -59,24 +56,22 @@ def key_positions(validation: np.ndarray, start: int) -> np.ndarray:
     return letters[letters >= start] - start
 
 
-def tiny_gpt(blocks: int, width: int, seq_len: int) -> object:
-    """A pre-norm decoder-only transformer of Keras' layers: token and learned position
-    embeddings, causal self-attention and a 4x GELU MLP per block, a final norm, an LM head."""
-    import keras
+def models(seq_len: int) -> list[tuple[str, object]]:
+    """The LM track's seed (lm-tiny at this sequence length) and children the search's growth
+    operators make of it (aiperf/arch/grow.py), each as aiperf's builder builds it."""
+    from aiperf.arch import grow
+    from aiperf.arch.transformer import transformer_seed
 
-    from aiperf.layers import PositionEmbedding
-
-    tokens = keras.Input((seq_len,), dtype="int32")
-    x = PositionEmbedding(seq_len)(keras.layers.Embedding(256, width)(tokens))
-    for _ in range(blocks):
-        h = keras.layers.LayerNormalization()(x)
-        h = keras.layers.MultiHeadAttention(max(1, width // 16), 16)(h, h, use_causal_mask=True)
-        x = keras.layers.Add()([x, h])
-        h = keras.layers.LayerNormalization()(x)
-        h = keras.layers.Dense(4 * width, activation="gelu")(h)
-        x = keras.layers.Add()([x, keras.layers.Dense(width)(h)])
-    logits = keras.layers.Dense(256)(keras.layers.LayerNormalization()(x))
-    return keras.Model(tokens, logits)
+    seed = transformer_seed("lm-tiny", seq_len=seq_len)
+    deeper = grow.deepen(grow.deepen(seed, seed.layers), seed.layers + 1)
+    wider = grow.widen_model(seed, 2)
+    return [
+        ("seed lm-tiny", seed),
+        ("deepen x2", deeper),
+        ("widen_mlp", grow.widen_mlp(seed, 2)),
+        ("widen_model", wider),
+        ("deepen x2 + widen_model", grow.widen_model(deeper, 2)),
+    ]
 
 
 def key_nats(model: object, path: str, seq_len: int) -> float:
@@ -95,7 +90,7 @@ def key_nats(model: object, path: str, seq_len: int) -> float:
 
 
 def train_models(path: str, steps: int, seq_len: int, batch: int, seed: int) -> None:
-    """Each of MODELS trained `steps` steps on the feed, then its validation loss, printed."""
+    """Each of `models` trained `steps` steps on the feed, then its validation loss, printed."""
     import keras
 
     feed = open_token_feed(path, batch_size=batch, seq_len=seq_len, seed=seed)
@@ -103,9 +98,11 @@ def train_models(path: str, steps: int, seq_len: int, batch: int, seed: int) -> 
         f"transformers, {steps} steps of {batch} x {seq_len} tokens (Adam 3e-3), validation "
         f"over {feed.val_samples} sequences:"
     )
-    for blocks, width in MODELS:
+    from aiperf.arch.transformer import build_transformer
+
+    for name, spec in models(seq_len):
         keras.utils.set_random_seed(seed)
-        model = tiny_gpt(blocks, width, seq_len)
+        model = build_transformer(spec, seed=seed)  # type: ignore[arg-type]
         model.compile(  # type: ignore[attr-defined]
             keras.optimizers.Adam(3e-3),
             keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -116,7 +113,8 @@ def train_models(path: str, steps: int, seq_len: int, batch: int, seed: int) -> 
         )
         loss = model.evaluate(**feed.val, verbose=0)  # type: ignore[attr-defined]
         print(
-            f"  {blocks} block(s), width {width:>3} ({model.count_params():>7} parameters): "  # type: ignore[attr-defined]
+            f"  {name:<24} {spec.layers} blocks, width {spec.d_model:>3}, MLP {spec.mlp_width:>4} "  # type: ignore[attr-defined]
+            f"({model.count_params():>7} parameters): "  # type: ignore[attr-defined]
             f"{loss:.3f} nats/token, {key_nats(model, path, seq_len):.3f} on the key letters "
             f"after '#' ({time.perf_counter() - began:.0f} s)"
         )

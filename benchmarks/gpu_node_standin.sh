@@ -25,7 +25,8 @@
 # trial on a 2-vCPU Zen 3 with a margin. Further arguments after OUT go to `aiperf run`.
 # STANDIN_PROFILE=imagenet runs the ranked profile instead, over TFRecord shards in ImageNet's
 # layout (10 classes, labels from 1) that `gpu_node_standin.py shards` generates once into
-# OUT/standin-shards.
+# OUT/standin-shards. STANDIN_PROFILE=lm runs the LM track's GPU profile, its sizes cut the same way
+# (the lm-tiny seed, windows of 32 tokens, 16 Ki training tokens, 4 windows a device a step).
 set -euo pipefail
 
 db=${1:?usage: bash benchmarks/gpu_node_standin.sh DB_URL [N] [OUT] [aiperf run options...]}
@@ -58,14 +59,21 @@ if [[ $profile == imagenet ]]; then  # the ranked profile reads TFRecord shards:
   source_args=(--set "data.source=$shards")
 fi
 
+if [[ $profile == lm* ]]; then  # the LM track: tokens and transformers, cut to fit a CPU
+  cuts=(--set data.seq_len=32 --set data.train_tokens=16384 --set data.val_tokens=4096
+    --set search.space.batch_tokens=[128] --set search.space.warmup_epochs=[0.0]
+    --set search.seed_architecture=lm-tiny)
+else
+  cuts=(--set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112
+    --set data.shard_images=112 --set train.warmup_epochs=0.5
+    --set search.seed_architecture=resnet-mini)
+fi
+
 status=0
 "$python" -m aiperf.cli.main run --profile "$profile" --db "$db" --out "$out" \
   --budget "${STANDIN_BUDGET:-90s}" --allow-concurrent \
-  --set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112 \
-  --set data.shard_images=112 --set train.epochs=[1] --set train.warmup_epochs=0.5 \
-  --set train.early_stopping_patience=1 \
-  --set search.seed_architecture=resnet-mini --set search.candidates=4 \
-  "${source_args[@]}" "$@" || status=$?
+  --set train.epochs=[1] --set train.early_stopping_patience=1 --set search.candidates=4 \
+  "${cuts[@]}" "${source_args[@]}" "$@" || status=$?
 if ((status != 0 && status != 3)); then
   echo "gpu_node_standin: aiperf run ended with status $status" >&2
   exit "$status"

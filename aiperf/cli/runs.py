@@ -88,6 +88,7 @@ def _run_row(r: RunRecord) -> list[str]:
     """One run's cells for `aiperf runs`; "-" for the figures of a run without a score. Valid is
     yes only when its verification passed too (aiperf.results.score.validity_label)."""
     from aiperf.report.summary import for_review
+    from aiperf.results import quality
     from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 
@@ -101,7 +102,7 @@ def _run_row(r: RunRecord) -> list[str]:
         str(r.status),
         f"{format_ops(s.ops)}OPS" if s else "-",
         f"{format_ops(s.regulated_score)}OPS" if s else "-",
-        f"{s.best_val_accuracy:.4f}" if s and s.best_val_accuracy is not None else "-",
+        quality.shown(s.best_val_accuracy, s.best_val_loss) if s else "-",
         validity_label(s.valid, r.verified, bool(for_review(r))) if s else "-",
     ]
 

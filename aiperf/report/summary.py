@@ -137,6 +137,17 @@ def title(run: RunRecord) -> str:
     return f"aiperf run {run.id} on {name}: {', '.join(parts)}"
 
 
+def quality_row(best_val_loss: float | None, accuracy: str) -> dict[str, str]:
+    """The result's quality: the LM track's best validation loss (with its next-token accuracy),
+    or the CNN track's best validation accuracy (aiperf.results.quality)."""
+    if best_val_loss is None:
+        return {"figure": "best val accuracy", "value": accuracy}
+    return {
+        "figure": "best val loss",
+        "value": f"{best_val_loss:.4f} nats/token (next-token accuracy {accuracy})",
+    }
+
+
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
     """The figures of a scored run, with its division, rules and verification: the score, OPS, the
     verdict and the verification first (a Prefect table shows ten rows a page, and a reader stops
@@ -158,7 +169,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "verdict", "value": verdict_text(run)},
         {"figure": "verification", "value": verification_text(run)},
         {"figure": "MFU", "value": mfu_text(run)},
-        {"figure": "best val accuracy", "value": accuracy},
+        quality_row(score.best_val_loss, accuracy),
         {"figure": "division", "value": f"{division} ({run.ruleset or 'no ruleset'})"},
         {"figure": "run", "value": str(run.id)},
         {"figure": "profile", "value": run.profile},

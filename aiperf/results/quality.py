@@ -66,3 +66,11 @@ def loss_gain(loss: float | None, vocab_size: int) -> float:
 def label(metric: str) -> str:
     """How a person reads the metric: 'val accuracy' or 'val loss (nats/token)'."""
     return "val loss (nats/token)" if lower_is_better(metric) else "val accuracy"
+
+
+def shown(best_val_accuracy: float | None, best_val_loss: float | None) -> str:
+    """A result's quality for a table cell: its best loss where it was judged by one (the LM
+    track's, 'loss 2.4123'), else its best accuracy ('0.4123'), else '-'."""
+    if best_val_loss is not None:
+        return f"loss {best_val_loss:.4f}"
+    return "-" if best_val_accuracy is None else f"{best_val_accuracy:.4f}"
