@@ -84,6 +84,7 @@ def history(
 def _history_row(r: RunScoreRow) -> list[str]:
     """One scored run's cells for `aiperf history`; valid is yes only when verified too."""
     from aiperf.report.phases import percent
+    from aiperf.results import quality
     from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 
@@ -100,7 +101,7 @@ def _history_row(r: RunScoreRow) -> list[str]:
         _pct(r.ops_change_pct),
         f"{format_ops(r.regulated_score)}OPS",
         percent(r.mfu),
-        "-" if r.best_val_accuracy is None else f"{r.best_val_accuracy:.4f}",
+        quality.shown(r.best_val_accuracy, r.best_val_loss),
         validity_label(r.valid, r.verified),
     ]
 

@@ -91,6 +91,7 @@ COMPARED = (
     ("regulated score", "regulated_score", "OPS"),
     ("tensor FLOP/s", "tensor_ops", "FLOP/s"),
     ("best val accuracy", "best_val_accuracy", ""),
+    ("best val loss", "best_val_loss", "nats/token"),  # the LM track's quality
     ("total operations", "total_ops", "ops"),
     ("elapsed", "elapsed_s", "s"),
     ("trials completed", "trials_completed", ""),
