@@ -14,6 +14,12 @@ config when the staged copy is gone: generated data is regenerated from the seed
 own input pipeline, precision and loss, and fails when the accuracy it measures is further from the
 recorded one than the ruleset's `accuracy_tolerance`. A ruleset without one (1.0, 1.1) keeps no
 weights, and a simulated trainer has none: the check passes saying so.
+
+A language-model run (its trials' architectures are transformer specs: aiperf.train.lm) is judged
+by its validation loss, lower being better: its trials keep the weights of their lowest-loss
+epoch, the run keeps its lowest-loss trial's, and the same check (same name) rebuilds the
+transformer, evaluates the kept weights on the token validation split and compares the loss it
+measures, in nats per token, with the recorded one within the ruleset's `loss_tolerance`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from aiperf import paths, settings
+from aiperf.arch.transformer import is_transformer
 from aiperf.data.manifest import sha256_file
 from aiperf.results.evidence import Evaluator
 from aiperf.store import CheckRecord, EpochRecord, RunRecord, TrialRecord
@@ -46,9 +53,22 @@ def _here(trial: TrialRecord, weights: Path, data_path: str, **how: Any) -> tupl
 IN_THIS_PROCESS = Evaluator(_here, "in this process (the run's workers have ended)")
 
 
+def language(run: RunRecord) -> bool:
+    """Whether `run` is a language-model run, judged by validation loss (its trials are
+    transformer specs); an image run is judged by validation accuracy."""
+    return any(is_transformer(t.architecture) for t in run.trials)
+
+
 def best_epoch(trial: TrialRecord) -> EpochRecord | None:
-    """The trial's first complete epoch of its best validation accuracy: the one whose weights it
-    kept (a later epoch of equal accuracy is no new best)."""
+    """The trial's first complete epoch of its best validation accuracy (a language model's: of
+    its lowest validation loss): the one whose weights it kept (a later epoch of equal accuracy is
+    no new best)."""
+    if is_transformer(trial.architecture):
+        measured = [e for e in trial.epochs if e.complete and e.val_loss is not None]
+        if not measured:
+            return None
+        low = min(e.val_loss for e in measured if e.val_loss is not None)
+        return next(e for e in measured if e.val_loss == low)
     complete = [e for e in trial.epochs if e.complete and e.val_accuracy is not None]
     if not complete:
         return None
@@ -57,10 +77,16 @@ def best_epoch(trial: TrialRecord) -> EpochRecord | None:
 
 
 def best_candidates(run: RunRecord) -> list[tuple[TrialRecord, EpochRecord]]:
-    """The trials whose best complete epoch is the run's best accuracy (the score's), by number."""
+    """The trials whose best complete epoch is the run's best accuracy (the score's), by number;
+    of a language-model run, the run's lowest validation loss."""
     found = [(t, e) for t in run.trials if (e := best_epoch(t)) is not None]
     if not found:
         return []
+    if language(run):
+        low = min(e.val_loss for _t, e in found if e.val_loss is not None)
+        return sorted(
+            [(t, e) for t, e in found if e.val_loss == low], key=lambda pair: pair[0].number
+        )
     top = max(e.val_accuracy for _t, e in found if e.val_accuracy is not None)
     return sorted(
         [(t, e) for t, e in found if e.val_accuracy == top], key=lambda pair: pair[0].number
@@ -83,6 +109,8 @@ def keep_best_weights(run: RunRecord, folder: Path) -> dict[str, Any] | None:
                 "sha256": sha256_file(folder / relative),
                 "val_accuracy": epoch.val_accuracy,
             }
+            if is_transformer(trial.architecture):
+                kept["val_loss"] = epoch.val_loss  # what a language model's weights earned
             break
     weights = folder / paths.WEIGHTS_FOLDER
     if weights.is_dir():
@@ -93,44 +121,60 @@ def keep_best_weights(run: RunRecord, folder: Path) -> dict[str, Any] | None:
     return kept
 
 
-def tolerance_of(ev: Evidence, ruleset: Ruleset | None = None) -> tuple[float | None, str]:
-    """The tolerance the run's ruleset states (None: it keeps no weights), and the ruleset's name."""
+def tolerance_of(
+    ev: Evidence, ruleset: Ruleset | None = None, *, loss: bool = False
+) -> tuple[float | None, str]:
+    """The tolerance the run's ruleset states (None: it keeps no weights), and the ruleset's name.
+    `loss`: the tolerance on a language model's validation loss, in nats per token."""
     from aiperf.results.division import classify
     from aiperf.rules import load_ruleset
 
     rules = ruleset or load_ruleset(classify(ev.config).ruleset)
-    return rules.accuracy_tolerance, rules.name
+    return (rules.loss_tolerance if loss else rules.accuracy_tolerance), rules.name
+
+
+def _best_loss(ev: Evidence) -> float | None:
+    """A language-model run's best validation loss: the recomputed score's where it has one, else
+    the lowest of its trials' complete epochs (what the score takes)."""
+    scored = getattr(ev.recomputed, "best_val_loss", None)
+    if scored is not None:
+        return float(scored)
+    found = best_candidates(ev.run)
+    return found[0][1].val_loss if found else None
 
 
 def check_accuracy_remeasured(ev: Evidence, ruleset: Ruleset | None = None) -> CheckRecord:
     """The best trial's kept weights, evaluated again on the validation set, give its recorded
-    accuracy within the ruleset's tolerance. `ruleset`: judge by this one instead of the run's."""
-    tolerance, name = tolerance_of(ev, ruleset)
+    accuracy within the ruleset's tolerance (a language model's: its recorded validation loss
+    within the loss tolerance). `ruleset`: judge by this one instead of the run's."""
+    lm = language(ev.run)
+    tolerance, name = tolerance_of(ev, ruleset, loss=lm)
     if tolerance is None:
-        return CheckRecord(
-            ACCURACY_REMEASURED, True, f"not required by {name} (it keeps no weights)"
-        )
+        kept = "no loss tolerance" if lm else "no weights"
+        return CheckRecord(ACCURACY_REMEASURED, True, f"not required by {name} (it keeps {kept})")
     if ev.config.train.trainer == "simulated":
         return CheckRecord(
             ACCURACY_REMEASURED,
             True,
             "simulated trainer: no weights to evaluate (the result is invalid)",
         )
-    best = ev.recomputed.best_val_accuracy
+    best = _best_loss(ev) if lm else ev.recomputed.best_val_accuracy
     if best is None:
+        measured = "a loss" if lm else "an accuracy"
         return CheckRecord(
-            ACCURACY_REMEASURED, True, "no complete epoch measured an accuracy: nothing to measure"
+            ACCURACY_REMEASURED, True, f"no complete epoch measured {measured}: nothing to measure"
         )
     try:
-        problem, detail = _remeasure(ev, best, tolerance)
+        problem, detail = _remeasure(ev, best, tolerance, lm)
     except Exception as exc:  # noqa: BLE001 - whatever breaks the evaluation fails the check
         first = (str(exc).strip().splitlines() or [""])[0]
         problem, detail = f"the weights could not be evaluated: {type(exc).__name__}: {first}", ""
     return CheckRecord(ACCURACY_REMEASURED, problem is None, problem or detail)
 
 
-def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None, str]:
-    """(what is wrong, or None; what was measured)."""
+def _remeasure(ev: Evidence, best: float, tolerance: float, lm: bool) -> tuple[str | None, str]:
+    """(what is wrong, or None; what was measured). `lm`: the figure is the validation loss."""
+    figure = "val_loss" if lm else "val_accuracy"
     kept = ev.run.best_weights
     if not kept:
         return "the run kept no weights of its best trial to evaluate again", ""
@@ -141,16 +185,18 @@ def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None,
             "",
         )
     epoch = best_epoch(trial)
-    recorded = kept.get("val_accuracy")
-    if epoch is None or epoch.epoch != kept.get("epoch") or epoch.val_accuracy != recorded:
+    recorded = kept.get(figure)
+    found = None if epoch is None else getattr(epoch, figure)
+    if epoch is None or epoch.epoch != kept.get("epoch") or found != recorded:
         return (
             f"the kept weights say trial {trial.number} epoch {kept.get('epoch')} at "
             f"{recorded!r}, its records say epoch {None if epoch is None else epoch.epoch} at "
-            f"{None if epoch is None else epoch.val_accuracy!r}",
+            f"{found!r}",
             "",
         )
     if recorded != best:
-        return f"the kept weights are of accuracy {recorded!r}, the run's best is {best!r}", ""
+        word = "loss" if lm else "accuracy"
+        return f"the kept weights are of {word} {recorded!r}, the run's best is {best!r}", ""
     if ev.folder is None:
         return "the run's folder is not known: its weights file cannot be found", ""
     path = inside_folder(ev.folder, str(kept.get("file")))
@@ -181,8 +227,9 @@ def _remeasure(ev: Evidence, best: float, tolerance: float) -> tuple[str | None,
         feed="dali" if ev.run.data_feed == "dali" else "tf.data",
     )
     difference = abs(measured - recorded)
+    unit = "val_loss " if lm else ""
     detail = (
-        f"trial {trial.number} epoch {epoch.epoch}: {measured!r} on {samples} samples, recorded "
+        f"trial {trial.number} epoch {epoch.epoch}: {unit}{measured!r} on {samples} samples, recorded "
         f"{recorded!r} (difference {difference:.6f}, tolerance {tolerance:g}), evaluated "
         f"{evaluator.where} on {on}"
     )
@@ -249,8 +296,13 @@ def evaluate_weights(
 ) -> tuple[float, int]:
     """One evaluation of `weights` in `trial`'s architecture on the validation split of the data at
     `data_path`, fed as the trial was fed (aiperf.data.feed.open_feed), built under the trial's
-    precision and dropout: (accuracy, validation samples)."""
+    precision and dropout: (accuracy, validation samples). A language model's (a transformer
+    spec): (validation loss in nats per token, validation sequences), on the token windows its
+    trial evaluated (aiperf.train.lm); smoothing and the image decoder do not apply to it."""
     import keras
+
+    if is_transformer(trial.architecture):
+        return _evaluate_lm(trial, weights, data_path, precision=precision)
 
     from aiperf.arch import build_model, network_from_dict
     from aiperf.data.feed import open_feed
@@ -280,6 +332,31 @@ def evaluate_weights(
     finally:
         keras.mixed_precision.set_global_policy(before)
     return float(result["accuracy"]), fed_by.val_samples
+
+
+def _evaluate_lm(
+    trial: TrialRecord, weights: Path, data_path: str, *, precision: str
+) -> tuple[float, int]:
+    """evaluate_weights for a language model: the trial's own build, feed and loss."""
+    import keras
+
+    from aiperf.train import lm
+
+    values = trial.hyperparameters
+    batch = int(values.get("batch_size") or 32) * max(1, int(trial.devices or 1))
+    before = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = lm.build_lm(
+            trial.architecture, dropout=float(values.get("dropout") or 0.0), seed=0
+        )
+        model.load_weights(str(weights))
+        feed = lm.open_lm_feed(data_path, trial.architecture, batch_size=batch, seed=0)
+        model.compile(loss=lm.lm_loss(), metrics=lm.lm_metrics())
+        result = model.evaluate(**feed.val, verbose=0, return_dict=True)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    return float(result["loss"]), feed.val_samples
 
 
 def on_a_worker(client: Any, resources: Mapping[str, float] | None = None) -> Evaluator:

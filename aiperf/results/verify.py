@@ -68,11 +68,17 @@ from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialReco
 
 def count_architecture(architecture: dict) -> Counts:
     """Operations per sample of a stored architecture, counted afresh from the model it builds.
-    (A dropout layer before the head counts 0 in both conventions, so it is left out.)"""
+    (A dropout layer before the head counts 0 in both conventions, so it is left out.) A
+    transformer spec (the LM track) is built as its trial built it, and counted per sequence."""
     from aiperf.arch import build_model, network_from_dict
+    from aiperf.arch.transformer import TransformerSpec, build_transformer, is_transformer
     from aiperf.ops import count_all
 
-    counts = count_all(build_model(network_from_dict(architecture)))
+    if is_transformer(architecture):
+        model = build_transformer(TransformerSpec.from_dict(architecture), seed=0)
+    else:
+        model = build_model(network_from_dict(architecture))
+    counts = count_all(model)
     counted, tensor = counts["aiperf"], counts["tensor"]
     return (
         counted.train_per_sample,

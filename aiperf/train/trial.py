@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from aiperf import settings
+from aiperf.arch.transformer import is_transformer
 from aiperf.status import TrialStatus
-from aiperf.train import recipe
+from aiperf.train import lm, recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
@@ -95,42 +96,51 @@ def build_step_state(model) -> None:
     import keras
 
     model.optimizer.build(model.trainable_variables)
-    classes = int(model.output_shape[-1])
+    # One sample's outputs and labels: (classes,) and () for an image model, (seq_len, vocab) and
+    # (seq_len,) for a language model (a label per position, the next token).
+    outputs = tuple(int(d) for d in model.output_shape[1:])
     model.compute_metrics(
         None,
-        keras.ops.zeros((1,), dtype="int32"),
-        keras.ops.zeros((1, classes)),
+        keras.ops.zeros((1, *outputs[:-1]), dtype="int32"),
+        keras.ops.zeros((1, *outputs)),
         sample_weight=None,
     )
 
 
 class BestWeights:
-    """The weights of the trial's best complete epoch, the ones that earned the accuracy the score
-    may use, kept so that `aiperf verify` can evaluate them again (aiperf.results.remeasure).
+    """The weights of the trial's best complete epoch, the ones that earned the accuracy (or, for
+    a language model, the loss) the score may use, kept so that `aiperf verify` can evaluate them
+    again (aiperf.results.remeasure).
 
-    At each new best (a complete epoch whose validation accuracy beats every earlier one) they are
+    At each new best (a complete epoch whose validation accuracy beats every earlier one; with
+    `lowest_loss`, for a language model, whose validation loss is below every earlier one) they are
     written at once, between epochs and outside the timed steps, before the epoch is reported: a
     recorded best epoch always has its weights on disk, even when the run then crashes and is
-    resumed (its interrupted trials never reach their end). The first epoch of equal accuracy
+    resumed (its interrupted trials never reach their end). The first epoch of equal quality
     wins, as the first occurrence of the trial's best does in the records. The file is written
     under a temporary name, then renamed: a file at `path` is always whole."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, *, lowest_loss: bool = False) -> None:
         self.path = None if path is None else Path(path)
+        self.lowest_loss = lowest_loss
         self.accuracy: float | None = None
+        self.loss: float | None = None
         self.epoch: int | None = None
 
     def offer(self, model: Any, report: EpochReport) -> bool:
         """Write `model`'s weights if `report` is a new best complete epoch; whether it was."""
-        if self.path is None or not report.complete or report.val_accuracy is None:
+        value = report.val_loss if self.lowest_loss else report.val_accuracy
+        if self.path is None or not report.complete or value is None:
             return False
-        if self.accuracy is not None and report.val_accuracy <= self.accuracy:
+        if not lm.better(
+            self.lowest_loss, value, self.loss if self.lowest_loss else self.accuracy
+        ):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
         model.save_weights(str(partial))
         os.replace(partial, self.path)
-        self.accuracy, self.epoch = report.val_accuracy, report.epoch
+        self.accuracy, self.loss, self.epoch = report.val_accuracy, report.val_loss, report.epoch
         return True
 
 
@@ -142,7 +152,9 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
     clock = PhaseClock()
     report = clock.timed(report)
     scope = ExitStack()
-    best = BestWeights(request.weights_path)
+    # A language model's trial (aiperf.train.lm): its best epoch is its lowest validation loss.
+    language = is_transformer(request.architecture)
+    best = BestWeights(request.weights_path, lowest_loss=language)
     try:
         configure_threads(worker_cores())
         import keras
@@ -159,17 +171,29 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         # Each step takes a batch per device: the counted samples are the global batch's.
         batch = request.global_batch
         with clock.phase("build"):
-            feed = open_feed(
-                request.data_path,
-                batch_size=batch,
-                seed=request.seed,
-                input_shape=request.architecture["input_shape"],
-                threads=worker_cores(),
-                feed=request.feed,
-            )
-            model = build_model(network_from_dict(request.architecture), dropout=request.dropout)
+            if language:  # token windows, and the decoder the spec describes
+                feed = lm.open_lm_feed(
+                    request.data_path, request.architecture, batch_size=batch, seed=request.seed
+                )
+                model = lm.build_lm(
+                    request.architecture, dropout=request.dropout, seed=request.seed
+                )
+            else:
+                feed = open_feed(
+                    request.data_path,
+                    batch_size=batch,
+                    seed=request.seed,
+                    input_shape=request.architecture["input_shape"],
+                    threads=worker_cores(),
+                    feed=request.feed,
+                )
+                model = build_model(
+                    network_from_dict(request.architecture), dropout=request.dropout
+                )
         with clock.phase("count"):
-            counts = count_all(model)  # one walk of the model that will train, both conventions
+            # One walk of the model that will train, both conventions; per sample, and a language
+            # model's sample is one sequence (aiperf.ops.rules_lm).
+            counts = count_all(model)
         counted, tensor = counts["aiperf"], counts["tensor"]
         built = TrialBuilt(
             trial_key=request.trial_key,
@@ -185,12 +209,13 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         report(built)
         # What trains is the counted model behind the device-side scaling of uint8 pixels (a
         # model sharing its variables); `model` itself is what is counted and saved.
+        # A token feed gives model inputs (feed.pixels is false): `fed` is then `model` itself.
         fed = on_device(model, feed.pixels)
         with clock.phase("compile"):
             fed.compile(
                 optimizer=_optimizer(request, feed.train_samples // batch),
-                loss=recipe.loss(request.label_smoothing),
-                metrics=["accuracy"],
+                loss=lm.lm_loss() if language else recipe.loss(request.label_smoothing),
+                metrics=lm.lm_metrics() if language else ["accuracy"],
                 jit_compile=request.jit_compile,
             )
             if request.devices == 1:  # a strategy's replicas build theirs as they trace once
