@@ -27,9 +27,9 @@ from aiperf.status import TrialStatus  # noqa: E402
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest  # noqa: E402
 from aiperf.train.trial import BestWeights, run_trial  # noqa: E402
 
-# 250 validation windows: an even number, since on JAX a data-parallel evaluation's last, short
-# batch must still split evenly among the two devices (Keras' DataParallel shards every batch).
-TINY_TEXT = {"kind": "synthetic-text", "train_tokens": 20_000, "val_tokens": 4_001, "seq_len": 16}
+# 251 validation windows: an odd number, so that the JAX trial on two devices evaluates 250 of
+# them (Keras' DataParallel shards every batch evenly: aiperf.data.tokens.open_token_feed).
+TINY_TEXT = {"kind": "synthetic-text", "train_tokens": 20_000, "val_tokens": 4_017, "seq_len": 16}
 SHRUNK = {"layers": 1, "d_model": 16, "heads": 2, "mlp_width": 32, "seq_len": 16}
 
 
@@ -80,7 +80,7 @@ def test_an_lm_trial_completes_and_learns(trained, tokens):
     for e in epochs:
         # Samples are sequences: whole batches of windows trained, every validation window once.
         assert e.complete and e.samples_trained == sequences // 32 * 32
-        assert e.samples_evaluated == tokens.val_samples == (4_001 - 1) // 16
+        assert e.samples_evaluated == tokens.val_samples == (4_017 - 1) // 16
         assert e.val_loss is not None and math.isfinite(e.val_loss)
         assert e.val_accuracy is not None and 0.0 <= e.val_accuracy <= 1.0
     # Nats per token, below the uniform guess over 256 bytes: the model learnt the text's bytes.
@@ -158,7 +158,8 @@ r = run_trial(lm_request(sys.argv[1], None, epochs=1, devices=2, jit_compile=Tru
 print(json.dumps({"status": r.status, "message": r.message, "devices": r.built and r.built.devices,
                   "placement": r.built and list(r.built.placement),
                   "val_loss": [e.val_loss for e in r.epochs],
-                  "samples": [e.samples_trained for e in r.epochs]}))
+                  "samples": [e.samples_trained for e in r.epochs],
+                  "evaluated": [e.samples_evaluated for e in r.epochs]}))
 """
 
 
@@ -189,4 +190,5 @@ def test_on_jax_with_jit_bfloat16_and_two_devices(tokens):
     assert found["status"] == "completed", found["message"]
     assert found["devices"] == 2 and len(set(found["placement"])) == 2, found
     assert found["samples"] == [(20_000 - 1) // 16 // 32 * 32]
+    assert found["evaluated"] == [250]  # 251 windows, evenly over two devices
     assert math.isfinite(found["val_loss"][0]) and found["val_loss"][0] < math.log(256) + 0.5

@@ -1,5 +1,5 @@
 """The LM track's quality (validation loss, lower is better) and its regulated score, beside the CNN
-track's accuracy: aiperf.results.quality and the verdict and score that use it."""
+track's accuracy: aiperf.quality and the verdict and score that use it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from aiperf import quality
 from aiperf.config import ValidityConfig, load_config
-from aiperf.results import quality
 from aiperf.results.score import compute_score, known_in_advance, verdict
 from aiperf.store.records import EpochWork
 

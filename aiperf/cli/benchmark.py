@@ -31,8 +31,8 @@ BENCHMARK_FLOW = "aiperf_flows.benchmark:benchmark_config"
 
 def _live_view():
     """A live line: elapsed of budget, trials done and running, current OPS."""
+    from aiperf import quality
     from aiperf.lifecycle.live import LiveFigures
-    from aiperf.results import quality
     from aiperf.units import format_ops
 
     def render(p: LiveFigures) -> Table:

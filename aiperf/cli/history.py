@@ -83,8 +83,8 @@ def history(
 
 def _history_row(r: RunScoreRow) -> list[str]:
     """One scored run's cells for `aiperf history`; valid is yes only when verified too."""
+    from aiperf import quality
     from aiperf.report.phases import percent
-    from aiperf.results import quality
     from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 

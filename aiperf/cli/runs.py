@@ -87,8 +87,8 @@ def runs(
 def _run_row(r: RunRecord) -> list[str]:
     """One run's cells for `aiperf runs`; "-" for the figures of a run without a score. Valid is
     yes only when its verification passed too (aiperf.results.score.validity_label)."""
+    from aiperf import quality
     from aiperf.report.summary import for_review
-    from aiperf.results import quality
     from aiperf.results.score import validity_label
     from aiperf.units import format_ops
 

@@ -188,7 +188,7 @@ class LimitsConfig(_Strict):
 class SearchConfig(_Strict):
     oracle: Literal["morphism", "random", "bayesian", "hyperband"] = "morphism"
     # What the search maximises (val_accuracy, the CNN track's) or minimises (val_loss, the LM
-    # track's: nats per token); the quality a run is judged by (aiperf.results.quality).
+    # track's: nats per token); the quality a run is judged by (aiperf.quality).
     objective: Literal["val_accuracy", "val_loss"] = "val_accuracy"
     seed_architecture: str = "resnet-mini"  # the morphism oracle's first round (aiperf.arch.seeds)
     candidates: int = Field(24, ge=1)  # morphisms scored by the acquisition per proposal
@@ -276,7 +276,7 @@ class ValidityConfig(_Strict):
     min_budget_s: float = Field(60.0, ge=0.0)
     accuracy_floor: float = Field(0.2, ge=0.0, le=1.0)
     # The LM track's floor, on validation loss (nats per token): a valid result's best is at most
-    # this. None: the profile is judged by accuracy (aiperf.results.quality).
+    # this. None: the profile is judged by accuracy (aiperf.quality).
     loss_ceiling: float | None = Field(None, gt=0.0)
 
 

@@ -97,9 +97,14 @@ def token_batches(
     return untuned(batches)
 
 
-def open_token_feed(folder: str | Path, *, batch_size: int, seq_len: int, seed: int) -> Feed:
+def open_token_feed(
+    folder: str | Path, *, batch_size: int, seq_len: int, seed: int, devices: int = 1
+) -> Feed:
     """The fit and evaluate arguments of a trial on staged tokens, with its exact counts: a pass
-    trains (sequences // batch) * batch windows and evaluates every validation window."""
+    trains (sequences // batch) * batch windows and evaluates every validation window. A trial
+    data-parallel over `devices` on JAX or torch evaluates the largest multiple of `devices`
+    windows: Keras' DataParallel splits every batch evenly over the devices, so a last batch of
+    another size cannot run (it leaves out at most devices - 1 windows; the counts say so)."""
     import keras
 
     from aiperf.data.placement import local_copy
@@ -116,6 +121,8 @@ def open_token_feed(folder: str | Path, *, batch_size: int, seq_len: int, seed: 
     if keras.backend.backend() != "tensorflow":
         x, y = windows(load_tokens(folder, "train"), seq_len)
         x_val, y_val = windows(load_tokens(folder, "validation"), seq_len)
+        val_count = val_count // devices * devices
+        x_val, y_val = x_val[:val_count], y_val[:val_count]
         # Whole batches, as from tf.data: the windows past the last whole batch are left out.
         train = {"x": x[:whole], "y": y[:whole], "batch_size": batch_size, "shuffle": True}
         return Feed(

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiperf.results import quality
+from aiperf import quality
 from aiperf.units import ops_rate
 
 # The run's progress (on_progress: in a flow, Prefect artifacts) is published as each trial ends, and

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import keras_tuner as kt
 
-from aiperf import settings
+from aiperf import quality, settings
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
@@ -53,7 +53,6 @@ from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
-from aiperf.results import quality
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases
@@ -311,7 +310,7 @@ class Orchestrator:
                 message.samples_trained * running.train_ops
                 + message.samples_evaluated * running.eval_ops
             )
-        objective = self.config.search.objective  # the run's quality (aiperf.results.quality)
+        objective = self.config.search.objective  # the run's quality (aiperf.quality)
         measured = quality.of(message, objective)
         if message.complete and measured is not None and math.isfinite(measured):
             assert self.proposals is not None

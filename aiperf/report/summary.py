@@ -139,7 +139,7 @@ def title(run: RunRecord) -> str:
 
 def quality_row(best_val_loss: float | None, accuracy: str) -> dict[str, str]:
     """The result's quality: the LM track's best validation loss (with its next-token accuracy),
-    or the CNN track's best validation accuracy (aiperf.results.quality)."""
+    or the CNN track's best validation accuracy (aiperf.quality)."""
     if best_val_loss is None:
         return {"figure": "best val accuracy", "value": accuracy}
     return {

@@ -10,8 +10,8 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
+from aiperf import quality
 from aiperf.config import ValidityConfig
-from aiperf.results import quality
 from aiperf.store.records import CheckRecord, EpochWork, ScoreResult
 
 
@@ -29,7 +29,7 @@ def regulated_score(ops: float, best_val_accuracy: float | None, val_samples: in
 
 def judged_by_loss(rules: ValidityConfig) -> bool:
     """Whether the profile's quality is validation loss (the LM track's: its ruleset gives a loss
-    ceiling) rather than accuracy (aiperf.results.quality)."""
+    ceiling) rather than accuracy (aiperf.quality)."""
     return rules.loss_ceiling is not None
 
 
@@ -172,7 +172,7 @@ def compute_score(
     """`peak_flops`: the sum of the workers' measured peaks (MFU's divisor); `stepping_s`: each
     trial's seconds in training and evaluation steps (window utilisation's numerator), over
     `workers` x `elapsed_s`. A profile judged by loss (the LM track) is regulated by
-    `best_val_loss` over its `vocab_size` (aiperf.results.quality.loss_gain), not by accuracy."""
+    `best_val_loss` over its `vocab_size` (aiperf.quality.loss_gain), not by accuracy."""
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
     epochs = list(work)

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from aiperf import paths
+from aiperf import paths, quality
 from aiperf.config import BenchmarkConfig, ValidityConfig
-from aiperf.results import quality
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import classify
 from aiperf.results.evidence import Counter, Counts, Evaluator, Evidence

@@ -288,7 +288,7 @@ class Score(Base):
         Float, doc="ops * |ln(1 - capped accuracy)|; the LM track: ops * max(0, ln V - loss)"
     )
     best_val_loss: Mapped[float | None] = mapped_column(
-        Float, doc="the LM track's quality, nats per token (aiperf.results.quality)"
+        Float, doc="the LM track's quality, nats per token (aiperf.quality)"
     )
     trials_completed: Mapped[int] = mapped_column(Integer)
     samples_trained: Mapped[int] = mapped_column(BigInteger)

@@ -60,7 +60,7 @@ class ScoreResult:
         None  # seconds in train and eval steps / (workers x window seconds)
     )
     # The LM track's quality: the best complete epoch's validation loss, nats per token (None on
-    # the CNN track, judged by best_val_accuracy; aiperf.results.quality).
+    # the CNN track, judged by best_val_accuracy; aiperf.quality).
     best_val_loss: float | None = None
 
     def to_dict(self) -> dict:

@@ -11,7 +11,7 @@ evaluate a kept LM exactly as its trial did.
 
 The quality of an LM trial is its validation loss: the mean cross-entropy in nats per token
 (every window has seq_len targets, so Keras' per-batch means weighted by sequences are means per
-token). Its "accuracy" is next-token accuracy. Lower loss is better (`better`).
+token). Its "accuracy" is next-token accuracy. Lower loss is better (aiperf.quality).
 """
 
 from __future__ import annotations
@@ -38,14 +38,16 @@ def build_lm(architecture: dict[str, Any], *, dropout: float, seed: int) -> Any:
 
 
 def open_lm_feed(
-    data_path: str, architecture: dict[str, Any], *, batch_size: int, seed: int
+    data_path: str, architecture: dict[str, Any], *, batch_size: int, seed: int, devices: int = 1
 ) -> Feed:
     """The token windows of the spec's length from the staged tokens at `data_path`: int32 token
     ids the model embeds itself, so no pixels to scale on the device (Feed.pixels is false)."""
     from aiperf.data.tokens import open_token_feed
 
     seq_len = TransformerSpec.from_dict(architecture).seq_len
-    return open_token_feed(data_path, batch_size=batch_size, seq_len=seq_len, seed=seed)
+    return open_token_feed(
+        data_path, batch_size=batch_size, seq_len=seq_len, seed=seed, devices=devices
+    )
 
 
 def lm_loss() -> Any:
@@ -60,11 +62,3 @@ def lm_metrics() -> list[str]:
     """Next-token accuracy: Keras resolves "accuracy" to sparse categorical accuracy for integer
     targets of one rank less than the logits, and the argmax of logits is that of probabilities."""
     return ["accuracy"]
-
-
-def better(lm: bool, value: float, than: float | None) -> bool:
-    """Whether an epoch's quality beats the best so far: lower val_loss for an LM, higher
-    val_accuracy for an image model; a tie is no better (the first epoch of the best wins)."""
-    if than is None:
-        return True
-    return value < than if lm else value > than

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from aiperf import settings
+from aiperf import quality, settings
 from aiperf.arch.transformer import is_transformer
 from aiperf.status import TrialStatus
 from aiperf.train import lm, recipe
@@ -132,9 +132,8 @@ class BestWeights:
         value = report.val_loss if self.lowest_loss else report.val_accuracy
         if self.path is None or not report.complete or value is None:
             return False
-        if not lm.better(
-            self.lowest_loss, value, self.loss if self.lowest_loss else self.accuracy
-        ):
+        metric = quality.LOSS if self.lowest_loss else quality.ACCURACY
+        if not quality.better(metric, value, self.loss if self.lowest_loss else self.accuracy):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
@@ -173,7 +172,11 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         with clock.phase("build"):
             if language:  # token windows, and the decoder the spec describes
                 feed = lm.open_lm_feed(
-                    request.data_path, request.architecture, batch_size=batch, seed=request.seed
+                    request.data_path,
+                    request.architecture,
+                    batch_size=batch,
+                    seed=request.seed,
+                    devices=request.devices,
                 )
                 model = lm.build_lm(
                     request.architecture, dropout=request.dropout, seed=request.seed

@@ -1,6 +1,6 @@
 """The LM track's quality: each trial's best validation loss of a complete epoch (nats per token),
 kept as its best accuracy is, and the score's, which regulates an LM result's score
-(aiperf.results.quality). Both stay NULL for the CNN track's runs. run_scores shows the score's, so
+(aiperf.quality). Both stay NULL for the CNN track's runs. run_scores shows the score's, so
 `aiperf history` and `compare` line up LM results by their quality.
 
 Revision ID: 0015
