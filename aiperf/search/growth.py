@@ -4,12 +4,16 @@ does for CNNs (aiperf/search/morphism.py; the same structure, so the flow, the r
 treat both alike).
 
 - First round: the seed TransformerSpec on every worker, each with its own hyperparameters.
-- Later: for every free worker, candidates are drawn as one random growth step (aiperf.arch.grow:
-  deepen, widen_mlp, widen_heads, widen_model) of one of the best-scoring trials; a Gaussian
-  process over architectures (kernel exp(-grow.distance / length_scale)) predicts each candidate's
-  quality and the upper confidence bound picks one. Architectures already tried (equal
-  TransformerSpec.architecture_key) are not proposed again. When the limits leave no room to grow,
-  the seed trains again, fresh.
+- Later: for every free worker, the candidates are the children one growth step (aiperf.arch.grow:
+  deepen, widen_mlp, widen_heads, widen_model; grow.candidates, within the limits) from the few
+  best-scoring trials that still have a child not tried (equal TransformerSpec.architecture_key:
+  deepen at any position is one architecture, its position drawn once the child is chosen), up to
+  `candidates` of them drawn at random; a Gaussian process over architectures (kernel
+  exp(-grow.distance / length_scale)) predicts each one's quality and the upper confidence bound
+  picks one. When no trial has such a child, the seed trains again, fresh.
+- Speed: each trial's spec, grow.describe() vector and children are computed once and kept, and
+  the scored trials are found incrementally (SearchMemory.scored), so a proposal's cost hardly
+  grows with the trials (benchmarks/bench_growth_oracle.py).
 - Quality follows the objective's direction: the LM track's val_loss is better when LOWER, so
   keras-tuner's trial.score (the raw loss) is negated before the parents are ranked and the GP is
   fitted; an objective to maximise is used as it is.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import keras_tuner as kt
@@ -42,6 +47,17 @@ from aiperf.search.memory import SearchMemory, best, training_set
 
 RUNNING = kt.engine.trial.TrialStatus.RUNNING
 IDLE = kt.engine.trial.TrialStatus.IDLE
+# The operators other than deepen: each gives a parent one or two children.
+WIDENINGS = tuple(op for op in grow.OPERATORS if op != "deepen")
+
+
+@dataclass(frozen=True)
+class _Child:
+    """One architecture a parent can grow into: its key, a spec of it, the operator."""
+
+    key: str
+    spec: TransformerSpec
+    operator: str
 
 
 class GrowthOracle(kt.Oracle):
@@ -80,12 +96,15 @@ class GrowthOracle(kt.Oracle):
         self._memory = SearchMemory()  # the scored trials, found incrementally (only its scored())
         self._specs: dict[str, TransformerSpec] = {}  # parsed once per trial: a spec is small
         self._features: dict[str, np.ndarray] = {}  # grow.describe() of each trial's spec
+        self._grown: dict[str, list[_Child]] = {}  # each parent's children within the limits
         self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
+        self._tried_seen = 0  # the first this many trials' architectures are in _tried
 
     # --- proposals ------------------------------------------------------------------------------
 
     def populate_space(self, trial_id: str) -> dict[str, Any]:
         seeds = self._seeds()
+        self._sync_tried()
         scored, scores, ranks = self._memory.scored(self.trials)
         if seeds >= self.first_round and not scored and self.ongoing_trials:
             # The first round is still training: nothing to grow yet. Nothing random is drawn, so
@@ -124,6 +143,15 @@ class GrowthOracle(kt.Oracle):
             )
             self._seeds_counted = (seeds, len(trials))
         return min(self._seeds_counted[0], self.first_round)
+
+    def _sync_tried(self) -> None:
+        """Every trial's architecture in _tried: those added since the last call are looked at
+        (trials are only ever added), so a trial put in by other means (resume) counts too."""
+        trials = list(self.trials.values())
+        for trial in trials[self._tried_seen :]:
+            if trial.hyperparameters.values.get(space.ARCHITECTURE):
+                self._tried.add(self._spec(trial).architecture_key())
+        self._tried_seen = len(trials)
 
     def _seed_values(self) -> dict[str, Any]:
         return {
@@ -173,21 +201,8 @@ class GrowthOracle(kt.Oracle):
         self, scored: list[kt.engine.trial.Trial], quality: np.ndarray, ranks: np.ndarray
     ) -> tuple[TransformerSpec, str] | None:
         """A child one growth step from one of the best trials (by `quality`, higher better), not
-        tried before, chosen by GP-UCB; None when no parent can grow within the limits."""
-        ranked = [scored[int(i)] for i in best(quality, self.top_parents)]
-        proposals: list[tuple[TransformerSpec, kt.engine.trial.Trial]] = []  # (child, parent)
-        drawn: set[str] = set()
-        for _ in range(self.candidates * 3):
-            if len(proposals) >= self.candidates:
-                break
-            parent = self._rng.choice(ranked)
-            child = grow.random_growth(self._spec(parent), self._rng, self.limits)
-            if child is None:
-                continue
-            key = child.architecture_key()
-            if key not in self._tried and key not in drawn:
-                drawn.add(key)
-                proposals.append((child, parent))
+        tried before, chosen by GP-UCB; None when no trial has an untried child within the limits."""
+        proposals = self._draw(self._parents(scored, quality))
         if not proposals:
             return None
         train = training_set(scored, quality, ranks)
@@ -197,11 +212,69 @@ class GrowthOracle(kt.Oracle):
             grow.distance_matrix(features, features), [quality_of[t.trial_id] for t in train]
         )
         mean, std = gp.predict_distances(
-            grow.distance_matrix([grow.describe(c) for c, _ in proposals], features)
+            grow.distance_matrix([grow.describe(c.spec) for c, _ in proposals], features)
         )
         chosen = int(upper_confidence_bound(mean, std, self.beta).argmax())
         child, parent = proposals[chosen]
-        return child, parent.trial_id
+        spec = child.spec
+        if child.operator == "deepen":  # every position gives this architecture: draw one
+            grown = self._spec(parent)
+            spec = grow.deepen(grown, self._rng.randrange(grown.layers + 1))
+        return spec, parent.trial_id
+
+    def _parents(
+        self, scored: list[kt.engine.trial.Trial], quality: np.ndarray
+    ) -> list[kt.engine.trial.Trial]:
+        """The top_parents best trials that have a child within the limits not tried yet, best
+        first: a long run whose best trials have reached the limits, or had every child tried,
+        grows the next best rather than training the seed again. Which trials those are depends
+        on the trials alone (what was tried is theirs), so a resumed oracle picks the same."""
+        k = self.top_parents
+        while True:
+            parents = [
+                scored[int(i)]
+                for i in best(quality, k)
+                if any(c.key not in self._tried for c in self._children(scored[int(i)]))
+            ]
+            if len(parents) >= self.top_parents or k >= len(scored):
+                return parents[: self.top_parents]
+            k *= 4
+
+    def _children(self, trial: kt.engine.trial.Trial) -> list[_Child]:
+        """The trial's children within the limits, one per architecture (deepen at any position is
+        one architecture: it stands for them all), computed once per trial."""
+        children = self._grown.get(trial.trial_id)
+        if children is None:
+            spec = self._spec(trial)
+            grown = (
+                [grow.deepen(spec, 0)] if grow.within(grow.deepen(spec, 0), self.limits) else []
+            )
+            grown += grow.candidates(spec, self.limits, WIDENINGS)
+            children, keys = [], set()
+            for child in grown:
+                key = child.architecture_key()
+                if key not in keys:
+                    keys.add(key)
+                    operator = Morphism.parse(child.history[-1]).operator
+                    children.append(_Child(key, child, operator))
+            self._grown[trial.trial_id] = children
+        return children
+
+    def _draw(
+        self, parents: list[kt.engine.trial.Trial]
+    ) -> list[tuple[_Child, kt.engine.trial.Trial]]:
+        """The parents' untried children (each architecture once, from its best parent); up to
+        `candidates` of them, drawn at random where there are more."""
+        proposals: list[tuple[_Child, kt.engine.trial.Trial]] = []
+        drawn: set[str] = set()
+        for parent in parents:
+            for child in self._children(parent):
+                if child.key not in self._tried and child.key not in drawn:
+                    drawn.add(child.key)
+                    proposals.append((child, parent))
+        if len(proposals) > self.candidates:
+            proposals = self._rng.sample(proposals, self.candidates)
+        return proposals
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -217,9 +290,7 @@ class GrowthOracle(kt.Oracle):
         architectures tried are rebuilt from the trials' specs."""
         super().set_state(state)
         self._forget()
-        for trial in self.trials.values():
-            if trial.hyperparameters.values.get(space.ARCHITECTURE):
-                self._tried.add(self._spec(trial).architecture_key())
+        self._sync_tried()
         growth = state.get("growth", {})
         if "rng" in growth:
             version, internal, gauss = growth["rng"]
