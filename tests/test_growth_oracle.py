@@ -198,6 +198,20 @@ def test_no_room_to_grow_trains_the_seed_again():
     assert all(spec_of(t) == seed for t in trials)
 
 
+def test_a_best_trial_at_the_limits_leaves_the_next_best_to_grow():
+    seed = transformer_seed("lm-tiny", vocab_size=VOCAB, seq_len=SEQ_LEN)
+    big = grow.widen_model(grow.widen_mlp(seed, 2), 2)
+    oracle = new_oracle(workers=2, limits={"max_layers": 12, "max_params": big.param_count})
+    oracle.top_parents = 1
+    _completed(oracle, "000000", seed, 3.1)
+    _completed(oracle, "000001", seed, 3.0)
+    _completed(oracle, "000002", big, 1.0, "widen_model", "000000")
+    assert not grow.candidates(big, oracle.limits), "the best trial cannot grow"
+    values = oracle.create_trial("w0").hyperparameters.values
+    assert values[space.OPERATOR] != "seed", "a trial that can grow is grown"
+    assert values[space.PARENT] == "000001", "the best of those that can grow"
+
+
 def _records(oracle):
     """The trials as the run's records hold them (aiperf.store.TrialRecord's fields restore reads)."""
     records = []
