@@ -61,6 +61,8 @@ class _Child:
 
 
 class GrowthOracle(kt.Oracle):
+    """Grows `seed_spec` within `limits`; `objective`'s direction says which scores are better."""
+
     def __init__(
         self,
         *,
