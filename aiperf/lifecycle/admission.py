@@ -160,7 +160,7 @@ class Admission:
             epochs = proposal.epochs or epochs_for(
                 number, self.config.workers, self.config.train.epochs
             )
-            architecture = proposal.network.to_dict()
+            architecture = proposal.architecture
             hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
             parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
             seed = trial_seed(

@@ -1,18 +1,24 @@
 """The keras-tuner oracle a run uses, chosen by the profile's `search.oracle`.
 
 The flow is the oracle's only client (the "chief"): it calls create_trial / update_trial /
-end_trial itself, with no gRPC and no Tuner.search(). `morphism` is aiperf's own (morphism.py);
-`random`, `bayesian` and `hyperband` are keras-tuner's, searching the ResNet family.
+end_trial itself, with no gRPC and no Tuner.search(). `morphism` is aiperf's own: morphism.py for
+a CNN seed, growth.py for a transformer seed (the LM track); `random`, `bayesian` and `hyperband`
+are keras-tuner's, searching the ResNet family (a transformer seed is refused: they have no
+transformer space).
 """
 
 from __future__ import annotations
 
 import keras_tuner as kt
 
+from aiperf.arch import grow
 from aiperf.arch.morph import Limits
 from aiperf.arch.seeds import seed_spec
+from aiperf.arch.transformer import transformer_seed, transformer_seed_names
 from aiperf.config import BenchmarkConfig
+from aiperf.errors import UserError
 from aiperf.search import space, tuner_internals
+from aiperf.search.growth import GrowthOracle
 from aiperf.search.morphism import MorphismOracle
 
 # Large enough never to stop a run: the wall-clock budget is what ends the search.
@@ -22,13 +28,38 @@ MAX_TRIALS = 100_000
 def make_oracle(
     config: BenchmarkConfig, input_shape: tuple[int, int, int], num_classes: int
 ) -> kt.Oracle:
-    """An oracle for the profile, its state kept in memory for the orchestrator to store."""
+    """An oracle for the profile, its state kept in memory for the orchestrator to store.
+    `input_shape` and `num_classes` are the data's: for tokens, (seq_len, 1, 1) and the vocabulary."""
     search = config.search
-    objective = kt.Objective(search.objective, direction="max")
+    # val_loss (the LM track's quality) is better when lower; val_accuracy when higher.
+    direction = "min" if search.objective == "val_loss" else "max"
+    objective = kt.Objective(search.objective, direction=direction)
     # keras-tuner treats seed 0 as "no seed" and draws one at random: shift by one to stay reproducible.
     seed = config.seed + 1
-    if search.oracle == "morphism":
-        oracle: kt.Oracle = MorphismOracle(
+    transformer = search.seed_architecture in transformer_seed_names()
+    if transformer and search.oracle != "morphism":
+        raise UserError(
+            f"search.oracle {search.oracle} cannot search transformers (seed "
+            f"{search.seed_architecture!r}): use search.oracle morphism, which grows them"
+        )
+    if transformer:
+        oracle: kt.Oracle = GrowthOracle(
+            seed_spec=transformer_seed(
+                search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
+            ),
+            search_space=search.space,
+            first_round=config.workers,
+            limits=grow.Limits(
+                max_layers=search.limits.max_layers, max_params=search.limits.max_params
+            ),
+            objective=objective,
+            seed=seed,
+            max_trials=MAX_TRIALS,
+            candidates=search.candidates,
+            beta=search.ucb_beta,
+        )
+    elif search.oracle == "morphism":
+        oracle = MorphismOracle(
             seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
             search_space=search.space,
             first_round=config.workers,

@@ -67,24 +67,36 @@ def stored_state(oracle: kt.Oracle) -> dict[str, Any]:
     return json.loads(json.dumps(state))
 
 
+def _objective_value(record: TrialRecord, objective: str) -> float | None:
+    """The record's best value of the search's objective: its lowest validation loss for the LM
+    track's val_loss (lower is better; the store's best_val_loss column, read by name so this
+    works before and after that column joins the record), else its best validation accuracy."""
+    if objective == "val_loss":
+        value = getattr(record, "best_val_loss", None)
+        return None if value is None else float(value)
+    return record.best_val_accuracy
+
+
 def restore(
     oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRecord], objective: str
 ) -> kt.Oracle:
     """`oracle` (fresh) given the stored state and the run's trials. States stored whole (by
     earlier versions) work too: their per-trial lists are derived again like the others."""
     records = sorted(records, key=lambda r: r.number)
+    direction = "min" if objective == "val_loss" else "max"
     for record in records:
         hp = oracle.hyperparameters.copy()
         hp.values = trial_values(record)
-        measured = record.best_val_accuracy is not None
+        value = _objective_value(record, objective)
+        measured = value is not None
         status = (
             _STATUS[record.status] if measured or record.status == TrialStatus.FAILED else "FAILED"
         )
         trial = kt.engine.trial.Trial(hyperparameters=hp, trial_id=record.trial_key, status=status)
         if measured:
-            trial.metrics.register(objective, direction="max")
-            trial.metrics.update(objective, record.best_val_accuracy, step=0)
-            trial.score, trial.best_step = record.best_val_accuracy, 0
+            trial.metrics.register(objective, direction=direction)
+            trial.metrics.update(objective, value, step=0)
+            trial.score, trial.best_step = value, 0
         oracle.trials[record.trial_key] = trial
     ended = sorted(
         (r for r in records if r.status not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)),

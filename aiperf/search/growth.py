@@ -1,0 +1,299 @@
+"""GrowthOracle: the LM track's architecture search, growing decoder-only transformers, as a
+keras-tuner Oracle the flow drives (create_trial / update_trial / end_trial), like MorphismOracle
+does for CNNs (aiperf/search/morphism.py; the same structure, so the flow, the records and resume
+treat both alike).
+
+- First round: the seed TransformerSpec on every worker, each with its own hyperparameters.
+- Later: for every free worker, the candidates are the children one growth step (aiperf.arch.grow:
+  deepen, widen_mlp, widen_heads, widen_model; grow.candidates, within the limits) from the few
+  best-scoring trials that still have a child not tried (equal TransformerSpec.architecture_key:
+  deepen at any position is one architecture, its position drawn once the child is chosen), up to
+  `candidates` of them drawn at random; a Gaussian process over architectures (kernel
+  exp(-grow.distance / length_scale)) predicts each one's quality and the upper confidence bound
+  picks one. When no trial has such a child, the seed trains again, fresh.
+- Speed: each trial's spec, grow.describe() vector and children are computed once and kept, and
+  the scored trials are found incrementally (SearchMemory.scored), so a proposal's cost hardly
+  grows with the trials (benchmarks/bench_growth_oracle.py).
+- Quality follows the objective's direction: the LM track's val_loss is better when LOWER, so
+  keras-tuner's trial.score (the raw loss) is negated before the parents are ranked and the GP is
+  fitted; an objective to maximise is used as it is.
+- Hyperparameters drawn for each proposal: learning rate (log-uniform), the batch as tokens (and
+  the sequences per device it makes, batch_tokens // seq_len), dropout, and the warm-up and weight
+  decay where the space searches them (aiperf.search.space names them).
+
+Everything the oracle decides is in the trial's values; its own state is its random state, in
+get_state(), stored by the orchestrator with every proposal. What was tried, and every trial's
+features for the GP, are derived from the trials (set_state), so a resumed oracle proposes exactly
+what the interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import keras_tuner as kt
+import numpy as np
+
+from aiperf.arch import grow
+from aiperf.arch.morph import Morphism
+from aiperf.arch.transformer import TransformerSpec
+from aiperf.config import SpaceConfig
+from aiperf.search import space
+from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
+from aiperf.search.memory import SearchMemory, best, training_set
+
+RUNNING = kt.engine.trial.TrialStatus.RUNNING
+IDLE = kt.engine.trial.TrialStatus.IDLE
+# The operators other than deepen: each gives a parent one or two children.
+WIDENINGS = tuple(op for op in grow.OPERATORS if op != "deepen")
+
+
+@dataclass(frozen=True)
+class _Child:
+    """One architecture a parent can grow into: its key, a spec of it, the operator."""
+
+    key: str
+    spec: TransformerSpec
+    operator: str
+
+
+class GrowthOracle(kt.Oracle):
+    """Grows `seed_spec` within `limits`; `objective`'s direction says which scores are better."""
+
+    def __init__(
+        self,
+        *,
+        seed_spec: TransformerSpec,
+        search_space: SpaceConfig,
+        first_round: int,
+        limits: grow.Limits,
+        objective: kt.Objective,
+        seed: int,
+        max_trials: int,
+        candidates: int = 24,
+        beta: float = 2.0,
+        top_parents: int = 5,
+    ) -> None:
+        super().__init__(
+            objective=objective,
+            max_trials=max_trials,
+            hyperparameters=space.growth_hyperparameters(search_space, seed_spec.seq_len),
+            seed=seed,
+            max_consecutive_failed_trials=max_trials,
+        )
+        self.seed_spec, self.search_space = seed_spec, search_space
+        self.first_round, self.limits = first_round, limits
+        self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
+        # +1 where higher scores are better, -1 where lower are (val_loss): quality = sign x score.
+        self._sign = -1.0 if self.objective.direction == "min" else 1.0
+        self._rng = random.Random(seed)
+        self._forget()
+
+    def _forget(self) -> None:
+        """What is derived from the trials, empty: a fresh oracle's, or one about to be restored."""
+        self._tried = {self.seed_spec.architecture_key()}
+        self._memory = SearchMemory()  # the scored trials, found incrementally (only its scored())
+        self._specs: dict[str, TransformerSpec] = {}  # parsed once per trial: a spec is small
+        self._features: dict[str, np.ndarray] = {}  # grow.describe() of each trial's spec
+        self._grown: dict[str, list[_Child]] = {}  # each parent's children within the limits
+        self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
+        self._tried_seen = 0  # the first this many trials' architectures are in _tried
+
+    # --- proposals ------------------------------------------------------------------------------
+
+    def populate_space(self, trial_id: str) -> dict[str, Any]:
+        seeds = self._seeds()
+        self._sync_tried()
+        scored, scores, ranks = self._memory.scored(self.trials)
+        if seeds >= self.first_round and not scored and self.ongoing_trials:
+            # The first round is still training: nothing to grow yet. Nothing random is drawn, so
+            # how often the flow asks does not change what comes next (a resumed run proposes the same).
+            return {"status": IDLE}
+        values = self._sample_hyperparameters()
+        if seeds < self.first_round or not scored:
+            # The first round, or a first round that failed: the seed again, with other
+            # hyperparameters and weights (the orchestrator stops a run where nothing trains).
+            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+        proposal = self._propose(scored, self._sign * scores, ranks)
+        if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
+            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+        child, parent_id = proposal
+        self._tried.add(child.architecture_key())
+        return {
+            "status": RUNNING,
+            "values": {
+                **values,
+                space.ARCHITECTURE: child.to_json(),
+                space.PARENT: parent_id,
+                space.OPERATOR: Morphism.parse(child.history[-1]).operator,
+            },
+        }
+
+    def _seeds(self) -> int:
+        """Seed trials so far, up to first_round, counted over the trials added since the last call
+        (trials are only ever added), as MorphismOracle does."""
+        if self._seeds_counted[0] < self.first_round:
+            trials = list(self.trials.values())
+            seen, seeds = self._seeds_counted[1], self._seeds_counted[0]
+            seeds += sum(
+                1
+                for t in trials[seen:]
+                if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR
+            )
+            self._seeds_counted = (seeds, len(trials))
+        return min(self._seeds_counted[0], self.first_round)
+
+    def _sync_tried(self) -> None:
+        """Every trial's architecture in _tried: those added since the last call are looked at
+        (trials are only ever added), so a trial put in by other means (resume) counts too."""
+        trials = list(self.trials.values())
+        for trial in trials[self._tried_seen :]:
+            if trial.hyperparameters.values.get(space.ARCHITECTURE):
+                self._tried.add(self._spec(trial).architecture_key())
+        self._tried_seen = len(trials)
+
+    def _seed_values(self) -> dict[str, Any]:
+        return {
+            space.ARCHITECTURE: self.seed_spec.to_json(),
+            space.PARENT: None,
+            space.OPERATOR: space.SEED_OPERATOR,
+        }
+
+    def _sample_hyperparameters(self) -> dict[str, Any]:
+        """One draw of every searched value, always in the same order (a resumed oracle's random
+        state then gives the same draws)."""
+        s, rng = self.search_space, self._rng
+        low, high = s.learning_rate
+        values: dict[str, Any] = {
+            space.LEARNING_RATE: math.exp(rng.uniform(math.log(low), math.log(high)))
+        }
+        if s.batch_tokens is not None:
+            tokens = rng.choice(s.batch_tokens)
+            values[space.BATCH_TOKENS] = tokens
+            values[space.BATCH_SIZE] = max(1, tokens // self.seed_spec.seq_len)
+        else:
+            values[space.BATCH_SIZE] = rng.choice(s.batch_size)
+        values[space.DROPOUT] = rng.choice(s.dropout)
+        if s.warmup_epochs is not None:
+            values[space.WARMUP_EPOCHS] = rng.choice(s.warmup_epochs)
+        if s.weight_decay is not None:
+            values[space.WEIGHT_DECAY] = rng.choice(s.weight_decay)
+        return values
+
+    def _spec(self, trial: kt.engine.trial.Trial) -> TransformerSpec:
+        spec = self._specs.get(trial.trial_id)
+        if spec is None:
+            spec = TransformerSpec.from_json(trial.hyperparameters.values[space.ARCHITECTURE])
+            self._specs[trial.trial_id] = spec
+        return spec
+
+    def _described(self, trial: kt.engine.trial.Trial) -> np.ndarray:
+        """grow.describe() of the trial's spec, computed once per trial (as SearchMemory keeps a
+        CNN's), so a proposal's cost does not grow with the trials scored."""
+        features = self._features.get(trial.trial_id)
+        if features is None:
+            features = grow.describe(self._spec(trial))
+            self._features[trial.trial_id] = features
+        return features
+
+    def _propose(
+        self, scored: list[kt.engine.trial.Trial], quality: np.ndarray, ranks: np.ndarray
+    ) -> tuple[TransformerSpec, str] | None:
+        """A child one growth step from one of the best trials (by `quality`, higher better), not
+        tried before, chosen by GP-UCB; None when no trial has an untried child within the limits."""
+        proposals = self._draw(self._parents(scored, quality))
+        if not proposals:
+            return None
+        train = training_set(scored, quality, ranks)
+        quality_of = {t.trial_id: self._sign * float(t.score) for t in train}
+        features = [self._described(t) for t in train]
+        gp = ArchitectureGP().fit_distances(
+            grow.distance_matrix(features, features), [quality_of[t.trial_id] for t in train]
+        )
+        mean, std = gp.predict_distances(
+            grow.distance_matrix([grow.describe(c.spec) for c, _ in proposals], features)
+        )
+        chosen = int(upper_confidence_bound(mean, std, self.beta).argmax())
+        child, parent = proposals[chosen]
+        spec = child.spec
+        if child.operator == "deepen":  # every position gives this architecture: draw one
+            grown = self._spec(parent)
+            spec = grow.deepen(grown, self._rng.randrange(grown.layers + 1))
+        return spec, parent.trial_id
+
+    def _parents(
+        self, scored: list[kt.engine.trial.Trial], quality: np.ndarray
+    ) -> list[kt.engine.trial.Trial]:
+        """The top_parents best trials that have a child within the limits not tried yet, best
+        first: a long run whose best trials have reached the limits, or had every child tried,
+        grows the next best rather than training the seed again. Which trials those are depends
+        on the trials alone (what was tried is theirs), so a resumed oracle picks the same."""
+        k = self.top_parents
+        while True:
+            parents = [
+                scored[int(i)]
+                for i in best(quality, k)
+                if any(c.key not in self._tried for c in self._children(scored[int(i)]))
+            ]
+            if len(parents) >= self.top_parents or k >= len(scored):
+                return parents[: self.top_parents]
+            k *= 4
+
+    def _children(self, trial: kt.engine.trial.Trial) -> list[_Child]:
+        """The trial's children within the limits, one per architecture (deepen at any position is
+        one architecture: it stands for them all), computed once per trial."""
+        children = self._grown.get(trial.trial_id)
+        if children is None:
+            spec = self._spec(trial)
+            grown = (
+                [grow.deepen(spec, 0)] if grow.within(grow.deepen(spec, 0), self.limits) else []
+            )
+            grown += grow.candidates(spec, self.limits, WIDENINGS)
+            children, keys = [], set()
+            for child in grown:
+                key = child.architecture_key()
+                if key not in keys:
+                    keys.add(key)
+                    operator = Morphism.parse(child.history[-1]).operator
+                    children.append(_Child(key, child, operator))
+            self._grown[trial.trial_id] = children
+        return children
+
+    def _draw(
+        self, parents: list[kt.engine.trial.Trial]
+    ) -> list[tuple[_Child, kt.engine.trial.Trial]]:
+        """The parents' untried children (each architecture once, from its best parent); up to
+        `candidates` of them, drawn at random where there are more."""
+        proposals: list[tuple[_Child, kt.engine.trial.Trial]] = []
+        drawn: set[str] = set()
+        for parent in parents:
+            for child in self._children(parent):
+                if child.key not in self._tried and child.key not in drawn:
+                    drawn.add(child.key)
+                    proposals.append((child, parent))
+        if len(proposals) > self.candidates:
+            proposals = self._rng.sample(proposals, self.candidates)
+        return proposals
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """keras-tuner's state and the random state: what was tried is derived from the trials."""
+        state = super().get_state()
+        version, internal, gauss = self._rng.getstate()
+        state["growth"] = {"rng": [version, list(internal), gauss]}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """The state, given after the trials it goes with (aiperf.search.resume.restore): the
+        architectures tried are rebuilt from the trials' specs."""
+        super().set_state(state)
+        self._forget()
+        self._sync_tried()
+        growth = state.get("growth", {})
+        if "rng" in growth:
+            version, internal, gauss = growth["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))
