@@ -12,7 +12,8 @@ the weights that make a grown child compute what its parent computes.
 
 Each operator returns a new valid spec whose history has one more entry (morph.py's Morphism:
 operator and arguments, described and parsed the same way), so `replay` rebuilds any spec from its
-seed. `candidates` lists every child within the limits, so the search never proposes a model that
+seed. `candidates` lists every child the search may propose (widen_heads as a doubling, like the
+other widenings) within the limits, so the search never proposes a model that
 will not build or fit. `grow_weights` gives a child the parent's weights; for deepen, widen_mlp
 and widen_heads the new parts are initialised so the child computes the parent's function exactly
 (zeroed output projections: the new parts add zero to the residual stream), so training continues
@@ -120,7 +121,10 @@ def _children(spec: TransformerSpec, operator: str) -> list[TransformerSpec]:
     if operator == "widen_mlp":
         return [widen_mlp(spec, 2)]
     if operator == "widen_heads":
-        return [widen_heads(spec, add) for add in sorted({1, spec.heads})]
+        # Doubling, as the other widenings do: one step of distance (log2 heads) like theirs. One
+        # head more at a time was a step that shrank as heads grew, so the search's GP saw such a
+        # child as its parent again and proposed little else (hundreds of heads in a long run).
+        return [widen_heads(spec, spec.heads)]
     if operator == "widen_model":
         return [widen_model(spec, 2)]
     raise ValueError(f"unknown growth operator {operator!r}; known: {', '.join(OPERATORS)}")

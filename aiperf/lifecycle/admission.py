@@ -203,8 +203,13 @@ class Admission:
                         precision=self.config.train.precision,
                         jit_compile=self.config.train.jit_compile,
                         lr_schedule=self.config.train.lr_schedule,
-                        warmup_epochs=self.config.train.warmup_epochs,
-                        weight_decay=self.config.train.weight_decay,
+                        # searched per trial on the LM track (None: the profile's train settings)
+                        warmup_epochs=_either(
+                            proposal.warmup_epochs, self.config.train.warmup_epochs
+                        ),
+                        weight_decay=_either(
+                            proposal.weight_decay, self.config.train.weight_decay
+                        ),
                         label_smoothing=self.config.train.label_smoothing,
                         devices=trial_devices(self.config.cluster),
                         weights_path=self._weights_path(number),
@@ -232,3 +237,8 @@ class Admission:
         if log_path is None or self.config.train.trainer == "simulated":
             return None
         return str((log_path.parent / paths.weights_file(number)).absolute())
+
+
+def _either(searched: float | None, profile: float) -> float:
+    """A training setting the search drew for this trial, or else the profile's for every trial."""
+    return profile if searched is None else searched
