@@ -74,3 +74,10 @@ def shown(best_val_accuracy: float | None, best_val_loss: float | None) -> str:
     if best_val_loss is not None:
         return f"loss {best_val_loss:.4f}"
     return "-" if best_val_accuracy is None else f"{best_val_accuracy:.4f}"
+
+
+def phrase(best_val_accuracy: float | None, best_val_loss: float | None) -> str:
+    """A trial's or result's quality in words: 'val loss 2.4123' (the LM track) or 'val acc 0.4123'."""
+    if best_val_loss is not None:
+        return f"val loss {best_val_loss:.4f}"
+    return "val acc " + ("-" if best_val_accuracy is None else f"{best_val_accuracy:.4f}")

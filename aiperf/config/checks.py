@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from aiperf.config.host import machine_cores
 from aiperf.config.machine import ClusterConfig
-from aiperf.config.workload import BACKENDS, DataConfig, SearchConfig, TrainConfig
+from aiperf.config.workload import BACKENDS, TOKEN_KINDS, DataConfig, SearchConfig, TrainConfig
 from aiperf.errors import UserError
 from aiperf.gpu_backend import GPU_BACKEND, jax_missing
 
@@ -56,9 +56,11 @@ def batch_problem(config: RunSettings, train_samples: int, source: str) -> str |
     `train_samples` the data holds (None: it fits). `source` names where the count came from
     (data.train_samples, or the staged dataset's manifest)."""
     devices = trial_devices(config.cluster)
-    if max(config.search.space.batch_size) * devices <= train_samples:
+    space = config.search.space
+    if max(space.batch_sequences(config.data.seq_len)) * devices <= train_samples:
         return None
-    return f"search.space.batch_size: a batch is larger than {source} ({train_samples})" + (
+    setting = "batch_size" if space.batch_tokens is None else "batch_tokens"
+    return f"search.space.{setting}: a batch is larger than {source} ({train_samples})" + (
         f" (a trial's batch is the batch size x its {devices} devices)" if devices > 1 else ""
     )
 
@@ -69,6 +71,20 @@ def trial_devices(cluster: ClusterConfig) -> int:
     if cluster.devices_per_trial == "node":
         return max(1, cluster.gpus)
     return cluster.devices_per_trial
+
+
+def track_problem(config: RunSettings) -> str | None:
+    """Why the data and the search's objective belong to different tracks, or None: token data
+    (the LM track) is judged by validation loss and images by accuracy, so a search that would
+    maximise the one on the other's data is refused before anything is recorded."""
+    tokens = config.data.kind in TOKEN_KINDS
+    if tokens == (config.search.objective == "val_loss"):
+        return None
+    wanted = "val_loss" if tokens else "val_accuracy"
+    return (
+        f"search.objective is {config.search.objective}, but data.kind {config.data.kind} is "
+        f"{'token data (the LM track)' if tokens else 'images'}: set search.objective={wanted}"
+    )
 
 
 def feed_problem(config: RunSettings, this_machine: bool = True) -> str | None:

@@ -13,6 +13,7 @@ from aiperf.config.checks import (
     devices_problem,
     feed_problem,
     local_cores_problem,
+    track_problem,
 )
 from aiperf.config.machine import ClusterConfig, SystemConfig
 from aiperf.config.values import MAX_BUDGET_S, _one_line, _Strict, _utf8
@@ -73,8 +74,10 @@ class BenchmarkConfig(_Strict):
     def _devices_fit(self, info: ValidationInfo) -> BenchmarkConfig:
         """A trial's devices must be had: against this machine's cores only when a run starts here
         (`CHECK_MACHINE`), so a stored config validates on any machine."""
-        problem = devices_problem(self, this_machine=_checks_machine(info)) or feed_problem(
-            self, this_machine=_checks_machine(info)
+        problem = (
+            devices_problem(self, this_machine=_checks_machine(info))
+            or feed_problem(self, this_machine=_checks_machine(info))
+            or track_problem(self)
         )
         if problem:
             raise ValueError(problem)

@@ -106,6 +106,12 @@ class DataConfig(_Strict):
         return self.train_samples, "data.train_samples"
 
 
+def windows_in(tokens: int, seq_len: int) -> int:
+    """Windows of seq_len tokens a batch of `tokens` holds (at least one): the one conversion of
+    the LM track's batch in tokens to the sequences a trial steps on."""
+    return max(1, tokens // seq_len)
+
+
 class SpaceConfig(_Strict):
     """The searched hyperparameters; each one changes the built model or its training.
 
@@ -137,6 +143,13 @@ class SpaceConfig(_Strict):
     batch_tokens: list[int] | None = None
     warmup_epochs: list[float] | None = None
     weight_decay: list[float] | None = None
+
+    def batch_sequences(self, seq_len: int) -> list[int]:
+        """The per-device batches a trial may train at, in samples: for the LM track with
+        batch_tokens, each as whole windows of seq_len tokens (at least one); else batch_size."""
+        if self.batch_tokens is None:
+            return sorted(set(self.batch_size))
+        return sorted({windows_in(tokens, seq_len) for tokens in self.batch_tokens})
 
     @field_validator("warmup_epochs", "weight_decay")
     @classmethod

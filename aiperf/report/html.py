@@ -97,7 +97,11 @@ def _headline(run: RunRecord) -> str:
         ("verification", verification_text(run)),
         ("division", run.division or "-"),
         ("MFU", mfu_text(run)),
-        ("best val accuracy", accuracy),
+        (
+            ("best val loss", f"{score.best_val_loss:.4f} nats/token")
+            if score.best_val_loss is not None  # the LM track's quality
+            else ("best val accuracy", accuracy)
+        ),
         ("ruleset", run.ruleset or "none"),
         ("workers", str(run.workers)),
     ]

@@ -219,8 +219,17 @@ def capped(counter: Callable[[dict], tuple]) -> Callable[[dict], tuple]:
     parameters, both counted from its description before anything is built."""
     from aiperf.arch import network_from_dict
     from aiperf.arch.graph import count_params
+    from aiperf.arch.transformer import TransformerSpec, is_transformer
 
     def count(architecture: dict) -> tuple:
+        if isinstance(architecture, dict) and is_transformer(architecture):
+            spec = TransformerSpec.from_dict(architecture)  # an LM's size, from its numbers
+            if spec.param_count > MAX_PARAMETERS:
+                raise PackageLimit(
+                    f"an architecture has {spec.param_count} parameters, over the "
+                    f"{MAX_PARAMETERS} a package may build"
+                )
+            return counter(architecture)
         nodes = architecture.get("nodes") if isinstance(architecture, dict) else None
         if isinstance(nodes, list) and len(nodes) > MAX_LAYERS:
             raise PackageLimit(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 
+from aiperf import quality
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
@@ -67,7 +68,7 @@ def _label(trial: TrialRecord, generation: int, parent: TrialRecord | None) -> s
     """One trial's line: its colour, key, operator and figures; past the indented depth, its
     generation and parent too, since the indent no longer shows them."""
     color = STATUS_COLORS.get(trial.status, "#333")
-    accuracy = "-" if trial.best_val_accuracy is None else f"{trial.best_val_accuracy:.4f}"
+    measured = quality.phrase(trial.best_val_accuracy, trial.best_val_loss)
     ops = ops_per_sample(trial.train_ops_per_sample) if trial.train_ops_per_sample else "not built"
     epochs = f"{sum(e.complete for e in trial.epochs)}/{len(trial.epochs)} epochs"
     where = f" \u00b7 on {trial.worker}" if trial.worker else ""
@@ -79,7 +80,7 @@ def _label(trial: TrialRecord, generation: int, parent: TrialRecord | None) -> s
     return (
         f'<span class=dot style="background:{color}"></span><span class=key>{_esc(trial.trial_key)}</span> '
         f"<span class=op>{_esc(trial.operator or ('seed' if parent is None else 'proposed'))}</span> "
-        f"<span class=figs>\u2014 {deep}{_esc(trial.status)} \u00b7 val acc {accuracy} \u00b7 "
+        f"<span class=figs>\u2014 {deep}{_esc(trial.status)} \u00b7 {measured} \u00b7 "
         f"{_esc(ops)} \u00b7 {epochs}{_esc(where)}</span>"
     )
 

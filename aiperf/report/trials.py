@@ -6,14 +6,26 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from rich.tree import Tree
 
+from aiperf import quality
 from aiperf.arch.spec import network_from_dict
+from aiperf.arch.transformer import TransformerSpec, is_transformer
 from aiperf.report.tables import Col, FitTable
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
 
 
 def _accuracy(trial: TrialRecord) -> str:
-    return "-" if trial.best_val_accuracy is None else f"{trial.best_val_accuracy:.4f}"
+    """The trial's quality: its best val accuracy, or an LM trial's best val loss."""
+    return quality.shown(trial.best_val_accuracy, trial.best_val_loss)
+
+
+def _shape(trial: TrialRecord) -> tuple[str, str]:
+    """The convolutions and skips of a CNN; an LM's blocks and width in their place."""
+    if is_transformer(trial.architecture):
+        spec = TransformerSpec.from_dict(trial.architecture)
+        return f"{spec.layers} blocks", f"width {spec.d_model}"
+    net = network_from_dict(trial.architecture)
+    return str(net.conv_count), str(net.skip_count)
 
 
 def _ops(trial: TrialRecord) -> str:
@@ -44,7 +56,10 @@ def trial_table(run: RunRecord) -> FitTable:
         Col("dropout", "right", rank=7),
         Col("epochs", "right", rank=2),
         Col("train ops/sample", "right", rank=1),
-        Col("val acc", "right"),
+        Col(
+            "quality" if any(t.best_val_loss is not None for t in run.trials) else "val acc",
+            "right",
+        ),
     )
     keys: dict[int | None, str] = {t.id: t.trial_key for t in run.trials}
     rows = [_trial_row(t, keys) for t in run.trials]
@@ -52,7 +67,7 @@ def trial_table(run: RunRecord) -> FitTable:
 
 
 def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:
-    net = network_from_dict(t.architecture)
+    convs, skips = _shape(t)
     hp = t.hyperparameters
     return [
         t.trial_key,
@@ -61,8 +76,8 @@ def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:
         str(t.status),
         t.worker or "-",
         str(t.devices or 1),  # a trial recorded before devices were is a one-device trial
-        str(net.conv_count),
-        str(net.skip_count),
+        convs,
+        skips,
         f"{t.parameters:,}" if t.parameters else "-",
         f"{hp.get('learning_rate', 0):.4g}",
         str(hp.get("batch_size", "-")),
@@ -136,7 +151,8 @@ class TrialLabel:
     def __init__(self, trial: TrialRecord) -> None:
         self.head = Text.assemble((trial.trial_key, "bold"), " ", _operator(trial) or "proposed")
         self.figures = Text.assemble(
-            f"val acc {_accuracy(trial)}  {_ops(trial)}  ", (str(trial.status), "dim")
+            f"{quality.phrase(trial.best_val_accuracy, trial.best_val_loss)}  {_ops(trial)}  ",
+            (str(trial.status), "dim"),
         )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -41,6 +41,7 @@ from aiperf.arch import grow
 from aiperf.arch.morph import Morphism
 from aiperf.arch.transformer import TransformerSpec
 from aiperf.config import SpaceConfig
+from aiperf.config.workload import windows_in
 from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
 from aiperf.search.memory import SearchMemory, best, training_set
@@ -173,7 +174,7 @@ class GrowthOracle(kt.Oracle):
         if s.batch_tokens is not None:
             tokens = rng.choice(s.batch_tokens)
             values[space.BATCH_TOKENS] = tokens
-            values[space.BATCH_SIZE] = max(1, tokens // self.seed_spec.seq_len)
+            values[space.BATCH_SIZE] = windows_in(tokens, self.seed_spec.seq_len)
         else:
             values[space.BATCH_SIZE] = rng.choice(s.batch_size)
         values[space.DROPOUT] = rng.choice(s.dropout)

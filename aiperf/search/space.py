@@ -62,9 +62,7 @@ def morphism_hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
 def batch_sizes(space: SpaceConfig, seq_len: int) -> list[int]:
     """The sequences per device the growth oracle may set: batch_tokens // seq_len (at least one)
     for each batch_tokens, or batch_size as listed where batch_tokens is unset."""
-    if space.batch_tokens is None:
-        return sorted(set(space.batch_size))
-    return sorted({max(1, tokens // seq_len) for tokens in space.batch_tokens})
+    return space.batch_sequences(seq_len)
 
 
 def growth_hyperparameters(space: SpaceConfig, seq_len: int) -> kt.HyperParameters:
