@@ -30,9 +30,9 @@ OPERATORS = [
 ]
 
 RUNS = ["run", "created (UTC)", "profile", "workers", "budget", "status", "OPS", "regulated"]
-RUNS += ["val acc", "valid"]
+RUNS += ["quality", "valid"]
 HISTORY = ["run", "created (UTC)", "system", "profile", "division", "config", "workers"]
-HISTORY += ["budget", "OPS", "change", "regulated", "MFU", "val acc", "valid"]
+HISTORY += ["budget", "OPS", "change", "regulated", "MFU", "quality", "valid"]
 TRIALS = ["trial", "parent", "operator", "status", "worker", "devices", "convs", "skips", "params"]
 TRIALS += ["lr", "batch", "dropout", "epochs", "train ops/sample", "val acc"]
 PHASES = ["build", "count", "compile", "train", "evaluate", "report"]

@@ -50,6 +50,7 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "ops": score.ops if score else None,
         "regulated_score": score.regulated_score if score else None,
         "best_val_accuracy": score.best_val_accuracy if score else None,
+        "best_val_loss": score.best_val_loss if score else None,
         "valid": validity_label(score.valid, record.verified, bool(for_review(record)))
         if score
         else None,
@@ -83,6 +84,7 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
                 "operator": t.operator,
                 "parameters": t.parameters,
                 "best_val_accuracy": t.best_val_accuracy,
+                "best_val_loss": t.best_val_loss,
                 "epochs": len(t.epochs),
                 "train_ops_per_sample": t.train_ops_per_sample,
                 "devices": t.devices,

@@ -63,7 +63,7 @@ def history(
         Col("change", "right"),
         Col("regulated", "right", rank=4),
         Col("MFU", "right", rank=3),
-        Col("val acc", "right", rank=2),
+        Col("quality", "right", rank=2),
         Col("valid"),
     )
     title = f"aiperf history{' of ' + scope if scope else ''}"

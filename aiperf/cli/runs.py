@@ -77,7 +77,7 @@ def runs(
         Col("status"),
         Col("OPS", "right"),
         Col("regulated", "right", rank=4),
-        Col("val acc", "right", rank=1),
+        Col("quality", "right", rank=1),
         Col("valid"),
     )
     rows = [_run_row(r) for r in records]

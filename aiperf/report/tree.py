@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 
 from aiperf import quality
+from aiperf.report.trials import lm_loss
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
@@ -68,7 +69,7 @@ def _label(trial: TrialRecord, generation: int, parent: TrialRecord | None) -> s
     """One trial's line: its colour, key, operator and figures; past the indented depth, its
     generation and parent too, since the indent no longer shows them."""
     color = STATUS_COLORS.get(trial.status, "#333")
-    measured = quality.phrase(trial.best_val_accuracy, trial.best_val_loss)
+    measured = quality.phrase(trial.best_val_accuracy, lm_loss(trial))
     ops = ops_per_sample(trial.train_ops_per_sample) if trial.train_ops_per_sample else "not built"
     epochs = f"{sum(e.complete for e in trial.epochs)}/{len(trial.epochs)} epochs"
     where = f" \u00b7 on {trial.worker}" if trial.worker else ""

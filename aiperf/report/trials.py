@@ -14,9 +14,14 @@ from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
 
 
+def lm_loss(trial: TrialRecord) -> float | None:
+    """An LM trial's best val loss, its quality (None for a CNN's, judged by accuracy)."""
+    return trial.best_val_loss if is_transformer(trial.architecture) else None
+
+
 def _accuracy(trial: TrialRecord) -> str:
     """The trial's quality: its best val accuracy, or an LM trial's best val loss."""
-    return quality.shown(trial.best_val_accuracy, trial.best_val_loss)
+    return quality.shown(trial.best_val_accuracy, lm_loss(trial))
 
 
 def _shape(trial: TrialRecord) -> tuple[str, str]:
@@ -57,7 +62,7 @@ def trial_table(run: RunRecord) -> FitTable:
         Col("epochs", "right", rank=2),
         Col("train ops/sample", "right", rank=1),
         Col(
-            "quality" if any(t.best_val_loss is not None for t in run.trials) else "val acc",
+            "quality" if any(lm_loss(t) is not None for t in run.trials) else "val acc",
             "right",
         ),
     )
@@ -151,7 +156,7 @@ class TrialLabel:
     def __init__(self, trial: TrialRecord) -> None:
         self.head = Text.assemble((trial.trial_key, "bold"), " ", _operator(trial) or "proposed")
         self.figures = Text.assemble(
-            f"{quality.phrase(trial.best_val_accuracy, trial.best_val_loss)}  {_ops(trial)}  ",
+            f"{quality.phrase(trial.best_val_accuracy, lm_loss(trial))}  {_ops(trial)}  ",
             (str(trial.status), "dim"),
         )
 

@@ -219,7 +219,7 @@ class Trial(Base):
     )
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     best_val_loss: Mapped[float | None] = mapped_column(
-        Float, doc="the LM track's: lowest of its complete epochs, nats per token"
+        Float, doc="lowest of its complete epochs, nats per token (the LM track's quality)"
     )
     message: Mapped[str | None] = mapped_column(Text)
     # Where the trial's seconds went, measured on its worker.

@@ -1,0 +1,156 @@
+"""The LM track as its users run it: `aiperf run --profile lm-quick --budget 60s` on this machine,
+valid and verified, and `--profile lm` on the stand-in GPU node (benchmarks/gpu_node_standin.sh,
+STANDIN_PROFILE=lm), training on all its devices with JAX, jit and bfloat16.
+
+Each is one real run through the CLI (Prefect flow, Dask workers, SQLite through the migrations)
+made once per module; the tests read its database and run `aiperf verify` on it. The assertions ask
+for work done (completed trials, two shapes among them), which the profile's first two rounds give
+on the slowest machine these tests run on: a seed's epoch of lm-quick is a few seconds on one core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(sql).fetchall()
+
+
+@pytest.fixture(scope="module")
+def lm_quick(tmp_path_factory):
+    """`aiperf run --profile lm-quick --budget 60s`, once."""
+    folder = tmp_path_factory.mktemp("lm-quick")
+    db = folder / "lm.db"
+    done = _cli(
+        "run",
+        "--profile",
+        "lm-quick",
+        "--budget",
+        "60s",
+        "--db",
+        f"sqlite:///{db}",
+        "--out",
+        str(folder / "out"),
+        "--allow-concurrent",
+        cwd=folder,
+    )
+    return done, db
+
+
+@pytest.mark.slow
+def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
+    done, db = lm_quick
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "best val loss" in done.stdout and "nats/token" in done.stdout  # the score table
+    [(valid, verified, loss, regulated, ops)] = _rows(
+        db, "SELECT valid, verified, best_val_loss, regulated_score, ops FROM scores"
+    )
+    assert valid and verified
+    assert loss <= 3.0  # the ruleset's ceiling
+    assert regulated == pytest.approx(ops * (math.log(256) - loss), rel=1e-9)
+    [(division, ruleset, profile)] = _rows(db, "SELECT division, ruleset, profile FROM runs")
+    assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.5", "lm-quick")
+    completed = _rows(
+        db,
+        "SELECT architecture, train_ops_per_sample, eval_ops_per_sample, best_val_loss, id "
+        "FROM trials WHERE status = 'completed'",
+    )
+    shapes = set()
+    for architecture, train_ops, eval_ops, best_loss, trial_id in completed:
+        spec = json.loads(architecture)
+        assert spec["format"] == "aiperf-transformer/1" and spec["seq_len"] == 64
+        shapes.add((spec["layers"], spec["d_model"], spec["heads"], spec["mlp_width"]))
+        assert train_ops > 0 and eval_ops > 0 and train_ops == pytest.approx(3 * eval_ops, 0.05)
+        assert best_loss is not None and math.isfinite(best_loss)
+        # Every epoch's samples are windows of 64 tokens: tokens = samples x 64.
+        [(trained, evaluated)] = _rows(
+            db,
+            "SELECT SUM(samples_trained), SUM(samples_evaluated) FROM epochs "
+            f"WHERE trial_id = {trial_id}",
+        )
+        assert 0 < trained <= 2 * 4095 and 0 < evaluated <= 2 * 511
+    assert len(shapes) >= 2, shapes  # the seed and at least one grown transformer
+    verify = _cli("verify", "1", "--db", f"sqlite:///{db}", cwd=db.parent)
+    assert verify.returncode == 0 and "all 18 checks pass" in verify.stdout, (
+        verify.stdout[-3000:] + verify.stderr[-3000:]
+    )
+    assert "val_loss" in verify.stdout  # the re-measured loss, against loss_tolerance
+
+
+@pytest.mark.slow
+def test_lm_quick_is_its_own_workload_in_history(lm_quick):
+    """The LM result has its own profile, hash and quality: `aiperf history` shows its loss."""
+    _, db = lm_quick
+    history = _cli("history", "--db", f"sqlite:///{db}", "--profile", "lm-quick", cwd=db.parent)
+    assert history.returncode == 0, history.stderr[-2000:]
+    assert "loss 2." in history.stdout or "loss 1." in history.stdout, history.stdout
+    listed = _cli("runs", "--db", f"sqlite:///{db}", "--json", cwd=db.parent)
+    [run] = json.loads(listed.stdout)
+    assert run["profile"] == "lm-quick" and run["best_val_loss"] <= 3.0
+
+
+@pytest.fixture(scope="module")
+def lm_standin(tmp_path_factory):
+    """`STANDIN_PROFILE=lm bash benchmarks/gpu_node_standin.sh DB 8 OUT`, once."""
+    folder = tmp_path_factory.mktemp("lm-standin")
+    db = folder / "x.db"
+    env = {**os.environ, "PYTHON": sys.executable, "STANDIN_PROFILE": "lm"}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_node_standin.sh"), f"sqlite:///{db}", "8"]
+        + [str(folder / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=folder,
+    )
+    return done, db
+
+
+@pytest.mark.slow
+def test_the_standin_node_trains_lm_on_its_8_devices_with_jax_jit_bfloat16(lm_standin):
+    """Issue 35's third Done-when: the lm profile (its sizes cut to fit a CPU, so open and over
+    the ceiling: exit 3 allowed) trains on all 8 devices with JAX, jit and mixed_bfloat16."""
+    done, db = lm_standin
+    assert done.returncode in (0, 3), (done.stdout[-3000:], done.stderr[-3000:])
+    [(run_id, backend, jit, precision, feed)] = _rows(
+        db, "SELECT id, backend, jit_compile, precision, data_feed FROM runs"
+    )
+    assert (backend, bool(jit), precision, feed) == ("jax", True, "mixed_bfloat16", "tokens")
+    trials = _rows(
+        db,
+        "SELECT devices, placement, architecture FROM trials "
+        f"WHERE run_id = {run_id} AND status = 'completed'",
+    )
+    assert trials, "at least one trial completed"
+    for devices, placement, architecture in trials:
+        assert devices == 8 and len(set(json.loads(placement))) == 8
+        assert json.loads(architecture)["format"] == "aiperf-transformer/1"
+    verify = _cli("verify", str(run_id), "--db", f"sqlite:///{db}", cwd=db.parent)
+    assert verify.returncode == 0 and "checks pass" in verify.stdout, (
+        verify.stdout[-3000:] + verify.stderr[-3000:]
+    )
