@@ -35,7 +35,7 @@ from prefect_dask import DaskTaskRunner
 
 from aiperf.cluster import trial_resources
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.config import BenchmarkConfig, load_config
+from aiperf.config import TOKEN_KINDS, BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.errors import UserError
 from aiperf.lifecycle import run, scoring, staging
@@ -96,10 +96,11 @@ def stage_dataset(
         config, claim, scheduler_address, security, on_progress=log_progress, logger=logger
     )
     logger.info(
-        "staged %s (%d train, %d val images, sha256 %s)",
+        "staged %s (%d train, %d val %s, sha256 %s)",
         manifest.name,
         manifest.train_samples,
         manifest.val_samples,
+        "windows" if config.data.kind in TOKEN_KINDS else "images",
         manifest.sha256[:12],
     )
     return manifest

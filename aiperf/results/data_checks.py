@@ -130,7 +130,11 @@ def check_dataset_pinned(ev: Evidence) -> CheckRecord:
     return CheckRecord(
         DATASET_PINNED,
         True,
-        f"{pin.describe()}, as {ruleset} pins; {overlap.get('images_hashed', 0)} images hashed, "
-        "none in both splits; every class in both"
+        f"{pin.describe()}, as {ruleset} pins; {overlap.get('images_hashed', 0)} "
+        + (
+            "windows hashed, none in both splits"
+            if pin.tokens
+            else "images hashed, none in both splits; every class in both"
+        )
         + ("; the staged data digested again" if again is not None else ""),
     )

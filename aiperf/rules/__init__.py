@@ -47,10 +47,20 @@ class DataPin:
         """One line for `aiperf rules` and the check details."""
         what = self.name or self.kind
         digest = f", sha256 {self.sha256[:12]}" if self.sha256 else ""
+        if self.tokens:
+            return (
+                f"{what}: a vocabulary of {self.classes}, {self.train_samples} train / "
+                f"{self.val_samples} validation windows{digest}"
+            )
         return (
             f"{what}: {self.classes} classes, {self.train_samples} train / "
             f"{self.val_samples} validation images{digest}"
         )
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the pinned data is the LM track's tokens (its samples are windows)."""
+        return self.kind in ("synthetic-text", "text")
 
 
 @dataclass(frozen=True)
