@@ -94,3 +94,19 @@ def test_the_lm_profiles_are_closed_and_judged_by_loss():
         assert config.validity.loss_ceiling == 3.0
     quick = classify(load_config("quick", workers=1, runs_here=False))
     assert quick.config_hash != classify(load_config("lm-quick", workers=1)).config_hash
+
+
+def test_aiperf_rules_says_what_a_closed_lm_result_needs():
+    from typer.testing import CliRunner
+
+    from aiperf.cli.main import app
+
+    shown = CliRunner().invoke(app, ["rules", "lm-quick", "--json"])
+    assert shown.exit_code == 0, shown.output
+    required = __import__("json").loads(shown.output)
+    assert required["loss_ceiling"] == 3.0 and required["ruleset"] == "aiperf-rules-1.5"
+    assert required["batch_size"]["tokens"] == [1024, 2048]
+    assert required["choices"]["data.feed"] == ["auto", "tf.data", "dali"]
+    text = CliRunner().invoke(app, ["rules", "lm-quick"]).output
+    assert "loss ceiling       3 nats/token" in text and "accuracy floor" not in text
+    assert "4095 train and 511" in text and "windows" in text

@@ -20,6 +20,7 @@ import typer
 import yaml
 
 from aiperf.cli.common import fail
+from aiperf.config.workload import TOKEN_KINDS
 
 WIDTH = 80
 LABEL = 19  # the label column; the value wraps in the rest
@@ -91,6 +92,8 @@ def _shown(value: Any) -> str:
 def _batch(batch: dict[str, Any]) -> str:
     """The profile's batch sizes: per GiB of the smallest GPU, and its own list for CPUs."""
     listed = ", ".join(str(b) for b in batch.get("listed") or ())
+    if batch.get("tokens"):  # the LM track: tokens a device steps on
+        return ", ".join(f"{t:,}" for t in batch["tokens"]) + " tokens per device"
     if not batch.get("per_gib"):
         return listed
     per_gib = ", ".join(str(m) for m in batch["per_gib"])
@@ -103,6 +106,11 @@ def _pinned(data: dict) -> str:
     """The ruleset's pin of the dataset, in words."""
     what = data.get("name") or data["kind"]
     digest = f", content sha256 {data['sha256']}" if data.get("sha256") else ""
+    if data["kind"] in TOKEN_KINDS:
+        return (
+            f"{what}: a vocabulary of {data['classes']}; {data['train_samples']} train and "
+            f"{data['val_samples']} validation windows, none in both{digest}"
+        )
     return (
         f"{what}: {data['classes']} classes, each in both splits; {data['train_samples']} train "
         f"and {data['val_samples']} validation images, none in both{digest}"
@@ -136,8 +144,15 @@ def plain(required: dict[str, Any]) -> list[str]:
             f"({required['min_budget_s']:g} s) or longer",
         ),
         (
-            "accuracy floor",
-            f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
+            (
+                "loss ceiling",
+                f"{required['loss_ceiling']:g} nats/token: the best validation loss of a complete epoch",
+            )
+            if required.get("loss_ceiling") is not None  # the LM track's (rulesets from 1.5)
+            else (
+                "accuracy floor",
+                f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
+            )
         ),
         ("seed network", required["seed_architecture"]),
         *(

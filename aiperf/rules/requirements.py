@@ -32,7 +32,9 @@ def closed_requirements(
     generated data; None where the ruleset pins none). `series` is how a ranked closed result is
     made (rulesets from 1.3): {runs, drop, statistic}, the runs of one config it needs, how many of
     the highest and lowest are dropped and the statistic of the rest; None where the ruleset ranks
-    single runs."""
+    single runs. `loss_ceiling` is the LM track's floor (rulesets from 1.5): the highest best
+    validation loss in nats per token a valid result may have (None: judged by accuracy_floor);
+    `batch_size.tokens` its batches in tokens per device (search.space.batch_tokens)."""
     rules = ruleset.for_profile(profile)
     space = space or {}
     return {
@@ -40,6 +42,7 @@ def closed_requirements(
         "ruleset": ruleset.name,
         "min_budget_s": rules.min_budget_s,
         "accuracy_floor": rules.accuracy_floor,
+        "loss_ceiling": rules.loss_ceiling,
         "seed_architecture": rules.seed_architecture,
         "precisions": list(ruleset.precisions),
         "choices": {
@@ -54,6 +57,7 @@ def closed_requirements(
             "per_gib": space.get("batch_per_gib"),
             "listed": space.get("batch_size"),
             "cap": space.get("batch_cap"),
+            "tokens": space.get("batch_tokens"),
         },
         "data": asdict(rules.data) if rules.data is not None else None,
         "series": asdict(ruleset.series) if ruleset.series is not None else None,
