@@ -334,9 +334,16 @@ def test_token_settings_are_checked_with_the_config():
         DataConfig(kind="synthetic-text", seq_len=1)
     data = DataConfig(kind="synthetic-text", train_tokens=1000, val_tokens=500, seq_len=32)
     base = {"profile": "t", "budget_s": 60, "workers": 1, "data": data}
-    BenchmarkConfig(**base, search=SearchConfig(space={"batch_size": [31]}))
+    lm = {"objective": "val_loss"}  # token data is the LM track's: judged by loss
+    BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_size": [31]}))
     with pytest.raises(ValidationError, match="larger than data.train_tokens' sequences \\(31\\)"):
-        BenchmarkConfig(**base, search=SearchConfig(space={"batch_size": [32]}))
+        BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_size": [32]}))
+    # ... and the LM track's batch in tokens is counted in windows of seq_len.
+    BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_tokens": [31 * 32]}))
+    with pytest.raises(ValidationError, match="search.space.batch_tokens: a batch is larger"):
+        BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_tokens": [32 * 32]}))
+    with pytest.raises(ValidationError, match="set search.objective=val_loss"):
+        BenchmarkConfig(**base, search=SearchConfig(space={"batch_size": [31]}))
 
 
 def test_stage_to_copies_the_token_shards(tmp_path):

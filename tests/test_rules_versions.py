@@ -252,6 +252,7 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "ruleset",
         "min_budget_s",
         "accuracy_floor",
+        "loss_ceiling",
         "seed_architecture",
         "precisions",
         "choices",
@@ -271,7 +272,12 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
         "sha256": None,
         "name": "ImageNet-1k",
     }
-    assert shown["batch_size"] == {"per_gib": [12, 13, 14], "listed": [192, 208, 224], "cap": 1024}
+    assert shown["batch_size"] == {
+        "per_gib": [12, 13, 14],
+        "listed": [192, 208, 224],
+        "cap": 1024,
+        "tokens": None,  # the LM track's batch in tokens
+    }
     assert shown["choices"] == {
         "train.backend": ["tensorflow", "jax", "torch"],
         "train.jit_compile": [False, True],

@@ -347,10 +347,10 @@ class RunScoreRow:
     backend: str | None
     mfu: float | None
     utilisation: float | None
-    best_val_loss: float | None  # the LM track's quality, nats/token (None on the CNN track)
     previous_ops: float | None
     previous_regulated_score: float | None
     ops_change_pct: float | None
+    best_val_loss: float | None = None  # the LM track's quality, nats/token (None on the CNN's)
 
 
 @dataclass(frozen=True)

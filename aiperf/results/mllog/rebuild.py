@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
+from aiperf import quality
 from aiperf.results.mllog.keys import (
     BEST_WEIGHTS,
     CONFIG,
@@ -379,7 +381,8 @@ class _Rebuilder:
                 status = TrialStatus.STOPPED
             else:
                 status = TrialStatus.RUNNING
-        measured = [e.val_accuracy for e in epochs if e.complete and e.val_accuracy is not None]
+        complete = [e for e in epochs if e.complete]
+        losses = [e.val_loss for e in complete if e.val_loss is not None and isfinite(e.val_loss)]
         train, evaluate, tensor_train, tensor_eval = t["ops"]
         return TrialRecord(
             id=t["id"],
@@ -399,7 +402,8 @@ class _Rebuilder:
             eval_ops_per_sample=evaluate,
             tensor_train_ops_per_sample=tensor_train,
             tensor_eval_ops_per_sample=tensor_eval,
-            best_val_accuracy=max(measured) if measured else None,
+            best_val_accuracy=quality.best(quality.ACCURACY, (e.val_accuracy for e in complete)),
+            best_val_loss=min(losses) if losses else None,  # as the store keeps it (finite only)
             message=t["message"],
             epochs=tuple(epochs),
             phases=t["phases"],
