@@ -1,7 +1,8 @@
 """Operation counts of decoder-only transformers (aiperf/ops/rules_lm.py): each rule on a hand-computed
 case, then a GPT-style model built from Keras' own layers, saved, and counted by `aiperf flops` as a
-user runs it, against an independent hand formula in both conventions; GPT-2 124M's figure; and on
-JAX, the "tensor" forward against the matrix products XLA is given."""
+user runs it, against an independent hand formula in both conventions, with a GELU or a SwiGLU MLP
+(and aiperf's own swiglu transformer against the same formula); GPT-2 124M's figure; and on JAX,
+the "tensor" forward against the matrix products XLA is given."""
 
 from __future__ import annotations
 
@@ -215,6 +216,24 @@ CASES = [
     ),
     Case("gelu", lambda: layers.Activation("gelu"), ((6, 8),), aiperf=(48, 0)),
     Case("silu", lambda: layers.Activation("silu"), ((6, 8),), aiperf=(48, 0)),
+    # A SwiGLU MLP's parts: the gate, Dense(16, silu) on (6, 8): 6*8*16 = 768 MACs, a silu per
+    # output (96), (8 + 1)*16 weights; the product of gate and up, one multiply per element.
+    Case(
+        "dense-silu-gate",
+        lambda: layers.Dense(16, activation="silu"),
+        ((6, 8),),
+        aiperf=(2 * 768 + 96, 4 * 768 + 2 * 9 * 16),
+        tensor=(2 * 768, 4 * 768),
+        output_shape=(6, 16),
+    ),
+    Case(
+        "multiply-gate-by-up",
+        lambda: layers.Multiply(),
+        ((6, 16), (6, 16)),
+        aiperf=(96, 0),
+        output_shape=(6, 16),
+        apply=lambda layer, xs: layer(xs),
+    ),
 ]
 
 
@@ -238,12 +257,20 @@ def test_every_transformer_rule_has_a_case() -> None:
 
 
 def gpt(
-    vocab: int, length: int, width: int, heads: int, blocks: int, tied: bool, open_length=False
+    vocab: int,
+    length: int,
+    width: int,
+    heads: int,
+    blocks: int,
+    tied: bool,
+    open_length=False,
+    swiglu: int = 0,
 ) -> keras.Model:
     """Token embedding, learned positions, pre-norm blocks (LayerNorm, causal attention, residual
     add; LayerNorm, Dense 4d gelu, Dense d, dropout, residual add), final LayerNorm, an LM head
     without bias: a Dense, or the token table reversed (tied). open_length: sequences of any
-    length up to `length`."""
+    length up to `length`. swiglu > 0: the MLP is Llama's, Dense(swiglu, silu) (the gate) times
+    Dense(swiglu) (up), then Dense d (down)."""
     tokens = keras.Input((None if open_length else length,), dtype="int32")
     table = layers.ReversibleEmbedding(vocab, width) if tied else layers.Embedding(vocab, width)
     x = PositionEmbedding(length)(table(tokens))
@@ -252,7 +279,11 @@ def gpt(
         h = layers.MultiHeadAttention(heads, width // heads)(h, h, use_causal_mask=True)
         x = layers.Add()([x, h])
         h = layers.LayerNormalization()(x)
-        h = layers.Dense(4 * width, activation="gelu")(h)
+        if swiglu:
+            gate = layers.Dense(swiglu, activation="silu")(h)
+            h = layers.Multiply()([gate, layers.Dense(swiglu)(h)])
+        else:
+            h = layers.Dense(4 * width, activation="gelu")(h)
         h = layers.Dropout(0.1)(layers.Dense(width)(h))
         x = layers.Add()([x, h])
     x = layers.LayerNormalization()(x)
@@ -260,12 +291,32 @@ def gpt(
     return keras.Model(tokens, logits)
 
 
-def hand_count(V: int, T: int, d: int, H: int, L: int, tied: bool) -> dict[str, tuple[int, int]]:
+def hand_count(
+    V: int, T: int, d: int, H: int, L: int, tied: bool, swiglu: int = 0
+) -> dict[str, tuple[int, int]]:
     """Per-sequence (forward, backward) of `gpt(...)`, written from the rules of docs/flops.md."""
+    m = swiglu or 4 * d  # the MLP's hidden width
     # tensor: 2 per MAC of every matmul weight (N of them, used at each of T positions) and of
-    # the attention (Q.K^T and A.V: 2*T*T*d MACs per block); backward twice the forward.
-    n_matmul = L * 12 * d * d + d * V
+    # the attention (Q.K^T and A.V: 2*T*T*d MACs per block); backward twice the forward. A SwiGLU
+    # MLP has three d x m matrices (gate, up, down), a GELU one two.
+    n_matmul = L * (4 * d * d + (3 if swiglu else 2) * d * m) + d * V
     tensor_forward = 2 * n_matmul * T + 2 * 2 * L * T * T * d
+    if swiglu:
+        mlp_forward = (
+            2 * T * d * m
+            + T * m  # gate: Dense d -> m and its silu
+            + 2 * T * d * m  # up: Dense d -> m
+            + T * m  # the product of gate and up
+            + 2 * T * m * d  # down: Dense m -> d (dropout: 0)
+        )
+        mlp_backward = 2 * (4 * T * d * m + 2 * (d + 1) * m) + 4 * T * m * d + 2 * (m + 1) * d
+    else:
+        mlp_forward = (
+            2 * T * d * m
+            + T * m  # Dense d -> 4d and its gelu
+            + 2 * T * m * d  # Dense 4d -> d (dropout: 0)
+        )
+        mlp_backward = 4 * T * d * m + 2 * (d + 1) * m + 4 * T * m * d + 2 * (m + 1) * d
     block_forward = (
         2 * 7 * T * d  # two LayerNorms
         + 2 * 4 * T * d * d  # Q, K, V, output projections
@@ -273,19 +324,14 @@ def hand_count(V: int, T: int, d: int, H: int, L: int, tied: bool) -> dict[str, 
         + T * d  # 1/sqrt(head size) scaling of the query
         + H * T * (13 * T - 1)  # softmax over each of H*T rows of T scores
         + 2 * T * d  # two residual adds
-        + 2 * T * d * 4 * d
-        + T * 4 * d  # Dense d -> 4d and its gelu
-        + 2 * T * 4 * d * d  # Dense 4d -> d (dropout: 0)
+        + mlp_forward
     )
     block_backward = (
         2 * 36  # two LayerNorms
         + 4 * 4 * T * d * d
         + 4 * 2 * (d + 1) * d  # projections: gradients and update
         + 4 * 2 * T * T * d  # gradients of both operands of the two attention products
-        + 4 * T * d * 4 * d
-        + 2 * (d + 1) * 4 * d  # Dense d -> 4d
-        + 4 * T * 4 * d * d
-        + 2 * (4 * d + 1) * d  # Dense 4d -> d
+        + mlp_backward  # each Dense: weight and input gradients, update
     )
     forward = T * d + L * block_forward + 7 * T * d + 2 * T * d * V  # positions, blocks, LN, head
     backward = (
@@ -363,6 +409,53 @@ def test_table_states_the_figures_per_token(saved) -> None:
     T = SIZES["T"]
     per_token = f"per token: eval {forward / T:,.1f} train {3 * forward / T:,.1f}"
     assert f"a sequence of {T} tokens; {per_token}" in " ".join(result.stdout.split())
+
+
+# Llama's MLP width for d = 64: about 8/3 d, so the SwiGLU MLP's weights are close to GELU's 8d^2.
+SWIGLU = 176
+
+
+def test_saved_swiglu_gpt_counts_to_the_hand_formula(tmp_path) -> None:
+    """`aiperf flops MODEL.keras --input-shape T` on a saved SwiGLU model (Keras' own layers):
+    the gate Dense and its silu, the Multiply and the down projection, in both conventions; per
+    token for training, 6N + 12*L*d*T with N counting the gate's weights."""
+    s, path = SIZES, tmp_path / "swiglu.keras"
+    gpt(s["V"], s["T"], s["d"], s["H"], s["L"], tied=True, swiglu=SWIGLU).save(path)
+    expected = hand_count(**s, tied=True, swiglu=SWIGLU)
+    found = {}
+    for convention in ("aiperf", "tensor"):
+        found[convention] = flops_json(
+            str(path), "--input-shape", str(s["T"]), "--convention", convention
+        )
+        data = found[convention]
+        assert (data["forward"], data["backward"]) == expected[convention], convention
+        types = [row["type"] for row in data["layers"]]
+        assert types.count("Multiply") == s["L"] and types.count("Dense") == 3 * s["L"]
+    # N: every matrix product's weights, the gate's included (biases and norms excluded).
+    n = s["L"] * (4 * s["d"] * s["d"] + 3 * s["d"] * SWIGLU) + s["d"] * s["V"]
+    per_token = 6 * n + 12 * s["L"] * s["d"] * s["T"]
+    assert found["tensor"]["train_per_token"] == per_token
+
+
+def test_aiperfs_swiglu_transformer_counts_to_the_same_formula() -> None:
+    """The LM track's own builder (aiperf.arch.build_transformer, activation "swiglu": biases,
+    tied head, learned positions) is the model of the hand formula, so its count is the formula's."""
+    from aiperf.arch import TransformerSpec, build_transformer
+
+    s = SIZES
+    spec = TransformerSpec(
+        vocab_size=s["V"],
+        seq_len=s["T"],
+        layers=s["L"],
+        d_model=s["d"],
+        heads=s["H"],
+        mlp_width=SWIGLU,
+        activation="swiglu",
+    )
+    counted = count_all(build_transformer(spec, seed=0))
+    expected = hand_count(**s, tied=True, swiglu=SWIGLU)
+    for convention, ops in counted.items():
+        assert (ops.forward, ops.backward) == expected[convention], convention
 
 
 def test_gpt2_small_per_token_training_figure() -> None:

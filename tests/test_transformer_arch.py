@@ -19,7 +19,7 @@ import pytest
 
 from aiperf.arch import TransformerSpec, build_transformer, grow, transformer_seed
 from aiperf.arch.morph import Morphism
-from aiperf.arch.transformer import InvalidTransformer, load_transformer_spec
+from aiperf.arch.transformer import ACTIVATIONS, InvalidTransformer, load_transformer_spec
 from aiperf.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def tokens(spec: TransformerSpec, batch: int = 2, seed: int = 0) -> np.ndarray:
         ({"norm": "batch"}, "norm"),
         ({"positions": "sinusoidal"}, "positions"),
         ({"tied_head": "yes"}, "tied_head"),
-        ({"activation": "swish"}, "activation"),
+        ({"activation": "swish"}, "activation must be one of gelu, relu, swiglu"),
         ({"dropout": 1.0}, "dropout"),
         ({"history": ("deepen(at=0)", 3)}, "history"),
     ],
@@ -149,9 +149,52 @@ def test_the_model_maps_tokens_to_logits_with_the_weights_counted(tied, norm):
     assert ("LayerNormalization" if norm == "layer" else "RMSNormalization") in kinds
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_a_saved_model_loads_back_computing_the_same(tmp_path, tied):
-    spec = tiny(tied_head=tied, layers=1)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_every_activation_builds_with_the_weights_counted(activation):
+    spec = tiny(activation=activation, layers=1)
+    model = build_transformer(spec, seed=3)
+    assert model.count_params() == spec.param_count
+    names = [layer.name for layer in model.layers]
+    assert [n for n in names if n.startswith("block0_")] == spec.block_names(0)
+    up = model.get_layer("block0_mlp_up")
+    assert np.isfinite(np.array(model(tokens(spec)))).all()
+    if activation != "swiglu":
+        assert up.activation.__name__ == activation and "block0_mlp_gate" not in names
+        return
+    # swiglu: down(silu(gate(y)) * up(y)), the gate's weights counted as the up projection's
+    gate, multiply = model.get_layer("block0_mlp_gate"), model.get_layer("block0_mlp_multiply")
+    assert (gate.activation.__name__, up.activation.__name__) == ("silu", "linear")
+    assert type(multiply).__name__ == "Multiply"
+    assert spec.param_count - tiny(layers=1).param_count == (32 + 1) * 64  # one more Dense(64)
+    assert [n.operation.name for n in multiply._inbound_nodes[0].parent_nodes] == [
+        "block0_mlp_gate",
+        "block0_mlp_up",
+    ]
+
+
+def test_a_swiglu_mlp_computes_down_of_silu_gate_times_up():
+    spec = tiny(activation="swiglu", layers=1)
+    model = build_transformer(spec, seed=4)
+    probe = keras.Model(model.input, model.get_layer("block0_norm2").output)
+    y = np.array(probe(tokens(spec)))
+    kernel = {
+        n: np.array(model.get_layer(f"block0_mlp_{n}").kernel.numpy())
+        for n in ("gate", "up", "down")
+    }
+    bias = {
+        n: np.array(model.get_layer(f"block0_mlp_{n}").bias.numpy())
+        for n in ("gate", "up", "down")
+    }
+    gate = y @ kernel["gate"] + bias["gate"]
+    hidden = gate / (1 + np.exp(-gate)) * (y @ kernel["up"] + bias["up"])
+    expected = hidden @ kernel["down"] + bias["down"]
+    mlp = keras.Model(model.input, model.get_layer("block0_mlp_down").output)
+    np.testing.assert_allclose(np.array(mlp(tokens(spec))), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("tied, activation", [(True, "gelu"), (False, "gelu"), (True, "swiglu")])
+def test_a_saved_model_loads_back_computing_the_same(tmp_path, tied, activation):
+    spec = tiny(tied_head=tied, layers=1, activation=activation)
     model = build_transformer(spec, seed=2)
     path = tmp_path / "lm.keras"
     model.save(path)
@@ -212,9 +255,10 @@ def test_every_candidate_is_a_valid_spec_one_step_on():
         assert grow.apply(spec, child.history[-1]) == child
 
 
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
 @pytest.mark.parametrize("operator", grow.OPERATORS)
-def test_grown_children_build_and_keep_the_parents_function(operator):
-    parent_spec = tiny(tied_head=operator != "widen_heads")
+def test_grown_children_build_and_keep_the_parents_function(operator, activation):
+    parent_spec = tiny(tied_head=operator != "widen_heads", activation=activation)
     parent = build_transformer(parent_spec, seed=1)
     x = tokens(parent_spec, seed=4)
     expected = np.array(parent(x))
@@ -230,17 +274,39 @@ def test_grown_children_build_and_keep_the_parents_function(operator):
             assert difference > 1e-3, child_spec.history[-1]
 
 
-def test_deepening_puts_the_new_block_where_asked():
-    parent_spec = tiny()
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_deepening_puts_the_new_block_where_asked(activation):
+    parent_spec = tiny(activation=activation)
     parent = build_transformer(parent_spec, seed=1)
     child = grow.grow_weights(parent, parent_spec, grow.deepen(parent_spec, 1), seed=2)
-    for name, source in [("block0_mlp_up", "block0_mlp_up"), ("block2_mlp_up", "block1_mlp_up")]:
-        np.testing.assert_array_equal(
-            np.array(child.get_layer(name).kernel.numpy()),
-            np.array(parent.get_layer(source).kernel.numpy()),
-        )
+    parts = ["mlp_up", "mlp_gate"] if activation == "swiglu" else ["mlp_up"]
+    for part in parts:
+        for name, source in [
+            (f"block0_{part}", f"block0_{part}"),
+            (f"block2_{part}", f"block1_{part}"),
+        ]:
+            np.testing.assert_array_equal(
+                np.array(child.get_layer(name).kernel.numpy()),
+                np.array(parent.get_layer(source).kernel.numpy()),
+            )
+        assert np.array(child.get_layer(f"block1_{part}").kernel.numpy()).any()
     assert not np.array(child.get_layer("block1_mlp_down").kernel.numpy()).any()
-    assert np.array(child.get_layer("block1_mlp_up").kernel.numpy()).any()
+
+
+def test_widening_a_swiglu_mlp_keeps_gate_and_up_and_zeroes_the_new_rows_of_down():
+    parent_spec = tiny(activation="swiglu", layers=1)
+    parent = build_transformer(parent_spec, seed=1)
+    child = grow.grow_weights(parent, parent_spec, grow.widen_mlp(parent_spec), seed=2)
+    width = parent_spec.mlp_width
+    for part in ("gate", "up"):
+        old = np.array(parent.get_layer(f"block0_mlp_{part}").kernel.numpy())
+        new = np.array(child.get_layer(f"block0_mlp_{part}").kernel.numpy())
+        assert new.shape == (32, 2 * width)
+        np.testing.assert_array_equal(new[:, :width], old)
+        assert np.abs(new[:, width:]).max() > 0  # fresh columns, not zero
+    down = np.array(child.get_layer("block0_mlp_down").kernel.numpy())
+    assert down.shape == (2 * width, 32) and not down[width:].any()
+    np.testing.assert_array_equal(down[:width], parent.get_layer("block0_mlp_down").kernel.numpy())
 
 
 def test_grow_weights_refuses_a_child_that_is_not_one_step_on():
@@ -291,6 +357,10 @@ def test_the_distance_moves_about_one_a_step():
     far = grow.widen_mlp(grow.deepen(grow.deepen(spec, 0), 0))
     assert grow.distance(spec, far) == grow.distance(far, spec) == 3
     assert grow.distance(spec, tiny(norm="rms", activation="relu")) == 1
+    # Every other activation is half a step away: one-hot over ACTIVATIONS, 0.25 each.
+    assert grow.distance(spec, tiny(activation="swiglu")) == 0.5
+    assert grow.distance(tiny(activation="relu"), tiny(activation="swiglu")) == 0.5
+    assert len(grow.describe(spec)) == 7 + len(ACTIVATIONS)
     specs = [spec, far, *grow.candidates(spec, grow.Limits())]
     features = [grow.describe(s) for s in specs]
     matrix = grow.distance_matrix(features, features[:3])

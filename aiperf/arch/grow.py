@@ -17,8 +17,10 @@ other widenings) within the limits, so the search never proposes a model that
 will not build or fit. `grow_weights` gives a child the parent's weights; for deepen, widen_mlp
 and widen_heads the new parts are initialised so the child computes the parent's function exactly
 (zeroed output projections: the new parts add zero to the residual stream), so training continues
-from the parent. widen_model does not preserve it: a norm over a wider stream averages over more
-features, so the parent's weights are carried over into the leading slices and the rest is fresh.
+from the parent. A swiglu MLP (gate, up, their product, down) grows the same way: its new hidden
+units' gate and up columns are fresh and their rows of mlp_down zero, so they add zero. widen_model
+does not preserve the function: a norm over a wider stream averages over more features, so the
+parent's weights are carried over into the leading slices and the rest is fresh.
 
 `distance` compares two specs for the oracle's Gaussian process, in the spirit of
 aiperf/search/distance.py: one growth step moves a spec by about 1.
@@ -230,7 +232,8 @@ def _preserve(
 ) -> np.ndarray:
     """Zero the new parts' contributions to the residual stream, so the child's function is the
     parent's: a new block's output projections (attention and MLP), new hidden units' rows of the
-    MLP's down projection, new heads' slices of the attention's output projection."""
+    MLP's down projection (whatever computes them: a swiglu MLP's gate and up columns are fresh),
+    new heads' slices of the attention's output projection."""
     output = rest.startswith("attention_output/")
     if step.operator == "deepen" and layer in (
         f"block{step.args['at']}_attention",

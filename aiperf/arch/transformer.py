@@ -13,6 +13,9 @@ The model (GPT-2's shape, pre-norm):
     block{i}, i = 0 .. layers - 1:
         x + attention(norm1(x))    MultiHeadAttention, causal, key_dim = spec.key_dim
         x + mlp_down(mlp_up(norm2(x)))   Dense(mlp_width, activation) -> Dense(d_model)
+            swiglu: x + mlp_down(mlp_multiply(mlp_gate(y), mlp_up(y))), y = norm2(x):
+            Dense(mlp_width, silu) and Dense(mlp_width), Multiply, Dense(d_model)
+            (Shazeer 2020's SwiGLU, Llama's MLP)
     final_norm -> head (Dense(vocab_size), or the token embedding reversed) -> logits, float32
 """
 
@@ -32,9 +35,22 @@ if TYPE_CHECKING:
 FORMAT = "aiperf-transformer/1"
 NORMS = ("layer", "rms")
 POSITIONS = ("learned",)
-ACTIVATIONS = ("gelu", "relu")
+# "swiglu" is a gated MLP (two hidden projections multiplied), the others one Dense's activation.
+ACTIVATIONS = ("gelu", "relu", "swiglu")
 # Layers (and their part names) every block has, in order: a block's layer is f"block{i}_{part}".
 BLOCK_PARTS = ("norm1", "attention", "add1", "norm2", "mlp_up", "mlp_down", "add2")
+# A swiglu block's MLP has two more: the gate (silu) and the product of gate and up.
+GATED_PARTS = (
+    "norm1",
+    "attention",
+    "add1",
+    "norm2",
+    "mlp_gate",
+    "mlp_up",
+    "mlp_multiply",
+    "mlp_down",
+    "add2",
+)
 
 
 class InvalidTransformer(UserError, ValueError):
@@ -79,9 +95,15 @@ class TransformerSpec:
         d, v, m, h, k = self.d_model, self.vocab_size, self.mlp_width, self.heads, self.key_dim
         norm = 2 * d if self.norm == "layer" else d  # gamma and beta; RMS: scale only
         attention = 3 * (d * h * k + h * k) + h * k * d + d
-        mlp = d * m + m + m * d + d
+        hidden = 2 if self.gated else 1  # swiglu: gate and up, each Dense(mlp_width)
+        mlp = hidden * (d * m + m) + m * d + d
         head = 0 if self.tied_head else d * v + v
         return v * d + self.seq_len * d + self.layers * (2 * norm + attention + mlp) + norm + head
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (swiglu): a gate Dense beside the up projection."""
+        return self.activation == "swiglu"
 
     def architecture_key(self) -> str:
         """Hash of what the model computes (not its name or history): two specs with equal keys
@@ -92,8 +114,15 @@ class TransformerSpec:
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    @property
+    def block_parts(self) -> tuple[str, ...]:
+        """The part names of every block's layers, in order: GATED_PARTS for swiglu."""
+        return GATED_PARTS if self.gated else BLOCK_PARTS
+
     def block_names(self, block: int) -> list[str]:
-        return [f"block{block}_{part}" for part in BLOCK_PARTS]
+        """The names of block `block`'s layers, in order: stable names are what grow_weights maps
+        a parent's weights to its child's by."""
+        return [f"block{block}_{part}" for part in self.block_parts]
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -244,6 +273,22 @@ def _norm(spec: TransformerSpec, name: str) -> Any:
     return keras.layers.LayerNormalization(epsilon=1e-5, name=name)
 
 
+def _mlp(spec: TransformerSpec, names: dict[str, str], y: Any) -> Any:
+    """A block's MLP on `y`: Dense(mlp_width, activation) -> Dense(d_model), or for swiglu
+    down(silu(gate(y)) * up(y)). The gate is built before up, so a block's weights are listed
+    norm, attention, norm, gate, up, down."""
+    import keras
+
+    layers = keras.layers
+    if spec.gated:
+        gate = layers.Dense(spec.mlp_width, activation="silu", name=names["mlp_gate"])(y)
+        up = layers.Dense(spec.mlp_width, name=names["mlp_up"])(y)
+        y = layers.Multiply(name=names["mlp_multiply"])([gate, up])
+    else:
+        y = layers.Dense(spec.mlp_width, activation=spec.activation, name=names["mlp_up"])(y)
+    return layers.Dense(spec.d_model, name=names["mlp_down"])(y)
+
+
 def build_transformer(spec: TransformerSpec, *, seed: int) -> keras.Model:
     """A fresh model for `spec`, its weights drawn from `seed` (Keras' global seed is set: the same
     spec and seed give the same weights, on any backend's own generator). Logits come out float32
@@ -268,21 +313,20 @@ def build_transformer(spec: TransformerSpec, *, seed: int) -> keras.Model:
     if spec.dropout > 0:
         x = layers.Dropout(spec.dropout, name="embedding_dropout")(x)
     for i in range(spec.layers):
-        norm1, attention, add1, norm2, up, down, add2 = spec.block_names(i)
-        y = _norm(spec, norm1)(x)
+        names = dict(zip(spec.block_parts, spec.block_names(i), strict=True))
+        y = _norm(spec, names["norm1"])(x)
         # No dropout inside the attention: it would rule out the backend's fused kernel.
-        y = layers.MultiHeadAttention(num_heads=spec.heads, key_dim=spec.key_dim, name=attention)(
-            y, y, use_causal_mask=True
-        )
+        y = layers.MultiHeadAttention(
+            num_heads=spec.heads, key_dim=spec.key_dim, name=names["attention"]
+        )(y, y, use_causal_mask=True)
         if spec.dropout > 0:
             y = layers.Dropout(spec.dropout, name=f"block{i}_attention_dropout")(y)
-        x = layers.Add(name=add1)([x, y])
-        y = _norm(spec, norm2)(x)
-        y = layers.Dense(spec.mlp_width, activation=spec.activation, name=up)(y)
-        y = layers.Dense(spec.d_model, name=down)(y)
+        x = layers.Add(name=names["add1"])([x, y])
+        y = _norm(spec, names["norm2"])(x)
+        y = _mlp(spec, names, y)
         if spec.dropout > 0:
             y = layers.Dropout(spec.dropout, name=f"block{i}_mlp_dropout")(y)
-        x = layers.Add(name=add2)([x, y])
+        x = layers.Add(name=names["add2"])([x, y])
     x = _norm(spec, "final_norm")(x)
     if spec.tied_head:
         logits = embedding(x, reverse=True)

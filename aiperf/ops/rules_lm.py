@@ -14,6 +14,10 @@ transformers"), and are registered with the same `rule` decorator, by exact clas
 - elementwise work (softmax, the 1/sqrt(head size) scaling, norms) is counted in the "aiperf"
   convention only, with no backward, as AIPerf counts ReLU and Add.
 
+An MLP needs no rule here: its Dense layers and their activation (GELU, or a SwiGLU MLP's SiLU gate,
+1 per element in "aiperf" only, as any activation) and a SwiGLU MLP's Multiply of gate and up (1 per
+element, "aiperf" only, as Add) are counted by the rules of rules.py.
+
 Shapes exclude the batch dimension: a "sample" is one sequence of T tokens.
 """
 
