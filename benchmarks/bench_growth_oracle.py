@@ -17,10 +17,8 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,14 +30,10 @@ SEQ_LEN, VOCAB = 64, 256  # the token data's sequence length and byte vocabulary
 
 
 def machine() -> str:
-    """The CPU model and core count, from lscpu where there is one."""
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        info = dict(line.split(":", 1) for line in lines.splitlines() if ":" in line)
-        model = info.get("Model name", platform.processor()).strip()
-        return f"{model}, {info.get('CPU(s)', '?').strip()} CPUs"
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or platform.machine()
+    """The CPU model and core count, as the run's fingerprint reads them."""
+    from aiperf.system.fingerprint import cpu_model
+
+    return f"{cpu_model()}, {os.cpu_count()} CPUs"
 
 
 def made_up_loss(architecture: str, rng: random.Random) -> float:

@@ -22,8 +22,7 @@ per token, and on the key letters. docs/performance.md, "The LM track", has the 
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -33,19 +32,14 @@ import numpy as np
 from aiperf.config import DataConfig
 from aiperf.data.staging import stage
 from aiperf.data.tokens import load_tokens, ngram_token_nats, open_token_feed, windows
+from aiperf.system.fingerprint import cpu_model
 
 ORDERS = (1, 2, 3, 4, 5, 6)
 
 
 def machine() -> str:
-    """The CPU model and core count, from lscpu where there is one."""
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        info = dict(line.split(":", 1) for line in lines.splitlines() if ":" in line)
-        model = info.get("Model name", platform.processor()).strip()
-        return f"{model}, {info.get('CPU(s)', '?').strip()} CPUs"
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or platform.machine()
+    """The CPU model and core count, as the run's fingerprint reads them."""
+    return f"{cpu_model()}, {os.cpu_count()} CPUs"
 
 
 def key_positions(validation: np.ndarray, start: int) -> np.ndarray:

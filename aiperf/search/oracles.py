@@ -9,6 +9,8 @@ transformer space).
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras_tuner as kt
 
 from aiperf.arch import grow
@@ -42,35 +44,30 @@ def make_oracle(
             f"search.oracle {search.oracle} cannot search transformers (seed "
             f"{search.seed_architecture!r}): use search.oracle morphism, which grows them"
         )
+    # What aiperf's two growing oracles share: the first round, the acquisition and the limits.
+    growing: dict[str, Any] = {
+        "search_space": search.space,
+        "first_round": config.workers,
+        "objective": objective,
+        "seed": seed,
+        "max_trials": MAX_TRIALS,
+        "candidates": search.candidates,
+        "beta": search.ucb_beta,
+    }
+    bounds = {"max_layers": search.limits.max_layers, "max_params": search.limits.max_params}
     if transformer:
         oracle: kt.Oracle = GrowthOracle(
             seed_spec=transformer_seed(
                 search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
             ),
-            search_space=search.space,
-            first_round=config.workers,
-            limits=grow.Limits(
-                max_layers=search.limits.max_layers, max_params=search.limits.max_params
-            ),
-            objective=objective,
-            seed=seed,
-            max_trials=MAX_TRIALS,
-            candidates=search.candidates,
-            beta=search.ucb_beta,
+            limits=grow.Limits(**bounds),
+            **growing,
         )
     elif search.oracle == "morphism":
         oracle = MorphismOracle(
             seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
-            search_space=search.space,
-            first_round=config.workers,
-            limits=Limits(
-                max_layers=search.limits.max_layers, max_params=search.limits.max_params
-            ),
-            objective=objective,
-            seed=seed,
-            max_trials=MAX_TRIALS,
-            candidates=search.candidates,
-            beta=search.ucb_beta,
+            limits=Limits(**bounds),
+            **growing,
         )
     elif search.oracle == "random":
         oracle = kt.oracles.RandomSearchOracle(
