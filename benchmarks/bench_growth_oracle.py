@@ -49,7 +49,7 @@ def new_oracle(seed: str, max_layers: int, max_params: int, workers: int):
     from aiperf.search.oracles import make_oracle
 
     config = load_config(
-        "quick",
+        "lm-quick",  # the LM track: token data, judged by val_loss
         workers=1,
         overrides={
             "search": {
