@@ -334,6 +334,7 @@ def test_token_settings_are_checked_with_the_config():
         DataConfig(kind="synthetic-text", seq_len=1)
     data = DataConfig(kind="synthetic-text", train_tokens=1000, val_tokens=500, seq_len=32)
     base = {"profile": "t", "budget_s": 60, "workers": 1, "data": data}
+    base["validity"] = {"loss_ceiling": 3.0}  # token data is judged by its loss
     lm = {"objective": "val_loss"}  # token data is the LM track's: judged by loss
     BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_size": [31]}))
     with pytest.raises(ValidationError, match="larger than data.train_tokens' sequences \\(31\\)"):
@@ -344,6 +345,10 @@ def test_token_settings_are_checked_with_the_config():
         BenchmarkConfig(**base, search=SearchConfig(**lm, space={"batch_tokens": [32 * 32]}))
     with pytest.raises(ValidationError, match="set search.objective=val_loss"):
         BenchmarkConfig(**base, search=SearchConfig(space={"batch_size": [31]}))
+    with pytest.raises(ValidationError, match="validity.loss_ceiling is not set"):
+        BenchmarkConfig(
+            **{**base, "validity": {}}, search=SearchConfig(**lm, space={"batch_size": [8]})
+        )
 
 
 def test_stage_to_copies_the_token_shards(tmp_path):

@@ -110,3 +110,16 @@ def test_aiperf_rules_says_what_a_closed_lm_result_needs():
     text = CliRunner().invoke(app, ["rules", "lm-quick"]).output
     assert "loss ceiling       3 nats/token" in text and "accuracy floor" not in text
     assert "4095 train and 511" in text and "windows" in text
+
+
+def test_a_run_is_judged_by_one_track_s_rules():
+    """Token data is judged by a loss ceiling and images by an accuracy floor: the other track's
+    rule is refused in one line before anything runs."""
+    from aiperf.errors import UserError
+
+    with pytest.raises(UserError, match="validity.loss_ceiling is not set"):
+        load_config("lm-quick", workers=1, overrides={"validity": {"loss_ceiling": None}})
+    with pytest.raises(UserError, match="applies to token data"):
+        load_config("quick", workers=1, overrides={"validity": {"loss_ceiling": 3.0}})
+    with pytest.raises(UserError, match="set search.objective=val_accuracy"):
+        load_config("quick", workers=1, overrides={"search": {"objective": "val_loss"}})

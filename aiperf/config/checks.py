@@ -13,7 +13,14 @@ from typing import Any, Protocol
 
 from aiperf.config.host import machine_cores
 from aiperf.config.machine import ClusterConfig
-from aiperf.config.workload import BACKENDS, TOKEN_KINDS, DataConfig, SearchConfig, TrainConfig
+from aiperf.config.workload import (
+    BACKENDS,
+    TOKEN_KINDS,
+    DataConfig,
+    SearchConfig,
+    TrainConfig,
+    ValidityConfig,
+)
 from aiperf.errors import UserError
 from aiperf.gpu_backend import GPU_BACKEND, jax_missing
 
@@ -35,6 +42,9 @@ class RunSettings(Protocol):
 
     @property
     def data(self) -> DataConfig: ...
+
+    @property
+    def validity(self) -> ValidityConfig: ...
 
 
 _INSTALL = {
@@ -78,13 +88,25 @@ def track_problem(config: RunSettings) -> str | None:
     (the LM track) is judged by validation loss and images by accuracy, so a search that would
     maximise the one on the other's data is refused before anything is recorded."""
     tokens = config.data.kind in TOKEN_KINDS
-    if tokens == (config.search.objective == "val_loss"):
-        return None
-    wanted = "val_loss" if tokens else "val_accuracy"
-    return (
-        f"search.objective is {config.search.objective}, but data.kind {config.data.kind} is "
-        f"{'token data (the LM track)' if tokens else 'images'}: set search.objective={wanted}"
-    )
+    if tokens != (config.search.objective == "val_loss"):
+        wanted = "val_loss" if tokens else "val_accuracy"
+        return (
+            f"search.objective is {config.search.objective}, but data.kind {config.data.kind} is "
+            f"{'token data (the LM track)' if tokens else 'images'}: set search.objective={wanted}"
+        )
+    # The verdict and the regulated score go by the ceiling (aiperf.results.score.judged_by_loss):
+    # a run judged by loss has one, and only such a run.
+    if tokens and config.validity.loss_ceiling is None:
+        return (
+            "validity.loss_ceiling is not set, but token data (the LM track) is judged by its "
+            "validation loss: set it, e.g. validity.loss_ceiling=3.0 (nats per token)"
+        )
+    if not tokens and config.validity.loss_ceiling is not None:
+        return (
+            f"validity.loss_ceiling applies to token data (the LM track), not to data.kind "
+            f"{config.data.kind}: remove it (images are judged by validity.accuracy_floor)"
+        )
+    return None
 
 
 def feed_problem(config: RunSettings, this_machine: bool = True) -> str | None:
