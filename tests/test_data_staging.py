@@ -114,6 +114,20 @@ def test_pipeline_yields_every_image_once_per_pass(staged, threads):
         assert np.bincount(labels).tolist() == [count // 3] * 3
 
 
+def test_an_evaluation_can_take_the_first_images_only(staged):
+    """`limit`: the validation split's first N images, in order (an evaluation on N devices off
+    TensorFlow takes the largest multiple of N: aiperf.data.feed.evaluated)."""
+    _config, _out, manifest = staged
+    common = {"batch_size": 5, "image_size": 16, "channels": 3, "training": False}
+    every = make_dataset(manifest.path, "validation", **common)
+    first = make_dataset(manifest.path, "validation", limit=10, **common)
+    labels = np.concatenate([y.numpy() for _x, y in every])
+    limited = [y.numpy() for _x, y in first]
+    assert [len(y) for y in limited] == [5, 5] and len(labels) == 12
+    assert np.array_equal(np.concatenate(limited), labels[:10])
+    assert first.cardinality().numpy() == 2
+
+
 def test_labels_follow_the_class_folders(staged):
     """The eval pipeline's labels match each image's folder: class colours are distinct."""
     _config, _out, manifest = staged

@@ -229,6 +229,58 @@ def test_two_trials_in_one_process_share_its_devices(tmp_path):
     assert all(r["samples"] == [512 // 32 * 32] for r in results), results
 
 
+ODD_VALIDATION = """
+import json, sys, time
+from pathlib import Path
+from aiperf.config import DataConfig
+from aiperf.data.staging import stage
+from aiperf.search.space import architecture
+from aiperf.train.messages import TrialRequest
+from aiperf.train.trial import configure_threads, run_trial, worker_cores
+
+configure_threads(worker_cores())
+m = stage(DataConfig(kind="digits", image_size=16, channels=1, train_samples=256, val_samples=127),
+          0, Path(sys.argv[1]))
+arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": 4, "kernel_size": 3},
+                    m.image_shape, 10)
+r = run_trial(TrialRequest(run_id=1, trial_key="t0", architecture=arch.to_dict(),
+                           learning_rate=0.05, batch_size=16, epochs=1, devices=2, jit_compile=True,
+                           deadline=time.time() + 600, data_path=m.path, seed=0),
+              lambda _m: None)
+print(json.dumps({"status": r.status, "message": r.message,
+                  "evaluated": [e.samples_evaluated for e in r.epochs]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_jax_trial_on_two_devices_evaluates_an_odd_validation_set(tmp_path):
+    """127 validation images on two JAX devices: Keras' DataParallel splits every batch evenly, so
+    a short last batch of 15 would fail the trial; it evaluates 126 (aiperf.data.feed.evaluated)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        settings.WORKER_DEVICES.name: "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ODD_VALIDATION, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["status"] == "completed", found["message"]
+    assert found["evaluated"] == [126]
+
+
 def test_a_workers_peak_counts_each_of_its_accelerators():
     """MFU's divisor for a worker with N GPUs is N times the one it probed, every rate alike."""
     from aiperf.train.worker import across_devices

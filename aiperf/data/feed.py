@@ -54,9 +54,13 @@ def open_feed(
     seed: int,
     threads: int | None = None,
     feed: str = "auto",
+    devices: int = 1,
 ) -> Feed:
     """What a trial feeds Keras from the staged data at `data_path`. `feed` is the run's data.feed
-    ("auto", "tf.data" or "dali": `choose_feed`); in-memory synthetic data has no feed to choose."""
+    ("auto", "tf.data" or "dali": `choose_feed`); in-memory synthetic data has no feed to choose.
+    A trial data-parallel over `devices` off TensorFlow evaluates the largest multiple of
+    `devices` validation images (`evaluated`): Keras' DataParallel splits every batch evenly over
+    the devices, so a last batch of another size cannot run."""
     if not Path(data_path).is_dir():
         from aiperf.data.staging_npz import load_staged
 
@@ -72,12 +76,13 @@ def open_feed(
         x_train, y_train = data.x_train[:whole], data.y_train[:whole]
         if _backend() != "tensorflow":
             in_memory = {"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True}
+            val = evaluated(len(data.y_val), devices)
             return Feed(
                 train=in_memory,
                 epochs=in_memory,  # Keras slices the arrays itself: no pipeline to keep
-                val={"x": data.x_val, "y": data.y_val, "batch_size": batch_size},
+                val={"x": data.x_val[:val], "y": data.y_val[:val], "batch_size": batch_size},
                 train_samples=whole,
-                val_samples=len(data.y_val),
+                val_samples=val,
                 kind="arrays",
             )
         return Feed(
@@ -109,8 +114,11 @@ def open_feed(
             f"{manifest['name']}; use a smaller search.space.batch_size"
         )
     height, _width, channels = (int(d) for d in input_shape)
+    val_images = evaluated(int(manifest["val_samples"]), devices)
     if kind == "dali":
-        return _dali_feed(data_path, manifest, batch_size, height, channels, seed, threads)
+        return _dali_feed(
+            data_path, manifest, batch_size, height, channels, seed, threads, val_images
+        )
     common: _PipelineOptions = {
         "batch_size": batch_size,
         "image_size": height,
@@ -128,12 +136,23 @@ def open_feed(
             "steps_per_epoch": images // batch_size,
             "shuffle": False,
         },
-        val={"x": make_dataset(data_path, "validation", training=False, **common)},
+        val={
+            "x": make_dataset(data_path, "validation", training=False, limit=val_images, **common)
+        },
         train_samples=images // batch_size * batch_size,
-        val_samples=int(manifest["val_samples"]),
+        val_samples=val_images,
         pixels=True,
         kind=kind,
     )
+
+
+def evaluated(images: int, devices: int) -> int:
+    """The validation images a trial on `devices` evaluates: all of them on TensorFlow (its
+    strategy takes a short last batch) or on one device; elsewhere the largest multiple of the
+    devices, as Keras' DataParallel shards every batch evenly (at most devices - 1 left out)."""
+    if devices <= 1 or _backend() == "tensorflow":
+        return images
+    return images // devices * devices
 
 
 def _dali_feed(
@@ -144,12 +163,14 @@ def _dali_feed(
     channels: int,
     seed: int,
     threads: int | None,
+    val_images: int,
 ) -> Feed:
-    """The DALI feed (aiperf.data.dali) of a staged folder: the same batches, counts and crops."""
+    """The DALI feed (aiperf.data.dali) of a staged folder: the same batches, counts and crops;
+    `val_images` of the validation split (`evaluated`)."""
     from aiperf.data.dali import dali_batches
     from aiperf.data.pipeline import split_files
 
-    images, val_images = int(manifest["train_samples"]), int(manifest["val_samples"])
+    images = int(manifest["train_samples"])
 
     def batches(split: str, count: int, *, training: bool, passes: bool = False) -> Any:
         return dali_batches(

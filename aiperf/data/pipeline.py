@@ -139,6 +139,7 @@ def make_dataset(
     repeat: bool = False,
     drop_remainder: bool | None = None,
     passes: bool = False,
+    limit: int | None = None,
 ):
     """Batches of (images, labels) from a staged folder's `train` or `validation` shards.
 
@@ -148,7 +149,8 @@ def make_dataset(
     whole passes (each reshuffled, each its whole batches) in one iterator, for a trial's one `fit`
     over all its epochs: its epochs stay exact passes (steps_per_epoch = images // batch_size) while
     the iterator, its threads and the prefetch live across them (the next pass's first batch is
-    prepared while this pass's last one trains)."""
+    prepared while this pass's last one trains). `limit`: the first this many images only (an
+    evaluation whose batches must split evenly over a trial's devices: aiperf.data.feed)."""
     import tensorflow as tf
 
     manifest = read_manifest(path)
@@ -173,6 +175,8 @@ def make_dataset(
     )
     ds = ds.map(_parse, num_parallel_calls=parallel)
     images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
+    if limit is not None and limit < images:
+        ds, images = ds.take(limit), limit
     encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
     decoded = images * image_size * image_size * channels  # uint8 pixels
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from aiperf.data.feed import Feed, untuned
+from aiperf.data.feed import Feed, evaluated, untuned
 from aiperf.data.manifest import read_manifest, shard_path
 from aiperf.data.staging_tokens import sequences
 
@@ -103,8 +103,7 @@ def open_token_feed(
     """The fit and evaluate arguments of a trial on staged tokens, with its exact counts: a pass
     trains (sequences // batch) * batch windows and evaluates every validation window. A trial
     data-parallel over `devices` on JAX or torch evaluates the largest multiple of `devices`
-    windows: Keras' DataParallel splits every batch evenly over the devices, so a last batch of
-    another size cannot run (it leaves out at most devices - 1 windows; the counts say so)."""
+    windows, as an image trial does (aiperf.data.feed.evaluated; the counts say so)."""
     import keras
 
     from aiperf.data.placement import local_copy
@@ -121,7 +120,7 @@ def open_token_feed(
     if keras.backend.backend() != "tensorflow":
         x, y = windows(load_tokens(folder, "train"), seq_len)
         x_val, y_val = windows(load_tokens(folder, "validation"), seq_len)
-        val_count = val_count // devices * devices
+        val_count = evaluated(val_count, devices)  # DataParallel splits every batch evenly
         x_val, y_val = x_val[:val_count], y_val[:val_count]
         # Whole batches, as from tf.data: the windows past the last whole batch are left out.
         train = {"x": x[:whole], "y": y[:whole], "batch_size": batch_size, "shuffle": True}

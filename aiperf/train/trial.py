@@ -189,6 +189,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                     input_shape=request.architecture["input_shape"],
                     threads=worker_cores(),
                     feed=request.feed,
+                    devices=request.devices,
                 )
                 model = build_model(
                     network_from_dict(request.architecture), dropout=request.dropout
