@@ -34,16 +34,25 @@ def lower_is_better(metric: str) -> bool:
     return metric == LOSS
 
 
+def direction(metric: str) -> str:
+    """keras-tuner's name for which way the metric improves: "min" for a loss, "max" else."""
+    return "min" if lower_is_better(metric) else "max"
+
+
 def better(metric: str, value: float, than: float | None) -> bool:
-    """Whether `value` beats `than` (None: nothing yet, so any value does)."""
+    """Whether `value` beats `than` (None: nothing yet, so any finite value does). A value that is
+    not finite (a diverged epoch's NaN loss) is never better."""
+    if not math.isfinite(value):
+        return False
     if than is None:
         return True
     return value < than if lower_is_better(metric) else value > than
 
 
 def best(metric: str, values: Iterable[float | None]) -> float | None:
-    """The best of `values` (None ignored), or None when there is none."""
-    present = [v for v in values if v is not None]
+    """The best of `values` (None and values that are not finite ignored), or None when there is
+    none: the one rule the records, the event log and verify each take a best by."""
+    present = [v for v in values if v is not None and math.isfinite(v)]
     if not present:
         return None
     return min(present) if lower_is_better(metric) else max(present)

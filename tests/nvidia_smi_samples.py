@@ -10,6 +10,8 @@ this module gives the tests their names for them.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,21 @@ def calls(folder: Path) -> list[str]:
 
 def put_first_on_path(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+
+
+def standin_node_run(folder: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`bash benchmarks/gpu_node_standin.sh DB 8 OUT` into `folder`, with `env` added (the
+    script's STANDIN_PROFILE, STANDIN_BUDGET): its exit status and output, and its database."""
+    db = folder / "x.db"
+    environment = {**os.environ, "PYTHON": sys.executable, **env}
+    environment.pop("XLA_FLAGS", None)  # the script sets the host platform's 8 devices
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_node_standin.sh"
+    done = subprocess.run(
+        ["bash", str(script), f"sqlite:///{db}", "8", str(folder / "out")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=folder,
+    )
+    return done, db

@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from nvidia_smi_samples import H100_NODE, calls, h200_node, put_first_on_path, stand_in
+from nvidia_smi_samples import (
+    H100_NODE,
+    calls,
+    h200_node,
+    put_first_on_path,
+    stand_in,
+    standin_node_run,
+)
 
 from aiperf import settings
 from aiperf.cluster.environment import MEM_FRACTION_ENV, worker_environment
@@ -215,20 +222,7 @@ def test_a_gpu_run_whose_jax_shows_no_gpu_is_refused_before_its_first_trial(tmp_
 @pytest.fixture(scope="module")
 def standin_run(tmp_path_factory):
     """`bash benchmarks/gpu_node_standin.sh DB 8 OUT`, once: its exit status, output and database."""
-    folder = tmp_path_factory.mktemp("standin")
-    db = folder / "x.db"
-    env = {**os.environ, "PYTHON": sys.executable}
-    env.pop("XLA_FLAGS", None)
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_node_standin.sh"), f"sqlite:///{db}", "8"]
-        + [str(folder / "out")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=folder,
-    )
-    return done, db
+    return standin_node_run(tmp_path_factory.mktemp("standin"))
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:

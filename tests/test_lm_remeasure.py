@@ -119,7 +119,8 @@ def _evidence(run, folder: Path, data: Path) -> Evidence:
         dataset=None,
         counts={},
         elapsed_s=1.0,
-        recomputed=SimpleNamespace(best_val_accuracy=None),  # type: ignore[arg-type]
+        # best_val_loss None: the check takes the records' lowest, as for a run scored without one
+        recomputed=SimpleNamespace(best_val_accuracy=None, best_val_loss=None),  # type: ignore[arg-type]
         folder=folder,
         data_folder=data,
     )

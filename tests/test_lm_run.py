@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from nvidia_smi_samples import standin_node_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,27 +115,10 @@ def test_lm_quick_is_its_own_workload_in_history(lm_quick):
 @pytest.fixture(scope="module")
 def lm_standin(tmp_path_factory):
     """`STANDIN_PROFILE=lm bash benchmarks/gpu_node_standin.sh DB 8 OUT`, once."""
-    folder = tmp_path_factory.mktemp("lm-standin")
-    db = folder / "x.db"
     # 60 s: lm-tiny's first trial on 8 devices (its jit compiles included) took about 10 s on a
     # 2-vCPU Zen 5, so a Zen 3 at a third of its speed still completes trials.
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "STANDIN_PROFILE": "lm",
-        "STANDIN_BUDGET": "60s",
-    }
-    env.pop("XLA_FLAGS", None)
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_node_standin.sh"), f"sqlite:///{db}", "8"]
-        + [str(folder / "out")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=folder,
-    )
-    return done, db
+    folder = tmp_path_factory.mktemp("lm-standin")
+    return standin_node_run(folder, STANDIN_PROFILE="lm", STANDIN_BUDGET="60s")
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from aiperf import quality  # noqa: E402
 from aiperf.arch.transformer import build_transformer, transformer_seed  # noqa: E402
 from aiperf.config import DataConfig  # noqa: E402
 from aiperf.data.staging_tokens import stage_tokens  # noqa: E402
@@ -128,7 +129,7 @@ def test_best_weights_of_a_language_model_follow_the_lowest_loss(tmp_path):
     and 1, whatever their accuracies say (epoch 4's is the highest)."""
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
-    kept = BestWeights(str(tmp_path / "w.weights.h5"), lowest_loss=True)
+    kept = BestWeights(str(tmp_path / "w.weights.h5"), quality.LOSS)
     written = []
     for number, loss, accuracy, complete in [
         (0, 3.0, 0.1, True),
@@ -141,7 +142,7 @@ def test_best_weights_of_a_language_model_follow_the_lowest_loss(tmp_path):
         report = EpochReport("t", number, 0.0, 1.0, 32, 32, 1.0, 0.5, loss, accuracy, complete)
         if kept.offer(model, report):
             written.append(number)
-    assert written == [0, 1] and (kept.epoch, kept.loss) == (1, 2.5)
+    assert written == [0, 1] and (kept.epoch, kept.value) == (1, 2.5)
     model.load_weights(str(tmp_path / "w.weights.h5"))
     assert all(np.all(w == 1) for w in model.get_weights())
 

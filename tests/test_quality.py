@@ -24,6 +24,12 @@ def test_better_and_best_follow_the_metric_direction():
     assert quality.best(quality.LOSS, [2.5, None, 1.5, 3.0]) == 1.5
     assert quality.best(quality.ACCURACY, [0.2, None, 0.7]) == 0.7
     assert quality.best(quality.LOSS, [None]) is None
+    # A diverged epoch's NaN loss is never the best, nor better than anything.
+    assert quality.best(quality.LOSS, [float("nan"), 2.0, float("inf")]) == 2.0
+    assert not quality.better(quality.LOSS, float("nan"), None)
+    assert (
+        quality.direction(quality.LOSS) == "min" and quality.direction(quality.ACCURACY) == "max"
+    )
     with pytest.raises(ValueError, match="unknown quality"):
         quality.better("val_perplexity", 1.0, 2.0)
 

@@ -71,7 +71,7 @@ def test_a_trial_writes_the_weights_of_each_new_best_complete_epoch_at_once(
     again = _model()
     again.load_weights(str(path))
     assert all(np.all(w == 1) for w in again.get_weights())
-    assert (kept.epoch, kept.accuracy) == (1, 0.75)
+    assert (kept.epoch, kept.value) == (1, 0.75)
 
 
 def test_a_trial_without_a_path_or_a_complete_epoch_writes_nothing(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from aiperf import paths, settings
+from aiperf import paths, quality, settings
 from aiperf.arch.transformer import is_transformer
 from aiperf.data.manifest import sha256_file
 from aiperf.results.evidence import Evaluator
@@ -59,37 +59,30 @@ def language(run: RunRecord) -> bool:
     return any(is_transformer(t.architecture) for t in run.trials)
 
 
+def _metric(lm: bool) -> str:
+    """The figure a trial's weights are kept by: a language model's loss, else its accuracy."""
+    return quality.LOSS if lm else quality.ACCURACY
+
+
 def best_epoch(trial: TrialRecord) -> EpochRecord | None:
     """The trial's first complete epoch of its best validation accuracy (a language model's: of
-    its lowest validation loss): the one whose weights it kept (a later epoch of equal accuracy is
+    its lowest validation loss): the one whose weights it kept (a later epoch of equal quality is
     no new best)."""
-    if is_transformer(trial.architecture):
-        measured = [e for e in trial.epochs if e.complete and e.val_loss is not None]
-        if not measured:
-            return None
-        low = min(e.val_loss for e in measured if e.val_loss is not None)
-        return next(e for e in measured if e.val_loss == low)
-    complete = [e for e in trial.epochs if e.complete and e.val_accuracy is not None]
-    if not complete:
-        return None
-    top = max(e.val_accuracy for e in complete if e.val_accuracy is not None)
-    return next(e for e in complete if e.val_accuracy == top)
+    metric = _metric(is_transformer(trial.architecture))
+    complete = [e for e in trial.epochs if e.complete]
+    top = quality.best(metric, (quality.of(e, metric) for e in complete))
+    return next((e for e in complete if top is not None and quality.of(e, metric) == top), None)
 
 
 def best_candidates(run: RunRecord) -> list[tuple[TrialRecord, EpochRecord]]:
     """The trials whose best complete epoch is the run's best accuracy (the score's), by number;
     of a language-model run, the run's lowest validation loss."""
+    metric = _metric(language(run))
     found = [(t, e) for t in run.trials if (e := best_epoch(t)) is not None]
-    if not found:
-        return []
-    if language(run):
-        low = min(e.val_loss for _t, e in found if e.val_loss is not None)
-        return sorted(
-            [(t, e) for t, e in found if e.val_loss == low], key=lambda pair: pair[0].number
-        )
-    top = max(e.val_accuracy for _t, e in found if e.val_accuracy is not None)
+    top = quality.best(metric, (quality.of(e, metric) for _t, e in found))
     return sorted(
-        [(t, e) for t, e in found if e.val_accuracy == top], key=lambda pair: pair[0].number
+        [(t, e) for t, e in found if top is not None and quality.of(e, metric) == top],
+        key=lambda pair: pair[0].number,
     )
 
 
@@ -136,9 +129,8 @@ def tolerance_of(
 def _best_loss(ev: Evidence) -> float | None:
     """A language-model run's best validation loss: the recomputed score's where it has one, else
     the lowest of its trials' complete epochs (what the score takes)."""
-    scored = getattr(ev.recomputed, "best_val_loss", None)
-    if scored is not None:
-        return float(scored)
+    if ev.recomputed.best_val_loss is not None:
+        return ev.recomputed.best_val_loss
     found = best_candidates(ev.run)
     return found[0][1].val_loss if found else None
 

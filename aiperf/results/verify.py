@@ -17,7 +17,6 @@ Every run of the flow ends with this.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -156,7 +155,6 @@ def gather_records(
         for e in t.epochs
     ]
     complete = [e for t in run.trials for e in t.epochs if e.complete]
-    losses = [e.val_loss for e in complete if e.val_loss is not None and math.isfinite(e.val_loss)]
     recomputed = compute_score(
         work,
         elapsed_s=elapsed,
@@ -170,7 +168,7 @@ def gather_records(
         peak_flops=peak_flops(run),
         stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None,
         workers=run.workers,
-        best_val_loss=min(losses) if losses else None,
+        best_val_loss=quality.best(quality.LOSS, (e.val_loss for e in complete)),
         vocab_size=dataset.classes if dataset else 0,
     )
     return Evidence(run, config, dataset, counts, elapsed, recomputed, folder, data_folder)

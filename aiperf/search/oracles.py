@@ -13,6 +13,7 @@ from typing import Any
 
 import keras_tuner as kt
 
+from aiperf import quality
 from aiperf.arch import grow
 from aiperf.arch.morph import Limits
 from aiperf.arch.seeds import seed_spec
@@ -34,8 +35,7 @@ def make_oracle(
     `input_shape` and `num_classes` are the data's: for tokens, (seq_len, 1, 1) and the vocabulary."""
     search = config.search
     # val_loss (the LM track's quality) is better when lower; val_accuracy when higher.
-    direction = "min" if search.objective == "val_loss" else "max"
-    objective = kt.Objective(search.objective, direction=direction)
+    objective = kt.Objective(search.objective, direction=quality.direction(search.objective))
     # keras-tuner treats seed 0 as "no seed" and draws one at random: shift by one to stay reproducible.
     seed = config.seed + 1
     transformer = search.seed_architecture in transformer_seed_names()

@@ -22,6 +22,7 @@ from typing import Any
 
 import keras_tuner as kt
 
+from aiperf import quality
 from aiperf.search import space, tuner_internals
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
@@ -69,12 +70,8 @@ def stored_state(oracle: kt.Oracle) -> dict[str, Any]:
 
 def _objective_value(record: TrialRecord, objective: str) -> float | None:
     """The record's best value of the search's objective: its lowest validation loss for the LM
-    track's val_loss (lower is better; the store's best_val_loss column, read by name so this
-    works before and after that column joins the record), else its best validation accuracy."""
-    if objective == "val_loss":
-        value = getattr(record, "best_val_loss", None)
-        return None if value is None else float(value)
-    return record.best_val_accuracy
+    track's val_loss, else its best validation accuracy (the store keeps both per trial)."""
+    return record.best_val_loss if quality.lower_is_better(objective) else record.best_val_accuracy
 
 
 def restore(
@@ -83,7 +80,7 @@ def restore(
     """`oracle` (fresh) given the stored state and the run's trials. States stored whole (by
     earlier versions) work too: their per-trial lists are derived again like the others."""
     records = sorted(records, key=lambda r: r.number)
-    direction = "min" if objective == "val_loss" else "max"
+    direction = quality.direction(objective)
     for record in records:
         hp = oracle.hyperparameters.copy()
         hp.values = trial_values(record)

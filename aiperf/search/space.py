@@ -59,19 +59,13 @@ def morphism_hyperparameters(space: SpaceConfig) -> kt.HyperParameters:
     return hp
 
 
-def batch_sizes(space: SpaceConfig, seq_len: int) -> list[int]:
-    """The sequences per device the growth oracle may set: batch_tokens // seq_len (at least one)
-    for each batch_tokens, or batch_size as listed where batch_tokens is unset."""
-    return space.batch_sequences(seq_len)
-
-
 def growth_hyperparameters(space: SpaceConfig, seq_len: int) -> kt.HyperParameters:
     """What the growth oracle searches beside the architecture (declared so keras-tuner knows
     them; the oracle draws them itself)."""
     hp = kt.HyperParameters()
     low, high = space.learning_rate
     hp.Float(LEARNING_RATE, low, high, sampling="log" if low < high else "linear")
-    hp.Choice(BATCH_SIZE, batch_sizes(space, seq_len))
+    hp.Choice(BATCH_SIZE, space.batch_sequences(seq_len))  # sequences per device
     hp.Choice(DROPOUT, sorted(set(space.dropout)))
     if space.batch_tokens is not None:
         hp.Choice(BATCH_TOKENS, sorted(set(space.batch_tokens)))

@@ -112,34 +112,32 @@ class BestWeights:
     a language model, the loss) the score may use, kept so that `aiperf verify` can evaluate them
     again (aiperf.results.remeasure).
 
-    At each new best (a complete epoch whose validation accuracy beats every earlier one; with
-    `lowest_loss`, for a language model, whose validation loss is below every earlier one) they are
+    At each new best (a complete epoch whose `metric`, validation accuracy or, for a language model,
+    validation loss, beats every earlier one's: aiperf.quality) they are
     written at once, between epochs and outside the timed steps, before the epoch is reported: a
     recorded best epoch always has its weights on disk, even when the run then crashes and is
     resumed (its interrupted trials never reach their end). The first epoch of equal quality
     wins, as the first occurrence of the trial's best does in the records. The file is written
     under a temporary name, then renamed: a file at `path` is always whole."""
 
-    def __init__(self, path: str | None, *, lowest_loss: bool = False) -> None:
+    def __init__(self, path: str | None, metric: str = quality.ACCURACY) -> None:
         self.path = None if path is None else Path(path)
-        self.lowest_loss = lowest_loss
-        self.accuracy: float | None = None
-        self.loss: float | None = None
+        self.metric = metric
+        self.value: float | None = None  # of the kept epoch, by `metric`
         self.epoch: int | None = None
 
     def offer(self, model: Any, report: EpochReport) -> bool:
         """Write `model`'s weights if `report` is a new best complete epoch; whether it was."""
-        value = report.val_loss if self.lowest_loss else report.val_accuracy
+        value = quality.of(report, self.metric)
         if self.path is None or not report.complete or value is None:
             return False
-        metric = quality.LOSS if self.lowest_loss else quality.ACCURACY
-        if not quality.better(metric, value, self.loss if self.lowest_loss else self.accuracy):
+        if not quality.better(self.metric, value, self.value):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
         model.save_weights(str(partial))
         os.replace(partial, self.path)
-        self.accuracy, self.loss, self.epoch = report.val_accuracy, report.val_loss, report.epoch
+        self.value, self.epoch = value, report.epoch
         return True
 
 
@@ -153,7 +151,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
     scope = ExitStack()
     # A language model's trial (aiperf.train.lm): its best epoch is its lowest validation loss.
     language = is_transformer(request.architecture)
-    best = BestWeights(request.weights_path, lowest_loss=language)
+    best = BestWeights(request.weights_path, quality.LOSS if language else quality.ACCURACY)
     try:
         configure_threads(worker_cores())
         import keras

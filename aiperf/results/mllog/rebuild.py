@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from math import isfinite
 from pathlib import Path
 from typing import Any
 
@@ -382,7 +381,6 @@ class _Rebuilder:
             else:
                 status = TrialStatus.RUNNING
         complete = [e for e in epochs if e.complete]
-        losses = [e.val_loss for e in complete if e.val_loss is not None and isfinite(e.val_loss)]
         train, evaluate, tensor_train, tensor_eval = t["ops"]
         return TrialRecord(
             id=t["id"],
@@ -403,7 +401,7 @@ class _Rebuilder:
             tensor_train_ops_per_sample=tensor_train,
             tensor_eval_ops_per_sample=tensor_eval,
             best_val_accuracy=quality.best(quality.ACCURACY, (e.val_accuracy for e in complete)),
-            best_val_loss=min(losses) if losses else None,  # as the store keeps it (finite only)
+            best_val_loss=quality.best(quality.LOSS, (e.val_loss for e in complete)),
             message=t["message"],
             epochs=tuple(epochs),
             phases=t["phases"],
