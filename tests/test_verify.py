@@ -329,19 +329,23 @@ def tolerance(path: Path) -> float | None:
 def forge_best_accuracy(sql: sqlite3.Connection, raise_by: float = 0.15) -> None:
     """A consistent forgery, as issue 25 tried it: the best complete epoch's val_accuracy raised,
     and the trial's best, the score's best, the kept weights' record and the regulated score and
-    verdict (recomputed from the forged records) updated to match."""
+    verdict (recomputed from the forged records) updated to match. The epoch forged is the one whose
+    weights the run kept: another epoch of the same accuracy (a tie, common with 128 validation
+    images) would leave the kept weights' record disagreeing with the records, a different check."""
+    (kept,) = sql.execute("SELECT best_weights FROM runs WHERE id = 1").fetchone()
+    kept = json.loads(kept)
     epoch_id, trial_id, best = sql.execute(
-        "SELECT id, trial_id, val_accuracy FROM epochs WHERE complete AND val_accuracy IS NOT NULL "
-        "ORDER BY val_accuracy DESC, id LIMIT 1"
+        "SELECT e.id, e.trial_id, e.val_accuracy FROM epochs e JOIN trials t ON t.id = e.trial_id "
+        "WHERE t.run_id = 1 AND t.number = ? AND e.epoch = ?",
+        (kept["trial"], kept["epoch"]),
     ).fetchone()
     forged = min(1.0, best + raise_by)
     sql.execute("UPDATE epochs SET val_accuracy = ? WHERE id = ?", (forged, epoch_id))
     sql.execute("UPDATE trials SET best_val_accuracy = ? WHERE id = ?", (forged, trial_id))
     sql.execute("UPDATE scores SET best_val_accuracy = ?", (forged,))
-    (kept,) = sql.execute("SELECT best_weights FROM runs WHERE id = 1").fetchone()
     sql.execute(
         "UPDATE runs SET best_weights = ? WHERE id = 1",
-        (json.dumps({**json.loads(kept), "val_accuracy": forged}),),
+        (json.dumps({**kept, "val_accuracy": forged}),),
     )
 
 
