@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import TINY
+from in_process import aiperf_here
 
 from aiperf import paths
 from aiperf.config import load_config
@@ -158,6 +159,8 @@ def test_a_local_run_describes_this_machine(quick_run):
 
 
 def aiperf(*args: str) -> subprocess.CompletedProcess:
+    """The command as a reviewer runs it: a process of its own, with nothing of the tests'
+    environment (the edited copies are checked in this process: `aiperf_here`)."""
     return subprocess.run(
         [sys.executable, "-m", "aiperf.cli.main", *args],
         capture_output=True,
@@ -224,7 +227,7 @@ def _edit_json(copy: Path, name: str, change) -> None:
 
 def _files_failed(copy: Path) -> str:
     """`aiperf verify --package` on the copy fails package_files (and nothing else); its detail."""
-    result = aiperf("verify", "--package", str(copy))
+    result = aiperf_here("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert (
         result.stdout.strip().splitlines()[-1].endswith(f"FAILED {package_files.PACKAGE_FILES}")
@@ -299,7 +302,7 @@ def _edit(copy: Path, key: str, change, where=lambda value: True) -> None:
 def test_verify_package_fails_naming_the_check_on_an_edited_log(packaged, tmp_path):
     copy = shutil.copytree(packaged, tmp_path / "edited")
     _edit(copy, "train_samples", lambda samples: samples - 32, where=lambda samples: samples >= 64)
-    result = aiperf("verify", "--package", str(copy))
+    result = aiperf_here("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     failed = result.stdout.strip().splitlines()[-1]
     assert "FAILED" in failed and record_checks.TOTAL_OPERATIONS in failed, failed
@@ -427,7 +430,7 @@ def test_weights_edited_with_their_digest_fail_verify_package(packaged, tmp_path
     _perturb(copy)
     check = _remeasured(copy)
     assert not check.passed and "tolerance 0.01" in check.detail, check.detail
-    result = aiperf("verify", "--package", str(copy))
+    result = aiperf_here("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured")
 
@@ -454,7 +457,7 @@ def _one_failed_check(copy: Path, fragment: str) -> None:
     failed = [c for c in checks if not c.passed]
     assert [c.check for c in failed] == [package.PACKAGE_CHECKED], checks
     assert fragment in failed[0].detail and "\n" not in failed[0].detail, failed[0].detail
-    result = aiperf("verify", "--package", str(copy))
+    result = aiperf_here("verify", "--package", str(copy))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"FAILED {package.PACKAGE_CHECKED}" in result.stdout.strip().splitlines()[-1]

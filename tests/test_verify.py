@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from claims import claim_of
 from conftest import TINY
+from in_process import aiperf_here
 from test_physical_limits import PHYSICAL_TAMPERS
 from typer.testing import CliRunner
 
@@ -187,27 +188,25 @@ def test_the_named_tampers_break_what_depends_on_them_and_nothing_else(
 
 
 def test_cli_exits_0_on_a_clean_run_and_1_naming_the_check(real_run, tmp_path):
-    def cli(path: Path, *more: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{path}"]
-            + list(more),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
-        )
-
-    clean = cli(real_run)
+    # As a user runs it, in a process of its own; the tampered copy in this one (in_process.py).
+    clean = subprocess.run(
+        [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{real_run}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
+    )
     assert clean.returncode == 0 and f"all {len(verify.CHECKS)} checks pass" in clean.stdout, (
         clean.stdout + clean.stderr
     )
     copy = tampered(real_run, tmp_path, TAMPERS[record_checks.ELAPSED_TIME])
-    broken = cli(copy)
+    broken = aiperf_here("verify", "1", "--db", f"sqlite:///{copy}")
     assert broken.returncode == 1 and "FAILED elapsed_time" in broken.stdout, (
         broken.stdout + broken.stderr
     )
     assert "│ elapsed_time" in broken.stdout and "FAIL " in broken.stdout, "its line says FAIL"
-    as_json = cli(copy, "--json")  # for scripts (issue 26 item 7): the same checks, same exit
+    # for scripts (issue 26 item 7): the same checks, same exit
+    as_json = aiperf_here("verify", "1", "--db", f"sqlite:///{copy}", "--json")
     listed = json.loads(as_json.stdout)
     assert as_json.returncode == 1 and listed["verified"] is False, as_json.stderr
     assert listed["failed"] == ["elapsed_time"] and len(listed["checks"]) == len(verify.CHECKS)
@@ -304,13 +303,7 @@ def test_a_run_recorded_on_a_bigger_machine_verifies_here(real_run, tmp_path):
 
     copy = tampered(real_run, tmp_path, bigger)
     assert failed_checks(copy) == set()
-    done = subprocess.run(
-        [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{copy}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
+    done = aiperf_here("verify", "1", "--db", f"sqlite:///{copy}", columns=200)
     assert done.returncode == 0 and "more than this machine" not in done.stdout, (
         done.stdout + done.stderr
     )
@@ -402,13 +395,7 @@ def test_a_consistent_forgery_of_the_best_accuracy_fails_only_the_remeasured_acc
     assert [name for name, c in checks.items() if not c.passed] == [verify.ACCURACY_REMEASURED]
     detail = checks[verify.ACCURACY_REMEASURED].detail
     assert "tolerance 0.01" in detail, detail
-    done = subprocess.run(
-        [sys.executable, "-m", "aiperf.cli.main", "verify", "1", "--db", f"sqlite:///{copy}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
-    )
+    done = aiperf_here("verify", "1", "--db", f"sqlite:///{copy}")
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured"), done.stdout
 
@@ -463,22 +450,8 @@ def test_verify_finds_the_weights_under_the_out_folder_it_is_given(real_run, tmp
     assert there[verify.ACCURACY_REMEASURED].passed, there[verify.ACCURACY_REMEASURED].detail
     assert not empty[verify.ACCURACY_REMEASURED].passed
     assert "is missing" in empty[verify.ACCURACY_REMEASURED].detail
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aiperf.cli.main",
-            "verify",
-            "1",
-            "--db",
-            f"sqlite:///{real_run}",
-            "--out",
-            str(tmp_path / "empty"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"},
+    done = aiperf_here(
+        "verify", "1", "--db", f"sqlite:///{real_run}", "--out", str(tmp_path / "empty")
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].endswith("FAILED accuracy_remeasured"), done.stdout
