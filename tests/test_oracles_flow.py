@@ -1,5 +1,7 @@
-"""Each oracle a profile can choose runs in the real flow. (The morphism oracle, the default, is
-covered end to end by test_benchmark_flow.py.)"""
+"""Each oracle a profile can choose runs in the real flow: Prefect, Dask workers, the orchestrator and
+SQL as a run has them, with the simulated trainer's modelled trials (aiperf.train.simulated), since
+what differs between oracles is what they propose, not how a trial trains. (The morphism oracle,
+the default, is covered end to end, trained with Keras, by test_benchmark_flow.py.)"""
 
 import sqlite3
 
@@ -22,7 +24,7 @@ def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
         db=f"sqlite:///{db}",
         seed=1,
         out=str(tmp_path / "out"),
-        overrides={**TINY, "search.oracle": oracle},
+        overrides={**TINY, "search.oracle": oracle, "train.trainer": "simulated"},
     )
     with sqlite3.connect(db) as sql:
         trials = sql.execute("SELECT hyperparameters, status FROM trials").fetchall()
