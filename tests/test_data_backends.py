@@ -24,7 +24,7 @@ from aiperf.search.space import architecture
 from aiperf.train.messages import TrialRequest
 from aiperf.train.trial import run_trial
 
-m = stage(DataConfig(kind="digits", image_size=16, channels=1, train_samples=1437, val_samples=360), 0,
+m = stage(DataConfig(kind="digits", image_size=16, channels=1, train_samples=480, val_samples=120), 0,
           Path(sys.argv[1]))
 arch = architecture({"stages": 1, "blocks_per_stage": 1, "base_filters": 8, "kernel_size": 3}, m.image_shape, 10)
 r = run_trial(TrialRequest(run_id=1, trial_key="t", architecture=arch.to_dict(), learning_rate=0.05,
@@ -53,4 +53,4 @@ def test_pipeline_feeds_a_trial_on_jax(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["backend"] == "jax"
     assert result["status"] == "completed", result["message"]
-    assert result["epochs"] == [[1437 // 16 * 16, 360]] * 2
+    assert result["epochs"] == [[480, 120]] * 2
