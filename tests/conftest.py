@@ -96,11 +96,11 @@ def prefect_api():
 def _runs_in_subprocesses_report_to_the_session_api(request):
     """Every slow test's `aiperf run` in a subprocess (the CLI, the benchmarks' scripts) reports to
     the session's Prefect API, as a user's run does to the server `make serve` starts: without
-    PREFECT_API_URL each run starts and stops a temporary server of its own, about 6 s of CPU (Xeon;
-    more on a Zen 3) that the tests do not need. It goes in os.environ, which the subprocesses
-    inherit; the tests of a run without a server remove it from their run's environment
-    (test_concurrent_runs), and the served Prefect's scripts start from an environment without it
-    (prefect_serve.py). A developer's own PREFECT_API_URL is left as it is."""
+    PREFECT_API_URL each run starts and stops a temporary server of its own, about 5 s of CPU on
+    the Xeon of docs/performance.md, which the tests do not need. It goes in os.environ, which the
+    subprocesses inherit; the tests of a run without a server remove it from their run's
+    environment (test_concurrent_runs), and the served Prefect's scripts start from an environment
+    without it (prefect_serve.py). A developer's own PREFECT_API_URL is left as it is."""
     if request.node.get_closest_marker("slow") is None or "PREFECT_API_URL" in os.environ:
         return
     request.getfixturevalue("prefect_api")
