@@ -30,7 +30,7 @@ def finished_run(prefect_api, tmp_path_factory):
     db = f"sqlite:///{folder / 'aiperf.db'}"
     state = benchmark(
         profile="quick",
-        budget="30s",
+        budget="20s",
         workers=2,
         db=db,
         seed=3,
@@ -50,7 +50,7 @@ def test_a_scored_run_too_short_to_be_valid_ends_failed_named_invalid(finished_r
     result, _db, _path = finished_run
     state = FINAL_STATE["run"]
     assert state.is_failed() and state.name == "Invalid", state
-    assert state.message.startswith(f"run {result['run_id']}: invalid: too short: budget 30 s")
+    assert state.message.startswith(f"run {result['run_id']}: invalid: too short: budget 20 s")
     with pytest.raises(ResultNotValid) as raised:
         state.result()
     assert raised.value.outcome == result and result["valid"] is False and result["ops"] > 0
@@ -102,7 +102,7 @@ def test_score_recomputed_from_sql(finished_run):
     capped = min(best, 1 - 1 / stored[5])
     assert stored[3] == pytest.approx(stored[1] * abs(math.log(1 - capped)), rel=1e-6)
     assert result["ops"] == pytest.approx(stored[1])
-    assert result["elapsed_s"] >= 30
+    assert result["elapsed_s"] >= 20
 
 
 def test_the_flow_verifies_its_own_score(finished_run):

@@ -96,7 +96,11 @@ def _aiperf(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
 
 
 def _tiny_run_args(db: str, out: Path) -> list[str]:
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    """A tiny run's arguments. Its trials are the simulated trainer's: what these tests ask of two
+    runs at once (the database they share, their files, the lock) is the same whatever trains, and
+    the CLI, the flow, Dask and SQL stay real."""
+    simulated = {**TINY, "train.trainer": "simulated"}
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in simulated.items()]
     return [
         "run",
         "--budget",

@@ -178,8 +178,17 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
 
 
 def _config(db: str, tmp_path: Path):
+    """Two workers' run with the simulated trainer: what the faults test (a write that meets the
+    lock or a restarted server, epochs recorded once) is the store's, whatever trains, and modelled
+    trials record epochs every moment of the window instead of after a Keras trial's first epoch."""
     return load_config(
-        "quick", budget="12s", workers=2, db=db, seed=5, out=str(tmp_path / "out"), overrides=TINY
+        "quick",
+        budget="12s",
+        workers=2,
+        db=db,
+        seed=5,
+        out=str(tmp_path / "out"),
+        overrides={**TINY, "train.trainer": "simulated"},
     )
 
 

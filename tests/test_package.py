@@ -37,7 +37,7 @@ def quick_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("package")
     config = load_config(
         "quick",
-        budget="20s",
+        budget="12s",
         workers=2,
         db=f"sqlite:///{folder / 'aiperf.db'}",
         out=str(folder / "out"),

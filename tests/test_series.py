@@ -179,6 +179,12 @@ def test_package_takes_a_run_or_a_series_and_an_unknown_series_is_one_line(tmp_p
 
 # --- a real series: aiperf run --repeat 3, packaged and verified (slow) ---------------------------------
 
+# What these tests ask of a series (its records, summary, package, verification, and where a crash
+# stops it) is the same whatever its trials train, so its runs use the simulated trainer: the CLI,
+# the flow, Dask and SQL are real, and no worker imports a framework or trains through a window
+# (tests/test_benchmark_flow.py trains Keras through the same flow).
+SIMULATED = {**TINY, "train.trainer": "simulated"}
+
 
 @pytest.fixture(scope="module")
 def repeated(prefect_api, tmp_path_factory):
@@ -186,7 +192,7 @@ def repeated(prefect_api, tmp_path_factory):
     too short: exit status 3), through the CLI and the real flow, from the folder it is run in."""
     folder = tmp_path_factory.mktemp("series")
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in SIMULATED.items()]
     args = ["run", "--repeat", "3", "--budget", "3s", "--workers", "1", "--seed", "3"]
     args += ["--db", db, "--out", str(folder / "out"), *settings]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
@@ -298,7 +304,7 @@ def test_a_run_that_crashes_stops_the_series_with_one_line(prefect_api, tmp_path
     from prefect.settings import PREFECT_API_URL
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in SIMULATED.items()]
     args = ["run", "--repeat", "3", "--budget", "2s", "--workers", "1", "--seed", "3"]
     args += ["--db", db, "--out", str(tmp_path / "out"), *settings]
     result = subprocess.run(
