@@ -198,8 +198,9 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     overrides = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    # 14 s: each worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs.
-    args = ["run", "--budget", "14s", "--workers", "2", "--seed", "3", "--db", db]
+    # 16 s: each worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs;
+    # reproduced as a Zen 3 (benchmarks/slow_machine.sh) the first completed 6-8 s in.
+    args = ["run", "--budget", "16s", "--workers", "2", "--seed", "3", "--db", db]
     env = {
         **os.environ,
         settings.REFERENCE_SECONDS.name: "1",  # the head's environment reaches its workers

@@ -181,7 +181,7 @@ def test_package_takes_a_run_or_a_series_and_an_unknown_series_is_one_line(tmp_p
 
 # What these tests ask of a series (its records, summary, package, verification, and where a crash
 # stops it) is the same whatever its trials train, so its runs use the simulated trainer: the CLI,
-# the flow, Dask and SQL are real, and no worker imports a framework or trains through a window
+# the flow, Dask and SQL are real, and nothing trains through the window
 # (tests/test_benchmark_flow.py trains Keras through the same flow).
 SIMULATED = {**TINY, "train.trainer": "simulated"}
 

@@ -120,7 +120,7 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
 SITE_LINE = "export KERAS_SITE_MARK=from-the-prologue"
 # What the jobs' records and their replacement before the walltime test is the same whatever the
 # trials train: those runs use the simulated trainer (the jobs, Dask, the flow and SQL are real, and
-# a job's worker imports no framework). The cancelled job's test trains Keras, epoch by epoch.
+# nothing trains through the window). The cancelled job's test trains Keras, epoch by epoch.
 SIMULATED = {**TINY, "train.trainer": "simulated"}
 
 
