@@ -64,6 +64,11 @@ TINY = {
     "search.space.batch_size": [32, 64],
     "train.epochs": 2,
 }
+# TINY with the simulated trainer (aiperf.train.simulated), for runs whose tests ask what a run
+# records, not what trains: the CLI or flow, Dask, SQL and SLURM stay real, nothing trains through
+# the window, and no worker warms up a framework or probes its peak (make test's CPU:
+# docs/performance.md, "The test suite").
+TINY_SIMULATED = {**TINY, "train.trainer": "simulated"}
 
 
 class FinishedTrial:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY_SIMULATED
 from test_history_data import system_facts
 
 from aiperf import paths, settings
@@ -96,11 +96,9 @@ def _aiperf(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
 
 
 def _tiny_run_args(db: str, out: Path) -> list[str]:
-    """A tiny run's arguments. Its trials are the simulated trainer's: what these tests ask of two
-    runs at once (the database they share, their files, the lock) is the same whatever trains, and
-    the CLI, the flow, Dask and SQL stay real."""
-    simulated = {**TINY, "train.trainer": "simulated"}
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in simulated.items()]
+    """A tiny run's arguments, with the simulated trainer: what these tests ask of two runs at once
+    (the database they share, their files, the lock) is the same whatever trains."""
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY_SIMULATED.items()]
     return [
         "run",
         "--budget",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from claims import claim_of
-from conftest import TINY
+from conftest import TINY_SIMULATED
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from test_history_data import system_facts
@@ -178,9 +178,9 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
 
 
 def _config(db: str, tmp_path: Path):
-    """Two workers' run with the simulated trainer: what the faults test (a write that meets the
-    lock or a restarted server, epochs recorded once) is the store's, whatever trains, and modelled
-    trials record epochs every moment of the window instead of after a Keras trial's first epoch."""
+    """Two workers' run with the simulated trainer: the faults (a write that meets the lock, a
+    restarted server, every epoch recorded once) test the store whatever trains, and modelled
+    trials record epochs all through the window, not only after a Keras trial's first epoch."""
     return load_config(
         "quick",
         budget="12s",
@@ -188,7 +188,7 @@ def _config(db: str, tmp_path: Path):
         db=db,
         seed=5,
         out=str(tmp_path / "out"),
-        overrides={**TINY, "train.trainer": "simulated"},
+        overrides=TINY_SIMULATED,
     )
 
 

@@ -8,7 +8,7 @@ keras-tuner and TensorFlow, whatever its trials train (about 6 s of CPU on a 2-v
 import sqlite3
 
 import pytest
-from conftest import TINY, scored
+from conftest import TINY_SIMULATED, scored
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def test_keras_tuner_oracles_drive_the_flow(prefect_api, tmp_path, oracle):
         db=f"sqlite:///{db}",
         seed=1,
         out=str(tmp_path / "out"),
-        overrides={**TINY, "search.oracle": oracle, "train.trainer": "simulated"},
+        overrides={**TINY_SIMULATED, "search.oracle": oracle},
     )
     with sqlite3.connect(db) as sql:
         trials = sql.execute("SELECT hyperparameters, status FROM trials").fetchall()

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from conftest import TINY
+from conftest import TINY_SIMULATED
 from typer.testing import CliRunner
 
 from aiperf import paths
@@ -180,10 +180,8 @@ def test_package_takes_a_run_or_a_series_and_an_unknown_series_is_one_line(tmp_p
 # --- a real series: aiperf run --repeat 3, packaged and verified (slow) ---------------------------------
 
 # What these tests ask of a series (its records, summary, package, verification, and where a crash
-# stops it) is the same whatever its trials train, so its runs use the simulated trainer: the CLI,
-# the flow, Dask and SQL are real, and nothing trains through the window
+# stops it) is the same whatever its trials train: its runs use the simulated trainer
 # (tests/test_benchmark_flow.py trains Keras through the same flow).
-SIMULATED = {**TINY, "train.trainer": "simulated"}
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +190,7 @@ def repeated(prefect_api, tmp_path_factory):
     too short: exit status 3), through the CLI and the real flow, from the folder it is run in."""
     folder = tmp_path_factory.mktemp("series")
     db = f"sqlite:///{folder / 'aiperf.db'}"
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in SIMULATED.items()]
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY_SIMULATED.items()]
     args = ["run", "--repeat", "3", "--budget", "3s", "--workers", "1", "--seed", "3"]
     args += ["--db", db, "--out", str(folder / "out"), *settings]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
@@ -304,7 +302,7 @@ def test_a_run_that_crashes_stops_the_series_with_one_line(prefect_api, tmp_path
     from prefect.settings import PREFECT_API_URL
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in SIMULATED.items()]
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY_SIMULATED.items()]
     args = ["run", "--repeat", "3", "--budget", "2s", "--workers", "1", "--seed", "3"]
     args += ["--db", db, "--out", str(tmp_path / "out"), *settings]
     result = subprocess.run(

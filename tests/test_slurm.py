@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import TINY, scored
+from conftest import TINY, TINY_SIMULATED, scored
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +110,7 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
                 db=f"sqlite:///{folder / 'aiperf.db'}",
                 seed=5,
                 out=str(folder / "out"),
-                overrides={**SIMULATED, "cluster.kind": "slurm"},
+                overrides={**TINY_SIMULATED, "cluster.kind": "slurm"},
             )
     finally:
         seen = watch.stop()
@@ -118,10 +118,9 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
 
 
 SITE_LINE = "export KERAS_SITE_MARK=from-the-prologue"
-# What the jobs' records and their replacement before the walltime test is the same whatever the
-# trials train: those runs use the simulated trainer (the jobs, Dask, the flow and SQL are real, and
-# nothing trains through the window). The cancelled job's test trains Keras, epoch by epoch.
-SIMULATED = {**TINY, "train.trainer": "simulated"}
+# The run whose jobs' records are read and the one whose jobs are replaced before their walltime ask
+# nothing of what trains: they use the simulated trainer (conftest's TINY_SIMULATED). The cancelled
+# job's run trains Keras, epoch by epoch.
 
 
 def test_what_ran_on_the_jobs_is_recorded(slurm_run):
@@ -292,7 +291,7 @@ def test_jobs_are_replaced_before_their_walltime(slurm, prefect_api, tmp_path):
         seed=13,
         out=str(tmp_path / "out"),
         overrides={
-            **SIMULATED,
+            **TINY_SIMULATED,
             "train.epochs": 3,
             "cluster.kind": "slurm",
             "cluster.walltime": "00:00:40",
