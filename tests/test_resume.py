@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY_SIMULATED
 
 from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.status import RunStatus, TrialStatus
@@ -25,8 +25,7 @@ from aiperf.store import Store
 AIPERF = str(Path(sys.executable).with_name("aiperf"))
 # Simulated trials (seconds each) on a dataset as large as the simulated trainer reports.
 SIMULATED = {
-    **TINY,
-    "train.trainer": "simulated",
+    **TINY_SIMULATED,
     "data.train_samples": 3000,
     "data.val_samples": 1000,
 }
