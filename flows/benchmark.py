@@ -38,7 +38,7 @@ from aiperf.cluster.broadcast import on_every_worker
 from aiperf.config import TOKEN_KINDS, BenchmarkConfig, load_config
 from aiperf.data.staging import Manifest
 from aiperf.errors import UserError
-from aiperf.lifecycle import run, scoring, staging
+from aiperf.lifecycle import scoring, staging
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.parameters import (
     FlowCluster,
@@ -51,7 +51,6 @@ from aiperf.lifecycle.parameters import (
     flow_profile,
     profile_settings,
 )
-from aiperf.lifecycle.recovery import resume_config
 from aiperf.lifecycle.stages import Stages, TrialRunner
 from aiperf.report.served import file_link
 from aiperf.report.summary import markdown, score_rows
@@ -319,6 +318,8 @@ def benchmark(
     try:
         check_parameters(db, overrides, from_deployment=flow_run.deployment_id is not None)
         if resume:
+            from aiperf.lifecycle.recovery import resume_config  # the head's: see _run
+
             config = resume_config(database_url(db or None), resume)
             check_resumed_config(config, resume)  # the database `db` names may be anyone's
         else:
@@ -380,6 +381,11 @@ def _run(
 ) -> dict[str, Any] | State:
     """The story of one run (aiperf.lifecycle.run), its stages as Prefect tasks; the score, or a
     failed state named for why the result is not valid, carrying it."""
+    # Imported here, in the head, not at the top: every worker that runs one of this file's tasks
+    # imports this module, and the story imports the search (keras-tuner, so Keras and its
+    # framework), which a worker needs only to train, and imports then (a simulated trial never).
+    from aiperf.lifecycle import run
+
     outcome = run.run_benchmark(
         config,
         PrefectStages(),

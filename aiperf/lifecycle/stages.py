@@ -11,12 +11,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiperf.cluster import trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.data.staging import Manifest
-from aiperf.lifecycle.admission import Launcher
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.scoring import score_run, verify_and_record, write_report
 from aiperf.lifecycle.staging import scheduler_client, stage_dataset
@@ -24,6 +23,9 @@ from aiperf.results.evidence import Evaluator
 from aiperf.results.score import ScoreResult
 from aiperf.store import CheckRecord, RunClaim
 from aiperf.train.worker import train_on_worker
+
+if TYPE_CHECKING:  # the search (keras-tuner, so Keras) is the head's; a worker imports this module
+    from aiperf.lifecycle.admission import Launcher
 
 log = logging.getLogger(__name__)
 
