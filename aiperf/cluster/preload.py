@@ -11,6 +11,10 @@ worker of a node on the same GPU.
 What is the same for every worker (KERAS_BACKEND, thread counts) is in the environment the
 worker process starts with (environment.worker_environment). Nothing here imports a framework.
 
+A worker that closes does so in silence (quiet_own_close): Dask logs, with its traceback, a
+heartbeat that the worker's own close cut off, which on a loaded machine happens to some worker of
+most runs that end early, so a run refused for a user's mistake would end with a library traceback.
+
 A worker never connects to the database, so it also drops the variables that carry its secrets
 (aiperf.urls.SECRET_ENVIRONMENT) from its environment, in case its process was given them (a worker
 started by hand for --cluster scheduler, a job prologue that exports one): nothing the worker
@@ -23,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from aiperf.cluster.environment import FRAMEWORKS, JOB_GPUS_ENV, pin_gpu
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 def dask_setup(worker: Any) -> None:
     """Pin this worker's GPU (when its job or machine has GPUs), before any framework starts, and
     drop the database's secrets from this process's environment."""
+    quiet_own_close(worker)
     for name in SECRET_ENVIRONMENT:
         os.environ.pop(name, None)
     started = [name for name in FRAMEWORKS if name in sys.modules]
@@ -53,3 +60,29 @@ def dask_setup(worker: Any) -> None:
             device,
             os.environ.get(JOB_GPUS_ENV),
         )
+
+
+HEARTBEAT_FAILED = "Failed to communicate with scheduler during heartbeat"
+
+
+def quiet_own_close(worker: Any) -> Callable[[logging.LogRecord], bool]:
+    """Keep the heartbeat that `worker`'s own close cut off out of its log.
+
+    Worker.close stops the heartbeat's timer and then closes the worker's connections, and a
+    heartbeat already waiting for the scheduler's answer then fails, logged as an error with its
+    traceback. That is the worker shutting down as it was asked to, not a fault. A heartbeat that
+    fails while the worker runs (a scheduler lost) is still logged. One worker per process, as
+    aiperf starts them: the filter cannot tell which worker of a process logged."""
+    from distributed.core import Status
+
+    closing = {Status.closing, Status.closing_gracefully, Status.closed, Status.failed}
+    alive = weakref.ref(worker)
+
+    def keep(record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(HEARTBEAT_FAILED):
+            return True
+        owner = alive()
+        return owner is not None and owner.status not in closing
+
+    logging.getLogger("distributed.worker").addFilter(keep)
+    return keep  # the process's for good: a test that closes its worker removes it
