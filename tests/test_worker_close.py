@@ -33,7 +33,9 @@ def _heartbeat_logs(*, quiet: bool, answer: str) -> list[str]:
     lines, logger = _Lines(), logging.getLogger("distributed.worker")
 
     async def scenario() -> None:
-        async with Scheduler(dashboard_address=None, host="127.0.0.1") as scheduler:
+        async with Scheduler(
+            dashboard=False, dashboard_address=":0", host="127.0.0.1"
+        ) as scheduler:
             handler, asked = scheduler.handlers["heartbeat_worker"], asyncio.Event()
 
             async def late_or_lost(*args: Any, **kwargs: Any) -> Any:

@@ -81,8 +81,8 @@ def quiet_own_close(worker: Any) -> Callable[[logging.LogRecord], bool]:
     def keep(record: logging.LogRecord) -> bool:
         if not record.getMessage().startswith(HEARTBEAT_FAILED):
             return True
-        owner = alive()
-        return owner is not None and owner.status not in closing
+        owner = alive()  # gone: the record is another worker's (a heartbeat holds its own)
+        return owner is None or owner.status not in closing
 
     logging.getLogger("distributed.worker").addFilter(keep)
     return keep  # the process's for good: a test that closes its worker removes it
