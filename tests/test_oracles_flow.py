@@ -1,9 +1,9 @@
 """Each oracle a profile can choose runs in the real flow: Prefect, Dask workers, the orchestrator and
 SQL as a run has them, with the simulated trainer's modelled trials (aiperf.train.simulated), since
 what differs between oracles is what they propose, not how a trial trains. (The morphism oracle,
-the default, is covered end to end, trained with Keras, by test_benchmark_flow.py.) One worker: a
-Dask worker that runs the flow's tasks imports the flow's module, and with it the search's
-keras-tuner and TensorFlow, whatever its trials train (about 6 s of CPU on a 2-vCPU Zen 3)."""
+the default, is covered end to end, trained with Keras, by test_benchmark_flow.py.) One worker:
+what an oracle proposes does not depend on how many workers ask, and each worker is a process
+to start (make test's CPU: docs/performance.md, "The test suite")."""
 
 import sqlite3
 
