@@ -2,8 +2,8 @@
 SQL as a run has them, with the simulated trainer's modelled trials (aiperf.train.simulated), since
 what differs between oracles is what they propose, not how a trial trains. (The morphism oracle,
 the default, is covered end to end, trained with Keras, by test_benchmark_flow.py.) One worker:
-what an oracle proposes does not depend on how many workers ask, and each worker is a process
-to start (make test's CPU: docs/performance.md, "The test suite")."""
+these tests ask that each oracle drives the flow, not how it fares with several workers asking at
+once, and each worker is a process to start (make test's CPU: docs/performance.md)."""
 
 import sqlite3
 
