@@ -7,6 +7,9 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 # pytest-xdist's workers start with COLUMNS=80 set, and rich's Console fixes its width to COLUMNS
@@ -50,6 +53,9 @@ from prefect.logging.configuration import setup_logging  # noqa: E402
 
 setup_logging()
 
+if TYPE_CHECKING:
+    from aiperf.config import BenchmarkConfig
+
 # Small enough to train in seconds on one core, still learnable.
 TINY = {
     "data.image_size": 16,
@@ -69,6 +75,16 @@ TINY = {
 # the window, and no worker warms up a framework or probes its peak (make test's CPU:
 # docs/performance.md, "The test suite").
 TINY_SIMULATED = {**TINY, "train.trainer": "simulated"}
+
+
+@dataclass(frozen=True)
+class ShortRealRun:
+    """`short_real_run`: its config, its run's id (1) and its SQLite database file, beside which it
+    wrote everything else (config.out is the database's folder)."""
+
+    config: BenchmarkConfig
+    run_id: int
+    path: Path
 
 
 class FinishedTrial:
@@ -97,6 +113,32 @@ def prefect_api():
         yield
 
 
+@pytest.fixture(scope="session")
+def short_real_run(tmp_path_factory) -> ShortRealRun:
+    """One short real run (`run_benchmark`, no Prefect: Keras trials on 2 workers, 12 s, seed 3,
+    TINY data and models, 3 epochs a trial, its system named with --set as a submitter names theirs)
+    for the tests that only read what it left: verify's tampered copies (each on a copy of the
+    database), the utilisation figures, the package and MLCommons' tools reading it. Made
+    once a session, on the one worker that runs every test asking for it (pytest_collection_
+    modifyitems): a run like it costs a minute of CPU on the slowest machine the tests run on."""
+    from aiperf.config import load_config
+    from aiperf.lifecycle import run
+
+    folder = tmp_path_factory.mktemp("short-real-run")
+    config = load_config(
+        "quick",
+        budget="12s",
+        workers=2,
+        db=f"sqlite:///{folder / 'real.db'}",
+        out=str(folder),
+        seed=3,
+        overrides={**TINY, "train.epochs": 3, "system.name": "test-box", "system.cooling": "air"},
+    )
+    outcome = run.run_benchmark(config)
+    assert outcome.run_id == 1 and outcome.verified, "the run's own verification passed"
+    return ShortRealRun(config, outcome.run_id, folder / "real.db")
+
+
 @pytest.fixture(autouse=True)
 def _runs_in_subprocesses_report_to_the_session_api(request):
     """Every slow test's `aiperf run` in a subprocess (the CLI, the benchmarks' scripts) reports to
@@ -118,13 +160,18 @@ SERVED_PREFECT = "served_prefect"
 _SHARED_SERVE = pytest.StashKey["object"]()
 
 
+def _file(item) -> str:
+    return item.nodeid.split("::")[0]
+
+
 def _uses_served_prefect(item) -> bool:
     return SERVED_PREFECT in getattr(item, "fixturenames", ())
 
 
-# Module fixtures that train a real run (Dask workers, Keras trials): every test that reads one is an
+# Fixtures that train a real run (Dask workers, Keras trials): every test that reads one is an
 # integration test, out of `make test-fast` like those marked slow by hand.
-REAL_RUN_FIXTURES = {"real_run", "quick_run"}
+SHORT_REAL_RUN = "short_real_run"
+REAL_RUN_FIXTURES = {"real_run", "quick_run", SHORT_REAL_RUN}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks set here
@@ -134,8 +181,9 @@ def pytest_collection_modifyitems(config, items):
     runs only while they do.
 
     Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) a file's tests stay on one
-    worker, so its module fixtures (a real run) are made once, and every test of the served Prefect
-    is on one worker, which starts one serve.sh. Files with slow tests are listed first, but xdist
+    worker, so its module fixtures (a real run) are made once; every test of the served Prefect
+    is on one worker, which starts one serve.sh; and the files whose tests read `short_real_run`
+    are on one worker, which makes that run once. Files with slow tests are listed first, but xdist
     hands out the groups with the most tests first (its default --loadscope-reorder), so that order
     only settles ties between groups of as many tests."""
     for item in items:
@@ -149,8 +197,16 @@ def pytest_collection_modifyitems(config, items):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     groups: dict[str, list] = {}
+    sharing = {
+        _file(item) for item in items if SHORT_REAL_RUN in getattr(item, "fixturenames", ())
+    }
     for item in items:
-        group = SERVED_PREFECT if _uses_served_prefect(item) else item.nodeid.split("::")[0]
+        if _uses_served_prefect(item):
+            group = SERVED_PREFECT
+        elif _file(item) in sharing:  # the files whose tests read the session's short real run
+            group = SHORT_REAL_RUN
+        else:
+            group = _file(item)
         item.add_marker(pytest.mark.xdist_group(group))
         groups.setdefault(group, []).append(item)
     slow_first = sorted(

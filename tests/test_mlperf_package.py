@@ -14,13 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY
 from mlperf_logging.compliance_checker import mlp_parser
 from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
 
-from aiperf.config import load_config
 from aiperf.errors import UserError
-from aiperf.lifecycle import run
 from aiperf.report import package
 from aiperf.system import description as system_description
 from aiperf.system import hostfacts, mlperf
@@ -44,20 +41,9 @@ def _checked(path: Path, caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.fixture(scope="module")
-def named_run(tmp_path_factory):
-    """A short real run (Keras trials on one worker) whose system is named with --set."""
-    folder = tmp_path_factory.mktemp("mlperf")
-    config = load_config(
-        "quick",
-        budget="8s",
-        workers=1,
-        db=f"sqlite:///{folder / 'aiperf.db'}",
-        out=str(folder / "out"),
-        seed=5,
-        overrides={**TINY, "system.name": "test-box", "system.cooling": "air"},
-    )
-    outcome = run.run_benchmark(config)
-    return config, outcome.run_id
+def named_run(short_real_run):
+    """The session's short real run (conftest.py), whose system is named with --set."""
+    return short_real_run.config, short_real_run.run_id
 
 
 def aiperf(*args: str) -> subprocess.CompletedProcess:

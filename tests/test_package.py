@@ -16,12 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TINY
 from in_process import aiperf_here
 
 from aiperf import paths
-from aiperf.config import load_config
-from aiperf.lifecycle import run
 from aiperf.lifecycle.scoring import write_report
 from aiperf.report import package, package_files
 from aiperf.results import mllog, record_checks, remeasure, verify
@@ -32,21 +29,11 @@ from aiperf.system.fingerprint import cpu_model
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """A short real run (Keras trials on 2 workers, no Prefect): its database, config and event log."""
-    folder = tmp_path_factory.mktemp("package")
-    config = load_config(
-        "quick",
-        budget="12s",
-        workers=2,
-        db=f"sqlite:///{folder / 'aiperf.db'}",
-        out=str(folder / "out"),
-        seed=3,
-        overrides=TINY,
-    )
-    outcome = run.run_benchmark(config)
-    assert outcome.verified, "the run's own verification passed"
-    return config, outcome.run_id, paths.event_log_path(config.out, config.db, outcome.run_id)
+def quick_run(short_real_run):
+    """The session's short real run (conftest.py: Keras trials on 2 workers, no Prefect): its config,
+    run id and event log."""
+    config, run_id = short_real_run.config, short_real_run.run_id
+    return config, run_id, paths.event_log_path(config.out, config.db, run_id)
 
 
 def _events(path: Path) -> list[dict]:

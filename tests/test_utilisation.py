@@ -18,7 +18,6 @@ from aiperf.cli.main import app
 from aiperf.config import ValidityConfig, load_config
 from aiperf.data.staging_npz import stage_synthetic
 from aiperf.errors import UserError
-from aiperf.lifecycle import run
 from aiperf.report.phases import PARTS, worker_times
 from aiperf.results import record_checks, verify
 from aiperf.results.score import (
@@ -342,18 +341,13 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """A short real run (Keras trials on 2 workers, no Prefect): peaks measured, phases recorded."""
-    folder = tmp_path_factory.mktemp("utilisation")
-    db = f"sqlite:///{folder / 'real.db'}"
-    config = load_config(
-        "quick", budget="12s", workers=2, db=db, out=str(folder), seed=5, overrides=TINY
-    )
-    outcome = run.run_benchmark(config)
-    assert outcome.verified, "the run's own verification passed"
+def real_run(short_real_run):
+    """The session's short real run (conftest.py: Keras trials on 2 workers, no Prefect): peaks
+    measured, phases recorded."""
+    db = short_real_run.config.db
     with Store.open_existing(db) as store:
-        record = store.get_run(outcome.run_id)
-    return db, folder / "real.db", record
+        record = store.get_run(short_real_run.run_id)
+    return db, short_real_run.path, record
 
 
 def test_a_real_run_measures_each_workers_peak_and_its_mfu(real_run):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from claims import claim_of
-from conftest import TINY
 from in_process import aiperf_here
 from test_physical_limits import PHYSICAL_TAMPERS
 from typer.testing import CliRunner
@@ -22,8 +21,7 @@ from typer.testing import CliRunner
 from aiperf import paths
 from aiperf.cli.exit_codes import EXIT_VERIFICATION_FAILED, run_exit_code
 from aiperf.cli.main import app
-from aiperf.config import BenchmarkConfig, load_config
-from aiperf.lifecycle import run
+from aiperf.config import BenchmarkConfig
 from aiperf.lifecycle.scoring import verify_and_record
 from aiperf.results import record_checks, remeasure, verify
 from aiperf.results.division import classify
@@ -35,21 +33,10 @@ SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> Path:
-    """A short real run (Keras trials on 2 workers, no Prefect) whose database the tests tamper with."""
-    folder = tmp_path_factory.mktemp("verify")
-    config = load_config(
-        "quick",
-        budget="12s",
-        workers=2,
-        db=f"sqlite:///{folder / 'real.db'}",
-        out=str(folder),
-        seed=3,
-        overrides={**TINY, "train.epochs": 3},
-    )
-    outcome = run.run_benchmark(config)
-    assert outcome.run_id == 1 and outcome.verified, "the run's own verification passed"
-    return folder / "real.db"
+def real_run(short_real_run) -> Path:
+    """The session's short real run (conftest.py: Keras trials on 2 workers, no Prefect): the tests
+    tamper with copies of its database, never with the database itself."""
+    return short_real_run.path
 
 
 def failed_checks(path: Path) -> set[str]:
