@@ -120,7 +120,8 @@ def short_real_run(tmp_path_factory) -> ShortRealRun:
     for the tests that only read what it left: verify's tampered copies (each on a copy of the
     database), the utilisation figures, the package and MLCommons' tools reading it. Made
     once a session, on the one worker that runs every test asking for it (pytest_collection_
-    modifyitems): a run like it costs a minute of CPU on the slowest machine the tests run on."""
+    modifyitems): a run like it costs about 30 s of CPU on the slowest machine the tests run on
+    (docs/performance.md, "The test suite")."""
     from aiperf.config import load_config
     from aiperf.lifecycle import run
 
