@@ -21,6 +21,7 @@ import json
 import re
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -133,6 +134,24 @@ class UI:
     def click(self, element: str, what: str) -> None:
         self.wait(element, what, timeout=30)
         self.browser.click(element, what)
+
+    def follow(self, link: str, what: str, attempts: int = 3, patience: float = 10) -> None:
+        """Click a link and wait until the page is the link's. A click can land while the list under
+        it re-renders (the flows' names arrive after the rows, most on a busy machine) and open
+        nothing; a user clicks again, and so does this (the link found afresh each time)."""
+        anchor = f"({link})?.closest('a')"
+        href = self.wait(f"({anchor})?.href", what, timeout=30)
+        there = f"location.pathname === {js(urlparse(href).path)}"
+        for attempt in range(1, attempts + 1):
+            if self.wait(f"({there}) ? 'there' : ({anchor})", what, timeout=30) == "there":
+                return  # the last click opened it after all
+            self.browser.click(anchor, what)
+            try:
+                self.browser.wait_until(there, patience, f"{what} to open")
+                return
+            except TimeoutError:
+                self.shot(f"click-again-{attempt}")
+        pytest.fail(f"{attempts} clicks on {what} did not open it: still on {self.location()}")
 
     def text(self, root: str = "document.body") -> str:
         return self.browser.evaluate(f"({root})?.innerText ?? ''")
@@ -298,7 +317,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     )
 
     # Deployments: both, the nightly one with its schedule at 02:00, active.
-    ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
+    ui.follow(by_text("a", "Deployments"), "Deployments in the sidebar")
     row = "({link})?.closest('tr')?.innerText"
     benchmark_row = row.format(link=by_text("main a", "benchmark"))
     nightly_row = row.format(link=by_text("main a", "nightly-regression"))
@@ -317,7 +336,7 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
 
     # The nightly deployment's page: the schedule (cron 0 2 * * * in UTC, as its edit form shows),
     # one run at a time, and its next run tonight at 02:00 UTC.
-    ui.click(by_text("main a", "nightly-regression"), "the nightly-regression deployment")
+    ui.follow(by_text("main a", "nightly-regression"), "the nightly-regression deployment")
     schedule = (
         "[...document.querySelectorAll('[data-slot=card]')]"
         ".find(c => c.innerText.trim().startsWith('At 02:00 AM'))"
@@ -351,8 +370,8 @@ def walk_through(ui: UI, server: Served, profile: Path, db: Path, out: Path) -> 
     ui.wait("!document.querySelector('[role=dialog]')", "the schedule's form to close", 10)
 
     # The benchmark deployment: Run -> Custom run.
-    ui.click(by_text("a", "Deployments"), "Deployments in the sidebar")
-    ui.click(by_text("main a", "benchmark"), "the benchmark deployment")
+    ui.follow(by_text("a", "Deployments"), "Deployments in the sidebar")
+    ui.follow(by_text("main a", "benchmark"), "the benchmark deployment")
     ui.page(
         "benchmark",
         f"({by_text('button', 'Run')}) && "
