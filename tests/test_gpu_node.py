@@ -187,13 +187,14 @@ def test_a_worker_whose_framework_shows_no_gpu_is_one_line():
 
 @pytest.mark.slow
 def test_a_gpu_run_whose_jax_shows_no_gpu_is_refused_before_its_first_trial(tmp_path):
-    """The stand-in's nvidia-smi without its seam: nvidia-smi lists 2 GPUs, JAX shows only the
+    """The stand-in's nvidia-smi without its seam: nvidia-smi lists one GPU, JAX shows only the
     CPU (AIPERF_ACCELERATOR_PLATFORMS left at its default). `aiperf run` ends with one line naming
-    the workers and the fix, exit status 2, the run recorded failed and no trial trained."""
+    the worker and the fix, exit status 2, the run recorded failed and no trial trained. One GPU,
+    so one worker starts: each worker is judged alone, and the plural is tested without a run."""
     env = {
         **os.environ,
-        "PATH": f"{stand_in(tmp_path / 'bin', h200_node(2))}{os.pathsep}{os.environ['PATH']}",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "PATH": f"{stand_in(tmp_path / 'bin', h200_node(1))}{os.pathsep}{os.environ['PATH']}",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
         settings.PEAK_SECONDS.name: "0.2",
     }
     for name in ("CUDA_VISIBLE_DEVICES", settings.ACCELERATOR_PLATFORMS.name):
@@ -210,7 +211,7 @@ def test_a_gpu_run_whose_jax_shows_no_gpu_is_refused_before_its_first_trial(tmp_
     )
     assert done.returncode == 2, done.stderr[-3000:]
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert "shows no GPU although the run has 2" in line, line
+    assert "shows no GPU although the run has 1" in line, line
     assert "pip install '.[cuda]'" in line and "--cluster-opt gpus=0" in line, line
     assert _rows(db, "SELECT status FROM runs") == [("failed",)]
     assert _rows(db, "SELECT COUNT(*) FROM trials") == [(0,)]
