@@ -46,9 +46,12 @@ def _first_run(db_url: str, barrier, results) -> None:
 def test_first_runs_opening_a_fresh_database_at_once_all_succeed(db_url):
     """Four processes (as runs are: Alembic is not thread-safe) each migrate or find the work done,
     and upsert the same system: four runs, one system row."""
-    context = multiprocessing.get_context(
-        "fork"
-    )  # nothing to import again: the processes start at once
+    # Forked from a fork server that imported this module once, not from this pytest worker: a
+    # child forked from a process with threads (the session's servers' clients, its loggers) can
+    # inherit a lock one of them held and hang (it did, both parametrisations, in a full run). The
+    # children still start at once, with nothing to import again.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     barrier, results = context.Barrier(4), context.Queue()
     openers = [
         context.Process(target=_first_run, args=(db_url, barrier, results)) for _ in range(4)
