@@ -47,9 +47,9 @@ def test_first_runs_opening_a_fresh_database_at_once_all_succeed(db_url):
     """Four processes (as runs are: Alembic is not thread-safe) each migrate or find the work done,
     and upsert the same system: four runs, one system row."""
     # Forked from a fork server that imported this module once, not from this pytest worker: a
-    # child forked from a process with threads (the session's servers' clients, its loggers) can
-    # inherit a lock one of them held and hang (it did, both parametrisations, in a full run). The
-    # children still start at once, with nothing to import again.
+    # child forked from a process with threads (execnet's in a pytest-xdist worker, the session's
+    # Prefect clients') can inherit a lock one of them held and hang (both parametrisations did, in
+    # a full run). The children still start at once, with nothing to import again.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     barrier, results = context.Barrier(4), context.Queue()
