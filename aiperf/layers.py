@@ -8,6 +8,11 @@ aiperf.arch.
 - `PositionEmbedding`: learned absolute positions added to a (batch, sequence, width) input, as
   GPT-2 has them. Keras 3 has token embeddings (`Embedding`, `ReversibleEmbedding` for a tied LM
   head) and norms (`LayerNormalization`, `RMSNormalization`) but no position layer.
+- `causal_self_attention`: Keras' MultiHeadAttention whose attention kernel is chosen, not guessed:
+  "fused" (the backend's flash kernel: cuDNN's on an NVIDIA GPU under JAX, which never holds the
+  T x T scores), "unfused" (the scores materialised, then softmax, then a product with the values)
+  or "auto" (Keras decides per call, silently falling back). The same layer, weights and arithmetic;
+  only which kernel runs it differs.
 """
 
 from __future__ import annotations
@@ -15,6 +20,22 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+
+# Which kernel computes a causal self-attention (aiperf.train.attention chooses one per run).
+FUSED, UNFUSED, AUTO = "fused", "unfused", "auto"
+ATTENTION_KERNELS = (AUTO, FUSED, UNFUSED)
+# What Keras' dot_product_attention is told for each: True demands the flash kernel (an error where
+# it cannot run, never a silent fallback), False the plain one, None lets the backend guess.
+_FLASH = {FUSED: True, UNFUSED: False, AUTO: None}
+# cuDNN's flash attention takes heads of a multiple of 8 wide, up to 128 on every GPU it runs on
+# (Ampere and later; 256 from Hopper). A wider head under "fused" is left to Keras ("auto").
+FUSED_HEAD_MULTIPLE = 8
+FUSED_HEAD_MAX = 128
+
+
+def fused_head_fits(key_dim: int) -> bool:
+    """Whether a head of `key_dim` fits cuDNN's flash kernel on every GPU that has one."""
+    return key_dim % FUSED_HEAD_MULTIPLE == 0 and key_dim <= FUSED_HEAD_MAX
 
 
 @keras.saving.register_keras_serializable(package="aiperf")
@@ -56,3 +77,28 @@ class PositionEmbedding(keras.layers.Layer):
             "max_length": self.max_length,
             "initializer": self.initializer,
         }
+
+
+def causal_self_attention(
+    num_heads: int, key_dim: int, *, attention: str = AUTO, name: str | None = None
+) -> keras.layers.MultiHeadAttention:
+    """Keras' MultiHeadAttention whose kernel is `attention` (ATTENTION_KERNELS), for a decoder to
+    call as `layer(x, x, use_causal_mask=True)`.
+
+    Called so (no other mask, no dropout), MultiHeadAttention hands the projected heads to
+    `keras.ops.dot_product_attention(..., is_causal=True, flash_attention=layer._flash_attention)`;
+    only that last value is set here. Its constructor cannot be told "unfused": it keeps
+    `flash_attention or keras.config.is_flash_attention_enabled()`, so False becomes None (guess)
+    unless flash attention is off for the whole process; hence the attribute is set after it.
+
+    The layer stays Keras' own class, not a subclass: a weights file names a layer's weights by its
+    class (layers/multi_head_attention/query_dense/...), so kept weights of earlier runs load, the
+    operation rule (aiperf.ops.rules_lm) prices it, and a saved model (whose config has no kernel:
+    it is where the model runs, not what it is) loads anywhere as "auto"."""
+    if attention not in ATTENTION_KERNELS:
+        raise ValueError(
+            f"attention must be one of {', '.join(ATTENTION_KERNELS)}, got {attention!r}"
+        )
+    layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim, name=name)
+    layer._flash_attention = _FLASH[attention]  # read by MultiHeadAttention._compute_attention
+    return layer

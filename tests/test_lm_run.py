@@ -78,8 +78,12 @@ def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
     assert valid and verified
     assert loss <= 3.0  # the ruleset's ceiling
     assert regulated == pytest.approx(ops * (math.log(256) - loss), rel=1e-9)
-    [(division, ruleset, profile)] = _rows(db, "SELECT division, ruleset, profile FROM runs")
+    [(division, ruleset, profile, config)] = _rows(
+        db, "SELECT division, ruleset, profile, config FROM runs"
+    )
     assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.5", "lm-quick")
+    # The attention kernel the run chose (aiperf.train.attention), TensorFlow on a CPU: unfused.
+    assert json.loads(config)["train"]["attention"] == "unfused"
     completed = _rows(
         db,
         "SELECT architecture, train_ops_per_sample, eval_ops_per_sample, best_val_loss, id "
@@ -135,10 +139,15 @@ def test_the_standin_node_trains_lm_on_its_8_devices_with_jax_jit_bfloat16(lm_st
     the ceiling: exit 3 allowed) trains on all 8 devices with JAX, jit and mixed_bfloat16."""
     done, db = lm_standin
     assert done.returncode in (0, 3), (done.stdout[-3000:], done.stderr[-3000:])
-    [(run_id, backend, jit, precision, feed)] = _rows(
-        db, "SELECT id, backend, jit_compile, precision, data_feed FROM runs"
+    [(run_id, backend, jit, precision, feed, config)] = _rows(
+        db, "SELECT id, backend, jit_compile, precision, data_feed, config FROM runs"
     )
     assert (backend, bool(jit), precision, feed) == ("jax", True, "mixed_bfloat16", "tokens")
+    # JAX in bfloat16, but the stand-in's devices are CPUs, where cuDNN's fused attention does not
+    # run (each worker's probe, aiperf.train.attention): the run chose and recorded unfused.
+    assert json.loads(config)["train"]["attention"] == "unfused"
+    [(peaks,)] = _rows(db, "SELECT worker_peaks FROM runs")
+    assert [peak["fused_attention"] for peak in json.loads(peaks)] == [False]
     trials = _rows(
         db,
         "SELECT devices, placement, architecture FROM trials "

@@ -12,6 +12,7 @@ The model (GPT-2's shape, pre-norm):
     token_embedding (Embedding; ReversibleEmbedding when the head is tied) -> position_embedding
     block{i}, i = 0 .. layers - 1:
         x + attention(norm1(x))    MultiHeadAttention, causal, key_dim = spec.key_dim
+                                   (aiperf.layers.causal_self_attention: the run's kernel)
         x + mlp_down(mlp_up(norm2(x)))   Dense(mlp_width, activation) -> Dense(d_model)
             swiglu: x + mlp_down(mlp_multiply(mlp_gate(y), mlp_up(y))), y = norm2(x):
             Dense(mlp_width, silu) and Dense(mlp_width), Multiply, Dense(d_model)
@@ -289,16 +290,32 @@ def _mlp(spec: TransformerSpec, names: dict[str, str], y: Any) -> Any:
     return layers.Dense(spec.d_model, name=names["mlp_down"])(y)
 
 
-def build_transformer(spec: TransformerSpec, *, seed: int) -> keras.Model:
+def attention_kernel(spec: TransformerSpec, attention: str) -> str:
+    """The kernel `spec`'s attention layers take under the run's `attention` (aiperf.layers'
+    ATTENTION_KERNELS): "fused" only where cuDNN's flash kernel takes the spec's head width on every
+    GPU (aiperf.layers.fused_head_fits); a wider head is left to Keras ("auto": Hopper's cuDNN takes
+    up to 256), rather than failing the trial that grew it."""
+    from aiperf.layers import AUTO, FUSED, fused_head_fits
+
+    if attention == FUSED and not fused_head_fits(spec.key_dim):
+        return AUTO
+    return attention
+
+
+def build_transformer(spec: TransformerSpec, *, seed: int, attention: str = "auto") -> keras.Model:
     """A fresh model for `spec`, its weights drawn from `seed` (Keras' global seed is set: the same
     spec and seed give the same weights, on any backend's own generator). Logits come out float32
     under any dtype policy (the head computes in float32), so a mixed-precision model's softmax and
-    loss keep float32's range, as the CNN builder's head does."""
+    loss keep float32's range, as the CNN builder's head does. `attention` names the kernel of every
+    causal attention (aiperf.layers.causal_self_attention; a trial passes its run's choice,
+    aiperf.train.attention): which kernel runs changes neither the weights nor the counted
+    operations, so "auto" (Keras' own guess) serves a model built only to count or to load."""
     import keras
 
-    from aiperf.layers import PositionEmbedding
+    from aiperf.layers import PositionEmbedding, causal_self_attention
 
     keras.utils.set_random_seed(seed)
+    kernel = attention_kernel(spec, attention)
     layers = keras.layers
     tokens = keras.Input(shape=(spec.seq_len,), dtype="int32", name="tokens")
     if spec.tied_head:
@@ -315,9 +332,10 @@ def build_transformer(spec: TransformerSpec, *, seed: int) -> keras.Model:
     for i in range(spec.layers):
         names = dict(zip(spec.block_parts, spec.block_names(i), strict=True))
         y = _norm(spec, names["norm1"])(x)
-        # No dropout inside the attention: it would rule out the backend's fused kernel.
-        y = layers.MultiHeadAttention(
-            num_heads=spec.heads, key_dim=spec.key_dim, name=names["attention"]
+        # No dropout inside the attention and no mask but the causal one: either would rule out
+        # the backend's fused kernel (MultiHeadAttention passes is_causal=True to it only then).
+        y = causal_self_attention(
+            spec.heads, spec.key_dim, attention=kernel, name=names["attention"]
         )(y, y, use_causal_mask=True)
         if spec.dropout > 0:
             y = layers.Dropout(spec.dropout, name=f"block{i}_attention_dropout")(y)

@@ -213,6 +213,8 @@ class SearchConfig(_Strict):
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
 LrSchedule = Literal["constant", "cosine"]
+# The kernel of an LM's causal attention (aiperf.layers.ATTENTION_KERNELS, aiperf.train.attention).
+Attention = Literal["auto", "fused", "unfused"]
 # train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
 # the devices (never by probe noise) once before the first trial (aiperf.train.auto); trials never
 # see it.
@@ -243,6 +245,13 @@ class TrainConfig(_Strict):
     precision: Precision = "float32"
     jit_compile: bool = False
     backend: Backend = "tensorflow"
+    # Which kernel computes an LM's causal attention: fused (the backend's flash kernel, cuDNN's
+    # under JAX on NVIDIA GPUs of compute capability 8.0 and later, in bfloat16 or float16: the
+    # T x T scores are never held), unfused (scores materialised, softmax, product with the values).
+    # auto: fused where the run's devices, backend and precision take it, unfused elsewhere,
+    # recorded as the run's choice before its first trial (aiperf.train.attention). Like backend,
+    # an implementation of the same training: never in the workload hash, never a deviation.
+    attention: Attention = "auto"
 
     # The training recipe (aiperf/train/recipe.py); the defaults are plain SGD at a constant rate.
     # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own

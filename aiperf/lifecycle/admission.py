@@ -214,6 +214,7 @@ class Admission:
                         devices=trial_devices(self.config.cluster),
                         weights_path=self._weights_path(number),
                         feed=self.config.data.feed,
+                        attention=self.config.train.attention,
                     ),
                     proposal.operator,
                 )

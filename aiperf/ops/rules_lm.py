@@ -140,7 +140,10 @@ def multi_head_attention(call: LayerCall) -> Cost:
       MAC each, and 2 per weight for the update, biases included): Q Tq*dq*H*k, K Tk*dk*H*k,
       V Tk*dv*H*v, output Tq*H*v*dout MACs (and a sigmoid gate Tq*dq*H*v with use_gate);
     - the attention as a dense kernel computes it: Q·K^T H*Tq*Tk*k and A·V H*Tq*Tk*v MACs, the
-      whole Tq x Tk whatever the mask (a causal mask skips no work in a dense kernel). Backward 2
+      whole Tq x Tk whatever the mask (a causal mask skips no work in a dense kernel). The count is
+      the model's, read from the layer's shapes, never the kernel's: the fused kernel a run may
+      choose (train.attention, aiperf.train.attention), which skips the masked half and computes
+      the scores again in its backward pass, counts the same. Backward 2
       products of the forward's size each (gradients of both operands), 4 per MAC;
     - elementwise, "aiperf" convention only, backward 0: the 1/sqrt(k) scaling of the query (one
       multiply per query element, as Keras applies it), softmax 13n - 1 per row of n scores (the

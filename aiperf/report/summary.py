@@ -54,11 +54,15 @@ def peak_text(run: RunRecord) -> str:
 
 
 def training_text(run: RunRecord) -> str:
-    """How the run's trials trained: precision, Keras backend, XLA (or jax.jit) compilation."""
+    """How the run's trials trained: precision, Keras backend, XLA (or jax.jit) compilation, and
+    an LM run's attention kernel as the run chose it (aiperf.train.attention; an image run has
+    none, and a run recorded before the choice existed says nothing of it)."""
     if run.precision is None and run.backend is None:
         return "not recorded"
     jit = "-" if run.jit_compile is None else "on" if run.jit_compile else "off"
-    return f"{run.precision or '-'} on {run.backend or '-'}, jit_compile {jit}"
+    text = f"{run.precision or '-'} on {run.backend or '-'}, jit_compile {jit}"
+    attention = (run.config.get("train") or {}).get("attention")
+    return text if attention in (None, "auto") else f"{text}, attention {attention}"
 
 
 def feed_text(run: RunRecord) -> str:

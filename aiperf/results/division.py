@@ -63,10 +63,15 @@ def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-# How the same training is carried out: Keras' backend and XLA (or jax.jit) compilation. Recorded
-# with the run (runs.backend, runs.jit_compile) and its system (systems.keras_backend), never part of
-# the workload's identity, so a result compares with the same workload run on another backend.
-IMPLEMENTATION = ("train.backend", "train.jit_compile")
+# How the same training is carried out: Keras' backend, XLA (or jax.jit) compilation and the kernel
+# of an LM's attention. Recorded with the run (runs.backend, runs.jit_compile, the config's
+# train.attention) and its system (systems.keras_backend), never part of the workload's identity,
+# so a result compares with the same workload run on another backend.
+IMPLEMENTATION = ("train.backend", "train.jit_compile", "train.attention")
+# Implementation choices no ruleset lists, each value of which is the same arithmetic in another
+# kernel: never a deviation, under any ruleset. train.attention (aiperf.train.attention): fused or
+# unfused computes the same attention, and its auto is stored as the kernel the devices took.
+KERNELS = ("train.attention",)
 # Settings that joined the workload after runs were recorded, with the value every earlier run had:
 # at that value a setting stays out of the hash, so an earlier run keeps its hash (and `aiperf verify`
 # still finds it) and stays comparable with later runs of the same workload.
@@ -184,6 +189,7 @@ def classify(config: BenchmarkConfig) -> Division:
         if run.get(key) != packaged.get(key)
         and not ruleset.is_settable(key)
         and key not in ruleset.choices
+        and key not in KERNELS
         and not key.startswith(DESCRIPTIVE)
         and not (key == BATCH_SIZE and sized_by_memory(run, packaged))
     )

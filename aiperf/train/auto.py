@@ -47,6 +47,7 @@ from typing import Any
 from aiperf.config import AUTO, BenchmarkConfig
 from aiperf.config.host import nvidia_smi, visible_devices
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
+from aiperf.train.attention import attention_settings
 
 GIB = 2**30
 # The order the probes run in (float32 first: MFU's divisor where nothing else is chosen).
@@ -267,6 +268,8 @@ def resolved_settings(
             for peak in peaks
         ]
         settings["train.precision"] = resolve_precision(probes, allowed_precisions(config), facts)
+    precision = settings.get("train.precision", config.train.precision)
+    settings.update(attention_settings(config, peaks, precision))  # aiperf.train.attention
     per_gib = config.search.space.batch_per_gib
     if per_gib:
         gib = smallest_gib(facts)

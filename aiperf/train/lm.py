@@ -31,10 +31,13 @@ def spec_of(architecture: dict[str, Any], dropout: float = 0.0) -> TransformerSp
     return replace(TransformerSpec.from_dict(architecture), dropout=float(dropout))
 
 
-def build_lm(architecture: dict[str, Any], *, dropout: float, seed: int) -> Any:
-    """A fresh model for the trial's spec, its weights drawn from the trial's seed. Called under
-    the trial's dtype policy and device scope, as the image builder is."""
-    return build_transformer(spec_of(architecture, dropout), seed=seed)
+def build_lm(
+    architecture: dict[str, Any], *, dropout: float, seed: int, attention: str = "auto"
+) -> Any:
+    """A fresh model for the trial's spec, its weights drawn from the trial's seed, its attention
+    computed by the run's kernel (train.attention, aiperf.train.attention). Called under the
+    trial's dtype policy and device scope, as the image builder is."""
+    return build_transformer(spec_of(architecture, dropout), seed=seed, attention=attention)
 
 
 def open_lm_feed(

@@ -46,6 +46,7 @@ class TrialRequest:
     # folder, aiperf.paths.weights_path), for verify to evaluate again; None: keep none.
     weights_path: str | None = None
     feed: str = "auto"  # data.feed: what decodes the staged shards (aiperf.data.feed.choose_feed)
+    attention: str = "auto"  # train.attention: an LM's attention kernel (aiperf.train.attention)
 
     @property
     def global_batch(self) -> int:

@@ -177,7 +177,10 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                     devices=request.devices,
                 )
                 model = lm.build_lm(
-                    request.architecture, dropout=request.dropout, seed=request.seed
+                    request.architecture,
+                    dropout=request.dropout,
+                    seed=request.seed,
+                    attention=request.attention,
                 )
             else:
                 feed = open_feed(

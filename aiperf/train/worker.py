@@ -67,6 +67,7 @@ def peak_on_worker(
     A worker that owns several accelerators (cluster.devices_per_trial) probes one and counts it
     once per device: its trials run on all of them, so MFU's divisor is their summed peak. Logical
     CPU devices share the worker's cores, which the probe already keeps busy: counted once."""
+    from aiperf.train.attention import PROBED, fused_attention_runs
     from aiperf.train.auto import device_facts, supported_precisions
     from aiperf.train.devices import worker_devices
     from aiperf.train.peak import device, measure_peak, probe_precisions
@@ -83,6 +84,7 @@ def peak_on_worker(
         peak = measure_peak(seconds, dtype, worker=worker_label(name))
     devices = worker_devices() if accelerated else 1
     record = {**across_devices(peak, devices), "device_facts": facts.to_dict()}
+    record[PROBED] = accelerated and fused_attention_runs()  # aiperf.train.attention
     fraction = os.environ.get(MEM_FRACTION_ENV)  # JAX's share of each GPU, set on GPU workers
     return {**record, "memory_fraction": float(fraction)} if fraction else record
 
