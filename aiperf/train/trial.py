@@ -25,6 +25,7 @@ from aiperf.train import lm, recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
+from aiperf.train.fit import StepMemory, checks_fit, step_memory, too_large_message
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -141,6 +142,20 @@ class BestWeights:
         return True
 
 
+def _step_memory(model: Any, request: TrialRequest) -> StepMemory | None:
+    """What the trial's step needs of each device against what it has (aiperf.train.fit), where
+    this worker checks it (JAX with jit on accelerators); None elsewhere, at no cost."""
+    if not checks_fit(request.jit_compile):
+        return None
+    return step_memory(
+        model,
+        global_batch=request.global_batch,
+        devices=request.devices,
+        precision=request.precision,
+        headroom=request.fit_headroom,
+    )
+
+
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
     """Build, count, train and evaluate; every epoch is reported the moment it ends. Where the
     trial's seconds went (aiperf.train.phases) comes back in TrialResult.phases."""
@@ -222,6 +237,18 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             )
             if request.devices == 1:  # a strategy's replicas build theirs as they trace once
                 build_step_state(fed)
+            # Fit before paying: on JAX accelerators the step is compiled now, from shapes, and
+            # its memory read from XLA (the executable is the one fit runs: no second compile).
+            memory = _step_memory(fed, request)
+        if memory is not None and not memory.fits:
+            return TrialResult(
+                request.trial_key,
+                TrialStatus.TOO_LARGE,
+                built,
+                [],
+                message=too_large_message(memory),
+                phases=clock.seconds(),
+            )
         n_train, n_val = feed.train_samples, feed.val_samples
 
         if time.time() < request.deadline:
