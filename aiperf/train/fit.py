@@ -113,6 +113,30 @@ def device_bytes(device: Any = None) -> int | None:
     return None if total is None else int(total * memory_share())
 
 
+def build_step_state(model) -> None:
+    """Create the optimizer's slots and the compiled metrics' variables now, before the first step.
+
+    Without a distribution strategy, Keras' TensorFlow backend leaves them to be created inside the
+    first trace of the train step, and a tf.function whose first trace creates variables traces
+    its Python function a second time, so a trial would pay for tracing its train step twice. Built
+    here, with the public `optimizer.build` and one `compute_metrics` call on a zero batch (whose
+    counts `fit` resets at every epoch), it is traced once, which roughly halves a trial's first
+    `fit` (docs/performance.md). Other backends build this state before they trace anyway, so for
+    them this only happens earlier."""
+    import keras
+
+    model.optimizer.build(model.trainable_variables)
+    # One sample's outputs and labels: (classes,) and () for an image model, (seq_len, vocab) and
+    # (seq_len,) for a language model (a label per position, the next token).
+    outputs = tuple(int(d) for d in model.output_shape[1:])
+    model.compute_metrics(
+        None,
+        keras.ops.zeros((1, *outputs[:-1]), dtype="int32"),
+        keras.ops.zeros((1, *outputs)),
+        sample_weight=None,
+    )
+
+
 def _jitted_train_step(model: Any) -> Any:
     """The jitted train step Keras' JAX trainer calls in `fit`: made once on the model
     (make_train_function keeps it), found in the closure of the function it wraps it in."""
@@ -183,7 +207,7 @@ def step_memory(
     (aiperf.train.devices.data_parallel). `headroom`: the fraction of the device's memory kept free
     (default: the packaged fit rule's); `available`: the allocator's share of one device in bytes
     (default: `device_bytes()`). Its optimizer's slots and metrics are built if they are not yet
-    (as aiperf.train.trial.build_step_state does)."""
+    (`build_step_state`)."""
     import keras
 
     if keras.backend.backend() != "jax":
@@ -197,9 +221,8 @@ def step_memory(
             f"the step is for {devices} devices, the distribution set has "
             f"{_devices_of_distribution()}: build and compile inside the trial's data_parallel"
         )
-    from aiperf.train.trial import build_step_state
-
-    build_step_state(model)  # the optimizer's slots and the metrics' variables: the step's state
+    if not model.optimizer.built:  # its slots and the metrics' variables: the step's state
+        build_step_state(model)
     started = time.perf_counter()
     compiled = (
         _jitted_train_step(model)
@@ -260,3 +283,75 @@ def too_large_message(memory: StepMemory) -> str:
         f"too large for its devices: {memory.line()}; it was not trained (a smaller "
         "architecture or batch fits: lower search.space.batch_per_gib or batch_size)"
     )
+
+
+def reductions(
+    sizes: list[int], rule: FitRule, per_gib: list[int] | None = None
+) -> list[list[int]]:
+    """The run's per-device batch sizes, then each smaller list the rule's "halve" gives, in the
+    order they are tried before the window: per-GiB batches (`per_gib`, the list being each
+    multiplier times one GiB count) are sized by half that GiB count (so the list stays what
+    aiperf.results.division.sized_by_memory accepts), other lists have each size halved; none
+    below `rule.min_batch` per device. Pure arithmetic: verify checks a run's list against it."""
+    found = [sorted(sizes)]
+    gib = min(sizes) // min(per_gib) if per_gib and min(sizes) % min(per_gib) == 0 else None
+    while True:
+        if gib is not None:
+            gib //= 2
+            smaller = sorted({m * gib for m in per_gib or ()}) if gib else []
+        else:
+            smaller = sorted({size // 2 for size in found[-1]})
+        if not smaller or min(smaller) < rule.min_batch:
+            return found
+        found.append(smaller)
+
+
+def seed_fit_on_worker(
+    *,
+    input_shape: tuple[int, int, int],
+    classes: int,
+    seed_architecture: str,
+    devices: int,
+    precision: str,
+    batches: list[int],
+    headroom: float,
+    worker: str | None = None,
+) -> dict[str, Any]:
+    """Before the window, on a worker: the run's seed network built and compiled as a trial does
+    (its devices, precision, jit), its step's memory read at each per-device batch of `batches`
+    in turn until one fits. {"worker", "fits": the index of the first batch that fits (None: none
+    does; -1: this worker does not check), "checked": [StepMemory as a dict, ...]}."""
+    import socket
+
+    import keras
+
+    from aiperf.arch import build_model
+    from aiperf.arch.seeds import seed_spec
+    from aiperf.train.devices import data_parallel
+
+    found: dict[str, Any] = {"worker": worker or socket.gethostname(), "fits": -1, "checked": []}
+    if not checks_fit(True):
+        return found
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        with data_parallel(keras.backend.backend(), devices):
+            model = build_model(seed_spec(seed_architecture, input_shape, classes))
+            model.compile(
+                optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=True
+            )
+            found["fits"] = None
+            for index, batch in enumerate(batches):
+                memory = step_memory(
+                    model,
+                    global_batch=batch * devices,
+                    devices=devices,
+                    precision=precision,
+                    headroom=headroom,
+                )
+                found["checked"].append(memory.to_dict())
+                if memory.fits:
+                    found["fits"] = index
+                    break
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return found

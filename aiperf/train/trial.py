@@ -25,7 +25,13 @@ from aiperf.train import lm, recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
-from aiperf.train.fit import StepMemory, checks_fit, step_memory, too_large_message
+from aiperf.train.fit import (
+    StepMemory,
+    build_step_state,
+    checks_fit,
+    step_memory,
+    too_large_message,
+)
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -81,30 +87,6 @@ def _optimizer(request: TrialRequest, steps_per_epoch: int):
     )
     return recipe.optimizer(
         request.optimizer, rate, momentum=request.momentum, weight_decay=request.weight_decay
-    )
-
-
-def build_step_state(model) -> None:
-    """Create the optimizer's slots and the compiled metrics' variables now, before the first step.
-
-    Without a distribution strategy, Keras' TensorFlow backend leaves them to be created inside the
-    first trace of the train step, and a tf.function whose first trace creates variables traces
-    its Python function a second time, so a trial would pay for tracing its train step twice. Built
-    here, with the public `optimizer.build` and one `compute_metrics` call on a zero batch (whose
-    counts `fit` resets at every epoch), it is traced once, which roughly halves a trial's first
-    `fit` (docs/performance.md). Other backends build this state before they trace anyway, so for
-    them this only happens earlier."""
-    import keras
-
-    model.optimizer.build(model.trainable_variables)
-    # One sample's outputs and labels: (classes,) and () for an image model, (seq_len, vocab) and
-    # (seq_len,) for a language model (a label per position, the next token).
-    outputs = tuple(int(d) for d in model.output_shape[1:])
-    model.compute_metrics(
-        None,
-        keras.ops.zeros((1, *outputs[:-1]), dtype="int32"),
-        keras.ops.zeros((1, *outputs)),
-        sample_weight=None,
     )
 
 
