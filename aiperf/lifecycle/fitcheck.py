@@ -101,7 +101,7 @@ def _settle(
     index = max(int(f["fits"]) for f in checked)
     first = checked[0]["checked"][index]
     logger.info(
-        "run %d: before the window: the seed's step needs %,.0f MiB a device of %,.0f MiB",
+        "run %d: before the window: the seed's step needs %.0f MiB a device of %.0f MiB",
         recorder.run_id,
         first["bytes_needed"] / 2**20,
         first["bytes_available"] / 2**20,
