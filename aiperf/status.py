@@ -39,6 +39,10 @@ class TrialStatus(StrEnum):
     # the device's memory ran out (XLA RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError):
     # its batch does not fit; the run goes on (aiperf.train.accelerators)
     OUT_OF_MEMORY = "out_of_memory"
+    # its step, compiled before it trained, needs more of a device's memory than the device has
+    # (XLA's memory analysis against the fit rule's share): never trained; the run goes on
+    # (aiperf.train.fit)
+    TOO_LARGE = "too_large"
 
 
 # --- liveness: the orchestrator's heartbeat ------------------------------------------------------

@@ -242,6 +242,9 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     done, db = standin_run
     assert done.returncode in (0, 3), (done.stdout[-3000:], done.stderr[-3000:])
     assert "trials of run" in done.stdout  # aiperf show's table
+    # Fit before paying (aiperf.lifecycle.fitcheck): the seed's step was compiled for the 8
+    # devices and its memory read from XLA against the declared 1 GiB, before the window.
+    assert "the seed's step needs" in done.stdout + done.stderr, done.stderr[-3000:]
     # The feed that ran, and whether it kept the 8 devices busy, measured before the window: data.feed
     # auto takes DALI on a GPU node where it is installed (the dev install has it), and DALI's CPU
     # operators decode on the stand-in, whose devices are the CPU's

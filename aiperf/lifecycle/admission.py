@@ -26,6 +26,7 @@ from aiperf.search import space
 from aiperf.search.schedule import epochs_for
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
+from aiperf.train.fit import fit_rule
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.recipe import scaled_rate
 
@@ -212,6 +213,7 @@ class Admission:
                         ),
                         label_smoothing=self.config.train.label_smoothing,
                         devices=trial_devices(self.config.cluster),
+                        fit_headroom=fit_rule(self.config.ruleset).headroom,
                         weights_path=self._weights_path(number),
                         feed=self.config.data.feed,
                         attention=self.config.train.attention,

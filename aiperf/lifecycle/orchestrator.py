@@ -360,7 +360,12 @@ class Orchestrator:
         # (a resumed run rebuilds the trials themselves from the records: aiperf.search.resume).
         assert self.proposals is not None
         self.proposals.tell(end_trial, running.kt_trial, self.config.search.objective, message)
-        if status in (TrialStatus.FAILED, TrialStatus.DIVERGED, TrialStatus.OUT_OF_MEMORY):
+        if status in (
+            TrialStatus.FAILED,
+            TrialStatus.DIVERGED,
+            TrialStatus.OUT_OF_MEMORY,
+            TrialStatus.TOO_LARGE,
+        ):
             log.warning(
                 "trial %s %s: %s", key, status, (message or "").splitlines()[0] if message else ""
             )
@@ -385,7 +390,8 @@ class Orchestrator:
     def _count_failure(self, status: TrialStatus, message: str | None) -> None:
         """Fail fast: after max_failures failed trials in a row with none completed, nothing will
         train, so the run stops (NothingTrains) instead of idling out its budget."""
-        if status not in (TrialStatus.FAILED, TrialStatus.OUT_OF_MEMORY):  # nothing trained
+        # nothing trained
+        if status not in (TrialStatus.FAILED, TrialStatus.OUT_OF_MEMORY, TrialStatus.TOO_LARGE):
             self.failures_in_a_row = 0
             return
         self.failures_in_a_row += 1

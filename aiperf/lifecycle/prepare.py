@@ -90,11 +90,22 @@ def resolve_settings(
     workers' peak records (aiperf.train.auto), stored with the run in place of the one recorded,
     with the precision, division and workload hash judged from it again (in the database and the
     event log, whose latest config and division stand)."""
-    from pydantic import ValidationError
-
     from aiperf.train.auto import resolved_settings
 
-    resolved = resolved_settings(config, peaks)
+    return store_resolved(config, recorder, resolved_settings(config, peaks), logger)
+
+
+def store_resolved(
+    config: BenchmarkConfig,
+    recorder: RunRecorder,
+    resolved: dict[str, Any],
+    logger: logging.Logger | logging.LoggerAdapter = log,
+) -> BenchmarkConfig:
+    """The config with the `resolved` dotted settings set, stored with the run in place of the one
+    recorded (precision, division and workload hash judged again); `config` itself when there are
+    none. A value the config refuses is one line naming the settings that size it."""
+    from pydantic import ValidationError
+
     if not resolved:
         return config
     raw = config.model_dump()

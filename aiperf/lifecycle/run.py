@@ -43,6 +43,7 @@ from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.feedcheck import measure_feed
+from aiperf.lifecycle.fitcheck import fit_seed
 from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.lifecycle.prepare import describe_workers, prepare_workers, record_provenance
@@ -276,6 +277,8 @@ def search_until_deadline(
         config = prepare_workers(config, recorder, trials.client, logger, resumed=resumed)
         if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
             refuse_batch_beyond_data(config, manifest)
+        if not resumed:  # fit before paying: the seed's step against the devices' memory
+            config = fit_seed(config, recorder, trials.client, manifest, logger)
         measure_feed(config, recorder, trials.client, manifest, logger)  # feed-bound?
         measure_reference(config, recorder, trials.client, manifest, logger)  # bare Keras
         describe_workers(config, recorder, trials.client, logger)

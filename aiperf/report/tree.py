@@ -25,6 +25,7 @@ STATUS_COLORS = {
     TrialStatus.DIVERGED: "#9467bd",
     TrialStatus.INTERRUPTED: "#8c564b",
     TrialStatus.OUT_OF_MEMORY: "#e377c2",
+    TrialStatus.TOO_LARGE: "#bcbd22",
     TrialStatus.RUNNING: "#7f7f7f",
 }
 INDENT_LEVELS = 12  # generations that indent; deeper ones stay at this depth (12 x 19 px at most)

@@ -246,4 +246,10 @@ def batch_problem(
     actual = config.search.space.batch_size
     if actual == expected:
         return None
+    # Fit before paying (aiperf.lifecycle.fitcheck): where the seed at the largest did not fit
+    # the devices, the run's sizes are one of its ruleset's fit rule's reductions of them.
+    from aiperf.train.fit import fit_rule, reductions
+
+    if gib is not None and actual in reductions(expected, fit_rule(config.ruleset), per_gib):
+        return None
     return f"search.space.batch_size {actual} is not {expected} ({why})"

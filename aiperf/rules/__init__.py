@@ -96,6 +96,30 @@ class SeriesRule:
 
 
 @dataclass(frozen=True)
+class FitRule:
+    """How a run fits its steps to its devices' memory (docs/rules.md, "Fit before paying";
+    aiperf.train.fit applies it). Rulesets before 1.6 name none and take these packaged defaults.
+
+    `headroom`: the fraction of what JAX's allocator may take of a device that a step's planned
+    memory (XLA's analysis) must leave free, for what the analysis does not see (fragmentation,
+    the feed's buffers on the device). `reduce`: how a run's batch sizes are reduced before the
+    window when the seed at the largest does not fit: "halve" sizes them by half the GiB count
+    (per-GiB batches) or halves each listed size, again until the seed fits or `min_batch` per
+    device is reached. A proposal that does not fit is never trained: it ends too_large."""
+
+    headroom: float = 0.1
+    reduce: str = "halve"
+    min_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.headroom < 1 or self.reduce != "halve" or self.min_batch < 1:
+            raise ValueError(
+                "a fit rule needs 0 <= headroom < 1, reduce: halve and min_batch >= 1; got "
+                f"headroom={self.headroom}, reduce={self.reduce!r}, min_batch={self.min_batch}"
+            )
+
+
+@dataclass(frozen=True)
 class ProfileRules:
     """What the ruleset requires of one packaged profile's results."""
 
@@ -137,6 +161,8 @@ class Ruleset:
     # How many runs a ranked closed result needs and how they are summarised. None: the ruleset
     # ranks single runs (1.0-1.2).
     series: SeriesRule | None = None
+    # How steps are fitted to the devices' memory (rulesets from 1.6; earlier ones: the defaults).
+    fit: FitRule = FitRule()
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -205,6 +231,18 @@ def _series_rule(raw: dict[str, Any] | None) -> SeriesRule | None:
     )
 
 
+def _fit_rule(raw: dict[str, Any] | None) -> FitRule:
+    """A ruleset's `fit` entry, typed (the packaged defaults where it has none)."""
+    if raw is None:
+        return FitRule()
+    defaults = FitRule()
+    return FitRule(
+        headroom=float(raw.get("headroom", defaults.headroom)),
+        reduce=str(raw.get("reduce", defaults.reduce)),
+        min_batch=int(raw.get("min_batch", defaults.min_batch)),
+    )
+
+
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -243,6 +281,7 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
         accuracy_tolerance=_optional_float(raw["valid"].get("accuracy_tolerance")),
         loss_tolerance=_optional_float(raw["valid"].get("loss_tolerance")),
         series=_series_rule(raw.get("ranking")),
+        fit=_fit_rule(raw.get("fit")),
     )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")

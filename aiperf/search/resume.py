@@ -35,6 +35,7 @@ _STATUS = {
     TrialStatus.RUNNING: "FAILED",
     TrialStatus.INTERRUPTED: "FAILED",
     TrialStatus.OUT_OF_MEMORY: "FAILED",
+    TrialStatus.TOO_LARGE: "FAILED",
 }
 
 

@@ -47,6 +47,9 @@ class TrialRequest:
     weights_path: str | None = None
     feed: str = "auto"  # data.feed: what decodes the staged shards (aiperf.data.feed.choose_feed)
     attention: str = "auto"  # train.attention: an LM's attention kernel (aiperf.train.attention)
+    # The fraction of a device's memory its step must leave free (the ruleset's fit rule): a trial
+    # on JAX accelerators whose compiled step needs more ends too_large, untrained (aiperf.train.fit).
+    fit_headroom: float = 0.1
 
     @property
     def global_batch(self) -> int:

@@ -25,6 +25,13 @@ from aiperf.train import lm, recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
+from aiperf.train.fit import (
+    StepMemory,
+    build_step_state,
+    checks_fit,
+    step_memory,
+    too_large_message,
+)
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -83,30 +90,6 @@ def _optimizer(request: TrialRequest, steps_per_epoch: int):
     )
 
 
-def build_step_state(model) -> None:
-    """Create the optimizer's slots and the compiled metrics' variables now, before the first step.
-
-    Without a distribution strategy, Keras' TensorFlow backend leaves them to be created inside the
-    first trace of the train step, and a tf.function whose first trace creates variables traces
-    its Python function a second time, so a trial would pay for tracing its train step twice. Built
-    here, with the public `optimizer.build` and one `compute_metrics` call on a zero batch (whose
-    counts `fit` resets at every epoch), it is traced once, which roughly halves a trial's first
-    `fit` (docs/performance.md). Other backends build this state before they trace anyway, so for
-    them this only happens earlier."""
-    import keras
-
-    model.optimizer.build(model.trainable_variables)
-    # One sample's outputs and labels: (classes,) and () for an image model, (seq_len, vocab) and
-    # (seq_len,) for a language model (a label per position, the next token).
-    outputs = tuple(int(d) for d in model.output_shape[1:])
-    model.compute_metrics(
-        None,
-        keras.ops.zeros((1, *outputs[:-1]), dtype="int32"),
-        keras.ops.zeros((1, *outputs)),
-        sample_weight=None,
-    )
-
-
 class BestWeights:
     """The weights of the trial's best complete epoch, the ones that earned the accuracy (or, for
     a language model, the loss) the score may use, kept so that `aiperf verify` can evaluate them
@@ -139,6 +122,20 @@ class BestWeights:
         os.replace(partial, self.path)
         self.value, self.epoch = value, report.epoch
         return True
+
+
+def _step_memory(model: Any, request: TrialRequest) -> StepMemory | None:
+    """What the trial's step needs of each device against what it has (aiperf.train.fit), where
+    this worker checks it (JAX with jit on accelerators); None elsewhere, at no cost."""
+    if not checks_fit(request.jit_compile):
+        return None
+    return step_memory(
+        model,
+        global_batch=request.global_batch,
+        devices=request.devices,
+        precision=request.precision,
+        headroom=request.fit_headroom,
+    )
 
 
 def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None) -> TrialResult:
@@ -225,6 +222,18 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             )
             if request.devices == 1:  # a strategy's replicas build theirs as they trace once
                 build_step_state(fed)
+            # Fit before paying: on JAX accelerators the step is compiled now, from shapes, and
+            # its memory read from XLA (the executable is the one fit runs: no second compile).
+            memory = _step_memory(fed, request)
+        if memory is not None and not memory.fits:
+            return TrialResult(
+                request.trial_key,
+                TrialStatus.TOO_LARGE,
+                built,
+                [],
+                message=too_large_message(memory),
+                phases=clock.seconds(),
+            )
         n_train, n_val = feed.train_samples, feed.val_samples
 
         if time.time() < request.deadline:
