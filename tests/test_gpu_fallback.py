@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from nvidia_smi_samples import FACTS_ARGS, NO_DRIVER, calls, h200_node, put_first_on_path, stand_in
 
+from aiperf.cluster.environment import worker_environment
 from aiperf.config import host, layers, load_config
 from aiperf.errors import UserError
 from aiperf.results.division import classify
@@ -129,8 +130,15 @@ def test_a_cpu_run_the_user_asks_for_runs_recorded_and_open(tmp_path, monkeypatc
     assert "train.device: 'auto' -> 'cpu'" in division.deviations
     # The default is out of the workload hash, so every earlier run keeps its hash.
     assert classify(load_config("quick", cluster={"gpus": 0})).config_hash != division.config_hash
-    with pytest.raises(UserError, match="train.device cpu trains on the CPUs, but cluster.gpus"):
-        load_config("quick", cluster={"gpus": 2}, overrides={"train.device": "cpu"})
+    for cluster in ({"gpus": 2}, {"kind": "slurm", "gpus": 4}):
+        with pytest.raises(
+            UserError, match="train.device cpu trains on the CPUs, but cluster.gpus"
+        ):
+            load_config("quick", cluster=cluster, overrides={"train.device": "cpu"})
+    # Its workers see none of the node's GPUs, whatever framework they import.
+    hidden = worker_environment(2, on_cpus=True)
+    assert (hidden["CUDA_VISIBLE_DEVICES"], hidden["JAX_PLATFORMS"]) == ("", "cpu")
+    assert "CUDA_VISIBLE_DEVICES" not in worker_environment(2, gpus=2)
 
 
 def test_cluster_gpus_0_on_a_node_with_gpu_device_files_names_the_setting(monkeypatch, tmp_path):

@@ -292,15 +292,15 @@ def _local_gpus(raw: dict[str, Any], *, local: bool, runs_here: bool) -> tuple[A
     run); cluster.gpus 0 on a node with the driver's device files or libraries is refused, naming
     it, so that no CPU run of a GPU node passes for a closed one."""
     section = raw.get("cluster")
-    gpus = section.get("gpus") if isinstance(section, dict) and local else None
-    if not local or not (section is None or isinstance(section, dict)):
-        return gpus, 0
+    given = section.get("gpus") if isinstance(section, dict) else None
     train = raw.get("train")
-    if isinstance(train, dict) and train.get("device") == "cpu":
-        if gpus not in (None, 0, "0"):
-            raise UserError(
-                f"train.device cpu trains on the CPUs, but cluster.gpus is {gpus}: drop one of them"
-            )
+    on_cpus = isinstance(train, dict) and train.get("device") == "cpu"
+    if on_cpus and given not in (None, 0, "0"):
+        raise UserError(
+            f"train.device cpu trains on the CPUs, but cluster.gpus is {given}: drop one of them"
+        )
+    gpus = given if local else None
+    if on_cpus or not local or not (section is None or isinstance(section, dict)):
         return gpus, 0
     if gpus is not None:
         seen = device_files() + driver_libraries() if gpus in (0, "0") and runs_here else []
