@@ -14,7 +14,7 @@ Which precisions a device may probe is decided from the device itself, never fro
   8.0 (Ampere and later), float16 from 7.0 (Volta, Turing), float32 always;
 - a CPU (/proc/cpuinfo's flags): bfloat16 with AMX (amx_bf16) or AVX-512 BF16 (avx512_bf16),
   float32 always;
-- anything else (another accelerator, a GPU whose driver does not report its capability, a MIG
+- anything else (another accelerator, a GPU whose capability the query leaves "[N/A]", a MIG
   instance): float32.
 
 Which of them the run trains in is decided by the devices alone, so that the same machine resolves
@@ -136,7 +136,7 @@ def parse_gpu_query(csv: str) -> dict[str, tuple[int | None, tuple[int, int] | N
 def gpu_facts(query: str, listing: str, cuda_visible: str | None) -> DeviceFacts:
     """The facts of the GPUs a worker trains on: those CUDA shows it (`nvidia-smi -L` narrowed by
     CUDA_VISIBLE_DEVICES, as aiperf.config.host.visible_devices reads them), looked up in the query by
-    UUID. A GPU the query does not describe (a MIG instance, an old driver) leaves the capability
+    UUID. A GPU the query does not describe (a MIG instance, a field "[N/A]") leaves the capability
     and the memory unknown: such a worker probes float32 only and keeps the listed batch sizes."""
     shown = visible_devices(listing, cuda_visible)
     described = parse_gpu_query(query)
