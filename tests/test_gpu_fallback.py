@@ -61,7 +61,8 @@ def test_listed_gpus_that_cannot_be_queried_are_refused(tmp_path, monkeypatch):
     assert "exit 2: Field is not a valid field to query." in problem
     assert host.node_gpus(dev=tmp_path / "dev", folders=[]).problem == problem
     assert FACTS_ARGS in calls(folder)
-    from aiperf.train.accelerators import unqueried_gpus  # here: the module predates it
+    # here: the module predates unqueried_gpus
+    from aiperf.train.accelerators import refuse_unused_gpus, unqueried_gpus
 
     # A job queue's worker on such a node says the same from its device facts, and is refused
     # before the first trial rather than resolved to float32 and the CPUs' batch.
@@ -70,6 +71,8 @@ def test_listed_gpus_that_cannot_be_queried_are_refused(tmp_path, monkeypatch):
     peak = {"worker": "3", "device_facts": facts.to_dict()}
     assert _one_line(unqueried_gpus([peak])).startswith("worker 3: `nvidia-smi --query-gpu=")
     assert unqueried_gpus([{"worker": "0", "device_facts": {"accelerator": True}}]) is None
+    with pytest.raises(UserError, match="^worker 3: `nvidia-smi --query-gpu="):
+        refuse_unused_gpus(load_config("quick", cluster={"gpus": 2}, runs_here=False), [peak])
 
 
 # --- (b) nvidia-smi missing, the GPUs' device files there -----------------------------------------
