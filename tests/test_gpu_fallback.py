@@ -106,6 +106,11 @@ def test_a_failing_listing_beside_gpu_device_files_is_refused(tmp_path, monkeypa
     assert f"`nvidia-smi -L` fails (exit 1: {NO_DRIVER})" in problem
     # The same failing nvidia-smi on a machine without GPUs is a CPU machine, as before.
     assert host.node_gpus(dev=tmp_path / "empty-dev", folders=[]) == host.NodeGpus(0)
+    # An nvidia-smi that answers but lists none beside the device files (a job without its GPUs).
+    put_first_on_path(monkeypatch, stand_in(tmp_path / "none", {"list": ""}))
+    problem = _one_line(host.node_gpus(dev=dev, folders=[]).problem)
+    assert problem.startswith(f"`nvidia-smi -L` lists no GPU although this node has {dev}/nvidia0")
+    assert host.node_gpus(dev=tmp_path / "empty-dev", folders=[]) == host.NodeGpus(0)
 
 
 def test_gpus_listed_but_all_hidden_by_cuda_visible_devices_are_refused(tmp_path, monkeypatch):

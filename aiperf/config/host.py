@@ -182,20 +182,21 @@ def node_gpus(dev: Path = DEV, folders: Sequence[Path] | None = None) -> NodeGpu
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     listed = visible_devices(listing.output, None)
     shown = visible_devices(listing.output, cuda_visible)
+    if listed and not shown:
+        return NodeGpus(
+            0,
+            f"CUDA_VISIBLE_DEVICES={cuda_visible!r} hides all {len(listed)} GPUs nvidia-smi lists, "
+            f"so the run would train on the CPUs; unset it or name the GPUs to use, {ON_THE_CPUS}",
+        )
     if not shown:
         files = device_files(dev)
-        if listed:
-            problem = (
-                f"CUDA_VISIBLE_DEVICES={cuda_visible!r} hides all {len(listed)} GPUs nvidia-smi "
-                f"lists, so the run would train on the CPUs; unset it or name the GPUs to use, "
-                f"{ON_THE_CPUS}"
-            )
-        elif files:
-            problem = (
-                f"`nvidia-smi -L` lists no GPU although this node has {_few(files)}; check the "
-                f"driver (and the job's GPU allocation), {ON_THE_CPUS}"
-            )
-        return NodeGpus(0, problem if listed or files else None)
+        return NodeGpus(
+            0,
+            f"`nvidia-smi -L` lists no GPU although this node has {_few(files)}; check the driver "
+            f"(and the job's GPU allocation), {ON_THE_CPUS}"
+            if files
+            else None,
+        )
     query = ask_nvidia_smi(*GPU_QUERY)
     if query.output is None:
         return NodeGpus(
