@@ -56,7 +56,7 @@ def jax_missing(gpus: int, found: bool) -> str:
     """The one line that refuses a GPU run without JAX in this Python."""
     where = f"this node has {gpus} NVIDIA GPUs" if found else f"cluster.gpus is {gpus}"
     return f"{where}; aiperf trains on GPUs with JAX, which is not installed: {INSTALL}" + (
-        " (or --cluster-opt gpus=0 to train on the CPUs)" if found else ""
+        " (or --set train.device=cpu to train on the CPUs, an open run)" if found else ""
     )
 
 

@@ -54,8 +54,10 @@ def test_cuda_visible_devices_narrows_the_gpus(tmp_path, monkeypatch):
     config = load_config("quick")
     assert (config.workers, config.cluster.gpus) == (2, 2)
     assert _devices_pinned(monkeypatch, 2, 2) == ["5", "7"], "worker i on the i-th visible GPU"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert load_config("quick").workers == CORES, "an empty CUDA_VISIBLE_DEVICES hides them all"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides them all: a CPU run only when asked
+    with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES='' hides all 8 GPUs"):
+        load_config("quick")
+    assert load_config("quick", overrides={"train.device": "cpu"}).workers == CORES
 
 
 def test_no_gpu_found_is_one_worker_per_core(tmp_path, monkeypatch):
@@ -84,7 +86,7 @@ def test_workers_above_the_gpus_found_are_refused_in_one_line(tmp_path, monkeypa
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith("--workers 3 is more than the 2 GPUs nvidia-smi lists")
-    assert "--workers 2 or fewer" in message and "gpus=0" in message
+    assert "--workers 2 or fewer" in message and "train.device=cpu" in message
 
 
 def test_a_given_cluster_gpus_a_queue_and_simulated_trials_ask_no_gpu(tmp_path, monkeypatch):

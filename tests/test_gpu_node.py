@@ -82,7 +82,7 @@ def test_gpus_without_jax_are_refused_in_one_line(tmp_path, monkeypatch):
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("this node has 8 NVIDIA GPUs; aiperf trains on GPUs with JAX")
-    assert "pip install '.[cuda]'" in message and "--cluster-opt gpus=0" in message
+    assert "pip install '.[cuda]'" in message and "--set train.device=cpu" in message
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_a_worker_whose_framework_shows_no_gpu_is_one_line():
     assert problem.startswith("worker 0: Keras on jax shows no GPU although the run has 8")
     both = unused_gpus(8, "jax", [on_cpu, {**on_cpu, "worker": "1"}])
     assert both is not None and both.startswith("workers 0, 1: ")
-    assert "pip install '.[cuda]'" in problem and "--cluster-opt gpus=0" in problem
+    assert "pip install '.[cuda]'" in problem and "--set train.device=cpu" in problem
     assert unused_gpus(8, "jax", [on_gpu]) is None
     assert unused_gpus(0, "jax", [on_cpu]) is None  # a CPU run: nothing unused
     assert unused_gpus(8, "jax", None) is None  # no probe ran: nothing to judge
@@ -212,7 +212,7 @@ def test_a_gpu_run_whose_jax_shows_no_gpu_is_refused_before_its_first_trial(tmp_
     assert done.returncode == 2, done.stderr[-3000:]
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "shows no GPU although the run has 1" in line, line
-    assert "pip install '.[cuda]'" in line and "--cluster-opt gpus=0" in line, line
+    assert "pip install '.[cuda]'" in line and "--set train.device=cpu" in line, line
     assert _rows(db, "SELECT status FROM runs") == [("failed",)]
     assert _rows(db, "SELECT COUNT(*) FROM trials") == [(0,)]
 

@@ -32,6 +32,8 @@ RECIPE_SETTINGS = (
 )
 # issue 32's large-batch rule (aiperf-rules-1.4, tests/test_gpu_node_validity.py)
 LARGE_BATCH_SETTINGS = ("train.lr_reference_batch",)
+# issue 48: what the trials train on (auto, or the CPUs the user asked for; tests/test_gpu_fallback.py)
+DEVICE_SETTINGS = ("train.device",)
 
 
 # --- validation --------------------------------------------------------------------------------------
@@ -190,7 +192,7 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     sha256 of every non-settable setting. Verify recomputes the same hash and division from it."""
     config = load_config("quick", workers=1)
     ruleset = load_ruleset(DEFAULT_RULESET)
-    later = (*NEW_SETTINGS, *RECIPE_SETTINGS, *LARGE_BATCH_SETTINGS)  # joined later still
+    later = (*NEW_SETTINGS, *RECIPE_SETTINGS, *LARGE_BATCH_SETTINGS, *DEVICE_SETTINGS)
     later += ("train.attention",)  # the LM's attention kernel (issue 48): never hashed
     old = {
         k: v

@@ -92,13 +92,16 @@ def worker_environment(
     backend: str | None = None,
     gpus: int = 0,
     devices: int = 1,
+    on_cpus: bool = False,
 ) -> dict[str, str]:
     """Environment of every worker process. Workers must report task runs to the flow's own
     Prefect API: without PREFECT_API_URL each would start a temporary server of its own. `backend`:
     the run's Keras backend (KERAS_BACKEND, read once, when Keras is first imported); `gpus`: the
     GPUs the worker's job (or this machine) shares, `devices` to a worker (pinned by `pin_gpu`).
     Without GPUs, `devices` > 1 makes that many logical devices on the worker's cores: JAX's from
-    XLA_FLAGS as it starts, TensorFlow's as its trials configure it (aiperf.train.devices)."""
+    XLA_FLAGS as it starts, TensorFlow's as its trials configure it (aiperf.train.devices).
+    `on_cpus`: the run asked for the CPUs (train.device cpu), so no framework in the worker may
+    take a GPU the node has: CUDA shows none and JAX starts on its CPU platform."""
     env = {
         CORES_ENV: str(cores_per_worker),
         "OMP_NUM_THREADS": str(cores_per_worker),
@@ -118,6 +121,8 @@ def worker_environment(
         # JAX preallocates this share of each GPU (its default, 0.75, leaves a quarter of the
         # memory the per-device batch is sized by unused); read as JAX starts in the worker.
         env[MEM_FRACTION_ENV] = gpu_memory_fraction()
+    if on_cpus:
+        env.update({"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"})
     if devices > 1:
         env[DEVICES_ENV] = str(devices)
         if not gpus:

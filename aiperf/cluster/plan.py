@@ -168,7 +168,13 @@ def job_plan(
     cores_per_worker = max(1, cores // per_job)
     resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}={devices}" if c.gpus else "")
 
-    env = worker_environment(cores_per_worker, prefect_api_url, gpus=c.gpus, devices=devices)
+    env = worker_environment(
+        cores_per_worker,
+        prefect_api_url,
+        gpus=c.gpus,
+        devices=devices,
+        on_cpus=config.train.device == "cpu",
+    )
     # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
     # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
     # The very first line drops the database's secrets, which a batch system copies from the

@@ -67,13 +67,15 @@ def local_cluster(
     backend: str | None = None,
     gpus: int = 0,
     devices: int = 1,
+    on_cpus: bool = False,
 ) -> Iterator[Any]:
     """A LocalCluster of `workers` single-trial slots sharing this machine's cores and memory
     (split evenly unless `cores_per_worker` is given, e.g. 1 for a weak-scaling series).
     Simulated trials use no cores, so then many slots share a few processes as threads.
     Every worker process starts with KERAS_BACKEND=`backend`; each owns `devices` devices for its
     trials: with `gpus`, worker i is pinned to GPUs i*devices on as it starts
-    (aiperf.cluster.preload), before any framework does; without, logical devices on its cores."""
+    (aiperf.cluster.preload), before any framework does; without, logical devices on its cores.
+    `on_cpus` (train.device cpu): the workers see none of the node's GPUs."""
     from distributed import LocalCluster
 
     _quiet()
@@ -104,6 +106,7 @@ def local_cluster(
                     backend=backend,
                     gpus=0 if simulated else gpus,
                     devices=1 if simulated else devices,
+                    on_cpus=on_cpus,
                 ),
                 host="127.0.0.1",
                 security=tls_credentials(),
@@ -227,6 +230,7 @@ def start_cluster(
             backend=config.train.backend,
             gpus=config.cluster.gpus,
             devices=trial_devices(config.cluster),
+            on_cpus=config.train.device == "cpu",
         ) as cluster:
             yield StartedCluster(
                 kind="local", cluster=cluster, workers=config.workers, security=cluster.security

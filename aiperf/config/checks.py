@@ -255,7 +255,7 @@ def worker_count(
         raise UserError(
             f"--workers {count} is more than {where} hold: a local worker owns {each}; "
             f"use --workers {slots} or fewer"
-            + (" (or --cluster-opt gpus=0 to train on the CPUs)" if found else "")
+            + (" (or --set train.device=cpu to train on the CPUs, an open run)" if found else "")
         )
     if local and count > cores:
         raise UserError(

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from aiperf import settings
 from aiperf.config.checks import check_backends, worker_count
-from aiperf.config.host import visible_gpus
+from aiperf.config.host import device_files, driver_libraries, node_gpus
 from aiperf.config.schema import CHECK_MACHINE, BenchmarkConfig
 from aiperf.config.values import MAX_BUDGET_S
 from aiperf.errors import UserError
@@ -260,15 +260,7 @@ def load_config(
     train = raw.get("train")
     simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
     local = kind == "local" and not simulated
-    gpus = section.get("gpus") if isinstance(section, dict) and local else None
-    found = 0
-    if local and gpus is None and (section is None or isinstance(section, dict)):
-        # The one place found GPUs become cluster.gpus: the workers are then pinned one per GPU
-        # exactly as with a cluster.gpus given (`--cluster-opt gpus=0` keeps a run on the CPUs).
-        found = visible_gpus()
-        if found:
-            gpus = found
-            raw["cluster"] = {**(section or {}), "gpus": found}
+    gpus, found = _local_gpus(raw, local=local, runs_here=runs_here)
     gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.gpu_backend)
     per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
     raw["workers"] = worker_count(
@@ -287,6 +279,45 @@ def load_config(
     if runs_here:
         check_backends(config, gpu_run, found > 0)
     return config
+
+
+def _local_gpus(raw: dict[str, Any], *, local: bool, runs_here: bool) -> tuple[Any, int]:
+    """cluster.gpus of a run on this machine (given, or found here; None: neither) and how many
+    GPUs were found here (0: none, or none looked for).
+
+    The one place found GPUs become cluster.gpus: the workers are then pinned one per GPU exactly
+    as with a cluster.gpus given. A run on a node whose GPUs exist but cannot be used is refused
+    in one line before anything starts (aiperf.config.host.node_gpus), never trained on its CPUs
+    unasked. The user asks with train.device cpu, which looks for no GPU and is recorded (an open
+    run); cluster.gpus 0 on a node with the driver's device files or libraries is refused, naming
+    it, so that no CPU run of a GPU node passes for a closed one."""
+    section = raw.get("cluster")
+    given = section.get("gpus") if isinstance(section, dict) else None
+    train = raw.get("train")
+    on_cpus = isinstance(train, dict) and train.get("device") == "cpu"
+    if on_cpus and given not in (None, 0, "0"):
+        raise UserError(
+            f"train.device cpu trains on the CPUs, but cluster.gpus is {given}: drop one of them"
+        )
+    gpus = given if local else None
+    if on_cpus or not local or not (section is None or isinstance(section, dict)):
+        return gpus, 0
+    if gpus is not None:
+        seen = device_files() + driver_libraries() if gpus in (0, "0") and runs_here else []
+        if seen:
+            raise UserError(
+                f"cluster.gpus 0 on a node with NVIDIA GPUs ({', '.join(seen[:3])}): to train on "
+                f"its CPUs give --set train.device=cpu (an open run), or leave cluster.gpus out "
+                f"to train on its GPUs"
+            )
+        return gpus, 0
+    node = node_gpus()
+    if node.problem and runs_here:
+        raise UserError(node.problem)
+    if not node.count:
+        return None, 0
+    raw["cluster"] = {**(section or {}), "gpus": node.count}
+    return node.count, node.count
 
 
 def _budget_seconds(value: Any) -> float:

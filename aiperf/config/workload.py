@@ -252,6 +252,11 @@ class TrainConfig(_Strict):
     # recorded as the run's choice before its first trial (aiperf.train.attention). Like backend,
     # an implementation of the same training: never in the workload hash, never a deviation.
     attention: Attention = "auto"
+    # What the trials train on: auto, the node's GPUs where it has them (a node whose GPUs exist but
+    # cannot be listed or queried is refused before anything starts, aiperf.config.host.node_gpus),
+    # else its CPUs; cpu, the CPUs even where GPUs exist (the user's own choice, recorded with the
+    # run, which is then open: a CPU run's score is not the node's). docs/settings.md says more.
+    device: Literal["auto", "cpu"] = "auto"
 
     # The training recipe (aiperf/train/recipe.py); the defaults are plain SGD at a constant rate.
     # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own

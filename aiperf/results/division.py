@@ -90,6 +90,8 @@ ADDED_LATER = {
     # what decodes the shards (aiperf.data.feed.choose_feed): auto, the one a ranked run uses. A
     # feed forced by hand is a deviation under rulesets up to 1.4, which do not list it as a choice.
     "data.feed": "auto",
+    # what the trials train on (issue 48): auto, the node's GPUs where it has them; cpu, asked for
+    "train.device": "auto",
     # the token kinds' settings (issue 35): at these defaults, as every image run had them
     "data.seq_len": 128,
     "data.train_tokens": 2_000_000,

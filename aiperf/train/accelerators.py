@@ -1,13 +1,18 @@
-"""Two ways a GPU run goes wrong that must be said in one line rather than found in a traceback or
-a slow result: a worker whose framework shows no accelerator although its run has GPUs, and a
-trial that runs out of device memory.
+"""Three ways a GPU run goes wrong that must be said in one line rather than found in a traceback or
+a slow result: a worker whose framework shows no accelerator although its run has GPUs, a worker
+whose GPUs nvidia-smi cannot describe, and a trial that runs out of device memory.
 
 - No accelerator: a worker that probed its peak on a CPU (aiperf.train.peak.device: the backend
   shows no device of AIPERF_ACCELERATOR_PLATFORMS) while the run's cluster has GPUs would train
   every trial on its CPUs, its batch and precision sized as a CPU's, with a result that looks like
   the node's. The run refuses before its first trial instead (`unused_gpus`), naming the worker
-  and the fix: JAX's CUDA wheels (`pip install '.[cuda]'`), or `--cluster-opt gpus=0` for a run
-  on the CPUs.
+  and the fix: JAX's CUDA wheels (`pip install '.[cuda]'`), or `--set train.device=cpu` for a
+  run on the CPUs (an open one).
+- Not described: a worker whose framework computes on NVIDIA GPUs that nvidia-smi cannot list or
+  query (aiperf.train.auto.device_facts' `unqueried`) would train in float32 at the CPUs' batch
+  sizes, as if the node had no GPU; the run refuses before its first trial (`unqueried_gpus`),
+  naming the worker, the call that failed and the fix. The run's own node was checked before any
+  worker started (aiperf.config.host.node_gpus); this catches a job queue's nodes.
 - Out of memory: XLA's RESOURCE_EXHAUSTED (JAX), TensorFlow's ResourceExhaustedError and torch's
   OutOfMemoryError end the trial with its own status, TrialStatus.OUT_OF_MEMORY, and a one-line
   reason (`out_of_memory`); the run and its other trials go on, as after any failed trial. The
@@ -22,6 +27,7 @@ from typing import Any
 
 from aiperf import settings
 from aiperf.config import BenchmarkConfig
+from aiperf.config.host import ON_THE_CPUS
 from aiperf.errors import UserError
 from aiperf.gpu_backend import INSTALL
 
@@ -80,13 +86,31 @@ def unused_gpus(gpus: int, backend: str, peaks: Sequence[Mapping[str, Any]] | No
     return (
         f"{who} {shown}: Keras on {backend} shows no GPU although the run has {gpus} "
         f"(nvidia-smi lists them), so its trials would train on the CPUs; install JAX for CUDA "
-        f"({INSTALL}), or run on the CPUs with --cluster-opt gpus=0"
+        f"({INSTALL}), {ON_THE_CPUS}"
     )
 
 
+def unqueried_gpus(peaks: Sequence[Mapping[str, Any]] | None) -> str | None:
+    """Why the run must not start, in one line, when a worker's peak record says nvidia-smi could
+    not list or describe the GPUs its framework computes on (`unqueried` in its device facts);
+    None when every worker's GPUs were described, or no probe ran."""
+    for peak in peaks or ():
+        failed = (peak.get("device_facts") or {}).get("unqueried")
+        if failed:
+            return (
+                f"worker {peak.get('worker')}: {failed}, so its GPUs' memory and compute "
+                f"capability are unknown and its trials would train in float32 at the CPUs' batch; "
+                f"fix the NVIDIA driver on its node until that command answers, {ON_THE_CPUS}"
+            )
+    return None
+
+
 def refuse_unused_gpus(config: BenchmarkConfig, peaks: Sequence[Mapping[str, Any]] | None) -> None:
-    """A UserError (one line, before the first trial) when `unused_gpus` finds a worker of this GPU
-    run computing on its CPU."""
-    problem = unused_gpus(config.cluster.gpus, config.train.backend, peaks)
+    """A UserError (one line, before the first trial) when `unqueried_gpus` finds a worker whose
+    GPUs nvidia-smi cannot describe, or `unused_gpus` a worker of this GPU run computing on its
+    CPU."""
+    problem = unqueried_gpus(peaks) or unused_gpus(
+        config.cluster.gpus, config.train.backend, peaks
+    )
     if problem:
         raise UserError(problem)

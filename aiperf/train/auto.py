@@ -14,7 +14,7 @@ Which precisions a device may probe is decided from the device itself, never fro
   8.0 (Ampere and later), float16 from 7.0 (Volta, Turing), float32 always;
 - a CPU (/proc/cpuinfo's flags): bfloat16 with AMX (amx_bf16) or AVX-512 BF16 (avx512_bf16),
   float32 always;
-- anything else (another accelerator, a GPU whose driver does not report its capability, a MIG
+- anything else (another accelerator, a GPU whose capability the query leaves "[N/A]", a MIG
   instance): float32.
 
 Which of them the run trains in is decided by the devices alone, so that the same machine resolves
@@ -40,12 +40,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aiperf.config import AUTO, BenchmarkConfig
-from aiperf.config.host import nvidia_smi, visible_devices
+from aiperf.config.host import (
+    GPU_QUERY,
+    ask_nvidia_smi,
+    call_failed,
+    device_files,
+    driver_libraries,
+    visible_devices,
+)
 from aiperf.rules import DEFAULT_RULESET, load_ruleset
 from aiperf.train.attention import attention_settings
 
@@ -60,8 +67,6 @@ CPU_AMX_BF16 = "amx_bf16"
 BF16_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores
 FP16_CAPABILITY = (7, 0)  # Volta: float16 tensor cores
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-# Fields of `nvidia-smi --query-gpu` (compute_cap is reported by the drivers of 2022 and later).
-GPU_QUERY = ("--query-gpu=uuid,memory.total,compute_cap", "--format=csv,noheader,nounits")
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -69,13 +74,16 @@ CPUINFO = Path("/proc/cpuinfo")
 class DeviceFacts:
     """What decides one worker's candidate precisions and per-device batch. With GPUs: how many it
     trains on, and the smallest compute capability and memory among them (None where nvidia-smi
-    does not say); on a CPU, the bfloat16 instructions it has."""
+    does not say); on a CPU, the bfloat16 instructions it has. `unqueried`: the nvidia-smi call
+    that failed on a worker whose framework computes on GPUs (the run refuses such a worker,
+    aiperf.train.accelerators, rather than size its batch and precision as a CPU's)."""
 
     accelerator: bool
     gpus: int = 0
     compute_capability: tuple[int, int] | None = None
     memory_bytes: int | None = None
     cpu_bf16: tuple[str, ...] = ()
+    unqueried: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As the peak record stores it (JSON)."""
@@ -88,6 +96,7 @@ class DeviceFacts:
             else f"{capability[0]}.{capability[1]}",
             "memory_bytes": self.memory_bytes,
             "cpu_bf16": list(self.cpu_bf16),
+            **({"unqueried": self.unqueried} if self.unqueried else {}),
         }
 
     @classmethod
@@ -98,6 +107,7 @@ class DeviceFacts:
             compute_capability=parse_capability(facts.get("compute_capability")),
             memory_bytes=None if facts.get("memory_bytes") is None else int(facts["memory_bytes"]),
             cpu_bf16=tuple(facts.get("cpu_bf16") or ()),
+            unqueried=facts.get("unqueried") or None,
         )
 
 
@@ -127,7 +137,7 @@ def parse_gpu_query(csv: str) -> dict[str, tuple[int | None, tuple[int, int] | N
 def gpu_facts(query: str, listing: str, cuda_visible: str | None) -> DeviceFacts:
     """The facts of the GPUs a worker trains on: those CUDA shows it (`nvidia-smi -L` narrowed by
     CUDA_VISIBLE_DEVICES, as aiperf.config.host.visible_devices reads them), looked up in the query by
-    UUID. A GPU the query does not describe (a MIG instance, an old driver) leaves the capability
+    UUID. A GPU the query does not describe (a MIG instance, a field "[N/A]") leaves the capability
     and the memory unknown: such a worker probes float32 only and keeps the listed batch sizes."""
     shown = visible_devices(listing, cuda_visible)
     described = parse_gpu_query(query)
@@ -160,13 +170,22 @@ def cpu_bf16_flags(cpuinfo: str) -> tuple[str, ...]:
 
 def device_facts(accelerated: bool) -> DeviceFacts:
     """This worker's facts. `accelerated`: its Keras backend computes on an accelerator
-    (aiperf.train.peak.device); a node's GPUs that the framework does not use do not count."""
+    (aiperf.train.peak.device); a node's GPUs that the framework does not use do not count. Where
+    nvidia-smi cannot list or describe the NVIDIA GPUs the framework computes on (listed, or their
+    device files or driver present: aiperf.config.host), the facts say which call failed
+    (`unqueried`) rather than just leave the memory and capability unknown; another kind of
+    accelerator (no NVIDIA driver) keeps float32 and the listed batch sizes."""
     if accelerated:
-        return gpu_facts(
-            nvidia_smi(*GPU_QUERY) or "",  # "" where it fails (no driver, an unknown field)
-            nvidia_smi("-L") or "",
-            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        listing, query = ask_nvidia_smi("-L"), ask_nvidia_smi(*GPU_QUERY)
+        facts = gpu_facts(
+            query.output or "", listing.output or "", os.environ.get("CUDA_VISIBLE_DEVICES")
         )
+        failed = None
+        if listing.output is None and (device_files() or driver_libraries()):
+            failed = call_failed(("-L",), listing)  # an NVIDIA node whose nvidia-smi fails
+        elif listing.output is not None and query.output is None:
+            failed = call_failed(GPU_QUERY, query)
+        return replace(facts, unqueried=failed) if failed else facts
     try:
         cpuinfo = CPUINFO.read_text()
     except OSError:  # not Linux
