@@ -53,25 +53,12 @@ def fit(
         from aiperf.train.fit import step_memory
     except ImportError as exc:
         return _missing("aiperf.train.fit", "step_memory", exc)
-    import keras
-
-    from aiperf.arch import build_model
-    from benchmarks.gpu_check.compare import free  # here: compare.py imports this module
-
     imagenet = node.get("imagenet") or {}
     per_device = int(imagenet.get("batch") or args.batch)
     precision = imagenet.get("precision")
     if precision not in ("float32", "mixed_bfloat16", "mixed_float16"):
         precision = args.precision  # not resolved here (or "auto"): the check's own
-    keras.mixed_precision.set_global_policy(precision)
-    try:
-        model = build_model(network)
-        memory = step_memory(
-            model, global_batch=per_device * devices, devices=devices, precision=precision
-        )
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-        free()
+    memory = _step_memory(step_memory, network, args, per_device, devices, precision)
     figures = (
         dataclasses.asdict(memory)
         if dataclasses.is_dataclass(memory) and not isinstance(memory, type)
@@ -92,3 +79,37 @@ def fit(
         "devices": devices,
         "precision": precision,
     }
+
+
+def _step_memory(
+    step_memory: Any,
+    network: Any,
+    args: argparse.Namespace,
+    per_device: int,
+    devices: int,
+    precision: str,
+) -> Any:
+    """The model as step_memory takes it: built under the precision's policy and compiled with
+    jit, inside the trial's data-parallel distribution (aiperf.train.devices.data_parallel)."""
+    import keras
+
+    from aiperf.arch import build_model
+    from aiperf.train.devices import data_parallel
+    from benchmarks.gpu_check.compare import free  # here: compare.py imports this module
+
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        with data_parallel(args.backend, devices):
+            model = build_model(network)
+            model.compile(
+                optimizer=keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+                jit_compile=True,
+            )
+            return step_memory(
+                model, global_batch=per_device * devices, devices=devices, precision=precision
+            )
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        free()

@@ -201,9 +201,9 @@ def _fit_lines(fit: dict[str, Any] | None) -> list[str]:
     if fit is None:
         return []
     said = _not_measured(fit)
-    head = f"fit of {fit.get('model', '?')} at {fit.get('batch', '?')}/device"
     if said:
-        return [f"{head}: {said}"]
+        return [f"memory fit: {said}"]
+    head = f"fit of {fit['model']} at {fit['batch']}/device"
     needed, available = fit["bytes_needed"], fit.get("bytes_available")
     against = "-" if available is None else f"{available / 2**30:.1f} GiB"
     verdict = "fits" if fit["fits"] else "does NOT fit"
