@@ -66,6 +66,7 @@ EOF
 echo "gpu_check: installed in $((SECONDS - began)) s"
 
 left=$((CHECK_S - (SECONDS - began)))
+left=$((left > 1 ? left : 1)) # a slow install leaves the parts little, never no limit at all
 args=(--limit "$left" ${OUT:+--out "$OUT"})
 set +e
 timeout --kill-after=10 $((left + LATE_S)) "$PYTHON" benchmarks/bench_gpu.py "${args[@]}" "$@"

@@ -93,7 +93,7 @@ def node_part(args: argparse.Namespace, devices: list[str]) -> dict[str, Any]:
         "measured)",
         flush=True,
     )
-    imagenet = imagenet_on_this_node()
+    imagenet = imagenet_on_this_node(args.backend)
     print(f"imagenet on this node: {imagenet['said']}", flush=True)
     accelerated = "GPU" in str(peak["device"]).upper()
     expected = None
@@ -114,18 +114,20 @@ def node_part(args: argparse.Namespace, devices: list[str]) -> dict[str, Any]:
     }
 
 
-def imagenet_on_this_node() -> dict[str, Any]:
+def imagenet_on_this_node(backend: str) -> dict[str, Any]:
     """What `aiperf run --profile imagenet` resolves on this node before its first trial: the
     precision and per-device batch from the devices (aiperf.train.auto, as a run's workers report
     them), the global batch of a trial on all of them, and the learning rate's scale and warm-up.
-    Never fails the check: what cannot be resolved is said."""
+    On the check's `backend`: the profile's own (TensorFlow) is refused where it is not installed,
+    as on the H200 machine. Never fails the check: what cannot be resolved is said."""
     try:
         from aiperf.config import load_config, trial_devices
         from aiperf.train.auto import device_facts, resolved_settings
         from aiperf.train.peak import device
         from aiperf.train.recipe import scaled_rate
 
-        config = load_config("imagenet", workers=1, overrides={"data.source": "/imagenet"})
+        overrides = {"data.source": "/imagenet", "train.backend": backend}
+        config = load_config("imagenet", workers=1, overrides=overrides)
         facts = device_facts(device()[1])
         resolved = resolved_settings(config, [{"device_facts": facts.to_dict(), "probes": {}}])
         precision = resolved.get("train.precision", config.train.precision)
