@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
 # The GPU check as one command on the device machine (docs/performance.md, "One GPU"): installs the
 # carried wheels of .gpu-bundle/ (benchmarks/gpu_bundle.sh), then runs benchmarks/bench_gpu.py
-# under a timeout and leaves its table, results and log in $OUT when that is set.
+# under a timeout. It expects one NVIDIA H200 (141 GB):
 #
-#   device run: command "bash benchmarks/gpu_check.sh", carry [".gpu-bundle"], timeout_s 420
+#   run(command="bash benchmarks/gpu_check.sh --batch 256", kind="nvidia-h200",
+#       carry=[".gpu-bundle"], timeout_s=410)
 #   benchmarks/gpu_check.sh --no-run            # any bench_gpu.py flags pass through
+#
+# $OUT (where set) receives each part's figures as the part ends (part0.json, part1.json,
+# feed.json, fit.json, part2.json, part3.json), the summary and table of everything so far
+# (gpu_check.json, gpu_check.txt, rewritten after each part) and the whole log (gpu_check.log):
+# the device tool returns them even when the command runs past its timeout_s.
 #
 # The machine's python3 (3.12, with CUDA JAX) is itself a virtual environment: a venv made from it
 # with --system-site-packages would see its base interpreter's packages, not its JAX. So nothing
 # is made: the wheels install with --target into a folder outside the checkout, which goes first
 # on PYTHONPATH with the checkout itself (aiperf runs from the working tree, not installed).
 #
-# GPU_CHECK_SECONDS (default 330): what the whole check, install included, should take; the
-# run's budget is sized to it. A timeout stops it 60 s after that, the table still printed, so
-# two checks fit in a 15-minute device lease.
+# Sizing: GPU_CHECK_SECONDS (default 340) is what the whole check, install included, should take;
+# the run's budget is what is left of it (benchmarks/gpu_check/run.py). `timeout` stops the check
+# LATE_S (50) after that and kills it 10 s later: at most 400 s, under the device call's 410.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
-CHECK_S=${GPU_CHECK_SECONDS:-330}
+CHECK_S=${GPU_CHECK_SECONDS:-340}
+LATE_S=50 # as benchmarks/gpu_check/run.py LATE_S: the shortest run is left out past it
 PYTHON=${PYTHON:-python3}
 SITE=${GPU_CHECK_SITE:-${TMPDIR:-/tmp}/aiperf-gpu-site}
 BUNDLE=${GPU_BUNDLE:-.gpu-bundle}
 OUT=${OUT:-}
+if [[ -n "$OUT" ]]; then
+	mkdir -p "$OUT"
+	exec > >(tee -a "$OUT/gpu_check.log") 2>&1 # the install's lines too, as they come
+fi
 
 if [[ ! -f "$BUNDLE/requirements.txt" ]]; then
 	echo "gpu_check: no $BUNDLE/ here: run benchmarks/gpu_bundle.sh (make gpu-bundle) where" \
@@ -55,14 +66,10 @@ EOF
 echo "gpu_check: installed in $((SECONDS - began)) s"
 
 left=$((CHECK_S - (SECONDS - began)))
-args=(--limit "$left")
-if [[ -n "$OUT" ]]; then
-	mkdir -p "$OUT"
-	args+=(--json "$OUT/gpu_check.json" --table "$OUT/gpu_check.txt")
-fi
+left=$((left > 1 ? left : 1)) # a slow install leaves the parts little, never no limit at all
+args=(--limit "$left" ${OUT:+--out "$OUT"})
 set +e
-timeout --kill-after=20 $((left + 60)) "$PYTHON" benchmarks/bench_gpu.py "${args[@]}" "$@" 2>&1 |
-	tee ${OUT:+"$OUT/gpu_check.log"}
-code=${PIPESTATUS[0]}
+timeout --kill-after=10 $((left + LATE_S)) "$PYTHON" benchmarks/bench_gpu.py "${args[@]}" "$@"
+code=$?
 echo "gpu_check: exit $code after $((SECONDS - began)) s"
 exit "$code"
