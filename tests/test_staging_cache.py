@@ -159,3 +159,34 @@ def test_staging_user_shards_imports_no_tensorflow(tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def test_examples_are_read_as_tensorflow_reads_them(tmp_path):
+    """The Example reader without TensorFlow (aiperf.data.shard_scan) against TensorFlow's own
+    protobuf: the three features, labels packed or not and negative, and what is no Example."""
+    import tensorflow as tf
+
+    from aiperf.data.shard_scan import example_features, masked_crc
+
+    example = tf.train.Example()
+    feature = example.features.feature
+    feature["image/encoded"].bytes_list.value.append(b"\xff\xd8\xff" + bytes(300))
+    feature["image/class/label"].int64_list.value.extend([-7, 3])
+    feature["image/class/synset"].bytes_list.value.append(b"n01440764")
+    feature["image/height"].int64_list.value.append(1 << 40)
+    found = example_features(example.SerializeToString())
+    assert bytes(found["image/encoded"]) == b"\xff\xd8\xff" + bytes(300)
+    assert (found["image/class/label"], found["image/class/synset"]) == (-7, b"n01440764")
+
+    del feature["image/class/label"]
+    for bad in (example.SerializeToString(), b"\x0f\x00", b"\x0a\x05ab"):
+        with pytest.raises(ValueError):
+            example_features(bad)
+
+    # The framing's masked CRC32C is TensorFlow's: a record it wrote checks here.
+    path = tmp_path / "one"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(b"some record")
+    data = path.read_bytes()
+    assert masked_crc(data[:8]) == int.from_bytes(data[8:12], "little")
+    assert masked_crc(data[12:-4]) == int.from_bytes(data[-4:], "little")

@@ -84,6 +84,8 @@ def records(reader: HashingReader) -> Iterator[bytes]:
 
 def _varint(buf: memoryview, at: int) -> tuple[int, int]:
     """A protobuf varint at `at`: (its value, where the next field starts)."""
+    if at < len(buf) and buf[at] < 0x80:  # most are one byte: keys, small lengths
+        return buf[at], at + 1
     value, shift = 0, 0
     while True:
         if at >= len(buf) or shift > 63:

@@ -1,6 +1,8 @@
 """What every sharded kind of staged data shares (digits, generated, folder, tfrecord): running
-shard tasks on the Dask workers (or here), collecting their results with progress, scanning every
-shard afresh, checking an earlier staging is intact, and summing the scans into the manifest.
+shard tasks on the Dask workers (or here), or on every core of this node (on_every_core),
+collecting their results with progress, scanning the shards changed since the folder's scan cache
+last saw them (aiperf.data.scan_cache), checking an earlier staging is intact, and summing the
+scans into the manifest.
 The kinds themselves are aiperf.data.staging_sources; the entry point is aiperf.data.staging.
 """
 
@@ -32,7 +34,7 @@ from aiperf.data.shard_scan import ScanTask, scan_shard
 
 log = logging.getLogger(__name__)
 
-PROCESS_BYTES = 256 << 20  # of shards to check, for each process that checks them
+PROCESS_BYTES = 256 << 20  # of shards to read, for each process that reads them
 
 # done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
 OnProgress = Callable[[int, int, str], None]  # (done, total, what is being done)
@@ -152,30 +154,28 @@ def node_cores() -> int:
 
 
 def on_every_core(
-    fn: Callable[[Any], Any], tasks: list[Any], *, apart: bool = False
+    fn: Callable[[Any], Any], tasks: list[Any], *, tensorflow: bool = False
 ) -> Iterator[Any]:
-    """Each task's result as it finishes, the tasks spread over this node's cores: on threads for
-    reading and hashing, which let go of the GIL, or with `apart`, for work that imports
-    TensorFlow, in fresh 'spawn' processes (never forked: this process has threads), so that
-    TensorFlow never enters this one. A process costs seconds to start, so there is one per
-    PROCESS_BYTES of the tasks' files (each task has a `path`). No processes where they would
-    gain nothing: in a process that has TensorFlow already (a test's, a TensorFlow trial's), or
-    in a daemonic one (a Dask worker's), which may have no children; there the tasks run on
-    threads here."""
+    """Each task's result as it finishes, the tasks (each reading the file at its `path`) spread
+    over this node's cores. Reading a record is Python that holds the GIL, about half of a scan,
+    so threads would use two cores at most: large reads run in fresh 'spawn' processes (never
+    forked: this process has threads), one per PROCESS_BYTES of files, as a process costs about a
+    second to start. Work that imports TensorFlow (`tensorflow`: the decode checks) always runs
+    in such processes, so TensorFlow never enters this one. Threads here instead where processes
+    gain nothing or cannot be: small reads, TensorFlow work in a process that has TensorFlow
+    already (a test's), and a daemonic process (a Dask worker's), which may have no children."""
     if not tasks:
         return
-    count = min(node_cores(), len(tasks))
-    spawn = apart and "tensorflow" not in sys.modules
+    size = sum(os.path.getsize(task.path) for task in tasks)
+    processes = max(1, min(node_cores(), len(tasks), 1 + size // PROCESS_BYTES))
+    spawn = "tensorflow" not in sys.modules if tensorflow else processes > 1
     if spawn and multiprocessing.current_process().daemon:
-        log.warning("staging in a daemonic process: TensorFlow's image decoder is loaded here")
+        log.warning("staging in a daemonic process: it reads the shards itself, on threads")
         spawn = False
-    if spawn:
-        size = sum(os.path.getsize(task.path) for task in tasks)
-        count = max(1, min(count, 1 + size // PROCESS_BYTES))
     pool: Executor = (
-        ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+        ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
         if spawn
-        else ThreadPoolExecutor(count, thread_name_prefix="aiperf-staging")
+        else ThreadPoolExecutor(min(node_cores(), len(tasks)), thread_name_prefix="aiperf-staging")
     )
     with pool:
         futures = [pool.submit(fn, task) for task in tasks]
@@ -189,7 +189,7 @@ def cached_or_read(
     fn: Callable[[Any], dict],
     tasks: list[Any],
     *,
-    apart: bool = False,
+    tensorflow: bool = False,
 ) -> tuple[list[dict], list[Any], Iterator[dict]]:
     """The kept results of the tasks whose files are unchanged (each merged with its task's name,
     split and file), the tasks left to read, and their results as they are read on every core
@@ -206,7 +206,7 @@ def cached_or_read(
 
     def read() -> Iterator[dict]:
         noted = functools.partial(read_noting_identity, fn)
-        for path, identity, read_ns, result in on_every_core(noted, todo, apart=apart):
+        for path, identity, read_ns, result in on_every_core(noted, todo, tensorflow=tensorflow):
             if not result["problems"]:
                 cache.put(path, settings, identity, read_ns, result)
             yield result

@@ -247,7 +247,7 @@ def stage_tfrecord(
     ]
     cache = ScanCache(out)
     settings = {"read": "check", "classes": config.classes, "label_offset": config.label_offset}
-    kept, todo, fresh = cached_or_read(cache, settings, check_shard, tasks, apart=True)
+    kept, todo, fresh = cached_or_read(cache, settings, check_shard, tasks, tensorflow=True)
     sizes = {str(source / Path(t.path).name): Path(t.path).stat().st_size for t in todo}
     checked, problems = collect(
         fresh,

@@ -1,5 +1,7 @@
-"""TFRecord shards in the usual ImageNet format, and the two shard jobs that run on Dask workers:
-convert a share of an image folder into one shard, and check one shard a user brought.
+"""TFRecord shards in the usual ImageNet format, and the two shard jobs: convert a share of an image
+folder into one shard (on a Dask worker), and check one shard a user brought (in a process of its
+own on the staging node: staging_shards.on_every_core). Reading a shard is aiperf.data.shard_scan,
+without TensorFlow.
 
 The format is the one TensorFlow's ImageNet tools write (build_imagenet_data.py): a tf.train.Example
 per image with `image/encoded` (the original JPEG or PNG bytes, never re-encoded),
