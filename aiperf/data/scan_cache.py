@@ -49,15 +49,13 @@ def file_identity(path: str) -> dict[str, int]:
 
 class ScanCache:
     """The scans.json of one staged folder: shard path -> its identity, the settings it was read
-    with, when it was read, and the result. `hits` and `reads` count what this staging took from
-    it and what it read afresh."""
+    with, when it was read, and the result."""
 
     def __init__(self, folder: Path) -> None:
         self.file = Path(folder) / CACHE_FILE
         self.entries: dict[str, Any] = self._load()
-        self.hits = 0
-        self.reads = 0
         self.used: set[str] = set()
+        self.changed = False
 
     def _load(self) -> dict[str, Any]:
         if not self.file.is_file():
@@ -95,7 +93,6 @@ class ScanCache:
             result["keys"] = base64.b64decode(result["keys"])
         except (OSError, KeyError, TypeError, ValueError):
             return None
-        self.hits += 1
         return result
 
     def put(
@@ -111,6 +108,7 @@ class ScanCache:
         kept["keys"] = base64.b64encode(result["keys"]).decode()
         key = str(Path(path).resolve())
         self.used.add(key)
+        self.changed = True
         self.entries[key] = {
             "identity": identity,
             "settings": settings,
@@ -119,9 +117,11 @@ class ScanCache:
         }
 
     def save(self) -> None:
-        """Write the entries of the shards this staging used (others are of older stagings)."""
+        """Write the entries of the shards this staging used (others are of older stagings), when
+        any changed: ImageNet's is tens of MB (its image keys and per-class counts)."""
         kept = {k: v for k, v in self.entries.items() if k in self.used}
-        write_json_atomic(self.file, {"version": VERSION, "shards": kept})
+        if self.changed or kept.keys() != self.entries.keys():
+            write_json_atomic(self.file, {"version": VERSION, "shards": kept})
 
 
 def read_noting_identity(

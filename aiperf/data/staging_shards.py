@@ -202,7 +202,6 @@ def cached_or_read(
         else:
             where = {k: getattr(task, k) for k in ("name", "split", "file") if hasattr(task, k)}
             kept.append({**hit, **where, "problems": [], "skipped": True})
-    cache.reads += len(todo)
 
     def read() -> Iterator[dict]:
         noted = functools.partial(read_noting_identity, fn)

@@ -6,6 +6,7 @@ the manifest aiperf.data.staging_shards sums from fresh scans.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from aiperf.data.staging_shards import (
     sharded_manifest,
     source_name,
 )
+
+log = logging.getLogger(__name__)
 
 # --- digits --------------------------------------------------------------------------------------
 
@@ -257,6 +260,7 @@ def stage_tfrecord(
         progress,
     )
     cache.save()
+    log.info("%d shards checked, %d unchanged since they were checked", len(todo), len(kept))
     if problems:
         (out / MANIFEST_FILE).unlink(missing_ok=True)
         raise DataError(config.source, problems)
