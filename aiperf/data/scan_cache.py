@@ -87,7 +87,7 @@ class ScanCache:
                 and entry["settings"] == settings
                 and identity["mtime_ns"] + RACY_NS <= entry["read_ns"]
             )
-            if not trusted:
+            if not trusted or entry is None:
                 return None
             result = dict(entry["result"])
             result["keys"] = base64.b64decode(result["keys"])

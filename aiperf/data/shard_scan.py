@@ -104,6 +104,7 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
     while at < len(buf):
         key, at = _varint(buf, at)
         number, wire = key >> 3, key & 7
+        value: int | memoryview
         if wire == 0:
             value, at = _varint(buf, at)
         elif wire == 2:
