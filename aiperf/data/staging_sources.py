@@ -219,23 +219,16 @@ def user_shards(source: Path) -> dict[str, list[Path]]:
     return found
 
 
-def stage_tfrecord(
-    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
-) -> Manifest:
-    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones): once.
-    A shard unchanged since it was checked (the folder's scan cache, aiperf.data.scan_cache) is
-    not read again; the others are read and their images decoded on every core of this node, in
-    processes of their own, so TensorFlow's decoder does not enter this one
-    (staging_shards.on_every_core). `client` is unused: a GPU node's one worker would check them
-    on one core, and bring TensorFlow into the process that holds the GPUs."""
+def check_user_shards(
+    config: DataConfig, found: dict[str, list[Path]], out: Path, progress: OnProgress
+) -> list[dict[str, Any]]:
+    """Each shard's check (tfrecord.check_shard). A shard unchanged since it was checked (the
+    folder's scan cache, aiperf.data.scan_cache) is not read again; the others are read and their
+    images decoded on every core of this node, in processes of their own, so TensorFlow's decoder
+    does not enter this one (staging_shards.on_every_core). Problems are a DataError."""
     from aiperf.data.tfrecord import CheckTask, check_shard
 
-    del client
     assert config.source is not None
-    source = Path(config.source).expanduser().resolve()
-    found = user_shards(source)
-    name = source_name("tfrecord", source)
-    out = folder / name
     (out / "checks").mkdir(parents=True, exist_ok=True)
     tasks = [
         CheckTask(
@@ -251,20 +244,31 @@ def stage_tfrecord(
     cache = ScanCache(out)
     settings = {"read": "check", "classes": config.classes, "label_offset": config.label_offset}
     kept, todo, fresh = cached_or_read(cache, settings, check_shard, tasks, tensorflow=True)
-    sizes = {str(source / Path(t.path).name): Path(t.path).stat().st_size for t in todo}
+    sizes = {Path(t.path).name: Path(t.path).stat().st_size for t in todo}
     checked, problems = collect(
-        fresh,
-        sum(sizes.values()),
-        lambda r: sizes[str(source / r["name"])],
-        "checking shards",
-        progress,
+        fresh, sum(sizes.values()), lambda r: sizes[r["name"]], "checking shards", progress
     )
     cache.save()
     log.info("%d shards checked, %d unchanged since they were checked", len(todo), len(kept))
     if problems:
         (out / MANIFEST_FILE).unlink(missing_ok=True)
         raise DataError(config.source, problems)
-    shards = kept + checked
+    return kept + checked
+
+
+def stage_tfrecord(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones), each
+    once (check_user_shards). `client` is unused: a GPU node's one worker would check them on
+    one core, and bring TensorFlow into the process that holds the GPUs."""
+    del client
+    assert config.source is not None
+    source = Path(config.source).expanduser().resolve()
+    found = user_shards(source)
+    name = source_name("tfrecord", source)
+    out = folder / name
+    shards = check_user_shards(config, found, out, progress)
     synsets: dict[str, str] = {}
     for shard in shards:
         for label, synset in shard.get("synsets", {}).items():
