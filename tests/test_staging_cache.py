@@ -119,14 +119,18 @@ def test_a_cache_that_does_not_parse_is_ignored_and_a_racy_shard_is_read_again(t
         stage(config, 0, tmp_path, on_progress=lambda d, t, w: seen.append((d, t, w)))
         return max((t for _d, t, w in seen if w == "hashing images"), default=0)
 
+    def read_after_write(ns: int) -> None:  # as if each shard was read `ns` after its write
+        cache = json.loads((folder / CACHE_FILE).read_text())
+        for entry in cache["shards"].values():
+            entry["read_ns"] = entry["identity"]["mtime_ns"] + ns
+        (folder / CACHE_FILE).write_text(json.dumps(cache))
+
     first = stage(config, 0, tmp_path)
     folder = Path(first.path)
     shards = len(first.shards)
-    assert reads() == shards, "written just before their read: racy, read again"
-    cache = json.loads((folder / CACHE_FILE).read_text())
-    for entry in cache["shards"].values():
-        entry["read_ns"] += RACY_NS  # as if read long enough after they were written
-    (folder / CACHE_FILE).write_text(json.dumps(cache))
+    read_after_write(RACY_NS - 1)
+    assert reads() == shards, "read just after their write: racy, read again"
+    read_after_write(RACY_NS)
     assert reads() == 0
 
     (folder / CACHE_FILE).write_text('{"version": 1, "shards": [')
