@@ -2,8 +2,9 @@
 images found in both splits, and the classes missing from a split.
 
 Nothing here trusts a file written beside the data. Synthetic data is digested from its arrays
-(`arrays_digest`); a sharded dataset from its shards' checksums, which staging computes afresh from
-the shard files each time a run uses them (aiperf/data/tfrecord.py `scan_shard`). Every image of
+(`arrays_digest`); a sharded dataset from its shards' checksums, which staging computes from the
+shard files (aiperf/data/shard_scan.py `scan_shard`), again whenever a file changed since a staging
+read it (aiperf/data/scan_cache.py). Every image of
 both splits is hashed (rate 1: the files are read whole for their checksums anyway, so sampling
 would save little), eight bytes of BLAKE2b over its encoded bytes (a shard's) or its array row
 (synthetic's): an image in both splits has the same key in both.

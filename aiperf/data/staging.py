@@ -12,7 +12,10 @@ One entry point, `stage(config.data, seed, folder, client=...)`, for every kind 
 - synthetic-text and text: uint16 token shards for language models (aiperf/data/staging_tokens.py).
 
 Work already done is skipped: a shard whose inputs and checksum match its stored record is not
-rewritten, a user shard with a known checksum is not decoded again. With `data.stage_to`, each
+rewritten, a user shard with a known checksum is not decoded again, and a shard unchanged since a
+staging read it (its size, times and inode in the folder's scans.json, aiperf.data.scan_cache) is
+not read again. Shards are read without TensorFlow (aiperf.data.shard_scan) on every core of the
+node that stages; a user's images are decoded in processes of their own. With `data.stage_to`, each
 node then gets one copy of the shards at that node-local path, checksums verified there, shared by
 its workers, and the trials read that copy. The staged folder's manifest.json is written last;
 without it a staged folder is unfinished and never read.

@@ -1,13 +1,21 @@
 """What every sharded kind of staged data shares (digits, generated, folder, tfrecord): running
-shard tasks on the Dask workers (or here), collecting their results with progress, scanning every
-shard afresh, checking an earlier staging is intact, and summing the scans into the manifest.
+shard tasks on the Dask workers (or here), or on every core of this node (on_every_core),
+collecting their results with progress, scanning the shards changed since the folder's scan cache
+last saw them (aiperf.data.scan_cache), checking an earlier staging is intact, and summing the
+scans into the manifest.
 The kinds themselves are aiperf.data.staging_sources; the entry point is aiperf.data.staging.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
+import multiprocessing
+import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +29,12 @@ from aiperf.data.manifest import (
     write_json_atomic,
 )
 from aiperf.data.problems import DataError
+from aiperf.data.scan_cache import CACHE_FILE, ScanCache, read_noting_identity
+from aiperf.data.shard_scan import ScanTask, scan_shard
+
+log = logging.getLogger(__name__)
+
+PROCESS_BYTES = 256 << 20  # of shards to read, for each process that reads them
 
 # done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
 OnProgress = Callable[[int, int, str], None]  # (done, total, what is being done)
@@ -89,7 +103,7 @@ def sharded_manifest(
     )
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
     keep = (
-        {MANIFEST_FILE, "checks"}
+        {MANIFEST_FILE, "checks", CACHE_FILE}
         | {s["file"] for s in entries}
         | {s["file"] + ".json" for s in entries}
     )
@@ -131,18 +145,85 @@ def collect(
     return shards, problems
 
 
+def node_cores() -> int:
+    """The cores this process may run on: every core of the node, unless it is pinned."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def on_every_core(
+    fn: Callable[[Any], Any], tasks: list[Any], *, tensorflow: bool = False
+) -> Iterator[Any]:
+    """Each task's result as it finishes, the tasks (each reading the file at its `path`) spread
+    over this node's cores. Reading a record is Python that holds the GIL, about half of a scan,
+    so threads would use two cores at most: large reads run in fresh 'spawn' processes (never
+    forked: this process has threads), one per PROCESS_BYTES of files, as a process costs about a
+    second to start. Work that imports TensorFlow (`tensorflow`: the decode checks) always runs
+    in such processes, so TensorFlow never enters this one. Threads here instead where processes
+    gain nothing or cannot be: small reads, TensorFlow work in a process that has TensorFlow
+    already (a test's), and a daemonic process (a Dask worker's), which may have no children."""
+    if not tasks:
+        return
+    size = sum(os.path.getsize(task.path) for task in tasks)
+    processes = max(1, min(node_cores(), len(tasks), 1 + size // PROCESS_BYTES))
+    spawn = "tensorflow" not in sys.modules if tensorflow else processes > 1
+    if spawn and multiprocessing.current_process().daemon:
+        log.warning("staging in a daemonic process: it reads the shards itself, on threads")
+        spawn = False
+    pool: Executor = (
+        ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        if spawn
+        else ThreadPoolExecutor(min(node_cores(), len(tasks)), thread_name_prefix="aiperf-staging")
+    )
+    with pool:
+        futures = [pool.submit(fn, task) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def cached_or_read(
+    cache: ScanCache,
+    settings: dict[str, Any],
+    fn: Callable[[Any], dict],
+    tasks: list[Any],
+    *,
+    tensorflow: bool = False,
+) -> tuple[list[dict], list[Any], Iterator[dict]]:
+    """The kept results of the tasks whose files are unchanged (each merged with its task's name,
+    split and file), the tasks left to read, and their results as they are read on every core
+    (each good one kept in `cache`; save it when they are all read)."""
+    kept, todo = [], []
+    for task in tasks:
+        hit = cache.get(task.path, settings)
+        if hit is None:
+            todo.append(task)
+        else:
+            where = {k: getattr(task, k) for k in ("name", "split", "file") if hasattr(task, k)}
+            kept.append({**hit, **where, "problems": [], "skipped": True})
+
+    def read() -> Iterator[dict]:
+        noted = functools.partial(read_noting_identity, fn)
+        for path, identity, read_ns, result in on_every_core(noted, todo, tensorflow=tensorflow):
+            if not result["problems"]:
+                cache.put(path, settings, identity, read_ns, result)
+            yield result
+
+    return kept, todo, read()
+
+
 def scan_shards(
     out: Path,
     shards: list[dict[str, Any]],
     classes: int,
     label_offset: int,
-    client: Any | None,
     progress: OnProgress,
 ) -> list[dict[str, Any]]:
-    """Read every shard afresh on the workers (tfrecord.scan_shard): their checksums, per-class
-    counts and image keys. A shard that cannot be read is a DataError."""
-    from aiperf.data.tfrecord import ScanTask, scan_shard
-
+    """Every shard's checksum, per-class counts and image keys (shard_scan.scan_shard): read on
+    every core of this node, without TensorFlow, for the shards changed since the folder's scan
+    cache (aiperf.data.scan_cache) last saw them; kept there for the unchanged. A shard that
+    cannot be read is a DataError."""
     tasks = [
         ScanTask(
             path=shard_path(out, s),
@@ -154,12 +235,15 @@ def scan_shards(
         )
         for s in shards
     ]
-    scans, problems = collect(
-        run_tasks(client, scan_shard, tasks), len(tasks), lambda _r: 1, "hashing images", progress
-    )
+    cache = ScanCache(out)
+    settings = {"read": "scan", "classes": classes, "label_offset": label_offset}
+    kept, todo, fresh = cached_or_read(cache, settings, scan_shard, tasks)
+    scans, problems = collect(fresh, len(todo), lambda _r: 1, "hashing images", progress)
+    cache.save()
+    log.info("%d shards read, %d unchanged since they were read", len(todo), len(kept))
     if problems:
         raise DataError(str(out), sorted(problems))
-    return scans
+    return kept + scans
 
 
 def source_name(prefix: str, source: Path) -> str:
@@ -169,7 +253,7 @@ def source_name(prefix: str, source: Path) -> str:
 
 
 def intact_shards(
-    out: Path, classes: int, label_offset: int, client: Any | None, progress: OnProgress
+    out: Path, classes: int, label_offset: int, progress: OnProgress
 ) -> list[dict[str, Any]] | None:
     """Fresh scans of a finished staging's shards, when every one is there with the checksum its
     manifest.json lists (None: stage it again). The manifest only says which shards to read and
@@ -183,7 +267,7 @@ def intact_shards(
     if not all(Path(shard_path(out, s)).is_file() for s in listed):
         return None
     try:
-        scans = scan_shards(out, listed, classes, label_offset, client, progress)
+        scans = scan_shards(out, listed, classes, label_offset, progress)
     except DataError:
         return None
     by_name = {s["name"]: s["sha256"] for s in listed}

@@ -6,6 +6,7 @@ the manifest aiperf.data.staging_shards sums from fresh scans.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ import numpy as np
 from aiperf.config import DataConfig
 from aiperf.data.manifest import MANIFEST_FILE, Manifest
 from aiperf.data.problems import DataError
+from aiperf.data.scan_cache import ScanCache
 from aiperf.data.staging_npz import settings_key
 from aiperf.data.staging_shards import (
     OnProgress,
+    cached_or_read,
     collect,
     intact_shards,
     no_progress,
@@ -25,6 +28,8 @@ from aiperf.data.staging_shards import (
     sharded_manifest,
     source_name,
 )
+
+log = logging.getLogger(__name__)
 
 # --- digits --------------------------------------------------------------------------------------
 
@@ -35,11 +40,11 @@ def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
     name = f"digits-{config.train_samples}-{config.val_samples}-seed{seed}"
     out = folder / name
     classes = len(digits.CLASS_NAMES)
-    scans = intact_shards(out, classes, 1, None, no_progress)
+    scans = intact_shards(out, classes, 1, no_progress)
     if scans is None:
         out.mkdir(parents=True, exist_ok=True)
         entries = digits.write_shards(out, seed, config.train_samples, config.val_samples)
-        scans = scan_shards(out, entries, classes, 1, None, no_progress)
+        scans = scan_shards(out, entries, classes, 1, no_progress)
     return sharded_manifest(
         config=config,
         name=name,
@@ -68,7 +73,7 @@ def stage_generated(
     key = settings_key(config, seed)
     name = f"generated-imagenet-{config.image_size}px-{config.classes}c-{key}"
     out = folder / name
-    scans = intact_shards(out, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
+    scans = intact_shards(out, config.classes, IMAGENET_LABEL_OFFSET, progress)
     if scans is None:
         scans = _generate(config, seed, key, out, client, progress)
     return sharded_manifest(
@@ -112,7 +117,7 @@ def _generate(
         "generating JPEG shards",
         progress,
     )
-    return scan_shards(out, shards, config.classes, IMAGENET_LABEL_OFFSET, client, progress)
+    return scan_shards(out, shards, config.classes, IMAGENET_LABEL_OFFSET, progress)
 
 
 # --- an ImageNet-layout image folder ------------------------------------------------------------
@@ -161,7 +166,7 @@ def stage_folder(
             missing_ok=True
         )  # what is staged no longer matches the source
         raise DataError(config.source, sorted(problems))
-    shards = scan_shards(out, shards, len(layout.class_names), 1, client, progress)
+    shards = scan_shards(out, shards, len(layout.class_names), 1, progress)
     return sharded_manifest(
         config=config,
         name=name,
@@ -214,17 +219,16 @@ def user_shards(source: Path) -> dict[str, list[Path]]:
     return found
 
 
-def stage_tfrecord(
-    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
-) -> Manifest:
-    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones)."""
+def check_user_shards(
+    config: DataConfig, found: dict[str, list[Path]], out: Path, progress: OnProgress
+) -> list[dict[str, Any]]:
+    """Each shard's check (tfrecord.check_shard). A shard unchanged since it was checked (the
+    folder's scan cache, aiperf.data.scan_cache) is not read again; the others are read and their
+    images decoded on every core of this node, in processes of their own, so TensorFlow's decoder
+    does not enter this one (staging_shards.on_every_core). Problems are a DataError."""
     from aiperf.data.tfrecord import CheckTask, check_shard
 
     assert config.source is not None
-    source = Path(config.source).expanduser().resolve()
-    found = user_shards(source)
-    name = source_name("tfrecord", source)
-    out = folder / name
     (out / "checks").mkdir(parents=True, exist_ok=True)
     tasks = [
         CheckTask(
@@ -237,17 +241,34 @@ def stage_tfrecord(
         for split, paths in found.items()
         for p in paths
     ]
-    sizes = {t.path: Path(t.path).stat().st_size for t in tasks}
-    shards, problems = collect(
-        run_tasks(client, check_shard, tasks),
-        sum(sizes.values()),
-        lambda r: sizes[str(source / r["name"])],
-        "checking shards",
-        progress,
+    cache = ScanCache(out)
+    settings = {"read": "check", "classes": config.classes, "label_offset": config.label_offset}
+    kept, todo, fresh = cached_or_read(cache, settings, check_shard, tasks, tensorflow=True)
+    sizes = {Path(t.path).name: Path(t.path).stat().st_size for t in todo}
+    checked, problems = collect(
+        fresh, sum(sizes.values()), lambda r: sizes[r["name"]], "checking shards", progress
     )
+    cache.save()
+    log.info("%d shards checked, %d unchanged since they were checked", len(todo), len(kept))
     if problems:
         (out / MANIFEST_FILE).unlink(missing_ok=True)
         raise DataError(config.source, problems)
+    return kept + checked
+
+
+def stage_tfrecord(
+    config: DataConfig, folder: Path, client: Any | None, progress: OnProgress
+) -> Manifest:
+    """Check the user's shards in place (no copy, unless stage_to asks for node-local ones), each
+    once (check_user_shards). `client` is unused: a GPU node's one worker would check them on
+    one core, and bring TensorFlow into the process that holds the GPUs."""
+    del client
+    assert config.source is not None
+    source = Path(config.source).expanduser().resolve()
+    found = user_shards(source)
+    name = source_name("tfrecord", source)
+    out = folder / name
+    shards = check_user_shards(config, found, out, progress)
     synsets: dict[str, str] = {}
     for shard in shards:
         for label, synset in shard.get("synsets", {}).items():

@@ -1,5 +1,7 @@
-"""TFRecord shards in the usual ImageNet format, and the two shard jobs that run on Dask workers:
-convert a share of an image folder into one shard, and check one shard a user brought.
+"""TFRecord shards in the usual ImageNet format, and the two shard jobs: convert a share of an image
+folder into one shard (on a Dask worker), and check one shard a user brought (in a process of its
+own on the staging node: staging_shards.on_every_core). Reading a shard is aiperf.data.shard_scan,
+without TensorFlow.
 
 The format is the one TensorFlow's ImageNet tools write (build_imagenet_data.py): a tf.train.Example
 per image with `image/encoded` (the original JPEG or PNG bytes, never re-encoded),
@@ -17,23 +19,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiperf.data.images import MAX_IMAGE_BYTES, check_image, image_format
 from aiperf.data.manifest import sha256_file, write_json_atomic
-from aiperf.data.pins import image_key
+from aiperf.data.shard_scan import ENCODED, LABEL, SYNSET, ScanTask, scan_shard
 
-ENCODED, LABEL, SYNSET = "image/encoded", "image/class/label", "image/class/synset"
 SPLITS = ("train", "validation")
 IMAGENET_LABEL_OFFSET = 1
-# A record is one image and its features: one larger than this is a corrupt or hostile shard,
-# refused before its bytes are read.
-MAX_RECORD_BYTES = MAX_IMAGE_BYTES + (1 << 20)
 
 
 def shard_name(split: str, index: int, total: int) -> str:
@@ -209,117 +206,15 @@ def write_shard_with_record(
     return {**info, "problems": [], "skipped": False}
 
 
-class _HashingReader:
-    """A shard's bytes, read once: its sha256 grows as its records are read."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
-
-    def read(self, n: int) -> bytes:
-        data: bytes = self.handle.read(n)
-        self.digest.update(data)
-        self.size += len(data)
-        return data
-
-    def rest(self) -> None:
-        for _chunk in iter(lambda: self.read(1 << 20), b""):
-            pass
-
-
-def _records(reader: _HashingReader) -> Iterator[bytes]:
-    """The records of a TFRecord file: an 8-byte length, its 4-byte CRC, the data, its CRC. The
-    CRCs are not checked here (the shard's sha256 is; TensorFlow checks them when it reads)."""
-    while True:
-        head = reader.read(12)
-        if not head:
-            return
-        if len(head) < 12:
-            raise ValueError("it ends inside a record's header")
-        (length,) = struct.unpack("<Q", head[:8])
-        if length > MAX_RECORD_BYTES:
-            raise ValueError(
-                f"a record says it holds {length} bytes, more than {MAX_RECORD_BYTES}"
-            )
-        data = reader.read(length)
-        if len(data) < length or len(reader.read(4)) < 4:
-            raise ValueError("it ends inside a record")
-        yield data
-
-
-@dataclass(frozen=True)
-class ScanTask:
-    """One shard to read afresh: its checksum, labels and image keys (run on a Dask worker)."""
-
-    path: str
-    name: str
-    split: str
-    file: str  # as the manifest names it (relative to the staged folder, or absolute)
-    label_offset: int
-    classes: int
-
-
-def scan_shard(task: ScanTask) -> dict[str, Any]:
-    """Read a shard once: its sha256 and size, each record's label (images per class, from 0) and
-    the key of each record's encoded image (aiperf.data.pins.image_key), packed in `keys`. What a
-    manifest records of a shard comes from here each time a run uses it, never from a sidecar."""
-    import tensorflow as tf
-
-    path = Path(task.path)
-    per_class: Counter[int] = Counter()
-    keys: list[bytes] = []
-    problems: list[str] = []
-    with open(path, "rb") as handle:
-        reader = _HashingReader(handle)
-        try:
-            for index, record in enumerate(_records(reader)):
-                try:
-                    feature = tf.train.Example.FromString(record).features.feature
-                    encoded = feature[ENCODED].bytes_list.value[0]
-                    label = int(feature[LABEL].int64_list.value[0]) - task.label_offset
-                except Exception:  # a protobuf DecodeError or a missing feature
-                    problems.append(
-                        f"{task.name} record {index} is not an ImageNet-format example"
-                    )
-                    continue
-                if not 0 <= label < task.classes:
-                    low = task.label_offset
-                    problems.append(
-                        f"{task.name} record {index} has label {label + low}, outside "
-                        f"{low}..{low + task.classes - 1} (data.classes {task.classes}, "
-                        f"data.label_offset {low}); fix the shard or those settings"
-                    )
-                    continue
-                per_class[label] += 1
-                keys.append(image_key(encoded))
-        except ValueError as exc:
-            read = sum(per_class.values()) + len(problems)
-            problems.append(
-                f"{task.name} is corrupt or truncated after record {read} ({exc}); re-copy it"
-            )
-        reader.rest()
-    return {
-        "name": task.name,
-        "split": task.split,
-        "file": task.file,
-        "images": sum(per_class.values()),
-        "size_bytes": reader.size,
-        "sha256": reader.digest.hexdigest(),
-        "per_class": {str(k): v for k, v in sorted(per_class.items())},
-        "keys": b"".join(keys),
-        "problems": problems,
-    }
-
-
-def _decode_checks(images: list[tuple[str, bytes, int, str]]) -> list[str | None]:
-    """Each image's decode check (aiperf.data.images.check_image), in order, on every core this
-    worker owns: the decode is TensorFlow's and lets go of the GIL, so threads scale with the
-    cores. A node whose one worker owns all its cores (a node of GPUs, one trial across them)
-    checks a shard on all of them, not on one (ImageNet's 1.3 M images took ~46 min on one)."""
+def _decode_checks(images: list[tuple[str, bytes]], threads: int = 0) -> list[str | None]:
+    """Each image's decode check (aiperf.data.images.check_image), in order, on `threads` threads
+    (0: every core this worker owns): the decode is TensorFlow's and lets go of the GIL, so
+    threads scale with the cores (ImageNet's 1.3 M images took ~46 min on one)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from aiperf import settings
 
-    cores = settings.count(settings.WORKER_CORES) or os.cpu_count() or 1
+    cores = threads or settings.count(settings.WORKER_CORES) or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=max(1, min(cores, len(images)))) as pool:
         return list(pool.map(lambda image: check_image(image[0], image[1])[0], images))
 
@@ -333,95 +228,51 @@ class CheckTask:
     classes: int
     label_offset: int
     checks: str  # folder for the record of shards already checked
+    threads: int = 0  # for its decode checks (0: the cores this worker owns)
 
 
 def check_shard(task: CheckTask) -> dict[str, Any]:
     """Read every record of a user's shard: it parses, its image decodes, its label is in range.
 
-    A shard already checked with the same checksum is not decoded again."""
-    import tensorflow as tf
-
+    The shard is read once, without TensorFlow (shard_scan.scan_shard); its images are decoded with
+    TensorFlow's decoder, the input pipeline's, so staging runs this in processes of its own
+    (staging_shards.on_every_core). A shard already checked with the same checksum is not decoded
+    again."""
     path = Path(task.path)
-    # Read afresh every time: the checksum, the labels and the image keys the manifest records.
+    images: list[tuple[int, bytes, int]] = []  # record index, encoded, label from 0
     scan = scan_shard(
-        ScanTask(str(path), path.name, task.split, str(path), task.label_offset, task.classes)
+        ScanTask(str(path), path.name, task.split, str(path), task.label_offset, task.classes),
+        keep=images,
     )
+    if not scan["problems"] and not scan["images"]:
+        scan["problems"].append(f"{path.name} holds no records; remove it")
     if scan["problems"]:
-        return {
-            "name": path.name,
-            "split": task.split,
-            "problems": scan["problems"],
-            "skipped": False,
-        }
-    checksum = scan["sha256"]
+        return {"name": path.name, "split": task.split, "problems": scan["problems"]}
+    fresh = {k: scan[k] for k in ("images", "size_bytes", "per_class", "keys", "synsets")}
     record_file = Path(task.checks) / f"{path.name}.json"
     if record_file.is_file():
         info = json.loads(record_file.read_text())
         if (
-            info.get("sha256") == checksum
+            info.get("sha256") == scan["sha256"]
             and info.get("classes") == task.classes
             and info.get("label_offset") == task.label_offset
         ):
-            fresh = {k: scan[k] for k in ("images", "size_bytes", "per_class", "keys")}
             return {**info, **fresh, "problems": [], "skipped": True}
-    spec = {
-        ENCODED: tf.io.FixedLenFeature([], tf.string),
-        LABEL: tf.io.FixedLenFeature([], tf.int64),
-        SYNSET: tf.io.FixedLenFeature([], tf.string, default_value=""),
-    }
-    low, high = task.label_offset, task.label_offset + task.classes - 1
-    problems: list[str] = []
-    per_class: Counter[int] = Counter()
-    synsets: dict[int, str] = {}
-    images: list[tuple[str, bytes, int, str]] = []  # where, encoded, label from 0, synset
-    index = -1
-    try:
-        for index, record in enumerate(tf.data.TFRecordDataset(str(path))):
-            where = f"{path.name} record {index}"
-            try:
-                parsed = tf.io.parse_single_example(record, spec)
-            except tf.errors.InvalidArgumentError:
-                problems.append(
-                    f"{where} is not an ImageNet-format example (it needs {ENCODED} and {LABEL})"
-                )
-                continue
-            label = int(parsed[LABEL])
-            if not low <= label <= high:
-                problems.append(
-                    f"{where} has label {label}, outside {low}..{high} (data.classes "
-                    f"{task.classes}, data.label_offset {task.label_offset}); fix the shard or "
-                    "those settings"
-                )
-                continue
-            synset = parsed[SYNSET].numpy().decode(errors="replace")
-            images.append((where, parsed[ENCODED].numpy(), label - task.label_offset, synset))
-    except tf.errors.DataLossError:
-        problems.append(
-            f"{path.name} is corrupt or truncated after record {index + 1}; re-copy it"
-        )
-    for (_where, _encoded, label, synset), problem in zip(
-        images, _decode_checks(images), strict=True
-    ):
-        if problem:
-            problems.append(problem)
-            continue
-        per_class[label] += 1
-        synsets.setdefault(label, synset)
-    if index < 0 and not problems:
-        problems.append(f"{path.name} holds no records; remove it")
+    checks = [(f"{path.name} record {index}", encoded) for index, encoded, _label in images]
+    problems = [p for p in _decode_checks(checks, task.threads) if p]
     if problems:
-        return {"name": path.name, "split": task.split, "problems": problems, "skipped": False}
+        return {"name": path.name, "split": task.split, "problems": problems}
     info = {
         "name": path.name,
         "split": task.split,
         "file": str(path),
-        "images": sum(per_class.values()),
-        "size_bytes": path.stat().st_size,
-        "sha256": checksum,
+        "images": scan["images"],
+        "size_bytes": scan["size_bytes"],
+        "sha256": scan["sha256"],
         "classes": task.classes,
         "label_offset": task.label_offset,
-        "per_class": {str(k): v for k, v in sorted(per_class.items())},
-        "synsets": {str(k): v for k, v in sorted(synsets.items())},
+        "per_class": scan["per_class"],
+        "synsets": scan["synsets"],
     }
     write_json_atomic(record_file, info)
     return {**info, "keys": scan["keys"], "problems": [], "skipped": False}
