@@ -16,7 +16,6 @@ from aiperf import settings
 from aiperf.data import dali
 from aiperf.train.feedrate import SHARED, verdict
 
-
 # Run with 8 JAX host devices standing for a node's 8 GPUs (the stand-in's seam: docs/performance.md
 # "The GPU node stand-in"). Every DALI pipeline built (aiperf.data.dali._pipeline, the real one,
 # called through) is noted: its device, shard and batch. First the worker's measurement before the
@@ -126,6 +125,39 @@ def test_the_verdict_says_feed_bound_and_by_how_much():
     arrays = verdict("arrays", [{**rates[0], "feed": "arrays", "feed_images_per_s": None}])
     assert arrays is not None and not arrays.bound and "not measured" in arrays.line()
     assert fast.devices_line() is None  # recorded before the feed was measured per device
+    # Per device, as trial_feed_rates records it: measured (a pipeline a device) or the share of
+    # one host pipeline, said so.
+    dali_rates = [
+        {
+            **r,
+            "feed": "dali",
+            "feed_pipelines": 8,
+            "feed_per_device": "measured",
+            "feed_per_device_images_per_s": [r["feed_images_per_s"] / 8 + i for i in range(8)],
+        }
+        for r in rates
+    ]
+    per_device = verdict("dali", dali_rates)
+    assert per_device is not None and per_device.pipelines == 16
+    assert per_device.devices_line() == (
+        "dali: 16 pipelines on 16 devices, 44 img/s a device (38-50), node 640 img/s"
+    )
+    shared = verdict(
+        "tf.data",
+        [
+            {
+                **rates[0],
+                "feed_pipelines": 1,
+                "feed_per_device": SHARED,
+                "feed_per_device_images_per_s": [75.0] * 4,
+            }
+        ],
+    )
+    assert shared is not None and not shared.per_device_measured
+    assert shared.devices_line() == (
+        "tf.data: 1 host pipeline for 4 devices, node 300 img/s, 75 img/s a device (node / devices)"
+    )
+    assert shared.to_dict()["per_device_images_per_s"] == [75.0] * 4
     assert verdict(None, []) is None and verdict("tf.data", [{"worker": "w0"}]) is None
     # An edited event log's odd records are left out, never a traceback in show or the report.
     assert verdict("tf.data", [1, {"device_images_per_s": "fast"}]) is None

@@ -26,8 +26,12 @@ trial's devices gets its own pipeline on its own shard of the data, and DALI's J
 devices' batches together as one global array sharded over the trial's devices, the layout Keras'
 DataParallel trains on: the next batch is decoded on the devices while the step runs. Evaluation
 uses one pipeline (on the first device when there are GPUs) and hands host arrays to Keras as the
-tf.data feed does. The GPU path has not been run in aiperf's own tests (no GPU there);
-benchmarks/gpu_check.sh runs it where a GPU is lent.
+tf.data feed does. The devices are the node's accelerators as aiperf.gpu_backend names them, so
+on the stand-in GPU node (CPU devices standing for GPUs) a trial's feed is a pipeline per device
+too, on DALI's CPU operators, each batch put on its device and the parts made one sharded array
+(_HostShards): the pipelines, shards, per-device batch and the sharded layout Keras trains on run
+in aiperf's own tests; the mixed decoder and DALI's JAX plugin need a GPU (benchmarks/
+gpu_check.sh runs them where one is lent).
 
 DALI reads TFRecord through an index (one "offset length" line per record); `index_files` writes it
 once beside the shards, or in a temporary folder when the shards' folder is read-only.
@@ -241,7 +245,9 @@ class _HostShards:
         outputs = [_host(pipe.run()) for pipe in self._pipes]
         batch = {}
         for slot, name in enumerate(("images", "labels")):
-            parts = [jax.device_put(out[slot], d) for out, d in zip(outputs, self._devices)]
+            parts = [
+                jax.device_put(out[slot], d) for out, d in zip(outputs, self._devices, strict=True)
+            ]
             shape = (sum(int(p.shape[0]) for p in parts), *parts[0].shape[1:])
             batch[name] = jax.make_array_from_single_device_arrays(shape, self._sharding, parts)
         return batch

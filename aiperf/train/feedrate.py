@@ -3,9 +3,13 @@ feed-bound, and by how much?
 
 A worker's trials can train no faster than the slower of two rates:
 
-- its feed's: images per second out of the real pipeline (aiperf.data.feed.open_feed, the staged
-  data, the worker's own cores as its trials use them, the run's global batch), the batches taken
-  on the host as Keras takes them, nothing trained;
+- its feed's, as the trial gets it (trial_feed_rates): images per second out of the real pipeline
+  (aiperf.data.feed.open_feed, the staged data, the worker's own cores as its trials use them, the
+  run's global batch) opened inside the trial's data-parallel distribution, so DALI opens one
+  pipeline per device, each its shard of the files at the per-device batch, as in a trial; counted
+  per device from each batch's parts on the devices, and for the node; the batches taken as Keras
+  takes them, nothing trained. tf.data is one host pipeline feeding every device: its node rate is
+  measured and per device is node / devices, recorded as such (`feed_per_device`);
 - its devices': images per second of training steps of the run's seed model
   (search.seed_architecture) at that batch (on CPU devices at most CPU_BATCH_PER_DEVICE images a
   device: recorded as `device_batch`), in the run's precision and compile setting, on all the
@@ -120,9 +124,7 @@ def trial_feed_rates(
             devices=devices,
         )
         delivered = images_by_device(opened, seconds)
-    measured = (
-        delivered is not None and "" not in delivered and len(opened.placement) == devices
-    )
+    measured = delivered is not None and "" not in delivered and len(opened.placement) == devices
     record: dict[str, Any] = {
         "feed": opened.kind,
         "pipelines": len(opened.placement) or (0 if delivered is None else 1),
@@ -318,7 +320,8 @@ class FeedVerdict:
                 f"{feed}: {pipelines} for {len(rates)} devices, {node}, "
                 f"{mean:,.0f} img/s a device (node / devices)"
             )
-        spread = f" ({min(rates):,.0f}-{max(rates):,.0f})" if len(rates) > 1 else ""
+        low, high = f"{min(rates):,.0f}", f"{max(rates):,.0f}"
+        spread = f" ({low}-{high})" if low != high else ""  # one stream: parts alike a step
         return (
             f"{feed}: {self.pipelines} pipelines on {len(rates)} devices, "
             f"{mean:,.0f} img/s a device{spread}, {node}"
@@ -330,7 +333,9 @@ class FeedVerdict:
             "feed_images_per_s": self.feed_images_per_s,
             "node_images_per_s": self.feed_images_per_s,
             "per_device_images_per_s": (
-                None if self.per_device_images_per_s is None else list(self.per_device_images_per_s)
+                None
+                if self.per_device_images_per_s is None
+                else list(self.per_device_images_per_s)
             ),
             "per_device_measured": self.per_device_measured,
             "pipelines": self.pipelines,
