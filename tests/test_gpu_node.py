@@ -252,6 +252,13 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     assert feed == ("dali" if dali.installed() else "tf.data") and rates, (feed, rates)
     assert all(rate["feed"] == feed for rate in json.loads(rates))
     assert "feed (before the window)" in done.stdout  # aiperf show's row
+    # The feed as a trial on the 8 devices gets it: with DALI one pipeline per device, each rate
+    # measured; tf.data one host pipeline, its node rate shared (aiperf.train.feedrate).
+    [rate] = json.loads(rates)
+    assert len(rate["feed_per_device_images_per_s"]) == 8, rate
+    assert rate["feed_pipelines"] == (8 if feed == "dali" else 1), rate
+    shown_line = "8 pipelines on 8 devices" if feed == "dali" else "1 host pipeline for 8 devices"
+    assert "feed per device" in done.stdout and shown_line in done.stdout
     shown = subprocess.run(
         [
             sys.executable,
@@ -271,6 +278,7 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     judged = json.loads(shown.stdout)["feed"]
     assert judged["feed"] == feed and judged["feed_bound"] in (True, False), judged
     assert "feed-bound" in judged["line"] and judged["device_images_per_s"] > 0, judged
+    assert len(judged["per_device_images_per_s"]) == 8 and judged["node_images_per_s"] > 0
     [(run_id, backend, jit, raw_config, peaks)] = _rows(
         db, "SELECT id, backend, jit_compile, config, worker_peaks FROM runs"
     )

@@ -26,8 +26,12 @@ trial's devices gets its own pipeline on its own shard of the data, and DALI's J
 devices' batches together as one global array sharded over the trial's devices, the layout Keras'
 DataParallel trains on: the next batch is decoded on the devices while the step runs. Evaluation
 uses one pipeline (on the first device when there are GPUs) and hands host arrays to Keras as the
-tf.data feed does. The GPU path has not been run in aiperf's own tests (no GPU there);
-benchmarks/gpu_check.sh runs it where a GPU is lent.
+tf.data feed does. The devices are the node's accelerators as aiperf.gpu_backend names them, so
+on the stand-in GPU node (CPU devices standing for GPUs) a trial's feed is a pipeline per device
+too, on DALI's CPU operators, each batch put on its device and the parts made one sharded array
+(_HostShards): the pipelines, shards, per-device batch and the sharded layout Keras trains on run
+in aiperf's own tests; the mixed decoder and DALI's JAX plugin need a GPU (benchmarks/
+gpu_check.sh runs them where one is lent).
 
 DALI reads TFRecord through an index (one "offset length" line per record); `index_files` writes it
 once beside the shards, or in a temporary folder when the shards' folder is read-only.
@@ -187,21 +191,66 @@ def _host(outputs: Any) -> tuple[Any, Any]:
     return images.as_array(), labels.as_array()
 
 
-def _trial_gpus() -> list[Any]:
-    """The JAX GPUs the trial trains on: its distribution's devices, or the first GPU; [] when the
-    backend computes on no GPU (then DALI runs on the CPU)."""
+def trial_devices() -> list[Any]:
+    """The JAX devices a trial's training batches are decoded for, one DALI pipeline each: its
+    distribution's devices among the node's accelerators (aiperf.gpu_backend: the GPUs, or the
+    stand-in node's CPU devices), or the first accelerator outside a distribution; [] when the
+    backend computes on no accelerator (then one pipeline on DALI's CPU operators feeds the host).
+    Whoever opens the feed inside the trial's distribution (a trial, aiperf.train.feedrate's
+    measurement) gets the same devices, so the feed is measured as the trial gets it."""
     import keras
 
     if keras.backend.backend() != "jax":
         return []
     import jax
 
-    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
+    from aiperf.gpu_backend import accelerator_platforms
+
+    platforms = accelerator_platforms()
+    accelerators = [d for d in jax.local_devices() if d.platform in platforms]
     distribution = keras.distribution.distribution()
-    if not gpus or distribution is None:
-        return gpus[:1]
+    if not accelerators or distribution is None:
+        return accelerators[:1]
     names = {str(name) for name in distribution.device_mesh.devices.flatten()}
-    return [d for d in gpus if f"{d.platform}:{d.id}" in names] or gpus[:1]
+    return [d for d in accelerators if device_name(d) in names] or accelerators[:1]
+
+
+def device_name(device: Any) -> str:
+    """A JAX device as Keras' distribution names it ("gpu:3"), as the trials' placement records."""
+    return f"{device.platform}:{device.id}"
+
+
+def _dali_device(device: Any) -> int | None:
+    """The CUDA device a pipeline for this JAX device runs its GPU operators on; None for a
+    device that is no GPU (the stand-in's CPU devices): DALI's CPU operators then decode."""
+    return int(device.local_hardware_id) if device.platform == "gpu" else None
+
+
+class _HostShards:
+    """One DALI pipeline per device on DALI's CPU operators, each batch put on its device and the
+    devices' batches made one global array sharded over them: the layout DALI's JAX plugin builds
+    from GPU pipelines (which cannot take CPU pipelines: it reads their outputs through DLPack on
+    the GPU). Where the devices are CPU devices standing in for GPUs, the trial's feed still has a
+    pipeline per device, each its shard of the files at the per-device batch."""
+
+    def __init__(self, pipes: list[Any], devices: list[Any], sharding: Any) -> None:
+        self._pipes, self._devices, self._sharding = pipes, devices, sharding
+
+    def __iter__(self) -> _HostShards:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        import jax
+
+        outputs = [_host(pipe.run()) for pipe in self._pipes]
+        batch = {}
+        for slot, name in enumerate(("images", "labels")):
+            parts = [
+                jax.device_put(out[slot], d) for out, d in zip(outputs, self._devices, strict=True)
+            ]
+            shape = (sum(int(p.shape[0]) for p in parts), *parts[0].shape[1:])
+            batch[name] = jax.make_array_from_single_device_arrays(shape, self._sharding, parts)
+        return batch
 
 
 def _batches_class() -> type:
@@ -269,10 +318,10 @@ def dali_batches(
     (the last batch short)."""
     indexes = index_files(files)
     # Training batches stay on the trial's GPUs; evaluation's go to the host, as tf.data's do.
-    gpus = _trial_gpus()
+    devices = trial_devices()
     if not training:
-        gpus = gpus[:1]
-    on_device = training and bool(gpus)
+        devices = devices[:1]
+    on_device = training and bool(devices)
     cores = threads or os.cpu_count() or 1
     options: dict[str, Any] = {
         "image_size": image_size,
@@ -285,39 +334,61 @@ def dali_batches(
 
     def make() -> Any:
         if on_device:  # one pipeline per device, one global array a step, sharded over them
-            import jax
-            import numpy as np
-            from nvidia.dali.plugin.jax import DALIGenericIterator
-
-            per_device = batch // len(gpus)
-            pipes = [
-                _pipeline(
-                    files,
-                    indexes,
-                    batch=per_device,
-                    threads=max(1, cores // len(gpus)),
-                    device_id=gpu.local_hardware_id,
-                    shard=i,
-                    shards=len(gpus),
-                    **options,
-                )
-                for i, gpu in enumerate(gpus)
-            ]
-            mesh = jax.sharding.Mesh(np.array(gpus), ("batch",))
-            sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
-            return DALIGenericIterator(
-                pipes,
-                ["images", "labels"],
-                reader_name="reader",
-                auto_reset=True,
-                sharding=sharding if len(gpus) > 1 else None,
-            )
-        device_id = gpus[0].local_hardware_id if gpus else None
+            return _per_device(files, indexes, devices, batch=batch, cores=cores, **options)
+        device_id = _dali_device(devices[0]) if devices else None
         return _pipeline(
             files, indexes, batch=batch, threads=cores, device_id=device_id, **options
         )
 
     if training:
         count = None if passes else images // batch
-        return _batches_class()(make, count, None, on_device)
-    return _batches_class()(make, math.ceil(images / batch), images, False)
+        made = _batches_class()(make, count, None, on_device)
+    else:
+        made = _batches_class()(make, math.ceil(images / batch), images, False)
+    # The devices its pipelines decode for, one a pipeline ([] : one pipeline feeding the host).
+    made.placement = [device_name(d) for d in devices] if on_device else []
+    return made
+
+
+def _per_device(
+    files: list[str],
+    indexes: list[str],
+    devices: list[Any],
+    *,
+    batch: int,
+    cores: int,
+    **options: Any,
+) -> Any:
+    """A trial's training source on its devices: one pipeline per device, each its shard of the
+    files at the per-device batch with its share of the cores, one global array a step sharded over
+    the devices (DALI's JAX iterator on GPUs; _HostShards where the devices are not GPUs)."""
+    import jax
+    import numpy as np
+
+    per_device = batch // len(devices)
+    pipes = [
+        _pipeline(
+            files,
+            indexes,
+            batch=per_device,
+            threads=max(1, cores // len(devices)),
+            device_id=_dali_device(device),
+            shard=i,
+            shards=len(devices),
+            **options,
+        )
+        for i, device in enumerate(devices)
+    ]
+    mesh = jax.sharding.Mesh(np.array(devices), ("batch",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+    if any(_dali_device(device) is None for device in devices):
+        return _HostShards(pipes, devices, sharding)
+    from nvidia.dali.plugin.jax import DALIGenericIterator
+
+    return DALIGenericIterator(
+        pipes,
+        ["images", "labels"],
+        reader_name="reader",
+        auto_reset=True,
+        sharding=sharding if len(devices) > 1 else None,
+    )

@@ -44,6 +44,10 @@ class Feed:
     # Which feed this is, recorded with the run as data.feed (aiperf.train.feedrate): "tf.data", or
     # "arrays" for in-memory NumPy arrays that Keras slices itself (synthetic data off TensorFlow).
     kind: str = "tf.data"
+    # The devices the training batches are decoded for, one a pipeline (DALI on a trial's devices:
+    # aiperf.data.dali.trial_devices); empty where one pipeline on the host feeds every device
+    # (tf.data, DALI off the accelerators) or Keras slices arrays.
+    placement: tuple[str, ...] = ()
 
 
 def open_feed(
@@ -187,10 +191,11 @@ def _dali_feed(
             passes=passes,
         )
 
+    stream = batches("train", images, training=True, passes=True)
     return Feed(
         train={"x": batches("train", images, training=True)},
         epochs={
-            "x": batches("train", images, training=True, passes=True),
+            "x": stream,
             "steps_per_epoch": images // batch_size,
             "shuffle": False,  # the reader shuffles (Keras would only warn that it cannot)
         },
@@ -199,6 +204,7 @@ def _dali_feed(
         val_samples=val_images,
         pixels=True,
         kind="dali",
+        placement=tuple(stream.placement),
     )
 
 

@@ -77,6 +77,17 @@ def feed_text(run: RunRecord) -> str:
     return judged.line()
 
 
+def feed_devices_text(run: RunRecord) -> str:
+    """The feed per device and for the node, as the trials get it (aiperf.train.feedrate.
+    trial_feed_rates), e.g. "dali: 8 pipelines on 8 devices, 1,210 img/s a device (1,180-1,240),
+    node 9,680 img/s"; or why it cannot say."""
+    from aiperf.train.feedrate import verdict
+
+    judged = verdict(run.data_feed, run.feed_rates)
+    line = None if judged is None else judged.devices_line()
+    return line or "not recorded"
+
+
 def reference_text(run: RunRecord) -> str:
     """The run's seed trials against bare Keras on the same nodes (aiperf.results.overhead), e.g.
     "seed trials trained at 52.1 GOPS, bare Keras 53.0 GOPS per worker on the same nodes: 0.98"."""
@@ -185,6 +196,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "elapsed", "value": f"{score.elapsed_s:.1f} s"},
         {"figure": "data staging", "value": staging_text(run)},
         {"figure": "feed (before the window)", "value": feed_text(run)},
+        {"figure": "feed per device", "value": feed_devices_text(run)},
         {"figure": "trials vs bare Keras", "value": reference_text(run)},
         {"figure": "window utilisation", "value": percent(score.utilisation)},
         {

@@ -3,9 +3,13 @@ feed-bound, and by how much?
 
 A worker's trials can train no faster than the slower of two rates:
 
-- its feed's: images per second out of the real pipeline (aiperf.data.feed.open_feed, the staged
-  data, the worker's own cores as its trials use them, the run's global batch), the batches taken
-  on the host as Keras takes them, nothing trained;
+- its feed's, as the trial gets it (trial_feed_rates): images per second out of the real pipeline
+  (aiperf.data.feed.open_feed, the staged data, the worker's own cores as its trials use them, the
+  run's global batch) opened inside the trial's data-parallel distribution, so DALI opens one
+  pipeline per device, each its shard of the files at the per-device batch, as in a trial; counted
+  per device from each batch's parts on the devices, and for the node; the batches taken as Keras
+  takes them, nothing trained. tf.data is one host pipeline feeding every device: its node rate is
+  measured and per device is node / devices, recorded as such (`feed_per_device`);
 - its devices': images per second of training steps of the run's seed model
   (search.seed_architecture) at that batch (on CPU devices at most CPU_BATCH_PER_DEVICE images a
   device: recorded as `device_batch`), in the run's precision and compile setting, on all the
@@ -36,6 +40,8 @@ WARM_UP_STEPS = 1  # device steps before the clock starts: the first traces and 
 # images/s barely changes with the batch past a few images, and the run's own batch (192-224 for
 # the imagenet-shaped profile on CPUs) would cost minutes a step of ResNet-50 before the window.
 CPU_BATCH_PER_DEVICE = 8
+# How a one-pipeline feed's per-device rate is given: not measured per device, but the node's share.
+SHARED = "node / devices: one host pipeline feeds every device"
 
 
 def _rate(step: Any, seconds: float, *, minimum: int = 3) -> float:
@@ -52,11 +58,95 @@ def feed_images_per_s(feed: Any, seconds: float) -> float | None:
     """Images per second out of the feed's training pipeline as a trial's `fit` iterates it (its
     passes repeated in one iterator: aiperf.data.feed.Feed.epochs), after its first batch (the
     pipeline's start-up); None for in-memory arrays Keras slices itself."""
+    delivered = images_by_device(feed, seconds)
+    return None if delivered is None else sum(delivered.values())
+
+
+def images_by_device(feed: Any, seconds: float) -> dict[str, float] | None:
+    """Images per second out of the feed's training stream, by the device each batch's part was
+    decoded for and placed on (a batch sharded over the trial's devices: DALI's pipelines, one a
+    device), or under "" for a batch that comes whole to the host (tf.data), after its first
+    batch; None for in-memory arrays Keras slices itself."""
     if feed.kind == "arrays":
         return None
     batches = iter(feed.epochs["x"])
     next(batches)
-    return _rate(lambda: int(next(batches)[1].shape[0]), seconds)
+    counts: dict[str, int] = {}
+    calls, started = 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - started < seconds:  # as _rate times a step
+        for device, images in _parts(next(batches)[1]).items():
+            counts[device] = counts.get(device, 0) + images
+        calls += 1
+    elapsed = time.perf_counter() - started
+    return {device: images / elapsed for device, images in counts.items()}
+
+
+def _parts(labels: Any) -> dict[str, int]:
+    """A batch's labels by device: each shard of a JAX array sharded over several devices, named as
+    Keras names devices ("gpu:3"); else the whole batch under ""."""
+    shards = getattr(labels, "addressable_shards", None) or ()
+    if len(shards) > 1:
+        return {f"{s.device.platform}:{s.device.id}": int(s.data.shape[0]) for s in shards}
+    return {"": int(labels.shape[0])}
+
+
+def trial_feed_rates(
+    data_path: str,
+    *,
+    batch: int,
+    input_shape: tuple[int, int, int],
+    devices: int,
+    seconds: float,
+    feed: str = "auto",
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The feed as a trial on `devices` devices gets it, measured: opened by the trial's own
+    aiperf.data.feed.open_feed inside the trial's data-parallel distribution at the global `batch`
+    (per-device batch x devices), so DALI opens one pipeline per device, each its shard of the
+    files at the per-device batch (aiperf.data.dali.trial_devices), and images/s are counted per
+    device from the parts of each batch on each device. One host pipeline feeding every device
+    (tf.data) is one pipeline: its node rate is measured, and per device is node / devices, said
+    so in `per_device` rather than measured. Run it in the process whose JAX sees the devices."""
+    import keras
+
+    from aiperf.data.feed import open_feed
+    from aiperf.train.devices import data_parallel
+
+    shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+    with data_parallel(keras.backend.backend(), devices) as placement:
+        opened = open_feed(
+            data_path,
+            batch_size=batch,
+            input_shape=shape,
+            seed=0,
+            threads=threads,
+            feed=feed,
+            devices=devices,
+        )
+        delivered = images_by_device(opened, seconds)
+    measured = delivered is not None and "" not in delivered and len(opened.placement) == devices
+    record: dict[str, Any] = {
+        "feed": opened.kind,
+        "pipelines": len(opened.placement) or (0 if delivered is None else 1),
+        "devices": list(opened.placement) if measured else list(placement),
+        "per_device_images_per_s": None,
+        "node_images_per_s": None,
+        "per_device": "measured" if measured else SHARED,
+        "pixels": opened.pixels,  # uint8 pixels (staged shards), scaled on the device
+        "batch": batch,
+        "seconds": seconds,
+    }
+    if delivered is None:  # in-memory arrays: no pipeline to measure
+        record["per_device"] = None
+        return record
+    node = sum(delivered.values())
+    record["node_images_per_s"] = node
+    record["per_device_images_per_s"] = (
+        [delivered.get(d, 0.0) for d in record["devices"]]
+        if measured
+        else [node / devices] * devices
+    )
+    return record
 
 
 def device_images_per_s(
@@ -131,21 +221,25 @@ def rates_on_worker(
     """This worker's feed and device rates (run on every worker with Client.run, which passes
     `dask_worker`), named as its trials name their worker."""
     from aiperf.cluster.environment import worker_label
-    from aiperf.data.feed import open_feed
     from aiperf.train.peak import device
     from aiperf.train.trial import configure_threads, worker_cores
 
     configure_threads(worker_cores())
     name = worker_label(str(dask_worker.name)) if dask_worker is not None else "local"
     shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
-    fed_by = open_feed(
-        data_path, batch_size=batch, input_shape=shape, seed=0, threads=worker_cores(), feed=feed
+    fed = trial_feed_rates(
+        data_path,
+        batch=batch,
+        input_shape=shape,
+        devices=devices,
+        seconds=seconds,
+        feed=feed,
+        threads=worker_cores(),
     )
-    fed = feed_images_per_s(fed_by, seconds)
     accelerated = device()[1]
     device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
     rate = device_images_per_s(
-        fed_by.pixels,
+        fed["pixels"],
         seed_architecture=seed_architecture,
         input_shape=shape,
         classes=classes,
@@ -157,8 +251,12 @@ def rates_on_worker(
     )
     return {
         "worker": name,
-        "feed": fed_by.kind,
-        "feed_images_per_s": fed,
+        "feed": fed["feed"],
+        "feed_images_per_s": fed["node_images_per_s"],
+        "feed_pipelines": fed["pipelines"],
+        "feed_devices": fed["devices"],
+        "feed_per_device_images_per_s": fed["per_device_images_per_s"],
+        "feed_per_device": fed["per_device"],
         "device_images_per_s": rate,
         "batch": batch,
         "device_batch": device_batch,
@@ -177,6 +275,11 @@ class FeedVerdict:
     feed_images_per_s: float | None  # None: in-memory arrays, no pipeline measured
     device_images_per_s: float
     workers: int
+    # The feed per device, as the trials get it (trial_feed_rates), over every worker's devices;
+    # None for a record made before it was measured, or in-memory arrays.
+    per_device_images_per_s: tuple[float, ...] | None = None
+    pipelines: int | None = None  # the training pipelines opened, over the workers
+    per_device_measured: bool = False  # False: a host pipeline's rate shared over its devices
 
     @property
     def bound(self) -> bool:
@@ -203,10 +306,40 @@ class FeedVerdict:
         spare = self.feed_images_per_s / self.device_images_per_s
         return f"{fed} >= {devices}: not feed-bound (feed {spare:.1f}x the devices)"
 
+    def devices_line(self) -> str | None:
+        """The feed per device and for the node, e.g. "dali: 8 pipelines on 8 devices, 1,210 img/s
+        a device (1,180-1,240), node 9,680 img/s"; None when not recorded."""
+        rates = self.per_device_images_per_s
+        if not rates or self.feed_images_per_s is None:
+            return None
+        feed, node = self.feed or "feed", f"node {self.feed_images_per_s:,.0f} img/s"
+        mean = sum(rates) / len(rates)
+        if not self.per_device_measured:
+            pipelines = "1 host pipeline" if self.pipelines == 1 else f"{self.pipelines} pipelines"
+            return (
+                f"{feed}: {pipelines} for {len(rates)} devices, {node}, "
+                f"{mean:,.0f} img/s a device (node / devices)"
+            )
+        low, high = f"{min(rates):,.0f}", f"{max(rates):,.0f}"
+        spread = f" ({low}-{high})" if low != high else ""  # one stream: parts alike a step
+        return (
+            f"{feed}: {self.pipelines} pipelines on {len(rates)} devices, "
+            f"{mean:,.0f} img/s a device{spread}, {node}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "feed": self.feed,
             "feed_images_per_s": self.feed_images_per_s,
+            "node_images_per_s": self.feed_images_per_s,
+            "per_device_images_per_s": (
+                None
+                if self.per_device_images_per_s is None
+                else list(self.per_device_images_per_s)
+            ),
+            "per_device_measured": self.per_device_measured,
+            "pipelines": self.pipelines,
+            "devices_line": self.devices_line(),
             "device_images_per_s": self.device_images_per_s,
             "workers": self.workers,
             "feed_bound": self.bound,
@@ -222,11 +355,22 @@ def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
     if not measured:
         return None
     fed = [_get(r, "feed_images_per_s") for r in measured]
+    per_device = [_get(r, "feed_per_device_images_per_s") for r in measured]
+    recorded = all(
+        isinstance(rates, list) and rates and all(_positive(x) for x in rates)
+        for rates in per_device
+    )
+    pipelines = [_get(r, "feed_pipelines") for r in measured]
     return FeedVerdict(
         feed=data_feed if isinstance(data_feed, str) else None,
         feed_images_per_s=float(sum(fed)) if all(_positive(f) for f in fed) else None,
         device_images_per_s=float(sum(float(r["device_images_per_s"]) for r in measured)),
         workers=len(measured),
+        per_device_images_per_s=(
+            tuple(float(x) for rates in per_device for x in rates) if recorded else None
+        ),
+        pipelines=sum(pipelines) if all(_positive(p) for p in pipelines) else None,
+        per_device_measured=all(_get(r, "feed_per_device") == "measured" for r in measured),
     )
 
 
