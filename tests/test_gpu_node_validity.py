@@ -4,8 +4,8 @@ Resolved for an 8-GPU node's peak records as its worker would report them (nvidi
 compute capability, a probe of each precision), through the real resolve_settings on a temporary
 SQLite store and event log, the packaged imagenet profile must stay valid and closed: no check
 against a sample count the config never read, one precision whichever of bfloat16 and float16 the
-probe happened to measure faster, a per-device batch capped where linear learning-rate scaling is
-established, and the rate scaled to the node's global batch. Nothing trains.
+probe happened to measure faster, a per-device batch capped at 1,024 (aiperf-rules-1.4), and LARS
+at the node's global batch (aiperf-rules-1.6). Nothing trains.
 """
 
 from __future__ import annotations
@@ -111,25 +111,24 @@ def test_imagenet_resolved_for_a_gpu_node_is_valid_and_closed(tmp_path, node, fa
     assert (record.precision, record.division, record.ruleset) == (
         BF16,
         CLOSED,
-        "aiperf-rules-1.4",
+        "aiperf-rules-1.6",
     )
     assert classify(settled).deviations == ()
     assert batch_problem(settled, record.worker_peaks) is None, "verify's batch check passes"
     assert record.peak_flops == peaks[0]["probes"][BF16]["flops"], "MFU's divisor: bfloat16's"
     # The staged ImageNet holds the node's largest global batch; a handful of shards would not.
     global_batch = 8 * max(settled.search.space.batch_size)
-    assert global_batch <= 8192, "within the batch Goyal et al. establish linear scaling for"
+    assert global_batch <= 8192, "the cap of aiperf-rules-1.4, kept by 1.6"
     refuse_batch_beyond_data(settled, manifest(IMAGENET_TRAIN))
     with pytest.raises(UserError, match="staged dataset's train images") as error:
         refuse_batch_beyond_data(settled, manifest(global_batch - 1))
     assert "\n" not in str(error.value)
-    # The learning-rate rule at that global batch: the searched rate x global batch / 256, after a
-    # 5-epoch warm-up.
-    assert (settled.train.lr_reference_batch, settled.train.warmup_epochs) == (256, 5.0)
+    # The recipe at that global batch (aiperf-rules-1.6): LARS at the searched global rate, up to
+    # the MLPerf reference's 10, not scaled with the batch, after a 5-epoch warm-up from 0.
+    train = settled.train
+    assert (train.optimizer, train.lr_schedule, train.warmup_epochs) == ("lars", "polynomial", 5.0)
     top = settled.search.space.learning_rate[1]
-    assert scaled_rate(top, global_batch, 256) == pytest.approx(top * 14 * gib * 8 / 256)
-    if node == "8 x A100 40GB":
-        assert scaled_rate(top, global_batch, 256) == pytest.approx(1.75)  # 0.1 x 4480 / 256
+    assert scaled_rate(top, global_batch, train.lr_reference_batch) == top == 10.0
 
 
 def test_the_precision_is_the_same_whichever_of_bf16_and_f16_probes_faster():
@@ -237,7 +236,8 @@ def test_the_orchestrator_sends_each_trial_its_scaled_rate(tmp_path):
 
 def test_a_changed_large_batch_rule_is_open_and_verify_names_an_uncapped_batch(tmp_path):
     for key, value, shown in (
-        ("train.lr_reference_batch", 512, "train.lr_reference_batch: 256 -> 512"),
+        ("train.lr_reference_batch", 512, "train.lr_reference_batch: None -> 512"),
+        ("train.optimizer", "sgd", "train.optimizer: 'lars' -> 'sgd'"),
         ("search.space.batch_cap", 2048, "search.space.batch_cap: 1024 -> 2048"),
         ("train.warmup_epochs", 0, "train.warmup_epochs: 5.0 -> 0.0"),
     ):

@@ -38,7 +38,7 @@ def test_imagenet_shaped_is_imagenets_workload_on_generated_jpeg_shards(tmp_path
     assert (shaped.data.image_size, shaped.data.channels, shaped.data.classes) == (224, 3, 1000)
     assert shaped.search == imagenet.search and shaped.train == imagenet.train
     assert shaped.cluster.devices_per_trial == imagenet.cluster.devices_per_trial == "node"
-    assert shaped.ruleset == "aiperf-rules-1.4" and shaped.validity.min_budget_s == 300.0
+    assert shaped.ruleset == "aiperf-rules-1.6" and shaped.validity.min_budget_s == 300.0
     assert classify(shaped).name == CLOSED
     # Sized by flags: another workload, in the open division with the change named.
     sized = load_config(

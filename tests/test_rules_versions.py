@@ -2,8 +2,9 @@
 
 1.1 closes mixed_float16 and raises imagenet's accuracy floor to AIPerf's 0.7; 1.2 keeps 1.1's
 figures and pins every profile's dataset; 1.3 keeps 1.2's and adds how a ranked result is made (a
-series of runs, aiperf.rules.SeriesRule); 1.4 keeps 1.3's and is named by the imagenet profiles,
-whose large-batch recipe it judges; the other profiles name 1.3. A run is judged by the
+series of runs, aiperf.rules.SeriesRule); 1.4 keeps 1.3's and judged the imagenet profiles'
+large-batch recipe until 1.6 (LARS, tests/test_lars.py), which they name now; the other profiles
+name 1.3. A run is judged by the
 version it recorded: a run stored under 1.0 keeps 1.0's verdict, read back through the Store and
 judged again as `aiperf verify` judges it. No framework is imported and nothing trains."""
 
@@ -24,13 +25,13 @@ from typer.testing import CliRunner
 from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, ValidityConfig, available_profiles, load_config
 from aiperf.results import record_checks, verify
-from aiperf.results.division import CLOSED, OPEN, classify
+from aiperf.results.division import CLOSED, OPEN, classify, with_recipe_of
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
 from aiperf.store import Store
 
 V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
-V13, V14 = "aiperf-rules-1.3", "aiperf-rules-1.4"
+V13, V14, V16 = "aiperf-rules-1.3", "aiperf-rules-1.4", "aiperf-rules-1.6"
 RULES = Path(__file__).resolve().parent.parent / "aiperf" / "rules"
 # aiperf-rules-1.0.yaml as published: runs recorded under it are judged by it, so it never changes.
 V10_SHA256 = "8dc87b5fe6ef68ed8c0b83035303de8bae53734eefd22dff70af4527f1790647"
@@ -56,13 +57,15 @@ def imagenet(precision: str = "float32") -> BenchmarkConfig:
 
 
 def recorded_under_1_0(config: BenchmarkConfig) -> BenchmarkConfig:
-    """The same imagenet config as a run recorded it under 1.0: that name and 1.0's figures."""
-    return config.model_copy(
+    """The same imagenet config as a run recorded it under 1.0: that name, 1.0's figures, and the
+    recipe of the rulesets before 1.6 (SGD; aiperf-rules-1.6.yaml's recipe_before)."""
+    renamed = config.model_copy(
         update={
             "ruleset": V10,
             "validity": ValidityConfig(min_budget_s=3600.0, accuracy_floor=0.1),
         }
     )
+    return with_recipe_of(renamed, load_ruleset(V10), config.ruleset)
 
 
 # --- the rulesets -------------------------------------------------------------------------------------
@@ -132,7 +135,7 @@ def test_1_3_stays_as_published_and_1_4_keeps_its_figures():
     )
 
 
-def test_the_imagenet_profiles_name_1_4_the_lm_track_1_5_and_the_others_1_3():
+def test_the_imagenet_profiles_name_1_6_the_lm_track_1_5_and_the_others_1_3():
     for profile in available_profiles():
         if profile.startswith("lm"):  # the LM track: its own ruleset, judged by loss
             config = load_config(profile, workers=1, runs_here=False)
@@ -146,10 +149,10 @@ def test_the_imagenet_profiles_name_1_4_the_lm_track_1_5_and_the_others_1_3():
             runs_here=False,
         )
         large_batch = profile in ("imagenet", "imagenet-shaped")
-        assert config.ruleset == (V14 if large_batch else V13), profile
-        assert (config.train.lr_reference_batch, config.search.space.batch_cap) == (
-            (256, 1024) if large_batch else (None, None)
-        ), profile
+        assert config.ruleset == (V16 if large_batch else V13), profile
+        assert config.search.space.batch_cap == (1024 if large_batch else None), profile
+        assert config.train.lr_reference_batch is None, "LARS's rate is not scaled (1.6)"
+        assert config.train.optimizer == ("lars" if large_batch else "sgd"), profile
         assert config.train.warmup_epochs == (5.0 if large_batch else 0.0), profile
     config = imagenet()
     assert (config.validity.accuracy_floor, config.validity.min_budget_s) == (0.7, 3600.0)
@@ -158,9 +161,9 @@ def test_the_imagenet_profiles_name_1_4_the_lm_track_1_5_and_the_others_1_3():
 # --- the division: by the ruleset the run names ----------------------------------------------------
 
 
-def test_closed_imagenet_with_mixed_float16_is_closed_under_1_4_open_under_1_0():
+def test_closed_imagenet_with_mixed_float16_is_closed_under_1_6_open_under_1_0():
     now = classify(imagenet("mixed_float16"))
-    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V14, ())
+    assert (now.name, now.ruleset, now.deviations) == (CLOSED, V16, ())
     then = classify(recorded_under_1_0(imagenet("mixed_float16")))
     assert (then.name, then.ruleset) == (OPEN, V10)
     assert then.deviations == (
@@ -243,7 +246,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
 
 def test_rules_imagenet_json_is_aiperfs_closed_workload():
     shown = rules_json("imagenet")
-    assert shown["ruleset"] == V14
+    assert shown["ruleset"] == V16
     assert shown["accuracy_floor"] >= 0.70 and shown["min_budget_s"] >= 3600
     assert "mixed_float16" in shown["precisions"]
     assert shown["seed_architecture"] == "resnet50"
@@ -281,6 +284,7 @@ def test_rules_imagenet_json_is_aiperfs_closed_workload():
     assert shown["choices"] == {
         "train.backend": ["tensorflow", "jax", "torch"],
         "train.jit_compile": [False, True],
+        "data.feed": ["auto", "tf.data", "dali"],  # a closed choice from 1.5
     }
     assert (shown["convention"], shown["trainer"]) == ("aiperf", "keras")
     assert "budget_s" in shown["settable"] and "data.source" in shown["settable"]
@@ -305,7 +309,7 @@ def test_rules_plain_fits_80_columns(profile):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines and all(len(line) <= 80 for line in lines), lines
-    version = V14 if profile.startswith("imagenet") else V13
+    version = V16 if profile.startswith("imagenet") else V13
     assert version in lines[0] and any("seed network" in line for line in lines)
     assert any(line.strip().startswith("ranked result") for line in lines), "the series rule"
     assert any(line.strip().startswith("data") for line in lines), "the pinned dataset is shown"

@@ -172,8 +172,9 @@ def test_the_recipe_is_another_workload_and_opens_a_packaged_profile():
 def test_imagenet_trains_with_aiperfs_recipe():
     config = load_config("imagenet", workers=1, overrides={"data.source": "/data"})
     train = config.train
-    assert (train.optimizer, train.momentum, train.lr_schedule) == ("sgd", 0.9, "cosine")
-    assert (train.weight_decay, train.label_smoothing) == (1e-4, 0.1)
+    # MLPerf's ResNet reference at a node's batch from aiperf-rules-1.6 (tests/test_lars.py)
+    assert (train.optimizer, train.momentum, train.lr_schedule) == ("lars", 0.9, "polynomial")
+    assert (train.weight_decay, train.label_smoothing) == (5e-5, 0.1)
     assert train.warmup_epochs < min(train.epochs)
 
 
@@ -183,7 +184,7 @@ def test_imagenet_trains_with_aiperfs_recipe():
         ("train.weight_decay", -1e-4, "greater than or equal to 0"),
         ("train.label_smoothing", 1.0, "less than 1"),
         ("train.label_smoothing", -0.1, "greater than or equal to 0"),
-        ("train.lr_schedule", "step", "'constant' or 'cosine'"),
+        ("train.lr_schedule", "step", "'constant', 'cosine' or 'polynomial'"),
         ("train.warmup_epochs", -1, "greater than or equal to 0"),
         ("train.warmup_epochs", 1, "less than every round's epochs (train.epochs' smallest is 1)"),
     ],
@@ -294,9 +295,19 @@ model.compile(optimizer=recipe.optimizer("sgd", rate, momentum=0.9, weight_decay
 rng = np.random.default_rng(0)
 x, y = rng.random((64, 4), dtype=np.float32), rng.integers(0, 3, 64)
 history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+# aiperf-rules-1.6's recipe: LARS and the polynomial schedule, under jit too
+keras.utils.set_random_seed(0)
+large = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+rate = recipe.learning_rate(2.0, "polynomial", epochs=3, steps_per_epoch=4, warmup_epochs=0.5)
+large.compile(optimizer=recipe.optimizer("lars", rate, momentum=0.9, weight_decay=5e-5),
+              loss=recipe.loss(0.1), metrics=["accuracy"], jit_compile=True)
+lars = large.fit(x, y, batch_size=16, epochs=1, verbose=0)
 print(json.dumps({"backend": keras.backend.backend(), "loss": history.history["loss"][-1],
                   "steps": int(model.optimizer.iterations.numpy()),
-                  "lr": float(model.optimizer.learning_rate)}))
+                  "lr": float(model.optimizer.learning_rate),
+                  "lars_loss": lars.history["loss"][-1],
+                  "lars_steps": int(large.optimizer.iterations.numpy()),
+                  "lars_lr": float(large.optimizer.learning_rate)}))
 """
 
 
@@ -316,3 +327,6 @@ def test_the_recipe_trains_under_jax_jit():
     assert facts["backend"] == "jax" and facts["steps"] == 4
     # step 4 of 12, two of them warm-up: a third of the way down the cosine
     assert np.isfinite(facts["loss"]) and facts["lr"] == pytest.approx(0.1 * 0.9045, rel=1e-3)
+    # LARS: step 4 of 12, two of them warm-up, a fifth of the way down the power-2 decay to 1e-4
+    assert np.isfinite(facts["lars_loss"]) and facts["lars_steps"] == 4
+    assert facts["lars_lr"] == pytest.approx((2.0 - 1e-4) * 0.8**2 + 1e-4, rel=1e-5)

@@ -212,7 +212,7 @@ class SearchConfig(_Strict):
 
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
-LrSchedule = Literal["constant", "cosine"]
+LrSchedule = Literal["constant", "cosine", "polynomial"]
 # The kernel of an LM's causal attention (aiperf.layers.ATTENTION_KERNELS, aiperf.train.attention).
 Attention = Literal["auto", "fused", "unfused"]
 # train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
@@ -229,7 +229,8 @@ class TrainConfig(_Strict):
     epochs: list[int] = [2, 3, 4]
     # Stop a trial when its validation loss has not improved for this many epochs (None: never).
     early_stopping_patience: int | None = Field(2, ge=1)
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    # lars: SGD with a layer-wise trust ratio, for global batches in the thousands (aiperf.train.lars)
+    optimizer: Literal["sgd", "adam", "lars"] = "sgd"
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     # "simulated" trains nothing: trials take a modelled time (for orchestration at scale);
     # a result made with it is always invalid.
@@ -260,7 +261,9 @@ class TrainConfig(_Strict):
 
     # The training recipe (aiperf/train/recipe.py); the defaults are plain SGD at a constant rate.
     # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own
-    # epochs). warmup_epochs: a linear ramp from a tenth of the rate first. weight_decay: an L2
+    # epochs), or polynomial (MLPerf's ResNet reference with LARS: power 2 to 1e-4 over the trial's
+    # own epochs, after a warm-up from 0). warmup_epochs: a linear ramp first, from a tenth of the
+    # rate (from 0 before polynomial). weight_decay: an L2
     # term on every kernel's gradient (1e-4 in the ResNet recipes). label_smoothing: of the
     # cross-entropy's targets. Like precision, each enters the workload hash only away from its
     # default (aiperf.results.division.ADDED_LATER).

@@ -149,7 +149,36 @@ def as_judged_by(packaged: BenchmarkConfig, ruleset: Ruleset) -> BenchmarkConfig
         return packaged
     rules = ruleset.for_profile(packaged.profile)
     validity = ValidityConfig(**rules.validity())
-    return packaged.model_copy(update={"ruleset": ruleset.name, "validity": validity})
+    judged = packaged.model_copy(update={"ruleset": ruleset.name, "validity": validity})
+    return with_recipe_of(judged, ruleset, packaged.ruleset)
+
+
+def with_recipe_of(
+    config: BenchmarkConfig, ruleset: Ruleset, named: str | None
+) -> BenchmarkConfig:
+    """`config` with the training recipe `ruleset` closed for its profile. A ruleset that states
+    none (before 1.6) closed what the profile set before the version it names today (`named`)
+    stated its own: that version's `recipe_before` (imagenet under 1.4-1.5: SGD, the rate scaled
+    with the batch)."""
+    if ruleset.for_profile(config.profile).recipe or named is None:
+        return config
+    before = load_ruleset(named).for_profile(config.profile).recipe_before
+    if not before:
+        return config
+    flat = flatten(config.model_dump(mode="json"))
+    return BenchmarkConfig.model_validate(unflatten({**flat, **before}))
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"data.noise": 1} -> {"data": {"noise": 1}}: `flatten` undone."""
+    nested: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        *sections, key = dotted.split(".")
+        place = nested
+        for section in sections:
+            place = place.setdefault(section, {})
+        place[key] = value
+    return nested
 
 
 def _packaged(

@@ -130,6 +130,11 @@ class ProfileRules:
     # The LM track's profiles (rulesets from 1.5): the highest best validation loss (nats per
     # token) a valid result may have; None: judged by accuracy_floor.
     loss_ceiling: float | None = None
+    # The training recipe a closed result of the profile trains with, dotted setting -> value
+    # (rulesets from 1.6; the profile sets the same), and the one the versions before it closed
+    # in its place (`recipe_before`), by which a run recorded under those is judged.
+    recipe: dict[str, Any] = field(default_factory=dict)
+    recipe_before: dict[str, Any] = field(default_factory=dict)
 
     def validity(self) -> dict[str, Any]:
         """The config's validity section (aiperf.config.ValidityConfig) these rules give: the one
@@ -264,6 +269,8 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
             seed_architecture=str(rules["seed_architecture"]),
             data=_data_pin(rules.get("data")),
             loss_ceiling=_optional_float(rules.get("loss_ceiling")),
+            recipe=dict(rules.get("recipe") or {}),
+            recipe_before=dict(rules.get("recipe_before") or {}),
         )
         for profile, rules in raw["profiles"].items()
     }

@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from aiperf.train import lars
+
 # Warm-up starts at this fraction of the trial's learning rate and rises linearly to it.
 WARMUP_START = 0.1
 
@@ -53,8 +55,12 @@ def learning_rate(
     warmup = min(total - 1, round(warmup_epochs * steps_per_epoch))
     if schedule == "constant" and warmup == 0:
         return rate
+    if schedule == "polynomial":  # MLPerf's ResNet reference, with LARS (aiperf.train.lars)
+        return lars.warmup_polynomial(rate, total_steps=total, warmup_steps=warmup)
     if schedule not in ("constant", "cosine"):
-        raise ValueError(f"unknown learning-rate schedule {schedule!r}; use constant or cosine")
+        raise ValueError(
+            f"unknown learning-rate schedule {schedule!r}; use constant, cosine or polynomial"
+        )
     # CosineDecay's alpha is the rate it ends at, as a fraction of the start: 1 keeps it constant.
     alpha = 1.0 if schedule == "constant" else 0.0
     if warmup == 0:
@@ -69,7 +75,9 @@ def learning_rate(
 
 
 def optimizer(name: str, rate: Any, *, momentum: float, weight_decay: float = 0.0) -> Any:
-    """SGD (with momentum) or Adam at `rate`, with `weight_decay` as an L2 term on the gradient.
+    """SGD (with momentum), Adam or LARS at `rate`, with `weight_decay` as an L2 term on the
+    gradient. LARS takes the term inside its own update, as MLPerf's reference does: in the trust
+    ratio's denominator too (aiperf.train.lars).
 
     Weight decay is added to the gradient of every kernel (convolutions and dense layers:
     variables of rank 2 or more) before the optimizer's own update, g + weight_decay * w, so it
@@ -82,6 +90,8 @@ def optimizer(name: str, rate: Any, *, momentum: float, weight_decay: float = 0.
     unchanged. BatchNormalization's scale and offset and the biases are not decayed."""
     import keras
 
+    if name == "lars":
+        return lars.lars(rate, momentum=momentum, weight_decay=weight_decay)
     base = keras.optimizers.Adam if name == "adam" else keras.optimizers.SGD
     options: dict[str, Any] = {"learning_rate": rate}
     if name != "adam":
