@@ -118,8 +118,10 @@ def _check_feed_and_fit(feed: dict, fit: dict, settings: dict, devices: int) -> 
     """The feed and the fit as the adapter records them: figures where this checkout has parts 1
     and 3 of issue 48, else skipped, saying which function is missing."""
     if find_spec("aiperf.train.feedrate") and _has("aiperf.train.feedrate", "trial_feed_rates"):
-        assert feed["batch"] == settings["batch"] * devices and feed["pipelines"] >= 1
-        assert len(feed["devices"]) == devices
+        assert feed["batch"] == settings["batch"] * devices and len(feed["devices"]) == devices
+        # The smoke check's data is in-memory arrays (as on the H200 machine, which has neither
+        # TensorFlow nor DALI): Keras slices them, no pipeline opens and no rate is measured.
+        assert (feed["feed"], feed["pipelines"], feed["node_images_per_s"]) == ("arrays", 0, None)
     else:
         assert "no aiperf.train.feedrate.trial_feed_rates" in feed["skipped"]
     if find_spec("aiperf.train.fit"):

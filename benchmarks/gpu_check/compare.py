@@ -138,10 +138,16 @@ def imagenet_on_this_node(backend: str) -> dict[str, Any]:
             return {"precision": precision, "memory_bytes": facts.memory_bytes, "said": said}
         top = max(batches) * on_devices
         scale = scaled_rate(1.0, top, config.train.lr_reference_batch)
+        rate = (
+            f"learning rate x {scale:.1f}"
+            if config.train.lr_reference_batch
+            else f"{config.train.optimizer} at its searched global rate"
+        )
         said = (
             f"{precision}, {'/'.join(map(str, batches))} images a device x {on_devices} "
-            f"device(s) (global batch up to {top:,}), learning rate x {scale:.1f} after a "
-            f"{config.train.warmup_epochs:g}-epoch warm-up ({config.ruleset})"
+            f"device(s) (global batch up to {top:,}), {rate} after a "
+            f"{config.train.warmup_epochs:g}-epoch warm-up, {config.train.lr_schedule} decay "
+            f"({config.ruleset})"
         )
         return {
             "precision": precision,
