@@ -152,8 +152,7 @@ def test_a_cpu_run_the_user_asks_for_runs_recorded_and_open(tmp_path, monkeypatc
 def test_cluster_gpus_0_on_a_node_with_gpu_device_files_names_the_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     dev = _gpu_files(tmp_path / "dev", 1)
-    monkeypatch.setattr(layers, "device_files", lambda: host.device_files(dev))
-    monkeypatch.setattr(layers, "driver_libraries", lambda: host.driver_libraries([]))
+    monkeypatch.setattr(layers, "gpu_evidence", lambda: host.gpu_evidence(dev, []))
     with pytest.raises(UserError) as caught:
         load_config("quick", cluster={"gpus": 0})
     assert _one_line(str(caught.value)).startswith(
@@ -193,3 +192,39 @@ def test_aiperf_run_on_an_unqueryable_gpu_node_exits_2_before_any_worker(tmp_pat
     assert not db.exists() and not (tmp_path / "out").exists(), (
         "refused before anything was recorded"
     )
+
+
+# --- a CPU node sharing its GPU nodes' image: the driver's libraries, no GPU --------------------
+
+
+def _listing_none(folder: Path) -> Path:
+    """An nvidia-smi as a loaded driver with no GPU answers `-L`: "No devices were found", exit 6."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/bash\necho '{host.NO_DEVICES}'\nexit 6\n")
+    script.chmod(0o755)
+    return folder
+
+
+def test_driver_libraries_where_nvidia_smi_lists_no_gpu_are_a_cpu_node(tmp_path, monkeypatch):
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    (libraries / "libcuda.so.1").touch()
+    (libraries / "libnvidia-ml.so.1").touch()
+    no_dev = tmp_path / "no-dev"
+    for answer in (_listing_none(tmp_path / "none"), stand_in(tmp_path / "empty", {"list": ""})):
+        put_first_on_path(monkeypatch, answer)
+        assert host.node_gpus(dev=no_dev, folders=[libraries]) == host.NodeGpus(0)
+        assert host.gpu_evidence(no_dev, [libraries]) == []
+        monkeypatch.setattr(layers, "gpu_evidence", lambda: host.gpu_evidence(no_dev, [libraries]))
+        assert load_config("quick", cluster={"gpus": 0}).cluster.gpus == 0
+        # Beside a GPU's device file the same answer is refused, as before.
+        dev = _gpu_files(tmp_path / "dev", 1)
+        assert host.node_gpus(dev=dev, folders=[libraries]).problem is not None
+        assert host.gpu_evidence(dev, [libraries]) == [f"{dev}/nvidia0"]
+    # A failing or missing nvidia-smi beside the libraries still cannot say there is no GPU.
+    put_first_on_path(monkeypatch, stand_in(tmp_path / "bin", fail=True))
+    assert host.gpu_evidence(no_dev, [libraries]) == [f"{libraries}/libcuda.so.1"] + [
+        f"{libraries}/libnvidia-ml.so.1"
+    ]
+    assert _one_line(host.node_gpus(dev=no_dev, folders=[libraries]).problem)
