@@ -228,3 +228,14 @@ def test_driver_libraries_where_nvidia_smi_lists_no_gpu_are_a_cpu_node(tmp_path,
         f"{libraries}/libnvidia-ml.so.1"
     ]
     assert _one_line(host.node_gpus(dev=no_dev, folders=[libraries]).problem)
+
+
+def test_every_refusal_of_a_gpu_node_offers_the_cpus_in_the_same_words():
+    """One wording (host.ON_THE_CPUS) for the way out, wherever a found GPU node is refused."""
+    from aiperf.config.checks import jax_missing, worker_count
+
+    assert jax_missing(8, True).endswith(f", {host.ON_THE_CPUS}")
+    assert host.ON_THE_CPUS not in jax_missing(8, False)  # GPUs given for a job queue's nodes
+    with pytest.raises(UserError) as caught:
+        worker_count(3, local=True, gpus=2, found=True)
+    assert str(caught.value).endswith(f", {host.ON_THE_CPUS}")
