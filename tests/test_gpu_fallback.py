@@ -239,3 +239,28 @@ def test_every_refusal_of_a_gpu_node_offers_the_cpus_in_the_same_words():
     with pytest.raises(UserError) as caught:
         worker_count(3, local=True, gpus=2, found=True)
     assert str(caught.value).endswith(f", {host.ON_THE_CPUS}")
+
+
+class _ClusterWhosePeakProbeFails:
+    """A Dask client's `run` as it fails when the workers cannot run the peak probe (a worker's
+    framework failing to start on its GPU); a real cluster would cost a start here."""
+
+    def run(self, *_args: object, **_kwargs: object) -> dict:
+        raise RuntimeError("CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\nmore")
+
+
+def test_a_gpu_run_whose_peak_probe_fails_is_refused(tmp_path, monkeypatch):
+    """Without the probe nothing says the workers compute on their GPUs: a GPU run is refused in
+    one line, rather than resolved to float32 and the CPUs' batch; a CPU run goes on without MFU."""
+    from aiperf.lifecycle.prepare import probe_peaks
+
+    gpu_run = load_config("quick", cluster={"gpus": 2}, runs_here=False)
+    with pytest.raises(UserError) as caught:
+        probe_peaks(gpu_run, 1, _ClusterWhosePeakProbeFails())
+    problem = _one_line(str(caught.value))
+    assert problem.startswith(
+        "the workers' peak probe failed (RuntimeError: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
+        "device is detected), so nothing says their 2 GPUs can be used"
+    )
+    cpu_run = load_config("quick", cluster={"gpus": 0}, runs_here=False)
+    assert probe_peaks(cpu_run, 1, _ClusterWhosePeakProbeFails()) is None
