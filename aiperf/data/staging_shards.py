@@ -67,10 +67,8 @@ def sharded_manifest(
 ) -> Manifest:
     """Sum the shard entries into the manifest, write manifest.json last, drop stale files.
 
-    `shards` are fresh scans (shard_scan.scan_shard, or tfrecord.check_shard's): checksums,
-    per-class counts and image keys read from the shard files now (or kept in the folder's scan
-    cache for a file unchanged since), so the dataset digest is recomputed, never copied from a
-    sidecar."""
+    `shards` are scans (shard_scan.scan_shard, tfrecord.check_shard): checksums, per-class counts
+    and image keys read from the shard files, now or (scan cache) while unchanged since."""
     from aiperf.data.pins import overlap
 
     shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))

@@ -99,6 +99,15 @@ def _parts(labels: Any) -> dict[str, int]:
     return {"": int(labels.shape[0])}
 
 
+def _named(delivered: dict[str, float] | None, placement: Any) -> dict[str, float] | None:
+    """`delivered` (images_by_device), a single device's whole batch ("": no shards to count)
+    named as the device its one pipeline decodes for (DALI's on one GPU), so that it reads as
+    measured on it, not as a host pipeline's share."""
+    if delivered is not None and set(delivered) == {""} and len(placement) == 1:
+        return {placement[0]: delivered[""]}
+    return delivered
+
+
 def trial_feed_rates(
     data_path: str,
     *,
@@ -132,11 +141,7 @@ def trial_feed_rates(
             feed=feed,
             devices=devices,
         )
-        delivered = images_by_device(opened, seconds)
-    if delivered is not None and set(delivered) == {""} and len(opened.placement) == devices == 1:
-        # One device's batch is whole on it (no shards to count): a pipeline decoding for that
-        # device (DALI's) is measured on it, not a host pipeline's share.
-        delivered = {opened.placement[0]: delivered[""]}
+        delivered = _named(images_by_device(opened, seconds), opened.placement)
     measured = delivered is not None and "" not in delivered and len(opened.placement) == devices
     record: dict[str, Any] = {
         "feed": opened.kind,
