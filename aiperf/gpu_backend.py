@@ -52,14 +52,6 @@ def train_on_gpus(raw: dict[str, Any], overrides: Mapping[str, Any]) -> bool:
     return True
 
 
-def jax_missing(gpus: int, found: bool) -> str:
-    """The one line that refuses a GPU run without JAX in this Python."""
-    where = f"this node has {gpus} NVIDIA GPUs" if found else f"cluster.gpus is {gpus}"
-    return f"{where}; aiperf trains on GPUs with JAX, which is not installed: {INSTALL}" + (
-        " (or --set train.device=cpu to train on the CPUs, an open run)" if found else ""
-    )
-
-
 def accelerator_platforms() -> frozenset[str]:
     """The JAX platforms whose devices count as the node's accelerators
     ($AIPERF_ACCELERATOR_PLATFORMS: gpu, cuda and rocm by default).

@@ -182,6 +182,18 @@ def test_table_names_the_gpu_what_was_not_measured_and_what_was_not_reached():
     assert all(len(line) <= 100 for line in lines)
 
 
+def test_the_table_says_the_arrays_feed_ran_no_dali_on_a_gpu():
+    """The documented check (no --feed-data) feeds in-memory arrays: its table says no DALI
+    pipeline ran on a GPU, so nobody reads its feed line as the imagenet run's."""
+    from benchmarks.gpu_check.record import table
+
+    arrays = {"feed": "arrays", "pipelines": 0, "devices": ["gpu:0"], "batch": 256}
+    summary = {"settings": SETTINGS, "parts": {"feed": {**arrays, "node_images_per_s": None}}}
+    flat = " ".join(table({**summary, "total_s": 1.0}).split())
+    assert "feed as a trial gets it: arrays, 0 pipeline(s) on 1 device(s)" in flat
+    assert "no DALI pipeline ran on a GPU: --feed-data DIR measures staged shards" in flat
+
+
 def test_each_part_is_on_disk_when_it_ends_whole_or_not_at_all(tmp_path):
     from benchmarks.gpu_check.record import Record
 

@@ -47,6 +47,8 @@ with data_parallel("jax", 8):  # a trial's feed, as aiperf.train.trial opens it
 found["trial"] = list(opened)
 found["tf.data"] = feedrate.trial_feed_rates(
     path, batch=16, input_shape=shape, devices=8, seconds=0.2, feed="tf.data")
+found["one"] = feedrate.trial_feed_rates(
+    path, batch=2, input_shape=shape, devices=1, seconds=0.1, feed="dali")
 print(json.dumps(found))
 """
 
@@ -97,6 +99,11 @@ def test_the_feed_is_measured_on_the_trials_devices_as_the_trial_gets_it(folder_
     assert (host["feed"], host["pipelines"], host["devices"]) == ("tf.data", 1, devices)
     assert host["per_device"] == SHARED and host["node_images_per_s"] > 0
     assert host["per_device_images_per_s"] == pytest.approx([host["node_images_per_s"] / 8] * 8)
+    # One device, one DALI pipeline decoding for it: measured on that device, not a host's share.
+    one = found["one"]
+    assert (one["feed"], one["pipelines"], one["devices"]) == ("dali", 1, ["cpu:0"]), one
+    assert one["per_device"] == "measured" and one["node_images_per_s"] > 0
+    assert one["per_device_images_per_s"] == [one["node_images_per_s"]]
 
 
 def test_the_verdict_says_feed_bound_and_by_how_much():
@@ -161,3 +168,33 @@ def test_the_verdict_says_feed_bound_and_by_how_much():
     assert verdict(None, []) is None and verdict("tf.data", [{"worker": "w0"}]) is None
     # An edited event log's odd records are left out, never a traceback in show or the report.
     assert verdict("tf.data", [1, {"device_images_per_s": "fast"}]) is None
+
+
+def test_one_device_and_a_starved_device_keep_their_feed_per_device_line():
+    """One DALI pipeline on one GPU reads as measured on it (not "1 host pipeline ... node /
+    devices"), and a device the feed starved (0 img/s) keeps the line rather than hiding it; a
+    list of rates that is not one per device is left out."""
+    one = {
+        "feed_images_per_s": 900.0,
+        "device_images_per_s": 1000.0,
+        "devices": 1,
+        "feed_pipelines": 1,
+        "feed_per_device": "measured",
+        "feed_per_device_images_per_s": [900.0],
+    }
+    judged = verdict("dali", [one])
+    assert judged is not None and judged.per_device_measured
+    assert judged.devices_line() == (
+        "dali: 1 pipeline on 1 device, 900 img/s a device, node 900 img/s"
+    )
+    starved = {**one, "devices": 2, "feed_pipelines": 2, "feed_per_device_images_per_s": [900, 0]}
+    judged = verdict("dali", [starved])
+    assert judged is not None and judged.per_device_images_per_s == (900.0, 0.0)
+    line = judged.devices_line()
+    assert line is not None and line.startswith(
+        "dali: 2 pipelines on 2 devices, 450 img/s a device (0-900)"
+    )
+    short = verdict("dali", [{**starved, "feed_per_device_images_per_s": [900.0]}])
+    assert short is not None and short.per_device_images_per_s is None
+    as_json = judged.to_dict()
+    assert as_json["feed_images_per_s"] == 900.0 and "node_images_per_s" not in as_json

@@ -152,8 +152,7 @@ def test_a_cpu_run_the_user_asks_for_runs_recorded_and_open(tmp_path, monkeypatc
 def test_cluster_gpus_0_on_a_node_with_gpu_device_files_names_the_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     dev = _gpu_files(tmp_path / "dev", 1)
-    monkeypatch.setattr(layers, "device_files", lambda: host.device_files(dev))
-    monkeypatch.setattr(layers, "driver_libraries", lambda: host.driver_libraries([]))
+    monkeypatch.setattr(layers, "gpu_evidence", lambda: host.gpu_evidence(dev, []))
     with pytest.raises(UserError) as caught:
         load_config("quick", cluster={"gpus": 0})
     assert _one_line(str(caught.value)).startswith(
@@ -193,3 +192,75 @@ def test_aiperf_run_on_an_unqueryable_gpu_node_exits_2_before_any_worker(tmp_pat
     assert not db.exists() and not (tmp_path / "out").exists(), (
         "refused before anything was recorded"
     )
+
+
+# --- a CPU node sharing its GPU nodes' image: the driver's libraries, no GPU --------------------
+
+
+def _listing_none(folder: Path) -> Path:
+    """An nvidia-smi as a loaded driver with no GPU answers `-L`: "No devices were found", exit 6."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/bash\necho '{host.NO_DEVICES}'\nexit 6\n")
+    script.chmod(0o755)
+    return folder
+
+
+def test_driver_libraries_where_nvidia_smi_lists_no_gpu_are_a_cpu_node(tmp_path, monkeypatch):
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    (libraries / "libcuda.so.1").touch()
+    (libraries / "libnvidia-ml.so.1").touch()
+    no_dev = tmp_path / "no-dev"
+    for answer in (_listing_none(tmp_path / "none"), stand_in(tmp_path / "empty", {"list": ""})):
+        put_first_on_path(monkeypatch, answer)
+        assert host.node_gpus(dev=no_dev, folders=[libraries]) == host.NodeGpus(0)
+        assert host.gpu_evidence(no_dev, [libraries]) == []
+        monkeypatch.setattr(layers, "gpu_evidence", lambda: host.gpu_evidence(no_dev, [libraries]))
+        assert load_config("quick", cluster={"gpus": 0}).cluster.gpus == 0
+        # Beside a GPU's device file the same answer is refused, as before.
+        dev = _gpu_files(tmp_path / "dev", 1)
+        assert host.node_gpus(dev=dev, folders=[libraries]).problem is not None
+        assert host.gpu_evidence(dev, [libraries]) == [f"{dev}/nvidia0"]
+    # A failing or missing nvidia-smi beside the libraries still cannot say there is no GPU.
+    put_first_on_path(monkeypatch, stand_in(tmp_path / "bin", fail=True))
+    assert host.gpu_evidence(no_dev, [libraries]) == [f"{libraries}/libcuda.so.1"] + [
+        f"{libraries}/libnvidia-ml.so.1"
+    ]
+    assert _one_line(host.node_gpus(dev=no_dev, folders=[libraries]).problem)
+
+
+def test_every_refusal_of_a_gpu_node_offers_the_cpus_in_the_same_words():
+    """One wording (host.ON_THE_CPUS) for the way out, wherever a found GPU node is refused."""
+    from aiperf.config.checks import jax_missing, worker_count
+
+    assert jax_missing(8, True).endswith(f", {host.ON_THE_CPUS}")
+    assert host.ON_THE_CPUS not in jax_missing(8, False)  # GPUs given for a job queue's nodes
+    with pytest.raises(UserError) as caught:
+        worker_count(3, local=True, gpus=2, found=True)
+    assert str(caught.value).endswith(f", {host.ON_THE_CPUS}")
+
+
+class _ClusterWhosePeakProbeFails:
+    """A Dask client's `run` as it fails when the workers cannot run the peak probe (a worker's
+    framework failing to start on its GPU); a real cluster would cost a start here."""
+
+    def run(self, *_args: object, **_kwargs: object) -> dict:
+        raise RuntimeError("CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\nmore")
+
+
+def test_a_gpu_run_whose_peak_probe_fails_is_refused(tmp_path, monkeypatch):
+    """Without the probe nothing says the workers compute on their GPUs: a GPU run is refused in
+    one line, rather than resolved to float32 and the CPUs' batch; a CPU run goes on without MFU."""
+    from aiperf.lifecycle.prepare import probe_peaks
+
+    gpu_run = load_config("quick", cluster={"gpus": 2}, runs_here=False)
+    with pytest.raises(UserError) as caught:
+        probe_peaks(gpu_run, 1, _ClusterWhosePeakProbeFails())
+    problem = _one_line(str(caught.value))
+    assert problem.startswith(
+        "the workers' peak probe failed (RuntimeError: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
+        "device is detected), so nothing says their 2 GPUs can be used"
+    )
+    cpu_run = load_config("quick", cluster={"gpus": 0}, runs_here=False)
+    assert probe_peaks(cpu_run, 1, _ClusterWhosePeakProbeFails()) is None

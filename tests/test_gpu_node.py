@@ -278,7 +278,7 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     judged = json.loads(shown.stdout)["feed"]
     assert judged["feed"] == feed and judged["feed_bound"] in (True, False), judged
     assert "feed-bound" in judged["line"] and judged["device_images_per_s"] > 0, judged
-    assert len(judged["per_device_images_per_s"]) == 8 and judged["node_images_per_s"] > 0
+    assert len(judged["per_device_images_per_s"]) == 8 and judged["feed_images_per_s"] > 0
     [(run_id, backend, jit, raw_config, peaks)] = _rows(
         db, "SELECT id, backend, jit_compile, config, worker_peaks FROM runs"
     )

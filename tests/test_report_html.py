@@ -344,3 +344,15 @@ def test_report_renders_in_headless_chromium(tmp_path, sqlite_url):
     png = base64.b64decode(shot["data"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     (tmp_path / "report.png").write_bytes(png)
+
+
+def test_every_trial_status_has_its_colour_in_the_legends():
+    """A status without a colour is drawn grey with no legend entry (too_large, out_of_memory and
+    diverged were, in the charts): the charts and the search tree share one map of every status."""
+    from aiperf.report import tree
+    from aiperf.report.svg import STATUS_COLORS
+    from aiperf.status import TrialStatus
+
+    assert set(STATUS_COLORS) == set(TrialStatus)
+    assert len(set(STATUS_COLORS.values())) == len(STATUS_COLORS)
+    assert tree.STATUS_COLORS is STATUS_COLORS

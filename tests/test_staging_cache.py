@@ -194,3 +194,27 @@ def test_examples_are_read_as_tensorflow_reads_them(tmp_path):
     data = path.read_bytes()
     assert masked_crc(data[:8]) == int.from_bytes(data[8:12], "little")
     assert masked_crc(data[12:-4]) == int.from_bytes(data[-4:], "little")
+
+
+def test_decode_checks_share_the_cores_rather_than_multiply_them(tmp_path, monkeypatch):
+    """Each TensorFlow process (or thread, where processes cannot be) decodes on its share of the
+    cores: a 64-core node checks ImageNet in 8 processes of 8 threads, not 64 of 64."""
+    from aiperf.data import staging_shards
+    from aiperf.data.staging_shards import on_every_core, plan_workers
+    from aiperf.data.tfrecord import CheckTask
+
+    imagenet = 140 << 30
+    assert plan_workers(64, 1152, imagenet, tensorflow=True) == (8, 8)
+    assert plan_workers(64, 1152, imagenet, tensorflow=False) == (64, 1)
+    assert plan_workers(6, 2, 1 << 30, tensorflow=True) == (2, 3)
+    assert plan_workers(4, 3, 10, tensorflow=True) == (1, 4)
+    # Here TensorFlow is imported, so the checks run on threads: 4 tasks on 4 cores, 1 thread each.
+    import tensorflow  # noqa: F401
+
+    monkeypatch.setattr(staging_shards, "node_cores", lambda: 4)
+    tasks = []
+    for i in range(4):
+        (tmp_path / f"s{i}").write_bytes(b"x")
+        tasks.append(CheckTask(str(tmp_path / f"s{i}"), "train", 2, 1, str(tmp_path)))
+    threads = sorted(on_every_core(lambda task: task.threads, tasks, tensorflow=True))
+    assert threads == [1, 1, 1, 1]

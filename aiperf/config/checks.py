@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from aiperf.config.host import machine_cores
+from aiperf.config.host import ON_THE_CPUS, machine_cores
 from aiperf.config.machine import ClusterConfig
 from aiperf.config.workload import (
     BACKENDS,
@@ -22,7 +22,7 @@ from aiperf.config.workload import (
     ValidityConfig,
 )
 from aiperf.errors import UserError
-from aiperf.gpu_backend import GPU_BACKEND, jax_missing
+from aiperf.gpu_backend import GPU_BACKEND, INSTALL
 
 
 class RunSettings(Protocol):
@@ -195,6 +195,14 @@ def local_cores_problem(config: RunSettings) -> str | None:
     return None
 
 
+def jax_missing(gpus: int, found: bool) -> str:
+    """The one line that refuses a GPU run without JAX in this Python (`found`: the GPUs were
+    found on this node, whose CPUs the user may then ask for)."""
+    where = f"this node has {gpus} NVIDIA GPUs" if found else f"cluster.gpus is {gpus}"
+    said = f"{where}; aiperf trains on GPUs with JAX, which is not installed: {INSTALL}"
+    return said + (f", {ON_THE_CPUS}" if found else "")
+
+
 def check_backends(config: RunSettings, gpu_run: bool, found: bool) -> None:
     """A run that starts here needs its Keras backend in this Python: JAX where it trains on GPUs
     (`gpu_run`; `found`: the GPUs were found on this machine, not given), and the backend it names."""
@@ -254,8 +262,7 @@ def worker_count(
         each = "one GPU" if per == 1 else f"{per} GPUs (cluster.devices_per_trial)"
         raise UserError(
             f"--workers {count} is more than {where} hold: a local worker owns {each}; "
-            f"use --workers {slots} or fewer"
-            + (" (or --set train.device=cpu to train on the CPUs, an open run)" if found else "")
+            f"use --workers {slots} or fewer" + (f", {ON_THE_CPUS}" if found else "")
         )
     if local and count > cores:
         raise UserError(

@@ -11,8 +11,11 @@ schema and imports nothing of aiperf, so every layer above may probe the host.
 A node's GPUs are also seen without nvidia-smi, so that a node whose GPUs exist but cannot be
 queried is never taken for a CPU machine (`gpu_problem`): the driver's device files
 (/dev/nvidia0, ...) and its libraries (libcuda.so.1, libnvidia-ml.so.1; the CUDA toolkit's stubs
-are unversioned and do not count). Both probes only look at files, and take the folder they look
-in as a parameter, so a test gives them a folder of its own.
+are unversioned and do not count). The libraries alone count only where nvidia-smi cannot say
+otherwise (missing, or failing): a CPU partition booted from its GPU nodes' image has them, and
+there `nvidia-smi -L` answers that it lists no GPU, with no device file beside it (`gpu_evidence`).
+Both probes only look at files, and take the folder they look in as a parameter, so a test gives
+them a folder of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ LIBRARY_FOLDERS = (
     "/usr/lib/wsl/lib",
 )
 NOT_ON_PATH = "nvidia-smi is not on PATH"
+# What nvidia-smi prints (with a non-zero exit) where its driver is loaded and finds no GPU: an
+# answer, not a failure.
+NO_DEVICES = "No devices were found"
 # What a GPU node that cannot be used may do instead: train on its CPUs, as an open run.
 ON_THE_CPUS = "or train on the CPUs with --set train.device=cpu (an open run)"
 
@@ -72,6 +78,8 @@ def ask_nvidia_smi(*args: str) -> Answer:
         return Answer(None, f"{type(exc).__name__}: {exc}")
     if done.returncode == 0:
         return Answer(done.stdout)
+    if args == ("-L",) and done.stdout.strip() == NO_DEVICES:
+        return Answer("")  # a driver that lists no GPU answered
     said = next((s.strip() for s in (done.stdout + done.stderr).splitlines() if s.strip()), "")
     return Answer(None, f"exit {done.returncode}" + (f": {said[:200]}" if said else ""))
 
@@ -153,6 +161,20 @@ def driver_libraries(folders: Sequence[Path] | None = None) -> list[str]:
     return list(found.values())
 
 
+def gpu_evidence(
+    dev: Path = DEV, folders: Sequence[Path] | None = None, listing: Answer | None = None
+) -> list[str]:
+    """The files that say this node has NVIDIA GPUs: their device files in `dev`, and the driver's
+    libraries in `folders` unless `nvidia-smi -L` (`listing`, asked here unless given) answered.
+    An answer listing none, beside no device file, is a CPU node that shares its GPU nodes' image
+    (their libraries but no GPU); a missing or failing nvidia-smi cannot say so, and there the
+    libraries stand for GPUs that cannot be seen."""
+    files = device_files(dev)
+    if listing is None:
+        listing = ask_nvidia_smi("-L")
+    return files + (driver_libraries(folders) if listing.output is None else [])
+
+
 @dataclass(frozen=True)
 class NodeGpus:
     """The GPUs a run on this node may use, and why GPUs it has cannot be used (one line with the
@@ -171,7 +193,7 @@ def node_gpus(dev: Path = DEV, folders: Sequence[Path] | None = None) -> NodeGpu
     CPUs in float32. A node with none of them (a laptop, a CI runner) has 0 GPUs and no problem."""
     listing = ask_nvidia_smi("-L")
     if listing.output is None:
-        seen = device_files(dev) + driver_libraries(folders)
+        seen = gpu_evidence(dev, folders, listing)
         if not seen:
             return NodeGpus(0)
         return NodeGpus(

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from aiperf import settings
 from aiperf.config.checks import check_backends, worker_count
-from aiperf.config.host import device_files, driver_libraries, node_gpus
+from aiperf.config.host import gpu_evidence, node_gpus
 from aiperf.config.schema import CHECK_MACHINE, BenchmarkConfig
 from aiperf.config.values import MAX_BUDGET_S
 from aiperf.errors import UserError
@@ -289,8 +289,9 @@ def _local_gpus(raw: dict[str, Any], *, local: bool, runs_here: bool) -> tuple[A
     as with a cluster.gpus given. A run on a node whose GPUs exist but cannot be used is refused
     in one line before anything starts (aiperf.config.host.node_gpus), never trained on its CPUs
     unasked. The user asks with train.device cpu, which looks for no GPU and is recorded (an open
-    run); cluster.gpus 0 on a node with the driver's device files or libraries is refused, naming
-    it, so that no CPU run of a GPU node passes for a closed one."""
+    run); cluster.gpus 0 on a node with the driver's device files, or its libraries where nvidia-smi
+    does not answer (host.gpu_evidence), is refused, naming them, so that no CPU run of a GPU node
+    passes for a closed one."""
     section = raw.get("cluster")
     given = section.get("gpus") if isinstance(section, dict) else None
     train = raw.get("train")
@@ -303,7 +304,7 @@ def _local_gpus(raw: dict[str, Any], *, local: bool, runs_here: bool) -> tuple[A
     if on_cpus or not local or not (section is None or isinstance(section, dict)):
         return gpus, 0
     if gpus is not None:
-        seen = device_files() + driver_libraries() if gpus in (0, "0") and runs_here else []
+        seen = gpu_evidence() if gpus in (0, "0") and runs_here else []
         if seen:
             raise UserError(
                 f"cluster.gpus 0 on a node with NVIDIA GPUs ({', '.join(seen[:3])}): to train on "

@@ -1,13 +1,16 @@
 """What a staged dataset holds, computed from its content: the digest a ruleset pins it by, the
 images found in both splits, and the classes missing from a split.
 
-Nothing here trusts a file written beside the data. Synthetic data is digested from its arrays
-(`arrays_digest`); a sharded dataset from its shards' checksums, which staging computes from the
-shard files (aiperf/data/shard_scan.py `scan_shard`), again whenever a file changed since a staging
-read it (aiperf/data/scan_cache.py). Every image of
-both splits is hashed (rate 1: the files are read whole for their checksums anyway, so sampling
-would save little), eight bytes of BLAKE2b over its encoded bytes (a shard's) or its array row
-(synthetic's): an image in both splits has the same key in both.
+Synthetic data is digested from its arrays (`arrays_digest`); a sharded dataset from its shards'
+checksums, which staging computes from the shard files (aiperf/data/shard_scan.py `scan_shard`).
+One file written beside the data is trusted: the staged folder's scan cache (scans.json,
+aiperf/data/scan_cache.py), which keeps each shard's checksum and image keys while the file
+system's size, times and inode of the shard are unchanged, so a shard changed since a staging read
+it is read again (who can write scans.json can make a run record another digest than its shards',
+as who can write the database can). Every image of both splits is hashed (rate 1: the files are
+read whole for their checksums anyway, so sampling would save little), eight bytes of BLAKE2b
+over its encoded bytes (a shard's) or its array row (synthetic's): an image in both splits has
+the same key in both.
 """
 
 from __future__ import annotations

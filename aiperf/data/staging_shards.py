@@ -8,6 +8,7 @@ The kinds themselves are aiperf.data.staging_sources; the entry point is aiperf.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -35,6 +36,10 @@ from aiperf.data.shard_scan import ScanTask, scan_shard
 log = logging.getLogger(__name__)
 
 PROCESS_BYTES = 256 << 20  # of shards to read, for each process that reads them
+# Processes that import TensorFlow (the decode checks): each holds ~0.5 GB and takes seconds to
+# start, and its decodes run on threads of their own (CheckTask.threads), so a few processes with
+# the cores shared among them use the node as well as one per core would.
+MAX_TENSORFLOW_PROCESSES = 8
 
 # done, total, what: long work reports here (a Rich bar in the CLI, log lines in the flow).
 OnProgress = Callable[[int, int, str], None]  # (done, total, what is being done)
@@ -62,8 +67,8 @@ def sharded_manifest(
 ) -> Manifest:
     """Sum the shard entries into the manifest, write manifest.json last, drop stale files.
 
-    `shards` are fresh scans (tfrecord.scan_shard): checksums, per-class counts and image keys read
-    from the shard files now, so the dataset digest is recomputed, never copied from a sidecar."""
+    `shards` are scans (shard_scan.scan_shard, tfrecord.check_shard): checksums, per-class counts
+    and image keys read from the shard files, now or (scan cache) while unchanged since."""
     from aiperf.data.pins import overlap
 
     shards = sorted(shards, key=lambda s: (s["split"] != "train", s["name"]))
@@ -153,29 +158,49 @@ def node_cores() -> int:
         return os.cpu_count() or 1
 
 
+def plan_workers(cores: int, tasks: int, size: int, *, tensorflow: bool) -> tuple[int, int]:
+    """How many processes read `tasks` files of `size` bytes in all on `cores` cores, and how many
+    threads each task may use (a CheckTask's decode threads): one process per PROCESS_BYTES, at
+    most one per core and task, at most MAX_TENSORFLOW_PROCESSES for TensorFlow work, and the cores
+    shared among them, so the node runs about one thread per core rather than cores x cores."""
+    processes = max(1, min(cores, tasks, 1 + size // PROCESS_BYTES))
+    if tensorflow:
+        processes = min(processes, MAX_TENSORFLOW_PROCESSES)
+    return processes, max(1, cores // processes)
+
+
 def on_every_core(
     fn: Callable[[Any], Any], tasks: list[Any], *, tensorflow: bool = False
 ) -> Iterator[Any]:
     """Each task's result as it finishes, the tasks (each reading the file at its `path`) spread
-    over this node's cores. Reading a record is Python that holds the GIL, about half of a scan,
-    so threads would use two cores at most: large reads run in fresh 'spawn' processes (never
-    forked: this process has threads), one per PROCESS_BYTES of files, as a process costs about a
-    second to start. Work that imports TensorFlow (`tensorflow`: the decode checks) always runs
-    in such processes, so TensorFlow never enters this one. Threads here instead where processes
-    gain nothing or cannot be: small reads, TensorFlow work in a process that has TensorFlow
-    already (a test's), and a daemonic process (a Dask worker's), which may have no children."""
+    over this node's cores (plan_workers; a task with a `threads` field gets its share of them).
+    Reading a record is Python that holds the GIL, about half of a scan, so threads would use two
+    cores at most: large reads run in fresh 'spawn' processes (never forked: this process has
+    threads), as a process costs about a second to start. Work that imports TensorFlow
+    (`tensorflow`: the decode checks) runs in such processes, so TensorFlow does not enter this
+    one, except where processes cannot be: in a daemonic process (a Dask worker's, which may have
+    no children) every task runs here on threads, TensorFlow included. Threads here too where
+    processes gain nothing: small reads, and TensorFlow work in a process that has TensorFlow
+    already (a test's)."""
     if not tasks:
         return
+    cores = node_cores()
     size = sum(os.path.getsize(task.path) for task in tasks)
-    processes = max(1, min(node_cores(), len(tasks), 1 + size // PROCESS_BYTES))
+    processes, _ = plan_workers(cores, len(tasks), size, tensorflow=tensorflow)
     spawn = "tensorflow" not in sys.modules if tensorflow else processes > 1
     if spawn and multiprocessing.current_process().daemon:
         log.warning("staging in a daemonic process: it reads the shards itself, on threads")
         spawn = False
+    workers = processes if spawn else min(cores, len(tasks))
+    share = max(1, cores // workers)
+    tasks = [
+        dataclasses.replace(task, threads=share) if hasattr(task, "threads") else task
+        for task in tasks
+    ]
     pool: Executor = (
         ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
         if spawn
-        else ThreadPoolExecutor(min(node_cores(), len(tasks)), thread_name_prefix="aiperf-staging")
+        else ThreadPoolExecutor(workers, thread_name_prefix="aiperf-staging")
     )
     with pool:
         futures = [pool.submit(fn, task) for task in tasks]

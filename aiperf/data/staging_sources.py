@@ -261,7 +261,11 @@ def stage_tfrecord(
 ) -> Manifest:
     """Check the user's shards in place (no copy, unless stage_to asks for node-local ones), each
     once (check_user_shards). `client` is unused: a GPU node's one worker would check them on
-    one core, and bring TensorFlow into the process that holds the GPUs."""
+    one core, and bring TensorFlow into the process that holds the GPUs. So the checks run where
+    the run's flow runs, on that machine's cores: on a job queue (SLURM) whose flow runs on a login
+    node, that is the login node's cores and its view of the files (docs/performance.md, staging);
+    there, run `aiperf stage SOURCE --to OUT/data` in a job on a compute node first, and the run
+    finds the shards checked (the folder's scan cache) and reads none again."""
     del client
     assert config.source is not None
     source = Path(config.source).expanduser().resolve()

@@ -17,7 +17,7 @@ from aiperf.config import AUTO, BenchmarkConfig, set_dotted
 from aiperf.errors import UserError
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.division import classify
-from aiperf.train.accelerators import refuse_unused_gpus
+from aiperf.train.accelerators import refuse_unused_gpus, unprobed_gpus
 from aiperf.train.trial import warm_up
 from aiperf.units import format_ops
 
@@ -56,8 +56,10 @@ def probe_peaks(
 ) -> list[dict[str, Any]] | None:
     """Every worker's peak record (aiperf.train.worker.peak_on_worker), measured at once before the
     timed window: in the run's precision, or with train.precision auto in each closed precision
-    its device supports. A probe that fails costs the run its MFU (and auto its choice: float32),
-    never the run."""
+    its device supports. On CPUs a probe that fails costs the run its MFU (and auto its choice:
+    float32), never the run; a run with GPUs (cluster.gpus > 0) is refused in one line instead
+    (accelerators.unprobed_gpus), since only the probe's device facts say its workers compute on
+    them."""
     from aiperf.train.auto import allowed_precisions
     from aiperf.train.peak import compute_dtype, peak_seconds
     from aiperf.train.worker import peak_on_worker
@@ -70,6 +72,10 @@ def probe_peaks(
             client, peak_on_worker, dtype, peak_seconds(), candidates=candidates
         )
     except Exception as exc:
+        if config.cluster.gpus:
+            logger.error("run %d: the workers' peak probe failed", run_id, exc_info=exc)
+            said = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise UserError(unprobed_gpus(config.cluster.gpus, said)) from None
         logger.warning(
             "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",
             run_id,
@@ -77,6 +83,8 @@ def probe_peaks(
             exc,
         )
         return None
+    if not found and config.cluster.gpus:
+        raise UserError(unprobed_gpus(config.cluster.gpus, "no worker answered"))
     return sorted(found.values(), key=lambda p: p["worker"])
 
 
@@ -177,6 +185,10 @@ def describe_workers(
             precision=config.train.precision,
         )
     except Exception as exc:
+        if config.cluster.gpus:
+            logger.error("run %d: the workers' peak probe failed", run_id, exc_info=exc)
+            said = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise UserError(unprobed_gpus(config.cluster.gpus, said)) from None
         logger.warning(
             "run %d: the workers did not describe their nodes: %s: %s",
             run_id,

@@ -16,10 +16,16 @@ from aiperf.status import TrialStatus
 WIDTH, HEIGHT = 720, 300
 MARGIN = {"left": 90, "right": 40, "top": 20, "bottom": 50}
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+# Every trial status, so that none is drawn in a colour the legend does not name (the charts' and
+# the search tree's legends list these).
 STATUS_COLORS = {
     TrialStatus.COMPLETED: "#2ca02c",
     TrialStatus.STOPPED: "#ff7f0e",
     TrialStatus.FAILED: "#d62728",
+    TrialStatus.DIVERGED: "#9467bd",
+    TrialStatus.INTERRUPTED: "#8c564b",
+    TrialStatus.OUT_OF_MEMORY: "#e377c2",
+    TrialStatus.TOO_LARGE: "#bcbd22",
     TrialStatus.RUNNING: "#7f7f7f",
 }
 

@@ -13,21 +13,11 @@ from __future__ import annotations
 import html
 
 from aiperf import quality
+from aiperf.report.svg import STATUS_COLORS
 from aiperf.report.trials import lm_loss
-from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
 
-STATUS_COLORS = {
-    TrialStatus.COMPLETED: "#2ca02c",
-    TrialStatus.STOPPED: "#ff7f0e",
-    TrialStatus.FAILED: "#d62728",
-    TrialStatus.DIVERGED: "#9467bd",
-    TrialStatus.INTERRUPTED: "#8c564b",
-    TrialStatus.OUT_OF_MEMORY: "#e377c2",
-    TrialStatus.TOO_LARGE: "#bcbd22",
-    TrialStatus.RUNNING: "#7f7f7f",
-}
 INDENT_LEVELS = 12  # generations that indent; deeper ones stay at this depth (12 x 19 px at most)
 
 # The outline's own styles, inline so the page stays one file.

@@ -105,6 +105,18 @@ def unqueried_gpus(peaks: Sequence[Mapping[str, Any]] | None) -> str | None:
     return None
 
 
+def unprobed_gpus(gpus: int, failure: str) -> str:
+    """Why a run with `gpus` GPUs must not start when its workers' peak probe failed (`failure`:
+    what was raised, in a few words): without the probe's device facts nothing says the framework
+    computes on the GPUs, and the run would resolve float32, the CPUs' batch and unfused attention
+    on them, as a silent fallback."""
+    return (
+        f"the workers' peak probe failed ({failure[:200]}), so nothing says their {gpus} GPUs can "
+        f"be used, and the run would train in float32 at the CPUs' batch; fix what failed (the run's "
+        f"log has its traceback), {ON_THE_CPUS}"
+    )
+
+
 def refuse_unused_gpus(config: BenchmarkConfig, peaks: Sequence[Mapping[str, Any]] | None) -> None:
     """A UserError (one line, before the first trial) when `unqueried_gpus` finds a worker whose
     GPUs nvidia-smi cannot describe, or `unused_gpus` a worker of this GPU run computing on its

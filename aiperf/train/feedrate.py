@@ -32,6 +32,7 @@ without a feed rate).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,14 +45,20 @@ CPU_BATCH_PER_DEVICE = 8
 SHARED = "node / devices: one host pipeline feeds every device"
 
 
-def _rate(step: Any, seconds: float, *, minimum: int = 3) -> float:
-    """Items per second of `step()` (which returns how many it did) over about `seconds`, at least
-    `minimum` calls."""
+def _timed(step: Callable[[], int], seconds: float, *, minimum: int = 3) -> tuple[int, float]:
+    """Call `step()` (which returns how many items it did) for about `seconds`, at least `minimum`
+    times: (items done, seconds taken). The one timing loop of the feed's and the devices' rates."""
     done, calls, started = 0, 0, time.perf_counter()
     while calls < minimum or time.perf_counter() - started < seconds:
         done += step()
         calls += 1
-    return done / (time.perf_counter() - started)
+    return done, time.perf_counter() - started
+
+
+def _rate(step: Callable[[], int], seconds: float, *, minimum: int = 3) -> float:
+    """Items per second of `step()` over about `seconds`, at least `minimum` calls (_timed)."""
+    done, elapsed = _timed(step, seconds, minimum=minimum)
+    return done / elapsed
 
 
 def feed_images_per_s(feed: Any, seconds: float) -> float | None:
@@ -72,12 +79,14 @@ def images_by_device(feed: Any, seconds: float) -> dict[str, float] | None:
     batches = iter(feed.epochs["x"])
     next(batches)
     counts: dict[str, int] = {}
-    calls, started = 0, time.perf_counter()
-    while calls < 3 or time.perf_counter() - started < seconds:  # as _rate times a step
-        for device, images in _parts(next(batches)[1]).items():
+
+    def take() -> int:
+        parts = _parts(next(batches)[1])
+        for device, images in parts.items():
             counts[device] = counts.get(device, 0) + images
-        calls += 1
-    elapsed = time.perf_counter() - started
+        return sum(parts.values())
+
+    _, elapsed = _timed(take, seconds)
     return {device: images / elapsed for device, images in counts.items()}
 
 
@@ -88,6 +97,15 @@ def _parts(labels: Any) -> dict[str, int]:
     if len(shards) > 1:
         return {f"{s.device.platform}:{s.device.id}": int(s.data.shape[0]) for s in shards}
     return {"": int(labels.shape[0])}
+
+
+def _named(delivered: dict[str, float] | None, placement: Any) -> dict[str, float] | None:
+    """`delivered` (images_by_device), a single device's whole batch ("": no shards to count)
+    named as the device its one pipeline decodes for (DALI's on one GPU), so that it reads as
+    measured on it, not as a host pipeline's share."""
+    if delivered is not None and set(delivered) == {""} and len(placement) == 1:
+        return {placement[0]: delivered[""]}
+    return delivered
 
 
 def trial_feed_rates(
@@ -123,7 +141,7 @@ def trial_feed_rates(
             feed=feed,
             devices=devices,
         )
-        delivered = images_by_device(opened, seconds)
+        delivered = _named(images_by_device(opened, seconds), opened.placement)
     measured = delivered is not None and "" not in delivered and len(opened.placement) == devices
     record: dict[str, Any] = {
         "feed": opened.kind,
@@ -221,11 +239,9 @@ def rates_on_worker(
     """This worker's feed and device rates (run on every worker with Client.run, which passes
     `dask_worker`), named as its trials name their worker."""
     from aiperf.cluster.environment import worker_label
-    from aiperf.train.peak import device
     from aiperf.train.trial import configure_threads, worker_cores
 
     configure_threads(worker_cores())
-    name = worker_label(str(dask_worker.name)) if dask_worker is not None else "local"
     shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
     fed = trial_feed_rates(
         data_path,
@@ -236,34 +252,46 @@ def rates_on_worker(
         feed=feed,
         threads=worker_cores(),
     )
-    accelerated = device()[1]
-    device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
-    rate = device_images_per_s(
+    seed = _seed_rate(
         fed["pixels"],
         seed_architecture=seed_architecture,
         input_shape=shape,
         classes=classes,
-        batch=device_batch,
+        batch=batch,
         devices=devices,
         precision=precision,
         jit_compile=jit_compile,
         seconds=seconds,
     )
     return {
-        "worker": name,
+        "worker": worker_label(str(dask_worker.name)) if dask_worker is not None else "local",
         "feed": fed["feed"],
         "feed_images_per_s": fed["node_images_per_s"],
         "feed_pipelines": fed["pipelines"],
         "feed_devices": fed["devices"],
         "feed_per_device_images_per_s": fed["per_device_images_per_s"],
         "feed_per_device": fed["per_device"],
-        "device_images_per_s": rate,
+        **seed,
         "batch": batch,
-        "device_batch": device_batch,
-        "accelerated": accelerated,
         "devices": devices,
         "cores": worker_cores(),
         "seconds": seconds,
+    }
+
+
+def _seed_rate(feed_pixels: bool, *, batch: int, devices: int, **settings: Any) -> dict[str, Any]:
+    """The devices' rate on the seed model (device_images_per_s, with `settings` its other
+    arguments), at the run's global `batch` on accelerators and at most CPU_BATCH_PER_DEVICE a
+    device on CPUs: the rate, the batch it was measured at, and whether the devices accelerate."""
+    from aiperf.train.peak import device
+
+    accelerated = device()[1]
+    device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
+    rate = device_images_per_s(feed_pixels, batch=device_batch, devices=devices, **settings)
+    return {
+        "device_images_per_s": rate,
+        "device_batch": device_batch,
+        "accelerated": accelerated,
     }
 
 
@@ -317,21 +345,20 @@ class FeedVerdict:
         if not self.per_device_measured:
             pipelines = "1 host pipeline" if self.pipelines == 1 else f"{self.pipelines} pipelines"
             return (
-                f"{feed}: {pipelines} for {len(rates)} devices, {node}, "
+                f"{feed}: {pipelines} for {_some(len(rates), 'device')}, {node}, "
                 f"{mean:,.0f} img/s a device (node / devices)"
             )
         low, high = f"{min(rates):,.0f}", f"{max(rates):,.0f}"
         spread = f" ({low}-{high})" if low != high else ""  # one stream: parts alike a step
         return (
-            f"{feed}: {self.pipelines} pipelines on {len(rates)} devices, "
+            f"{feed}: {_some(self.pipelines or 0, 'pipeline')} on {_some(len(rates), 'device')}, "
             f"{mean:,.0f} img/s a device{spread}, {node}"
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "feed": self.feed,
-            "feed_images_per_s": self.feed_images_per_s,
-            "node_images_per_s": self.feed_images_per_s,
+            "feed_images_per_s": self.feed_images_per_s,  # the node's: its workers' sum
             "per_device_images_per_s": (
                 None
                 if self.per_device_images_per_s is None
@@ -348,6 +375,11 @@ class FeedVerdict:
         }
 
 
+def _some(count: int, thing: str) -> str:
+    """e.g. "1 pipeline", "8 pipelines"."""
+    return f"{count} {thing}{'' if count == 1 else 's'}"
+
+
 def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
     """The run's verdict from its recorded per-worker rates; None when none were measured. A
     record that is not one (an edited event log read by `verify --package`) is left out."""
@@ -355,11 +387,8 @@ def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
     if not measured:
         return None
     fed = [_get(r, "feed_images_per_s") for r in measured]
-    per_device = [_get(r, "feed_per_device_images_per_s") for r in measured]
-    recorded = all(
-        isinstance(rates, list) and rates and all(_positive(x) for x in rates)
-        for rates in per_device
-    )
+    per_device = [_per_device(r) for r in measured]
+    recorded = all(rates is not None for rates in per_device)
     pipelines = [_get(r, "feed_pipelines") for r in measured]
     return FeedVerdict(
         feed=data_feed if isinstance(data_feed, str) else None,
@@ -367,11 +396,28 @@ def verdict(data_feed: str | None, rates: Any) -> FeedVerdict | None:
         device_images_per_s=float(sum(float(r["device_images_per_s"]) for r in measured)),
         workers=len(measured),
         per_device_images_per_s=(
-            tuple(float(x) for rates in per_device for x in rates) if recorded else None
+            tuple(x for rates in per_device for x in rates or ()) if recorded else None
         ),
         pipelines=sum(pipelines) if all(_positive(p) for p in pipelines) else None,
         per_device_measured=all(_get(r, "feed_per_device") == "measured" for r in measured),
     )
+
+
+def _per_device(record: Any) -> list[float] | None:
+    """A worker's feed per device, one rate (0 or more: a starved device waits at 0) for each of
+    its `devices`; None where not recorded so (made before it was measured, or edited)."""
+    rates, devices = _get(record, "feed_per_device_images_per_s"), _get(record, "devices")
+    if not isinstance(rates, list) or not rates:
+        return None
+    if not all(_number(x) and x >= 0 for x in rates):
+        return None
+    if _number(devices) and len(rates) != devices:
+        return None
+    return [float(x) for x in rates]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _get(record: Any, key: str) -> Any:
@@ -379,4 +425,4 @@ def _get(record: Any, key: str) -> Any:
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return _number(value) and value > 0

@@ -186,7 +186,8 @@ def _feed_lines(feed: dict[str, Any] | None) -> list[str]:
     node = feed.get("node_images_per_s")
     each = feed.get("per_device_images_per_s")
     rates = (
-        "in-memory arrays Keras slices itself, no pipeline to measure"
+        "in-memory arrays Keras slices itself, no pipeline to measure (no DALI pipeline ran on a "
+        "GPU: --feed-data DIR measures staged shards)"
         if node is None
         else f"{node:,.0f} img/s for the node"
         + ("" if not each else " (" + ", ".join(f"{r:,.0f}" for r in each) + " a device)")
