@@ -6,10 +6,12 @@ node spent on a step that could never run. XLA knows what a compiled step needs 
 (`jax.jit(f).lower(...).compile().memory_analysis()`), so the trial asks it: `step_memory` lowers
 and compiles the very function Keras' JAX trainer will call in `fit` (the jitted train step that
 `model.make_train_function()` keeps on the model) from abstract shapes (jax.ShapeDtypeStruct, each
-with the sharding of the variable or batch it stands for), so the check costs a compile, not a step.
-JAX keeps that executable in its compilation cache, and `fit` then calls the same jitted function
-with arrays of the same shapes, types and shardings, so the trial does not compile its step twice
-(docs/performance.md, "Fit before paying").
+with the sharding of the variable or batch it stands for under a distribution, none without one),
+so the check costs a compile, not a step. JAX keeps that executable in its compilation cache, and
+`fit` then calls the same jitted function with arrays of the same shapes, types and shardings, so
+the trial does not compile its step twice (docs/performance.md, "Fit before paying"). The model is
+compiled by one builder (`trainable`, with a `StepRecipe`) wherever a step is read: the trial, the
+seed's check before the window and the GPU check read the same program.
 
 Under a data-parallel distribution the program XLA compiles is the per-device (SPMD-partitioned)
 one, so its figures are each device's: the arguments (the replicated state and one device's share
