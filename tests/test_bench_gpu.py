@@ -241,10 +241,11 @@ def test_run_budget_fits_the_limit_or_is_left_out():
     bench = _bench_module()
     args = bench.parse(["--limit", "340"])
     assert args.batch == 256 and not args.batch_given  # the documented batch, not the resolved
-    assert run_budget(args, elapsed=100) == 160  # 340 - 100 - the run's 75 s, in tens
-    assert run_budget(args, elapsed=0) == 260
-    assert run_budget(args, elapsed=250) == 60  # the shortest run, ending inside the 50 s grace
-    assert run_budget(args, elapsed=300) is None  # it would be cut off: left out, said why
+    # 340 - 100 - the run's 115 s (its start and end, the seed's fit compile), in tens
+    assert run_budget(args, elapsed=100) == 120
+    assert run_budget(args, elapsed=0) == 220
+    assert run_budget(args, elapsed=200) == 60  # the shortest run, ending inside the 50 s grace
+    assert run_budget(args, elapsed=250) is None  # it would be cut off: left out, said why
     assert run_budget(bench.parse(["--budget", "5m"]), elapsed=300) == 300
 
 

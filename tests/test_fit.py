@@ -7,6 +7,7 @@ makes the node's accelerators, with a stand-in nvidia-smi declaring 64 MiB per G
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -185,3 +186,112 @@ def test_xla_says_what_a_step_needs_per_device_and_a_proposal_too_large_is_never
     assert "at batch 128 per device on 2 devices" in found["message"], found["message"]
     assert found["epochs"] == 0 and found["built"]
     assert found["phases"]["train_s"] == 0 and found["phases"]["evaluate_s"] == 0
+
+
+COMPILES = """
+import json, logging
+import jax, keras, numpy as np
+from aiperf.train.devices import data_parallel
+from aiperf.train.fit import STEP_FREEVAR, StepRecipe, step_memory, trainable
+
+finished = []
+class Count(logging.Handler):
+    def emit(self, record):
+        text = record.getMessage()
+        if "Finished XLA compilation" in text and "train_step" in text:
+            finished.append(text)
+jax.config.update("jax_log_compiles", True)
+logging.getLogger("jax").addHandler(Count())
+found = {}
+for devices in (1, 2):
+    finished.clear()
+    with data_parallel("jax", devices):
+        network = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model = trainable(network, StepRecipe(), pixels=False, devices=devices)
+        step_memory(model, global_batch=8, devices=devices, precision="float32", available=2**30)
+        model.fit(np.zeros((8, 4), "float32"), np.zeros((8,), "int32"), batch_size=8, epochs=2,
+                  verbose=0)
+        found[devices] = len(finished)
+found["freevars"] = list(model.train_function.__code__.co_freevars)
+found["freevar"] = STEP_FREEVAR
+print(json.dumps(found))
+"""
+
+
+def test_the_fit_check_is_the_step_fit_runs_on_one_device_and_on_two(tmp_path):
+    """step_memory compiles the trial's own step from shapes; fit then finds it in JAX's cache and
+    compiles nothing more: one compile of train_step on one device (no distribution: no sharding in
+    the shapes) and on two (the distribution's). And the installed Keras keeps the jitted step in
+    its train function's closure under the free variable step_memory reads it by."""
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILES],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (found["1"], found["2"]) == (1, 1), found
+    assert found["freevar"] in found["freevars"], found
+
+
+def _seed_found(worker: str, fits: list[bool], per_device: list[int]) -> dict:
+    """A worker's seed_fit_on_worker answer: checked at each batch until the first that fits."""
+    checked = [
+        {**_memory(100 * MIB, (200 if ok else 50) * MIB).to_dict(), "global_batch": b * 8}
+        for ok, b in zip(fits, per_device, strict=True)
+    ]
+    return {
+        "worker": worker,
+        "fits": fits.index(True) if True in fits else None,
+        "checked": checked,
+    }
+
+
+def test_the_run_settles_where_the_workers_stopped_at_different_batches(tmp_path):
+    """Each worker stops at its first batch that fits: a worker listed first that fit at once has
+    one figure where another needed two. The run takes the second list, and stores every
+    worker's figures with its peak record (verify's evidence)."""
+    from aiperf.lifecycle.fitcheck import _settle
+    from aiperf.train.fit import SEED_FIT
+
+    orchestrator = simulated_orchestrator(tmp_path, lambda request: None)
+    recorder, config = orchestrator.recorder, orchestrator.config
+    lists = [[64], [32], [16]]
+    found = [_seed_found("a", [True], [64]), _seed_found("b", [False, True], [64, 32])]
+    with recorder.store:
+        recorder.peaks([{"worker": w, "flops": 1.0} for w in ("a", "b")])
+        settled = _settle(config, recorder, lists, found, logging.getLogger("test"))
+        stored = recorder.store.get_run(recorder.run_id).worker_peaks
+    assert settled.search.space.batch_size == [32]
+    assert [p[SEED_FIT]["fits"] for p in stored] == [0, 1]
+    assert len(stored[1][SEED_FIT]["checked"]) == 2
+
+
+def test_verify_accepts_a_halved_batch_only_with_the_figures_that_it_did_not_fit():
+    """Under aiperf-rules-1.6 (a fit rule in its YAML) the imagenet profile's [12, 13, 14] x 15 GiB
+    halved to 7 GiB passes verify's batch check only where a worker's stored seed figures show the
+    seed at 210 a device did not fit; under 1.5 (no fit rule) a reduced list is judged as any other."""
+    from test_auto_settings import F16, F32, gpu, imagenet, peak, settle
+
+    from aiperf.results.division import batch_problem
+
+    t4 = peak("w0", {F32: 8e12, F16: 65e12}, gpu((7, 5), 15360))
+    halved = settle(imagenet(), F16, [84, 91, 98])
+    assert load_ruleset(halved.ruleset).fit_declared, halved.ruleset
+    did_not_fit = {**t4, "seed_fit": _seed_found("w0", [False, True], [210, 98])}
+    fitted = {**t4, "seed_fit": _seed_found("w0", [True], [210])}
+    assert batch_problem(halved, [did_not_fit]) is None
+    assert "is not [180, 195, 210]" in (batch_problem(halved, [t4]) or "")
+    assert "is not [180, 195, 210]" in (batch_problem(halved, [fitted]) or "")
+    older = halved.model_copy(update={"ruleset": "aiperf-rules-1.5"})
+    assert not load_ruleset("aiperf-rules-1.5").fit_declared
+    assert "is not [180, 195, 210]" in (batch_problem(older, [did_not_fit]) or "")

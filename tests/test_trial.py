@@ -122,7 +122,7 @@ def test_step_state_is_built_before_fit_so_the_train_step_is_traced_once(staged)
 
     from aiperf.arch import build_model, network_from_dict
     from aiperf.data.feed import array_dataset
-    from aiperf.train.trial import build_step_state
+    from aiperf.train.fit import build_step_state
 
     request = _request(staged, time.time() + 300)
     model = build_model(network_from_dict(request.architecture))

@@ -1,12 +1,14 @@
 """Before the timed window, after the settings are resolved: the seed network at the run's largest
-per-device batch is compiled on every worker as a trial would be and its memory read from XLA
-(aiperf.train.fit). Where it does not fit the devices with the ruleset's headroom, the run's batch
+per-device batch is compiled on every worker as a trial compiles it (aiperf.train.fit.trainable:
+the trial's optimizer, loss, metrics and uint8 input, in its precision on its devices) and its
+memory read from XLA (aiperf.train.fit). Where it does not fit the devices with the ruleset's headroom, the run's batch
 sizes are reduced by the ruleset's fit rule (aiperf.rules.FitRule: "halve") until it does, and the
 reduced list is stored with the run as resolved settings are; where even the smallest the rule
 allows does not fit, the run is refused in one line before its window. Each proposal is checked
 again as it trains (a grown architecture may not fit where the seed did).
 
-Only a JAX run with GPUs trains its CNN seed so: a CPU run, the simulated trainer and the LM track
+Only a JAX run with jit on GPUs checks its CNN seed so (its trials check theirs the same way): a
+CPU run, a run without jit (whose trials are not checked), the simulated trainer and the LM track
 (whose seed is a transformer, checked per trial) skip it at no cost. A check that fails for another
 reason (a worker lost) costs the run this check, never the run: its trials are checked anyway."""
 
@@ -20,19 +22,21 @@ from aiperf.config import TOKEN_KINDS, BenchmarkConfig
 from aiperf.data.manifest import Manifest
 from aiperf.errors import UserError
 from aiperf.lifecycle.feedcheck import seed_model
-from aiperf.lifecycle.prepare import store_resolved
+from aiperf.lifecycle.prepare import record_seed_fit, store_resolved
 from aiperf.lifecycle.recorder import RunRecorder
-from aiperf.train.fit import fit_rule, reductions, seed_fit_on_worker
+from aiperf.train.fit import StepRecipe, fit_rule, reductions, seed_fit_on_worker
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = "search.space.batch_size"
 
 
 def checks_seed(config: BenchmarkConfig) -> bool:
-    """Whether this run's seed is fitted before its window (a CNN run on GPUs with JAX)."""
+    """Whether this run's seed is fitted before its window (a CNN run on GPUs with JAX and jit:
+    where its trials check theirs, aiperf.train.fit.checks_fit)."""
     return (
         config.train.trainer == "keras"
         and config.train.backend == "jax"
+        and config.train.jit_compile
         and config.cluster.gpus > 0
         and config.data.kind not in TOKEN_KINDS
     )
@@ -65,6 +69,7 @@ def fit_seed(
             precision=seed["precision"],
             batches=[max(sizes) for sizes in lists],
             headroom=rule.headroom,
+            recipe=StepRecipe.of_train(config.train),
         )
     except Exception as exc:
         logger.warning(
@@ -89,6 +94,7 @@ def _settle(
     checked = [f for f in found if f.get("fits") != -1]
     if not checked:
         return config
+    record_seed_fit(recorder, checked)  # verify's evidence for a reduced list
     if any(f.get("fits") is None for f in checked):
         worst = max(checked, key=lambda f: f["checked"][-1]["bytes_needed"])
         last = worst["checked"][-1]
@@ -98,8 +104,10 @@ def _settle(
             f"of {last['bytes_available'] / 2**20:,.0f} MiB; run it on GPUs with more memory, "
             "or lower the precision's cost (train.precision)"
         )
+    # Each worker stops at its first batch that fits: the largest index is the run's, and its
+    # figures are those of a worker that got that far (another's list may be shorter).
     index = max(int(f["fits"]) for f in checked)
-    first = checked[0]["checked"][index]
+    first = next(f for f in checked if f["fits"] == index)["checked"][index]
     logger.info(
         "run %d: before the window: the seed's step needs %.0f MiB a device of %.0f MiB",
         recorder.run_id,

@@ -18,6 +18,7 @@ from aiperf.errors import UserError
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.division import classify
 from aiperf.train.accelerators import refuse_unused_gpus, unprobed_gpus
+from aiperf.train.fit import SEED_FIT
 from aiperf.train.trial import warm_up
 from aiperf.units import format_ops
 
@@ -152,6 +153,10 @@ def record_peaks(
     from aiperf.train.peak import compute_dtype, in_precision
 
     peaks = [in_precision(peak, config.train.precision) for peak in peaks]
+    # A resumed run measures its peaks again; the seed's fit figures it stored before its window
+    # (checked only then) stay with them: verify reads them to accept reduced batch sizes.
+    stored = recorder.store.get_run(recorder.run_id).worker_peaks
+    peaks = with_seed_fit(peaks, {p["worker"]: p[SEED_FIT] for p in stored if SEED_FIT in p})
     recorder.peaks(peaks)
     total = sum(p["flops"] for p in peaks)
     logger.info(
@@ -162,6 +167,28 @@ def record_peaks(
         ", ".join(sorted({p["device"] for p in peaks})),
     )
     return total
+
+
+def with_seed_fit(
+    peaks: list[dict[str, Any]], figures: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`peaks` with each worker's seed fit figures (`figures`, by worker) under SEED_FIT."""
+    return [
+        {**peak, SEED_FIT: figures[peak["worker"]]} if peak["worker"] in figures else peak
+        for peak in peaks
+    ]
+
+
+def record_seed_fit(recorder: RunRecorder, found: list[dict[str, Any]]) -> None:
+    """The seed's fit figures before the window (aiperf.train.fit.seed_fit_on_worker: each
+    worker's {"fits", "checked": [StepMemory dicts]}), stored with each worker's peak record in
+    the run's worker_peaks: the evidence by which verify accepts a batch list the fit rule reduced
+    (aiperf.results.division.batch_problem). A run whose peaks were not measured stores none."""
+    stored = list(recorder.store.get_run(recorder.run_id).worker_peaks)
+    if not stored:
+        return
+    figures = {f["worker"]: {"fits": f["fits"], "checked": f["checked"]} for f in found}
+    recorder.peaks(with_seed_fit(stored, figures))
 
 
 def describe_workers(

@@ -277,10 +277,33 @@ def batch_problem(
     actual = config.search.space.batch_size
     if actual == expected:
         return None
-    # Fit before paying (aiperf.lifecycle.fitcheck): where the seed at the largest did not fit
-    # the devices, the run's sizes are one of its ruleset's fit rule's reductions of them.
-    from aiperf.train.fit import fit_rule, reductions
-
-    if gib is not None and actual in reductions(expected, fit_rule(config.ruleset), per_gib):
+    if gib is not None and reduced_by_fit(config, expected, worker_peaks):
         return None
     return f"search.space.batch_size {actual} is not {expected} ({why})"
+
+
+def reduced_by_fit(
+    config: BenchmarkConfig, expected: list[int], worker_peaks: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether the run's batch sizes are `expected` reduced by fit before paying
+    (aiperf.lifecycle.fitcheck), with the evidence: its ruleset names a fit rule (1.6+; under
+    1.0-1.5 a reduced list is judged as any other), the list is one of that rule's reductions of
+    `expected`, and a worker's stored seed figures (its peak record's seed_fit) show the seed's
+    step at the reduction before it did not fit."""
+    from aiperf.train.fit import SEED_FIT, reductions
+
+    ruleset = load_ruleset(config.ruleset or DEFAULT_RULESET)
+    if not ruleset.fit_declared:
+        return False
+    lists = reductions(expected, ruleset.fit, config.search.space.batch_per_gib)
+    actual = sorted(config.search.space.batch_size)
+    if actual not in lists[1:]:
+        return False
+    larger = lists.index(actual) - 1  # the list the seed was checked at before this one
+    for peak in worker_peaks:
+        checked = (peak.get(SEED_FIT) or {}).get("checked") or []
+        if len(checked) > larger and not checked[larger]["fits"]:
+            figure = checked[larger]
+            if figure["global_batch"] // max(1, figure["devices"]) == max(lists[larger]):
+                return True
+    return False

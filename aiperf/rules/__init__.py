@@ -168,6 +168,8 @@ class Ruleset:
     series: SeriesRule | None = None
     # How steps are fitted to the devices' memory (rulesets from 1.6; earlier ones: the defaults).
     fit: FitRule = FitRule()
+    # Whether the YAML names its fit rule (1.6+): only then may a run's batch sizes be reduced.
+    fit_declared: bool = False
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -289,6 +291,7 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
         loss_tolerance=_optional_float(raw["valid"].get("loss_tolerance")),
         series=_series_rule(raw.get("ranking")),
         fit=_fit_rule(raw.get("fit")),
+        fit_declared="fit" in raw,
     )
     if ruleset.name != name:  # pragma: no cover - a packaging mistake
         raise RuntimeError(f"ruleset file {name}.yaml says it is {ruleset.name}")

@@ -6,10 +6,12 @@ node spent on a step that could never run. XLA knows what a compiled step needs 
 (`jax.jit(f).lower(...).compile().memory_analysis()`), so the trial asks it: `step_memory` lowers
 and compiles the very function Keras' JAX trainer will call in `fit` (the jitted train step that
 `model.make_train_function()` keeps on the model) from abstract shapes (jax.ShapeDtypeStruct, each
-with the sharding of the variable or batch it stands for), so the check costs a compile, not a step.
-JAX keeps that executable in its compilation cache, and `fit` then calls the same jitted function
-with arrays of the same shapes, types and shardings, so the trial does not compile its step twice
-(docs/performance.md, "Fit before paying").
+with the sharding of the variable or batch it stands for under a distribution, none without one),
+so the check costs a compile, not a step. JAX keeps that executable in its compilation cache, and
+`fit` then calls the same jitted function with arrays of the same shapes, types and shardings, so
+the trial does not compile its step twice (docs/performance.md, "Fit before paying"). The model is
+compiled by one builder (`trainable`, with a `StepRecipe`) wherever a step is read: the trial, the
+seed's check before the window and the GPU check read the same program.
 
 Under a data-parallel distribution the program XLA compiles is the per-device (SPMD-partitioned)
 one, so its figures are each device's: the arguments (the replicated state and one device's share
@@ -39,6 +41,9 @@ from aiperf.rules import DEFAULT_RULESET, FitRule, load_ruleset
 MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # what JAX reads as it starts
 JAX_DEFAULT_FRACTION = 0.75  # JAX's share of a GPU where the variable is unset
 MIB = 2**20
+# A worker's peak record (runs.worker_peaks) keeps its seed's fit figures under this key:
+# {"fits", "checked": [StepMemory dicts]} (aiperf.lifecycle.prepare.record_seed_fit).
+SEED_FIT = "seed_fit"
 
 
 @dataclass(frozen=True)
@@ -137,29 +142,105 @@ def build_step_state(model) -> None:
     )
 
 
+@dataclass(frozen=True)
+class StepRecipe:
+    """What a trial's step is compiled with besides its network: the trial's optimizer (its
+    momentum, its weight decay inside the update), its loss (label smoothing's one-hot), its
+    metrics and XLA setting. One recipe gives one step, so what the seed check, the GPU check and
+    the trial compile is the same program: each optimizer slot, the one-hot labels and the
+    metrics' variables are in XLA's figures wherever they are read."""
+
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.0
+    jit_compile: bool = True
+    language: bool = False  # an LM's loss and metrics (aiperf.train.lm)
+
+    @classmethod
+    def of_train(cls, train: Any) -> StepRecipe:
+        """The recipe of a run's train settings (aiperf.config's TrainConfig): its seed's step."""
+        return cls(
+            optimizer=train.optimizer,
+            momentum=train.momentum,
+            weight_decay=train.weight_decay,
+            label_smoothing=train.label_smoothing,
+            jit_compile=train.jit_compile,
+        )
+
+
+def trainable(
+    model: Any, recipe: StepRecipe, *, pixels: bool, rate: Any = 0.01, devices: int = 1
+) -> Any:
+    """`model` as a trial trains it: behind the device-side scaling of uint8 pixels where the feed
+    gives them (aiperf.data.normalise.on_device; `model` itself otherwise, sharing its
+    variables), compiled with `recipe` at learning rate `rate` (a float or the trial's schedule:
+    neither changes the step's memory), its step state built now on one device
+    (`build_step_state`; a strategy's replicas build theirs as they trace once). The one builder
+    of a trial's step: the trial, the seed's fit check and the GPU check call it."""
+    from aiperf.data.normalise import on_device
+    from aiperf.train import lm
+    from aiperf.train import recipe as recipes
+
+    fed = on_device(model, pixels)
+    fed.compile(
+        optimizer=recipes.optimizer(
+            recipe.optimizer, rate, momentum=recipe.momentum, weight_decay=recipe.weight_decay
+        ),
+        loss=lm.lm_loss() if recipe.language else recipes.loss(recipe.label_smoothing),
+        metrics=lm.lm_metrics() if recipe.language else ["accuracy"],
+        jit_compile=recipe.jit_compile,
+    )
+    if devices == 1:
+        build_step_state(fed)
+    return fed
+
+
+# The free variable of the function Keras' JAX trainer keeps as model.train_function that holds the
+# jitted step (keras/src/backend/jax/trainer.py, JAXTrainer._make_function's iterator_step). A
+# Keras that renames it fails here, in one line, and in tests/test_fit.py, never silently.
+STEP_FREEVAR = "step_function"
+
+
 def _jitted_train_step(model: Any) -> Any:
     """The jitted train step Keras' JAX trainer calls in `fit`: made once on the model
-    (make_train_function keeps it), found in the closure of the function it wraps it in."""
+    (make_train_function keeps it), read from the closure of the function it wraps it in by the
+    free variable's name (`STEP_FREEVAR`)."""
     model.make_train_function()
-    for cell in model.train_function.__closure__ or ():
-        if hasattr(cell.cell_contents, "lower"):
-            return cell.cell_contents
-    raise ValueError("the model's train function is not jitted: compile it with jit_compile=True")
-
-
-def _abstract(value: Any) -> Any:
-    import jax
-
-    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=value.sharding)
+    function = model.train_function
+    names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+    if STEP_FREEVAR not in names:
+        raise ValueError(
+            f"this Keras keeps no {STEP_FREEVAR!r} in its train function (free variables: "
+            f"{', '.join(names) or 'none'}): aiperf.train.fit needs updating for it"
+        )
+    step = function.__closure__[names.index(STEP_FREEVAR)].cell_contents
+    if not hasattr(step, "lower"):
+        raise ValueError(
+            "the model's train function is not jitted: compile it with jit_compile=True"
+        )
+    return step
 
 
 def _abstract_state(model: Any) -> tuple[list[Any], ...]:
-    """The step's state as Keras' trainer passes it (its _get_jax_state order), as shapes."""
+    """The step's state as Keras' trainer passes it (its _get_jax_state order), as shapes. Under a
+    distribution each stands with its variable's sharding, as `fit` passes it; without one with
+    none: `fit` then passes uncommitted arrays, and a shape naming the device's sharding would be
+    another entry in JAX's cache, so the trial would compile its step a second time."""
+    import jax
+    import keras
+
+    sharded = keras.distribution.distribution() is not None
+
+    def abstract(value: Any) -> Any:
+        sharding = value.sharding if sharded else None
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
+
     return (
-        [_abstract(v.value) for v in model.trainable_variables],
-        [_abstract(v.value) for v in model.non_trainable_variables],
-        [_abstract(v.value) for v in model.optimizer.variables],
-        [_abstract(v.value) for v in model.metrics_variables],
+        [abstract(v.value) for v in model.trainable_variables],
+        [abstract(v.value) for v in model.non_trainable_variables],
+        [abstract(v.value) for v in model.optimizer.variables],
+        [abstract(v.value) for v in model.metrics_variables],
     )
 
 
@@ -191,23 +272,8 @@ def _devices_of_distribution() -> int:
     return 1 if distribution is None else int(distribution.device_mesh.devices.size)
 
 
-def step_memory(
-    model: Any,
-    *,
-    global_batch: int,
-    devices: int,
-    precision: str,
-    headroom: float | None = None,
-    available: int | None = None,
-) -> StepMemory:
-    """Compile `model`'s training step for `global_batch` samples over `devices` devices ahead of
-    time and read XLA's memory analysis (per device). `model`: a Keras model on the JAX backend,
-    built under `precision`'s dtype policy and compiled with jit_compile (its optimizer and loss
-    are the step's), inside the trial's data-parallel distribution when `devices` > 1
-    (aiperf.train.devices.data_parallel). `headroom`: the fraction of the device's memory kept free
-    (default: the packaged fit rule's); `available`: the allocator's share of one device in bytes
-    (default: `device_bytes()`). Its optimizer's slots and metrics are built if they are not yet
-    (`build_step_state`)."""
+def _ready(model: Any, devices: int, precision: str) -> None:
+    """Refuse, in one line, a model whose step cannot be read as a trial's would be."""
     import keras
 
     if keras.backend.backend() != "jax":
@@ -221,6 +287,26 @@ def step_memory(
             f"the step is for {devices} devices, the distribution set has "
             f"{_devices_of_distribution()}: build and compile inside the trial's data_parallel"
         )
+
+
+def step_memory(
+    model: Any,
+    *,
+    global_batch: int,
+    devices: int,
+    precision: str,
+    headroom: float | None = None,
+    available: int | None = None,
+) -> StepMemory:
+    """Compile `model`'s training step for `global_batch` samples over `devices` devices ahead of
+    time and read XLA's memory analysis (per device). `model`: a Keras model on the JAX backend,
+    built under `precision`'s dtype policy and compiled with jit_compile (its optimizer and loss
+    are the step's: `trainable` compiles it as a trial does), inside the trial's data-parallel
+    distribution when `devices` > 1 (aiperf.train.devices.data_parallel). `headroom`: the
+    fraction of the device's memory kept free (default: the packaged fit rule's); `available`:
+    the allocator's share of one device in bytes (default: `device_bytes()`). Its optimizer's
+    slots and metrics are built if they are not yet (`build_step_state`)."""
+    _ready(model, devices, precision)
     if not model.optimizer.built:  # its slots and the metrics' variables: the step's state
         build_step_state(model)
     started = time.perf_counter()
@@ -234,25 +320,22 @@ def step_memory(
     rule = FitRule() if headroom is None else FitRule(headroom=headroom)
     share = device_bytes() if available is None else available
     limit = None if share is None else int(share * (1 - rule.headroom))
-    needed = (
-        analysis.argument_size_in_bytes
-        + analysis.output_size_in_bytes
-        - analysis.alias_size_in_bytes
-        + analysis.temp_size_in_bytes
-        + analysis.generated_code_size_in_bytes
-    )
+    parts = {
+        "argument_bytes": int(analysis.argument_size_in_bytes),
+        "output_bytes": int(analysis.output_size_in_bytes),
+        "alias_bytes": int(analysis.alias_size_in_bytes),
+        "temp_bytes": int(analysis.temp_size_in_bytes),
+        "code_bytes": int(analysis.generated_code_size_in_bytes),
+    }
+    needed = sum(parts.values()) - 2 * parts["alias_bytes"]
     return StepMemory(
-        bytes_needed=int(needed),
+        bytes_needed=needed,
         bytes_available=limit,
         fits=limit is None or needed <= limit,
         global_batch=global_batch,
         devices=devices,
         precision=precision,
-        argument_bytes=int(analysis.argument_size_in_bytes),
-        output_bytes=int(analysis.output_size_in_bytes),
-        alias_bytes=int(analysis.alias_size_in_bytes),
-        temp_bytes=int(analysis.temp_size_in_bytes),
-        code_bytes=int(analysis.generated_code_size_in_bytes),
+        **parts,
         device_bytes=share,
         headroom=rule.headroom,
         compile_s=compile_s,
@@ -315,30 +398,30 @@ def seed_fit_on_worker(
     precision: str,
     batches: list[int],
     headroom: float,
-    worker: str | None = None,
+    recipe: StepRecipe,
+    dask_worker: Any = None,
 ) -> dict[str, Any]:
     """Before the window, on a worker: the run's seed network built and compiled as a trial does
-    (its devices, precision, jit), its step's memory read at each per-device batch of `batches`
-    in turn until one fits. {"worker", "fits": the index of the first batch that fits (None: none
-    does; -1: this worker does not check), "checked": [StepMemory as a dict, ...]}."""
-    import socket
-
+        (`trainable`: its recipe, uint8 pixels from staged shards, its devices and precision), its
+        step's memory read at each per-device batch of `batches` in turn until one fits. {"worker",
+        "fits": the index of the first batch that fits (None: none does; -1: this worker does not
+        check), "checked": [StepMemory as a dict, ...]}, the worker named as its peak record names it
+    (aiperf.train.worker.peak_on_worker; Client.run passes `dask_worker`)."""
     import keras
 
     from aiperf.arch import build_model
     from aiperf.arch.seeds import seed_spec
     from aiperf.train.devices import data_parallel
 
-    found: dict[str, Any] = {"worker": worker or socket.gethostname(), "fits": -1, "checked": []}
-    if not checks_fit(True):
+    name = str(dask_worker.name) if dask_worker is not None else "local"
+    found: dict[str, Any] = {"worker": name, "fits": -1, "checked": []}
+    if not checks_fit(recipe.jit_compile):
         return found
     keras.mixed_precision.set_global_policy(precision)
     try:
         with data_parallel(keras.backend.backend(), devices):
-            model = build_model(seed_spec(seed_architecture, input_shape, classes))
-            model.compile(
-                optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=True
-            )
+            network = build_model(seed_spec(seed_architecture, input_shape, classes))
+            model = trainable(network, recipe, pixels=True, devices=devices)
             found["fits"] = None
             for index, batch in enumerate(batches):
                 memory = step_memory(

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from aiperf.rules import FitRule
 from aiperf.status import TrialStatus
+from aiperf.train.fit import StepRecipe
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,18 @@ class TrialRequest:
     attention: str = "auto"  # train.attention: an LM's attention kernel (aiperf.train.attention)
     # The fraction of a device's memory its step must leave free (the ruleset's fit rule): a trial
     # on JAX accelerators whose compiled step needs more ends too_large, untrained (aiperf.train.fit).
-    fit_headroom: float = 0.1
+    fit_headroom: float = FitRule().headroom
+
+    def step_recipe(self, language: bool = False) -> StepRecipe:
+        """What the trial's step is compiled with besides its network (aiperf.train.fit)."""
+        return StepRecipe(
+            optimizer=self.optimizer,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            label_smoothing=self.label_smoothing,
+            jit_compile=self.jit_compile,
+            language=language,
+        )
 
     @property
     def global_batch(self) -> int:

@@ -25,13 +25,7 @@ from aiperf.train import lm, recipe
 from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
-from aiperf.train.fit import (
-    StepMemory,
-    build_step_state,
-    checks_fit,
-    step_memory,
-    too_large_message,
-)
+from aiperf.train.fit import StepMemory, checks_fit, step_memory, too_large_message, trainable
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -76,17 +70,14 @@ def worker_cores() -> int | None:
     return settings.count(settings.WORKER_CORES)
 
 
-def _optimizer(request: TrialRequest, steps_per_epoch: int):
-    """The trial's optimizer, its learning rate scheduled over the trial's own steps."""
-    rate = recipe.learning_rate(
+def _learning_rate(request: TrialRequest, steps_per_epoch: int) -> Any:
+    """The trial's learning rate, scheduled over the trial's own steps."""
+    return recipe.learning_rate(
         request.learning_rate,
         request.lr_schedule,
         epochs=request.epochs,
         steps_per_epoch=steps_per_epoch,
         warmup_epochs=request.warmup_epochs,
-    )
-    return recipe.optimizer(
-        request.optimizer, rate, momentum=request.momentum, weight_decay=request.weight_decay
     )
 
 
@@ -155,7 +146,6 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
 
         from aiperf.arch import build_model, network_from_dict
         from aiperf.data.feed import open_feed
-        from aiperf.data.normalise import on_device
         from aiperf.ops import count_all
 
         keras.utils.set_random_seed(request.seed)
@@ -212,16 +202,16 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         # What trains is the counted model behind the device-side scaling of uint8 pixels (a
         # model sharing its variables); `model` itself is what is counted and saved.
         # A token feed gives model inputs (feed.pixels is false): `fed` is then `model` itself.
-        fed = on_device(model, feed.pixels)
         with clock.phase("compile"):
-            fed.compile(
-                optimizer=_optimizer(request, feed.train_samples // batch),
-                loss=lm.lm_loss() if language else recipe.loss(request.label_smoothing),
-                metrics=lm.lm_metrics() if language else ["accuracy"],
-                jit_compile=request.jit_compile,
+            # The one builder of a trial's step (aiperf.train.fit.trainable), as the seed's fit
+            # check and the GPU check compile it.
+            fed = trainable(
+                model,
+                request.step_recipe(language),
+                pixels=feed.pixels,
+                rate=_learning_rate(request, feed.train_samples // batch),
+                devices=request.devices,
             )
-            if request.devices == 1:  # a strategy's replicas build theirs as they trace once
-                build_step_state(fed)
             # Fit before paying: on JAX accelerators the step is compiled now, from shapes, and
             # its memory read from XLA (the executable is the one fit runs: no second compile).
             memory = _step_memory(fed, request)

@@ -4,7 +4,8 @@
   input_shape, devices, seconds, feed="auto", threads=None), `batch` the global batch;
 - the memory fit at the resolved batch: aiperf.train.fit.step_memory(model, *, global_batch,
   devices, precision) -> StepMemory (bytes_needed, bytes_available, fits), XLA's memory analysis
-  of the compiled training step against the device.
+  of the training step against the device, the model compiled by aiperf.train.fit.trainable (the
+  builder a trial and the seed's fit check use) with the imagenet profile's recipe.
 
 Each is imported here, lazily and nowhere else in the check: a checkout without it (an older one,
 or before the parts are merged) records {"skipped": why} and the check goes on.
@@ -81,6 +82,22 @@ def fit(
     }
 
 
+def _recipe(backend: str) -> Any:
+    """The step recipe of the imagenet profile's trials (aiperf.train.fit.StepRecipe: its
+    optimizer, weight decay, label smoothing), with jit: the step the check reads is the one those
+    trials compile. The packaged default recipe where the profile cannot be loaded here."""
+    from aiperf.train.fit import StepRecipe
+
+    try:
+        from aiperf.config import load_config
+
+        overrides = {"data.source": "/imagenet", "train.backend": backend}
+        train = load_config("imagenet", workers=1, overrides=overrides).train
+    except Exception:  # an older checkout or a profile refused here: the packaged default
+        return StepRecipe()
+    return dataclasses.replace(StepRecipe.of_train(train), jit_compile=True)
+
+
 def _step_memory(
     step_memory: Any,
     network: Any,
@@ -89,23 +106,21 @@ def _step_memory(
     devices: int,
     precision: str,
 ) -> Any:
-    """The model as step_memory takes it: built under the precision's policy and compiled with
-    jit, inside the trial's data-parallel distribution (aiperf.train.devices.data_parallel)."""
+    """The model as a trial trains it (aiperf.train.fit.trainable, the one builder of a trial's
+    step: the profile's recipe, uint8 pixels scaled on the device), built under the precision's
+    policy inside the trial's data-parallel distribution (aiperf.train.devices.data_parallel)."""
     import keras
 
     from aiperf.arch import build_model
     from aiperf.train.devices import data_parallel
+    from aiperf.train.fit import trainable
     from benchmarks.gpu_check.compare import free  # here: compare.py imports this module
 
     keras.mixed_precision.set_global_policy(precision)
     try:
         with data_parallel(args.backend, devices):
-            model = build_model(network)
-            model.compile(
-                optimizer=keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
-                loss="sparse_categorical_crossentropy",
-                metrics=["accuracy"],
-                jit_compile=True,
+            model = trainable(
+                build_model(network), _recipe(args.backend), pixels=True, devices=devices
             )
             return step_memory(
                 model, global_batch=per_device * devices, devices=devices, precision=precision
