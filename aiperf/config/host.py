@@ -164,15 +164,21 @@ def driver_libraries(folders: Sequence[Path] | None = None) -> list[str]:
 def gpu_evidence(
     dev: Path = DEV, folders: Sequence[Path] | None = None, listing: Answer | None = None
 ) -> list[str]:
-    """The files that say this node has NVIDIA GPUs: their device files in `dev`, and the driver's
-    libraries in `folders` unless `nvidia-smi -L` (`listing`, asked here unless given) answered.
+    """The files that say this node has NVIDIA GPUs: their device files in `dev`, else the driver's
+    libraries in `folders` unless `nvidia-smi -L` (`listing`, asked here only where there are
+    libraries and no device file, unless given) answered.
     An answer listing none, beside no device file, is a CPU node that shares its GPU nodes' image
     (their libraries but no GPU); a missing or failing nvidia-smi cannot say so, and there the
     libraries stand for GPUs that cannot be seen."""
     files = device_files(dev)
+    if files:
+        return files
+    libraries = driver_libraries(folders)
+    if not libraries:  # nothing to ask about: no nvidia-smi is spawned
+        return []
     if listing is None:
         listing = ask_nvidia_smi("-L")
-    return files + (driver_libraries(folders) if listing.output is None else [])
+    return libraries if listing.output is None else []
 
 
 @dataclass(frozen=True)
