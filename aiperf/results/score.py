@@ -33,6 +33,24 @@ def judged_by_loss(rules: ValidityConfig) -> bool:
     return rules.loss_ceiling is not None
 
 
+def regulated(
+    ops: float,
+    rules: ValidityConfig,
+    *,
+    best_val_accuracy: float | None,
+    val_samples: int,
+    best_val_loss: float | None = None,
+    vocab_size: int = 0,
+) -> float:
+    """The regulated score of `ops` by the track's own quality: the one rule the headline, the score
+    over time and the report's figures all take. A profile judged by loss (the LM track) is
+    regulated by its best loss over its vocabulary (aiperf.quality); the CNN track by AIPerf's
+    |ln(1 - accuracy)|."""
+    if judged_by_loss(rules):
+        return ops * quality.loss_gain(best_val_loss, vocab_size)
+    return regulated_score(ops, best_val_accuracy, val_samples)
+
+
 def model_flops_utilisation(tensor_ops_per_s: float, peak_flops: float | None) -> float | None:
     """MFU: achieved tensor-convention FLOP/s over the sum of the workers' measured peaks; None when
     no peak was measured (the simulated trainer, runs recorded before peaks were)."""
@@ -188,10 +206,13 @@ def compute_score(
         recovered=recovered,
         best_val_loss=best_val_loss,
     )
-    regulated = (
-        ops * quality.loss_gain(best_val_loss, vocab_size)
-        if judged_by_loss(rules)
-        else regulated_score(ops, best_val_accuracy, val_samples)
+    regulated_ops = regulated(
+        ops,
+        rules,
+        best_val_accuracy=best_val_accuracy,
+        val_samples=val_samples,
+        best_val_loss=best_val_loss,
+        vocab_size=vocab_size,
     )
     return ScoreResult(
         elapsed_s=elapsed_s,
@@ -200,7 +221,7 @@ def compute_score(
         tensor_ops=tensor_total / elapsed_s,
         best_val_accuracy=best_val_accuracy,
         val_samples=val_samples,
-        regulated_score=regulated,
+        regulated_score=regulated_ops,
         best_val_loss=best_val_loss if judged_by_loss(rules) else None,
         trials_completed=trials_completed,
         samples_trained=sum(e.samples_trained for e in epochs),
