@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig, ValidityConfig, available_profiles, load_config
 from aiperf.results import record_checks, verify
-from aiperf.results.division import CLOSED, OPEN, classify, with_recipe_of
+from aiperf.results.division import CLOSED, OPEN, classify, judging_rules, with_recipe_of
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
 from aiperf.store import Store
@@ -210,7 +210,7 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
             precision=config.train.precision,
         ).run_id
         stored_config = BenchmarkConfig.model_validate(store.get_run(run_id).config)
-        rules = verify._rules(stored_config)
+        rules = judging_rules(stored_config)
         score = compute_score(
             [EpochWork(1000, 100, 10**9, 3 * 10**8, 10**9, 3 * 10**8)],
             elapsed_s=config.budget_s,

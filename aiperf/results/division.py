@@ -307,3 +307,24 @@ def reduced_by_fit(
             if figure["global_batch"] // max(1, figure["devices"]) == max(lists[larger]):
                 return True
     return False
+
+
+def judging_rules(config: BenchmarkConfig) -> ValidityConfig:
+    """The rules a run is judged by: a closed run's are its packaged ruleset's for its profile; an
+    open one's its own settings. The one lookup `aiperf verify` and the report's figures share."""
+    division = classify(config)
+    if not division.closed:
+        return config.validity
+    rules = load_ruleset(division.ruleset).for_profile(config.profile)
+    return ValidityConfig(**rules.validity())
+
+
+def recorded_rules(config: Mapping[str, Any]) -> ValidityConfig:
+    """The judging rules of a recorded run, from the config it stored. A stored config that is not a
+    whole one (a record planted by hand) is judged by the validity section it has, as its headline
+    score was (aiperf.lifecycle.scoring takes the config's validity)."""
+    try:
+        whole = BenchmarkConfig.model_validate(dict(config))
+    except ValueError:  # pydantic's ValidationError is one
+        return ValidityConfig.model_validate(config.get("validity") or {})
+    return judging_rules(whole)

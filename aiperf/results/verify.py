@@ -22,9 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from aiperf import paths, quality
-from aiperf.config import BenchmarkConfig, ValidityConfig
+from aiperf.config import BenchmarkConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
-from aiperf.results.division import classify
+from aiperf.results.division import judging_rules
 from aiperf.results.evidence import Counter, Counts, Evaluator, Evidence
 from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
 from aiperf.results.record_checks import (
@@ -59,7 +59,6 @@ from aiperf.results.record_checks import (
 )
 from aiperf.results.remeasure import ACCURACY_REMEASURED, check_accuracy_remeasured
 from aiperf.results.score import EpochWork, compute_score
-from aiperf.rules import load_ruleset
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
 
@@ -162,7 +161,7 @@ def gather_records(
         val_samples=dataset.val_samples if dataset else 0,
         trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials),
         budget_s=run.budget_s,
-        rules=_rules(config),
+        rules=judging_rules(config),
         simulated=config.train.trainer == "simulated",
         recovered=run.stored_status == RunStatus.INTERRUPTED,
         peak_flops=peak_flops(run),
@@ -181,15 +180,6 @@ def _stored_counts(trial: TrialRecord) -> Counts:
         trial.tensor_train_ops_per_sample or 0,
         trial.tensor_eval_ops_per_sample or 0,
     )
-
-
-def _rules(config: BenchmarkConfig) -> ValidityConfig:
-    """A closed run is judged by its packaged ruleset; an open one by its own settings."""
-    division = classify(config)
-    if not division.closed:
-        return config.validity
-    rules = load_ruleset(division.ruleset).for_profile(config.profile)
-    return ValidityConfig(**rules.validity())
 
 
 # Every check, by the name it reports, in the order it runs.
