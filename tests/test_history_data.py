@@ -55,6 +55,7 @@ class PlantedTrial:
     val_accuracy: float = 0.5
     start_s: float = 0.0
     epoch_s: float = 10.0
+    val_loss: float = 1.0  # every epoch's: the LM track's quality
 
 
 def plant_run(
@@ -69,8 +70,12 @@ def plant_run(
     seed: int = 0,
     division: str | None = None,
     config_hash: str | None = None,
+    config: dict | None = None,
+    classes: int = 10,
 ) -> int:
-    """A completed, scored run; its score is computed from the planted epochs as a real run's is."""
+    """A completed, scored run; its score is computed from the planted epochs as a real run's is.
+    `config`: the run's stored config (a whole one: a real run's), else {"profile": profile}; its
+    validity's loss ceiling, if any, judges the score by loss over `classes` tokens (the LM track)."""
     started = started or datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
     trials = (
         trials
@@ -84,7 +89,7 @@ def plant_run(
     run_id = store.create_run(
         system_id=system_id,
         profile=profile,
-        config={"profile": profile},
+        config=config or {"profile": profile},
         seed=seed,
         budget_s=elapsed_s,
         workers=len({t.worker for t in trials}),
@@ -108,7 +113,7 @@ def plant_run(
             "sha256": "0" * 64,
             "train_samples": 384,
             "val_samples": 128,
-            "classes": 10,
+            "classes": classes,
         },
     )
     work = []
@@ -143,7 +148,7 @@ def plant_run(
                 samples_evaluated=t.samples_evaluated,
                 loss=1.0,
                 accuracy=0.5,
-                val_loss=1.0,
+                val_loss=t.val_loss,
                 val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs,
                 complete=True,
             )
@@ -165,7 +170,10 @@ def plant_run(
         )
     store.finish_search(claim_of(store, run_id), t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
-    rules = ValidityConfig(min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0)
+    ceiling = ValidityConfig.model_validate((config or {}).get("validity") or {}).loss_ceiling
+    rules = ValidityConfig(
+        min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0, loss_ceiling=ceiling
+    )
     score = compute_score(
         work,
         elapsed_s=elapsed_s,
@@ -174,6 +182,8 @@ def plant_run(
         trials_completed=len(trials),
         budget_s=elapsed_s,
         rules=rules,
+        best_val_loss=None if ceiling is None else min((t.val_loss for t in trials), default=None),
+        vocab_size=classes,
     )
     store.save_score(claim_of(store, run_id), score)
     store.finish_run(claim_of(store, run_id), status=RunStatus.COMPLETED)

@@ -5,9 +5,11 @@ show the result on its first screen and lay the search tree out to the page's wi
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from chromium import Chromium
@@ -15,11 +17,13 @@ from sqlalchemy import text
 from test_history_data import PlantedTrial, plant_run, scaled_trials, system_facts
 from typer.testing import CliRunner
 
+from aiperf import quality
 from aiperf.cli.main import app
-from aiperf.report.html import build_report, write_report
+from aiperf.config import load_config
+from aiperf.report.html import build_report, markdown_summary, write_report
 from aiperf.report.summary import score_rows
 from aiperf.report.svg import MARGIN
-from aiperf.report.timeline import aiperf_checkpoints, score_over_time
+from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time
 from aiperf.store import Store
 
 NIGHT = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
@@ -95,7 +99,7 @@ def test_score_over_time_every_tenth_of_an_hour(db_url):
     try:
         run_id = long_run(store)
         run = store.get_run(run_id)
-        rows = score_over_time(run, aiperf_checkpoints(900.0), 128)
+        rows = score_over_time(run, aiperf_checkpoints(900.0), judge_of(store, run))
     finally:
         store.close()
     assert [c.t_s for c in rows] == [360.0, 720.0, 900.0]
@@ -103,10 +107,48 @@ def test_score_over_time_every_tenth_of_an_hour(db_url):
     per_epoch = [384 * 1_000_000 * (i + 1) + 128 * 300_000 * (i + 1) for i in range(6)]
     assert rows[0].total_ops == pytest.approx(3 * (per_epoch[0] + per_epoch[1]))
     assert rows[0].ops == pytest.approx(rows[0].total_ops / 360.0)
-    assert rows[0].best_val_accuracy == pytest.approx(0.35)
+    assert rows[0].metric == quality.ACCURACY and rows[0].best_quality == pytest.approx(0.35)
     # At the end of the window the figures are the run's stored score.
     assert rows[-1].ops == pytest.approx(run.score.ops)
-    assert rows[-1].regulated_score == pytest.approx(run.score.regulated_score)
+    assert rows[-1].regulated_score == pytest.approx(run.score.regulated_score, rel=1e-9)
+
+
+def lm_run(store: Store) -> int:
+    """A 15-minute run of the LM track (a whole lm-quick config, a 256-token vocabulary), its
+    trials' losses falling: the quality the score over time must judge by."""
+    trials = [
+        PlantedTrial(
+            "w0", 2_000_000, 700_000, epochs=2, epoch_s=150.0, start_s=300.0 * i, val_loss=2.9 - i
+        )
+        for i in range(3)
+    ]
+    config = load_config("lm-quick").model_dump(mode="json")
+    return plant_run(
+        store, system_facts(), elapsed_s=900.0, trials=trials, config=config, classes=256
+    )
+
+
+def test_an_lm_run_s_score_over_time_ends_at_its_headline_judged_by_loss(db_url):
+    """Issue 49: the score over time of a run judged by loss regulates by its best loss (ln V -
+    loss), not by next-token accuracy, so its last row is the headline's regulated score."""
+    store = Store.open(db_url)
+    try:
+        run = store.get_run(lm_run(store))
+        rows = score_over_time(run, aiperf_checkpoints(900.0), judge_of(store, run))
+        page = build_report(store, run.id)
+        summary = markdown_summary(store, run.id, Path("report.html"))
+    finally:
+        store.close()
+    assert run.score.best_val_loss == pytest.approx(0.9)
+    assert [c.metric for c in rows] == [quality.LOSS] * 3
+    # By 360 s only trial 0 had finished (its epochs end at 150 s and 300 s): its loss, 2.9.
+    assert rows[0].best_quality == pytest.approx(2.9)
+    assert rows[0].regulated_score == pytest.approx(rows[0].ops * (math.log(256) - 2.9))
+    assert rows[-1].best_quality == pytest.approx(0.9)
+    assert rows[-1].regulated_score == pytest.approx(run.score.regulated_score, rel=1e-9)
+    assert "best val loss (nats/token)" in page and "best val accuracy" not in page
+    assert "Validation loss against operations per sample" in page
+    assert "| best val loss (nats/token) |" in summary
 
 
 def test_page_is_self_contained_and_has_every_section(db_url, tmp_path):

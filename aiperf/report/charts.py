@@ -1,5 +1,6 @@
 """The HTML report's plotted sections, each a piece of HTML from a run's records: the score over
-time (AIPerf's table every 0.1 h, and a plot), validation accuracy against operations per sample,
+time (AIPerf's table every 0.1 h, and a plot), the run's own quality (validation loss on the LM
+track, accuracy on the CNN track) against operations per sample,
 the trials on each worker, where each worker's time went (a stacked bar of its trials' phases,
 idle last), and this system's history for the run's profile. Drawn with aiperf.report.svg; put
 on the page by aiperf.report.html.
@@ -7,6 +8,7 @@ on the page by aiperf.report.html.
 
 from __future__ import annotations
 
+from aiperf import quality
 from aiperf.report.phases import PARTS, percent, worker_times
 from aiperf.report.svg import (
     COLORS,
@@ -17,7 +19,13 @@ from aiperf.report.svg import (
     esc,
     html_table,
 )
-from aiperf.report.timeline import aiperf_checkpoints, even_checkpoints, score_over_time, window
+from aiperf.report.timeline import (
+    Judge,
+    aiperf_checkpoints,
+    even_checkpoints,
+    score_over_time,
+    window,
+)
 from aiperf.results.score import validity_label
 from aiperf.store import RunRecord, Store
 from aiperf.units import operations, ops_per_sample, ops_rate
@@ -28,28 +36,34 @@ def _at(x: float, y: float) -> str:
     return f"{ops_rate(y)} at {x:.1f} s"
 
 
-def score_over_time_plot(run: RunRecord, val_samples: int) -> str:
+def _quality_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def score_over_time_plot(run: RunRecord, judge: Judge) -> str:
+    """AIPerf's table every 0.1 h and a plot, each row's quality the run's own (`judge.metric`)."""
     span = window(run)
     if span is None:
         return "<p class=note>The search has not ended: no score over time yet.</p>"
     elapsed = span[1]
-    rows = score_over_time(run, aiperf_checkpoints(elapsed), val_samples)
+    rows = score_over_time(run, aiperf_checkpoints(elapsed), judge)
     table = html_table(
-        ["time (h)", "time (s)", "operations", "OPS", "best val accuracy", "regulated score"],
+        ["time (h)", "time (s)", "operations", "OPS", "best " + quality.label(judge.metric)]
+        + ["regulated score"],
         [
             [
                 f"{c.t_s / 3600:.2f}",
                 f"{c.t_s:.1f}",
                 operations(c.total_ops),
                 ops_rate(c.ops),
-                "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}",
+                _quality_text(c.best_quality),
                 ops_rate(c.regulated_score),
             ]
             for c in rows
         ],
         numeric=range(6),
     )
-    curve = score_over_time(run, even_checkpoints(elapsed), val_samples)
+    curve = score_over_time(run, even_checkpoints(elapsed), judge)
     plot = Plot(
         "plot-score-over-time",
         "Score over time",
@@ -68,35 +82,50 @@ def score_over_time_plot(run: RunRecord, val_samples: int) -> str:
     )
     return (
         f"<p class=note>As AIPerf prints it: every 0.1 h of the timed window and at its end, the operations of "
-        f"every epoch finished by then over the time so far.</p>{table}{plot.render()}{legend}"
+        f"every epoch finished by then over the time so far, regulated by the best "
+        f"{esc(quality.label(judge.metric))} of the complete epochs finished by then."
+        f"</p>{table}{plot.render()}{legend}"
     )
 
 
-def accuracy_vs_ops_plot(run: RunRecord) -> str:
+def quality_heading(metric: str) -> str:
+    """The scatter's title: 'Validation loss against ...' on the LM track, accuracy on the CNN's."""
+    name = "loss" if quality.lower_is_better(metric) else "accuracy"
+    return f"Validation {name} against operations per sample"
+
+
+def quality_vs_ops_plot(run: RunRecord, metric: str) -> str:
+    """Each trial's best quality (`metric`: the run's own) against its operations per sample."""
     # The trials that built a model, with their operations per sample.
     built = [(t, ops) for t in run.trials if (ops := t.train_ops_per_sample)]
     if not built:
         return "<p class=note>No trial built a model.</p>"
+    lower = quality.lower_is_better(metric)
+    measured = {t.id: t.best_val_loss if lower else t.best_val_accuracy for t, _ in built}
+    present = [v for v in measured.values() if v is not None]
+    # An unmeasured trial sits, faded, at the axis's worst end: 0 accuracy, the highest loss.
+    floor = max(present, default=1.0) if lower else 0.0
+    label = quality.label(metric)
     plot = Plot(
         "plot-accuracy-vs-ops",
-        "Validation accuracy against operations per sample",
+        quality_heading(metric),
         [float(ops) for _, ops in built],
-        [t.best_val_accuracy or 0.0 for t, _ in built] + [1.0],
+        [floor if v is None else v for v in measured.values()] + [floor if present else 1.0],
         x_label="training operations per sample",
-        y_label="best validation accuracy",
+        y_label="best " + label,
         x_unit="OPS/sample",
         y_format=lambda v: f"{v:.2f}",
         x_pad=0.08,
     )
     for t, ops in built:
         color = STATUS_COLORS.get(t.status, "#333")
-        accuracy = t.best_val_accuracy
+        value = measured[t.id]
         shape = (
             f'<circle class="point trial" data-trial="{esc(t.trial_key)}" cx="{plot.x(ops):.1f}" '
-            f'cy="{plot.y(accuracy or 0.0):.1f}" r="5" fill="{color}" '
-            f'fill-opacity="{0.85 if accuracy is not None else 0.25}">'
+            f'cy="{plot.y(floor if value is None else value):.1f}" r="5" fill="{color}" '
+            f'fill-opacity="{0.85 if value is not None else 0.25}">'
             f"<title>trial {esc(t.trial_key)} ({esc(t.status)}): {ops_per_sample(ops)}, "
-            f"best val accuracy {'-' if accuracy is None else f'{accuracy:.4f}'}</title></circle>"
+            f"best {esc(label)} {_quality_text(value)}</title></circle>"
         )
         plot.add(shape)
     legend = "".join(
@@ -104,7 +133,7 @@ def accuracy_vs_ops_plot(run: RunRecord) -> str:
     )
     return (
         f"{plot.render()}<div class=legend>{legend}</div><p class=note>One point per trial; faded points never "
-        "finished an epoch, so they have no accuracy.</p>"
+        f"finished an epoch, so they have no {esc(label)}.</p>"
     )
 
 

@@ -5,8 +5,9 @@ mailed, attached to a Prefect artifact or opened on a machine with no network. S
 a headline with the result (the system, OPS, the regulated score, the verdict and why, the division,
 the verification, MFU against the measured peak, the ruleset, the date and the budget: the page's
 title says the same); the score's table, its first rows the score, the verdict and the verification;
-the score over time (AIPerf's table every 0.1 h, and a plot); validation accuracy against operations
-per sample for every trial; the search tree as a collapsible outline (aiperf.report.tree);
+the score over time (AIPerf's table every 0.1 h, and a plot), judged by the run's own quality;
+that quality (validation loss on the LM track, accuracy on the CNN track) against operations per
+sample for every trial; the search tree as a collapsible outline (aiperf.report.tree);
 a timeline of trials on each worker and where each worker's time went (a stacked bar of its
 trials' phases, idle last); the compute nodes' system description (aiperf.report.system); and this
 system's history for the run's profile.
@@ -21,10 +22,12 @@ import html
 from datetime import datetime
 from pathlib import Path
 
+from aiperf import quality
 from aiperf.errors import UserError
 from aiperf.report.charts import (
-    accuracy_vs_ops_plot,
     history_plot,
+    quality_heading,
+    quality_vs_ops_plot,
     score_over_time_plot,
     worker_phases_plot,
     worker_timeline_plot,
@@ -41,7 +44,7 @@ from aiperf.report.summary import (
 )
 from aiperf.report.svg import esc, html_table
 from aiperf.report.system import system_section
-from aiperf.report.timeline import aiperf_checkpoints, score_over_time, window
+from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time, window
 from aiperf.report.tree import CSS as TREE_CSS
 from aiperf.report.tree import search_tree_html
 from aiperf.store import RunRecord, Store
@@ -117,7 +120,7 @@ def build_report(store: Store, run_id: int) -> str:
     """The whole page as a string."""
     run = store.get_run(run_id)
     score = run.score
-    val_samples = score.val_samples if score else 0
+    judge = judge_of(store, run)
     summary = (
         html_table(["figure", "value"], [[r["figure"], r["value"]] for r in score_rows(run)])
         if score
@@ -128,8 +131,8 @@ def build_report(store: Store, run_id: int) -> str:
     created = run.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = [
         ("Score", summary),
-        ("Score over time", score_over_time_plot(run, val_samples)),
-        ("Validation accuracy against operations per sample", accuracy_vs_ops_plot(run)),
+        ("Score over time", score_over_time_plot(run, judge)),
+        (quality_heading(judge.metric), quality_vs_ops_plot(run, judge.metric)),
         ("Search tree", search_tree_html(run)),
         ("Trials on each worker", worker_timeline_plot(run) + worker_phases_plot(run)),
         ("System description", system_section(run)),
@@ -164,24 +167,25 @@ def write_report(store: Store, run_id: int, path: Path) -> Path:
 def markdown_summary(store: Store, run_id: int, path: Path) -> str:
     """What the flow publishes beside the page: where it is, and the score over time as AIPerf prints it."""
     run = store.get_run(run_id)
-    score = run.score
+    judge = judge_of(store, run)
+    label = quality.label(judge.metric)
     lines = [
         f"# aiperf report of run {run_id}",
         "",
-        f"The full HTML report (plots of the score over time, accuracy "
+        f"The full HTML report (plots of the score over time, {label} "
         f"against operations per sample, trials on each worker, this system's history): `{Path(path).resolve()}`",
         "",
         "## Score over time",
         "",
-        "| time (h) | time (s) | OPS | best val accuracy | regulated score |",
+        f"| time (h) | time (s) | OPS | best {label} | regulated score |",
         "| --- | --- | --- | --- | --- |",
     ]
     span = window(run)
-    if span is not None and score is not None:
-        for c in score_over_time(run, aiperf_checkpoints(span[1]), score.val_samples):
-            accuracy = "-" if c.best_val_accuracy is None else f"{c.best_val_accuracy:.4f}"
+    if span is not None and run.score is not None:
+        for c in score_over_time(run, aiperf_checkpoints(span[1]), judge):
+            best = "-" if c.best_quality is None else f"{c.best_quality:.4f}"
             lines.append(
-                f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {ops_rate(c.ops)} | {accuracy} | "
+                f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {ops_rate(c.ops)} | {best} | "
                 f"{ops_rate(c.regulated_score)} |"
             )
     lines += _time_breakdown(run)

@@ -352,7 +352,11 @@ def _readme(
     while every check passes, and records changed since the run would otherwise ship as valid."""
     score = record.score
     assert score is not None
-    accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
+    if score.best_val_loss is not None:  # the LM track's quality (aiperf.quality)
+        judged_by = f"best validation loss {score.best_val_loss:.4f} nats/token"
+    else:
+        accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
+        judged_by = f"best validation accuracy {accuracy} on {score.val_samples} samples"
     passed = sum(c.passed for c in checks)
     failed = sorted({c.check for c in [*from_records, *checks] if not c.passed})
     verdict = verdict_text(record)
@@ -363,7 +367,8 @@ def _readme(
         "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
         "window's segments, each trial's start, placement (worker), operations per sample (aiperf "
         "and tensor conventions) and end, every epoch's samples trained and evaluated, completeness "
-        "and validation accuracy, the score and its verification. Alone, it is enough to recompute "
+        "and validation quality (accuracy, or loss on the LM track), the score and its verification. "
+        "Alone, it is enough to recompute "
         "the score.",
         SYSTEM_DESCRIPTION: "the system in MLPerf's form (every field MLCommons' system-description "
         "checker requires, as strings; `N/A` where unknown), then aiperf's own: the compute nodes as "
@@ -391,8 +396,7 @@ def _readme(
         f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
         "",
         f"- OPS: {ops_rate(score.ops)} ({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
-        f"- regulated score: {ops_rate(score.regulated_score)} (best validation accuracy {accuracy} on "
-        f"{score.val_samples} samples)",
+        f"- regulated score: {ops_rate(score.regulated_score)} ({judged_by})",
         f"- verdict: {verdict}",
         f"- feed, measured before the window: {feed_text(record)}",
         f"- trials vs bare Keras: {reference_text(record)}",

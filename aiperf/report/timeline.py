@@ -2,7 +2,10 @@
 
 AIPerf prints the score every 0.1 h of a run; the same figures here come from the records alone:
 at a checkpoint t seconds into the timed window, the operations of every epoch that had ended by
-then, divided by t, and the best validation accuracy of the complete epochs that had ended by then.
+then, divided by t, and the best quality of the complete epochs that had ended by then. The quality
+is the run's own (aiperf.quality): its validation loss on the LM track, its validation accuracy on
+the CNN track; the regulated score is aiperf.results.score.regulated's, the headline's one rule, so
+the last checkpoint (the window's end) is the headline's regulated score.
 """
 
 from __future__ import annotations
@@ -10,10 +13,51 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from aiperf.results.score import regulated_score
-from aiperf.store import RunRecord
+from aiperf import quality
+from aiperf.config import ValidityConfig
+from aiperf.results.division import recorded_rules
+from aiperf.results.score import judged_by_loss, regulated
+from aiperf.store import RunRecord, Store
 
 CHECKPOINT_INTERVAL_S = 360.0  # 0.1 h
+
+
+@dataclass(frozen=True)
+class Judge:
+    """What a run's quality is and how it regulates the score: the rules it is judged by, its
+    validation samples (the accuracy cap's) and its vocabulary's size (the loss gain's)."""
+
+    rules: ValidityConfig
+    val_samples: int
+    vocab_size: int = 0
+
+    @property
+    def metric(self) -> str:
+        return quality.LOSS if judged_by_loss(self.rules) else quality.ACCURACY
+
+    def regulated(self, ops: float, best: float | None) -> float:
+        """`ops` regulated by `best`, the run's quality (a loss or an accuracy, by its metric)."""
+        loss = best if self.metric == quality.LOSS else None
+        accuracy = best if self.metric == quality.ACCURACY else None
+        return regulated(
+            ops,
+            self.rules,
+            best_val_accuracy=accuracy,
+            val_samples=self.val_samples,
+            best_val_loss=loss,
+            vocab_size=self.vocab_size,
+        )
+
+
+def judge_of(store: Store, run: RunRecord) -> Judge:
+    """The run's judge from its records: its stored config's rules (recorded_rules), the validation
+    samples its score counted, its dataset's classes (a token dataset's vocabulary)."""
+    dataset = store.run_dataset(run.id)
+    if run.score is not None:
+        val_samples = run.score.val_samples
+    else:
+        val_samples = dataset.val_samples if dataset else 0
+    return Judge(recorded_rules(run.config), val_samples, dataset.classes if dataset else 0)
 
 
 @dataclass(frozen=True)
@@ -21,7 +65,8 @@ class Checkpoint:
     t_s: float
     total_ops: float
     ops: float
-    best_val_accuracy: float | None
+    metric: str  # the quality it was judged by: aiperf.quality.LOSS or ACCURACY
+    best_quality: float | None  # the best of it among the complete epochs ended by t_s
     regulated_score: float
 
 
@@ -29,10 +74,10 @@ class Checkpoint:
 class _Done:
     ended_s: float
     ops: float
-    val_accuracy: float | None
+    quality: float | None  # None for an incomplete epoch
 
 
-def _epochs(run: RunRecord, start: datetime) -> list[_Done]:
+def _epochs(run: RunRecord, start: datetime, metric: str) -> list[_Done]:
     done = []
     for trial in run.trials:
         if trial.train_ops_per_sample is None:
@@ -41,13 +86,8 @@ def _epochs(run: RunRecord, start: datetime) -> list[_Done]:
             ops = e.samples_trained * trial.train_ops_per_sample + e.samples_evaluated * (
                 trial.eval_ops_per_sample or 0
             )
-            done.append(
-                _Done(
-                    (e.ended_at - start).total_seconds(),
-                    float(ops),
-                    e.val_accuracy if e.complete else None,
-                )
-            )
+            measured = quality.of(e, metric) if e.complete else None
+            done.append(_Done((e.ended_at - start).total_seconds(), float(ops), measured))
     return sorted(done, key=lambda d: d.ended_s)
 
 
@@ -58,24 +98,22 @@ def window(run: RunRecord) -> tuple[datetime, float] | None:
     return run.search_started_at, (run.search_ended_at - run.search_started_at).total_seconds()
 
 
-def score_over_time(
-    run: RunRecord, checkpoints: list[float], val_samples: int
-) -> list[Checkpoint]:
-    """The score at each checkpoint (seconds into the timed window)."""
+def score_over_time(run: RunRecord, checkpoints: list[float], judge: Judge) -> list[Checkpoint]:
+    """The score at each checkpoint (seconds into the timed window), judged by `judge`."""
     span = window(run)
     if span is None:
         return []
-    done = _epochs(run, span[0])
+    metric = judge.metric
+    done = _epochs(run, span[0], metric)
     result = []
     for t in checkpoints:
         if t <= 0:
             continue
         counted = [d for d in done if d.ended_s <= t + 1e-9]
         total = sum(d.ops for d in counted)
-        accuracies = [d.val_accuracy for d in counted if d.val_accuracy is not None]
-        best = max(accuracies) if accuracies else None
+        best = quality.best(metric, (d.quality for d in counted))
         ops = total / t
-        result.append(Checkpoint(t, total, ops, best, regulated_score(ops, best, val_samples)))
+        result.append(Checkpoint(t, total, ops, metric, best, judge.regulated(ops, best)))
     return result
 
 

@@ -124,6 +124,7 @@ def search_tree_html(run: RunRecord) -> str:
     return (
         f"{''.join(parts)}<div class=legend>{legend}</div>"
         "<p class=note>Each line is a trial under the parent a morphism made it from (seeds at the top level), "
-        "coloured by how it ended: its operator, then how it ended, its best validation accuracy, its training "
+        "coloured by how it ended: its operator, then how it ended, its best validation quality (accuracy, or "
+        "loss on the LM track), its training "
         "operations per sample, its complete epochs and its worker. Click a trial to fold its descendants.</p>"
     )
