@@ -35,6 +35,7 @@ HISTORY = ["run", "created (UTC)", "system", "profile", "division", "config", "w
 HISTORY += ["budget", "OPS", "change", "regulated", "MFU", "quality", "valid"]
 TRIALS = ["trial", "parent", "operator", "status", "worker", "devices", "convs", "skips", "params"]
 TRIALS += ["lr", "batch", "dropout", "epochs", "train ops/sample", "val acc"]
+TRIALS += ["samples/s", "MFU", "compile"]
 PHASES = ["build", "count", "compile", "train", "evaluate", "report"]
 TIME = ["worker", "trials", *PHASES, "idle", "utilisation"]
 PER_TRIAL = ["trial", "worker", "status", *PHASES, "total"]
@@ -188,6 +189,8 @@ def test_show_at_80_columns(db, view):
         _whole(out, "skip(source=stage2_block1_1_relu,", "target=stage3_block1_out)")
         wide = _aiperf(250, "show", run, "--db", url)
         assert _headers(wide, f"trials of run {run}", TRIALS) == TRIALS
+        # Each trial's rate, MFU and compile share (aiperf.results.trial_figures).
+        _whole(wide, f"{2 * 384 / 1500.5:.3g}", "0.731%", "6.38%")
 
 
 def test_a_run_as_planted_shows(db):
@@ -283,6 +286,14 @@ def test_read_commands_print_json_with_stable_keys(db):
     assert shown["verdict"].startswith("not valid until verified") and shown["verified"] is None
     assert shown["score"]["regulated_score"] > 0
     assert len(shown["trials"]) == len(_hour_long_trials()) and shown["review"] == []
+    first = shown["trials"][0]  # 2 epochs of 384 samples; the phases and peak _grow_and_time gave
+    assert first["samples_per_s"] == pytest.approx(2 * 384 / 1500.5)
+    assert first["tokens_per_s"] is None  # a CNN trial
+    tensor_ops = 2 * (384 * 1_500_000_000 + 128 * 500_000_000)
+    assert first["mfu"] == pytest.approx(tensor_ops / (1500.5 + 250.0) / 1e11)
+    assert first["compile_share"] == pytest.approx(120.25 / 1884.0)
+    short = json.loads(_aiperf(80, "show", str(ids["short"]), "--json", "--db", url))
+    assert {short["trials"][0][k] for k in ("samples_per_s", "mfu", "compile_share")} == {None}
     history = json.loads(_aiperf(80, "history", "--json", "--db", url))
     assert [r["run_id"] for r in history] == [ids["hour0"], ids["hour1"], ids["short"]]
     assert history[1]["ops_change_pct"] is not None, "the run_scores view's columns"
@@ -308,3 +319,20 @@ def test_reports_of_two_databases_never_overwrite_each_other(db, tmp_path, monke
     assert [p.name for p in tmp_path.iterdir()] == [
         f"aiperf-report-{database_label(url)}-{ids['hour0']}.html"
     ]
+
+
+def test_an_lm_trial_s_rate_is_in_tokens(db):
+    """An LM trial's samples are windows of seq_len tokens: its rate is samples/s x seq_len."""
+    import dataclasses
+
+    from aiperf.arch.transformer import transformer_seed
+    from aiperf.results.trial_figures import trial_figures
+
+    url, ids = db
+    with Store.open(url) as store:
+        trial = store.get_run(ids["hour0"]).trials[0]
+    lm = dataclasses.replace(trial, architecture=transformer_seed("lm-tiny").to_dict())
+    figures = trial_figures(lm, {"w0": 1e11})
+    assert figures.tokens_per_s == pytest.approx(64 * 2 * 384 / 1500.5)
+    assert figures.mfu is not None and figures.compile_share is not None
+    assert trial_figures(lm, {}).mfu is None  # no peak recorded for its worker: no MFU

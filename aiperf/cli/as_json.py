@@ -19,6 +19,7 @@ from aiperf.history.query import RunPair
 from aiperf.report.summary import for_review, verdict_text
 from aiperf.results.overhead import overhead
 from aiperf.results.score import validity_label
+from aiperf.results.trial_figures import run_trial_figures
 from aiperf.store import CheckRecord, RunRecord, RunScoreRow
 
 
@@ -62,6 +63,7 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
     }
     if not with_trials:
         return out
+    figures = run_trial_figures(record)
     out |= {
         "verdict": verdict_text(record),
         "message": record.message,
@@ -88,6 +90,7 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
                 "epochs": len(t.epochs),
                 "train_ops_per_sample": t.train_ops_per_sample,
                 "devices": t.devices,
+                **figures[t.id].to_dict(),  # samples_per_s, tokens_per_s, mfu, compile_share
             }
             for t in record.trials
         ],

@@ -10,6 +10,7 @@ from aiperf import quality
 from aiperf.arch.spec import network_from_dict
 from aiperf.arch.transformer import TransformerSpec, is_transformer
 from aiperf.report.tables import Col, FitTable
+from aiperf.results.trial_figures import TrialFigures, run_trial_figures
 from aiperf.store import RunRecord, TrialRecord
 from aiperf.units import ops_per_sample
 
@@ -45,7 +46,9 @@ def _operator(trial: TrialRecord) -> str | None:
 
 def trial_table(run: RunRecord) -> FitTable:
     """One row per trial; a narrow terminal keeps what the search did and how each trial did,
-    leaving out the architecture and hyperparameters first (a wider one shows them)."""
+    leaving out the per-trial figures (aiperf.results.trial_figures), then the architecture and
+    hyperparameters first (a wider one shows them)."""
+    lm = any(is_transformer(t.architecture) for t in run.trials)
     columns = (
         Col("trial"),
         Col("parent"),
@@ -65,10 +68,30 @@ def trial_table(run: RunRecord) -> FitTable:
             "quality" if any(lm_loss(t) is not None for t in run.trials) else "val acc",
             "right",
         ),
+        # What a narrow terminal leaves out first: `aiperf show --json` has them too.
+        Col("tokens/s" if lm else "samples/s", "right", rank=11),
+        Col("MFU", "right", rank=12),
+        Col("compile", "right", rank=13),
     )
     keys: dict[int | None, str] = {t.id: t.trial_key for t in run.trials}
-    rows = [_trial_row(t, keys) for t in run.trials]
+    figures = run_trial_figures(run)
+    rows = [_trial_row(t, keys) + _figure_cells(figures[t.id], lm) for t in run.trials]
     return FitTable(columns, rows, title=f"trials of run {run.id}")
+
+
+def _rate(value: float | None) -> str:
+    """Samples or tokens per second: whole numbers from 100 up, three significant digits below."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _figure_cells(figures: TrialFigures, lm: bool) -> list[str]:
+    """A trial's rate (tokens/s on the LM track), MFU and compile share; '-' where not recorded."""
+    from aiperf.report.phases import percent
+
+    rate = figures.tokens_per_s if lm else figures.samples_per_s
+    return [_rate(rate), percent(figures.mfu), percent(figures.compile_share)]
 
 
 def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from aiperf.config import trial_devices
 from aiperf.results.division import classify
-from aiperf.store import CheckRecord
+from aiperf.store import CheckRecord, RunRecord
 
 if TYPE_CHECKING:
     from aiperf.results.evidence import Evidence
@@ -52,7 +52,12 @@ def _slot(worker: str) -> str:
     return worker.split("@", 1)[0]
 
 
-def _find(worker: str, known: dict[str, float]) -> float | None:
+def worker_peaks(run: RunRecord) -> dict[str, float]:
+    """Each worker's measured peak FLOP/s (runs.worker_peaks), by the worker's label."""
+    return {str(p.get("worker")): float(p.get("flops") or 0.0) for p in run.worker_peaks}
+
+
+def recorded_for(worker: str, known: dict[str, float]) -> float | None:
     """A value recorded for `worker`: its own, else (a batch worker) its NAME's, the highest."""
     if worker in known:
         return known[worker]
@@ -120,7 +125,7 @@ def check_worker_mfu_within_peak(ev: Evidence) -> CheckRecord:
             flops[worker] += e.samples_trained * tensor_train + e.samples_evaluated * tensor_eval
             seconds[worker] += max(0.0, (e.ended_at - e.started_at).total_seconds())
     working = {w: f for w, f in flops.items() if f > 0}
-    peaks = {str(p.get("worker")): float(p.get("flops") or 0.0) for p in ev.run.worker_peaks}
+    peaks = worker_peaks(ev.run)
     if not peaks:
         # A probe that fails costs an open run its MFU, never the run (aiperf.lifecycle.prepare); a
         # closed result, which is ranked, must have its workers' speed bounded.
@@ -137,7 +142,7 @@ def check_worker_mfu_within_peak(ev: Evidence) -> CheckRecord:
     problems = []
     highest: tuple[float, str] | None = None
     for worker, done in sorted(working.items()):
-        peak = _find(worker, peaks) or 0.0
+        peak = recorded_for(worker, peaks) or 0.0
         if not peak > 0:
             problems.append(f"worker {worker} trained, and has no measured peak")
             continue
@@ -185,7 +190,7 @@ def check_workers_in_system(ev: Evidence) -> CheckRecord:
     problems = [
         f"trials ran on {worker}, which the system description does not list"
         for worker in sorted(workers)
-        if _find(worker, listed) is None
+        if recorded_for(worker, listed) is None
     ]
     return _result(
         WORKERS_IN_SYSTEM,
