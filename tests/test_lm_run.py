@@ -112,6 +112,26 @@ def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
 
 
 @pytest.mark.slow
+def test_lm_quick_report_s_score_over_time_ends_at_its_headline(lm_quick):
+    """Issue 49: the report's score over time is judged by the run's own quality (its loss), so it
+    ends at the headline's regulated score, not at next-token accuracy's."""
+    from aiperf import quality
+    from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time, window
+    from aiperf.store import Store
+
+    _, db = lm_quick
+    with Store.open_existing(f"sqlite:///{db}") as store:
+        run = store.get_run(1)
+        span = window(run)
+        assert span is not None and run.score is not None
+        last = score_over_time(run, aiperf_checkpoints(span[1]), judge_of(store, run))[-1]
+    assert last.metric == quality.LOSS and last.best_quality == pytest.approx(
+        run.score.best_val_loss
+    )
+    assert last.regulated_score == pytest.approx(run.score.regulated_score, rel=1e-9)
+
+
+@pytest.mark.slow
 def test_lm_quick_is_its_own_workload_in_history(lm_quick):
     """The LM result has its own profile, hash and quality: `aiperf history` shows its loss."""
     _, db = lm_quick

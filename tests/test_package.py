@@ -49,6 +49,22 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
+def test_the_report_s_score_over_time_ends_at_the_headline(quick_run):
+    """Issue 49: a CNN run's score over time is judged by accuracy and ends at its headline."""
+    from aiperf import quality
+    from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time, window
+
+    config, run_id, _ = quick_run
+    with Store.open_existing(config.db) as store:
+        run = store.get_run(run_id)
+        span = window(run)
+        assert span is not None and run.score is not None
+        last = score_over_time(run, aiperf_checkpoints(span[1]), judge_of(store, run))[-1]
+    assert last.metric == quality.ACCURACY
+    assert last.best_quality == pytest.approx(run.score.best_val_accuracy)
+    assert last.regulated_score == pytest.approx(run.score.regulated_score, rel=1e-9)
+
+
 def test_the_log_alone_recomputes_ops_and_the_regulated_score_exactly(quick_run):
     config, run_id, path = quick_run
     events = _events(path)
