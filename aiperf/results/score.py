@@ -47,6 +47,8 @@ def regulated(
     regulated by its best loss over its vocabulary (aiperf.quality); the CNN track by AIPerf's
     |ln(1 - accuracy)|."""
     if judged_by_loss(rules):
+        if rules.entropy_floor is not None:  # rulesets from 1.7
+            return ops * quality.loss_factor(best_val_loss, vocab_size, rules.entropy_floor)
         return ops * quality.loss_gain(best_val_loss, vocab_size)
     return regulated_score(ops, best_val_accuracy, val_samples)
 
