@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import logsumexp
 
 from aiperf.data.text_synthetic import (
     CLASSES,
@@ -111,7 +110,8 @@ def choice_nats(lang: Language, draw: Draw) -> np.ndarray:
 def document_nats(lang: Language, draw: Draw, table: np.ndarray) -> np.ndarray:
     """(docs,): -ln P(doc) of each document of a chunk, its topic mixed out (module docstring)."""
     given_topic = word_nats(lang, draw, table)
-    mixed = -logsumexp(-given_topic, axis=1) + math.log(TOPICS)
+    least = given_topic.min(axis=1)  # -ln of the mean of exp(-nats) over topics, stably
+    mixed = least - np.log(np.exp(least[:, None] - given_topic).mean(axis=1))
     return choice_nats(lang, draw) + mixed
 
 
