@@ -6,9 +6,17 @@ score: the one home of that policy for both tracks.
   (aiperf.results.score.regulated_score).
 - The LM track (search.objective val_loss): the best validation loss of a complete epoch, in nats per
   token (mean cross-entropy of the next token), lower is better; the regulated score is
-  OPS x max(0, ln V - loss), V the vocabulary's size (`loss_gain`).
+  OPS x ln((ln V - H) / (loss - H)), H the validation split's entropy floor (rulesets from 1.7,
+  `loss_factor`), and OPS x max(0, ln V - loss) under 1.5 and 1.6 (`loss_gain`), V the
+  vocabulary's size.
 
-Why ln V - loss: a model that has learned nothing predicts every token uniformly over the
+Why 1.7 left ln V - loss (docs/rules.md, "The LM track's regulation"): it is bounded by ln V - H,
+and on a language whose floor is far below ln V nearly all of that is learned by any model that
+counts a few bytes back (a 6-gram earns about 90% of the most any model can), so the ranking is the
+OPS alone. AIPerf's |ln(1 - accuracy)| pays as much for each tenfold cut in the error as for the
+last; `loss_factor` does the same for the loss's excess over the floor.
+
+Why ln V - loss (1.5, 1.6): a model that has learned nothing predicts every token uniformly over the
 vocabulary, a loss of ln V nats; ln V - loss is what the model has learned, in nats per token: the
 log of how many times smaller its perplexity is than the vocabulary (ln(V / perplexity)). It is
 dimensionless (nats are), 0 for a model that learned nothing, grows as the loss falls (monotone in
@@ -70,6 +78,32 @@ def loss_gain(loss: float | None, vocab_size: int) -> float:
     if loss is None or vocab_size < 2 or not math.isfinite(loss):
         return 0.0
     return max(0.0, math.log(vocab_size) - loss)
+
+
+# The least excess over the floor a loss is credited with: 0.01 nats per token. It keeps the factor
+# finite at and below the floor (a loss measured on a finite split can fall a little under the
+# expectation H), as AIPerf caps accuracy at 1 - 1/n (aiperf.results.score.capped_accuracy): at most
+# ln((ln V - H) / 0.01), 6.2 for lm-quick.
+MIN_EXCESS = 0.01
+
+
+def loss_factor(loss: float | None, vocab_size: int, floor: float) -> float:
+    """The LM track's regulation from aiperf-rules-1.7: ln((ln V - H) / (loss - H)), at least 0.
+
+    H (`floor`) is the fewest nats per token any model can expect on the split (the data's entropy,
+    aiperf/data/text_entropy.py); loss - H is what a model has still to learn, ln V - H what a model
+    that learned nothing has. The factor is the log of how many times smaller the first is than the
+    second: 0 for the uniform model (loss = ln V), ln 10 more for every tenfold cut in the excess,
+    as AIPerf's |ln(1 - accuracy)| grows by ln 10 for every tenfold cut in the error. Monotone in
+    the loss; the excess is credited at least MIN_EXCESS, so it is finite at and below H."""
+    if loss is None or vocab_size < 2 or not math.isfinite(loss):
+        return 0.0
+    span = math.log(vocab_size) - floor
+    if span <= MIN_EXCESS:
+        raise ValueError(
+            f"an entropy floor of {floor:g} leaves nothing to learn over {vocab_size}"
+        )
+    return max(0.0, math.log(span / max(loss - floor, MIN_EXCESS)))
 
 
 def label(metric: str) -> str:

@@ -15,8 +15,13 @@ operators (deeper, a wider MLP, a wider model, both), built by aiperf's builder
 steps on aiperf's token feed (aiperf.data.tokens) and report their validation loss in the same nats
 per token, and on the key letters. docs/performance.md, "The LM track", has the figures.
 
+Each loss is shown with its regulation factor under aiperf-rules-1.5/1.6 (ln V - loss) and under 1.7
+(ln((ln V - H) / (loss - H)), aiperf.quality.loss_factor), H the validation split's entropy floor
+computed from the generator (aiperf/data/text_entropy.py), and whether it meets a loss ceiling
+(--ceiling, lm-quick's in aiperf-rules-1.7 by default).
+
     .venv/bin/python benchmarks/bench_text_learnable.py [--seed 0] [--train-tokens 2000000]
-        [--models --steps 400 --seq-len 64 --batch 32]
+        [--models --steps 400 --seq-len 64 --batch 32] [--ceiling 2.25]
 """
 
 from __future__ import annotations
@@ -31,10 +36,21 @@ import numpy as np
 
 from aiperf.config import DataConfig
 from aiperf.data.staging import stage
+from aiperf.data.text_entropy import entropy
+from aiperf.data.text_synthetic import VOCAB_SIZE
 from aiperf.data.tokens import load_tokens, ngram_token_nats, open_token_feed, windows
+from aiperf.quality import loss_factor, loss_gain
+from aiperf.rules import load_ruleset
 from aiperf.system.fingerprint import cpu_model
 
 ORDERS = (1, 2, 3, 4, 5, 6)
+
+
+def factors(loss: float, floor: float, ceiling: float) -> str:
+    """A loss's regulation factor under the old rule and the new, and whether it is valid."""
+    old, new = loss_gain(loss, VOCAB_SIZE), loss_factor(loss, VOCAB_SIZE, floor)
+    valid = "valid" if loss <= ceiling else f"INVALID (> {ceiling:g})"
+    return f"factor old {old:.3f}, new {new:.3f}, {valid}"
 
 
 def machine() -> str:
@@ -83,7 +99,9 @@ def key_nats(model: object, path: str, seq_len: int) -> float:
     return float(-logp[at, cols, y[rows, cols]].mean())
 
 
-def train_models(path: str, steps: int, seq_len: int, batch: int, seed: int) -> None:
+def train_models(  # noqa: PLR0913
+    path: str, steps: int, seq_len: int, batch: int, seed: int, regulation: tuple[float, float]
+) -> None:
     """Each of `models` trained `steps` steps on the feed, then its validation loss, printed."""
     import keras
 
@@ -110,7 +128,7 @@ def train_models(path: str, steps: int, seq_len: int, batch: int, seed: int) -> 
             f"  {name:<24} {spec.layers} blocks, width {spec.d_model:>3}, MLP {spec.mlp_width:>4} "  # type: ignore[attr-defined]
             f"({model.count_params():>7} parameters): "  # type: ignore[attr-defined]
             f"{loss:.3f} nats/token, {key_nats(model, path, seq_len):.3f} on the key letters "
-            f"after '#' ({time.perf_counter() - began:.0f} s)"
+            f"after '#' ({time.perf_counter() - began:.0f} s); {factors(loss, *regulation)}"
         )
 
 
@@ -123,7 +141,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch", type=int, default=32)
+    quick = load_ruleset("aiperf-rules-1.7").for_profile("lm-quick").loss_ceiling
+    parser.add_argument("--ceiling", type=float, default=quick, help="nats/token")
     args = parser.parse_args()
+    floor, counted_on = entropy(args.seed, "validation", args.val_tokens)
+    print(f"entropy floor H of the validation split: {floor:.4f} nats/token ({counted_on} tokens)")
+    regulation = (floor, float(args.ceiling))
     config = DataConfig(
         kind="synthetic-text",
         train_tokens=args.train_tokens,
@@ -137,7 +160,9 @@ def main() -> None:
         train = load_tokens(manifest.path, "train")
         validation = load_tokens(manifest.path, "validation")
         if args.models:
-            train_models(manifest.path, args.steps, args.seq_len, args.batch, args.seed)
+            train_models(
+                manifest.path, args.steps, args.seq_len, args.batch, args.seed, regulation
+            )
     began = time.perf_counter()
     nats = ngram_token_nats(train, validation, ORDERS)
     counted = time.perf_counter() - began
@@ -149,7 +174,8 @@ def main() -> None:
     print(f"validation nats per token of n-gram models fitted on train ({counted:.1f} s):")
     for order in ORDERS:
         name = {1: "unigram", 2: "bigram"}.get(order, f"{order}-gram")
-        print(f"  {name:>8}: {nats[order].mean():.3f}")
+        loss = float(nats[order].mean())
+        print(f"  {name:>8}: {loss:.3f}; {factors(loss, *regulation)}")
     keys = key_positions(validation, max(ORDERS) - 1)
     print(
         f"  key letters after '#' ({len(keys)} tokens): {max(ORDERS)}-gram "

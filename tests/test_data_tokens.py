@@ -406,3 +406,17 @@ def test_image_workloads_keep_their_hash_at_the_token_settings_defaults():
     defaults = DataConfig()
     for name in ("seq_len", "train_tokens", "val_tokens", "val_fraction"):
         assert ADDED_LATER[f"data.{name}"] == getattr(defaults, name), name
+
+
+def test_the_lm_profiles_pinned_bytes_survive_the_generators_split_into_draws_and_render(tmp_path):
+    """text_synthetic draws a chunk's choices (_draw) and renders them (_render) apart, so that
+    text_entropy can sum the choices' probabilities: not a byte may change. lm-quick's data, staged
+    as its profile stages it, still has the content sha256 every ruleset since 1.5 pins."""
+    from aiperf.config import load_config
+    from aiperf.rules import load_ruleset
+
+    config = load_config("lm-quick", workers=1, runs_here=False)
+    manifest = stage(config.data, config.seed, tmp_path / "data")
+    for version in ("1.5", "1.7"):
+        pin = load_ruleset(f"aiperf-rules-{version}").for_profile("lm-quick").data
+        assert pin is not None and manifest.sha256 == pin.sha256, version

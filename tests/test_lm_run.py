@@ -11,6 +11,13 @@ epoch and the second a grown one, each with both cores; a worker per core would 
 each first, side by side, and only then grow. With every process held to 1.2 CPUs and TensorFlow's
 oneDNN off (a 2-vCPU Zen 3's speed and kernels) and another run beside it, the seed's epoch took
 30 s and the grown trial was still training when a 60 s window closed; 2 minutes fits both.
+
+Under aiperf-rules-1.7 (issue 49) lm-quick's loss ceiling is 2.25 nats/token, below the bigram
+model's 2.32: a seed's first epoch (2.4-2.5) does not meet it, a grown trial's two epochs of the
+third round do (1.89 on a 2-vCPU Zen 4, 4 trials completed in the 2 minutes). Where the third
+round's second epoch does not complete (2.39 with the Zen 4 busier, docs/performance.md, issue 49),
+the run is judged invalid by the ceiling: the test asks that the verdict and exit status are the
+ceiling's and that verify passes either way.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import pytest
 from nvidia_smi_samples import standin_node_run
 
 ROOT = Path(__file__).resolve().parents[1]
+CEILING, FLOOR = 2.25, 0.5972  # lm-quick's in aiperf-rules-1.7, nats/token
 
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -70,18 +78,22 @@ def lm_quick(tmp_path_factory):
 @pytest.mark.slow
 def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
     done, db = lm_quick
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    assert "best val loss" in done.stdout and "nats/token" in done.stdout  # the score table
-    [(valid, verified, loss, regulated, ops)] = _rows(
-        db, "SELECT valid, verified, best_val_loss, regulated_score, ops FROM scores"
+    [(valid, verified, loss, regulated, ops, reasons)] = _rows(
+        db, "SELECT valid, verified, best_val_loss, regulated_score, ops, reasons FROM scores"
     )
-    assert valid and verified
-    assert loss <= 3.0  # the ruleset's ceiling
-    assert regulated == pytest.approx(ops * (math.log(256) - loss), rel=1e-9)
+    # Valid exactly when under the ceiling (the module says why it may not be); exit 3 if not.
+    assert bool(valid) == (loss <= CEILING), (loss, reasons)
+    assert done.returncode == (0 if valid else 3), (done.stdout[-3000:], done.stderr[-3000:])
+    assert valid or "loss over the ceiling" in reasons, reasons
+    assert verified
+    assert "best val loss" in done.stdout and "nats/token" in done.stdout  # the score table
+    # aiperf-rules-1.7's regulation: ln((ln V - H) / (loss - H)), H the split's entropy floor
+    factor = math.log((math.log(256) - FLOOR) / (loss - FLOOR))
+    assert regulated == pytest.approx(ops * factor, rel=1e-9)
     [(division, ruleset, profile, config)] = _rows(
         db, "SELECT division, ruleset, profile, config FROM runs"
     )
-    assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.5", "lm-quick")
+    assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.7", "lm-quick")
     # The attention kernel the run chose (aiperf.train.attention), TensorFlow on a CPU: unfused.
     assert json.loads(config)["train"]["attention"] == "unfused"
     completed = _rows(

@@ -3,6 +3,7 @@ track's accuracy: aiperf.quality and the verdict and score that use it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -95,9 +96,10 @@ def test_the_lm_profiles_are_closed_and_judged_by_loss():
     for profile in ("lm-quick", "lm"):
         config = load_config(profile, workers=1, runs_here=False)
         judged = classify(config)
-        assert judged.closed and judged.ruleset == "aiperf-rules-1.5", profile
+        assert judged.closed and judged.ruleset == "aiperf-rules-1.7", profile
         assert config.search.objective == quality.LOSS
-        assert config.validity.loss_ceiling == 3.0
+        assert config.validity.loss_ceiling == {"lm-quick": 2.25, "lm": 1.0}[profile]
+        assert config.validity.entropy_floor is not None
     quick = classify(load_config("quick", workers=1, runs_here=False))
     assert quick.config_hash != classify(load_config("lm-quick", workers=1)).config_hash
 
@@ -110,11 +112,13 @@ def test_aiperf_rules_says_what_a_closed_lm_result_needs():
     shown = CliRunner().invoke(app, ["rules", "lm-quick", "--json"])
     assert shown.exit_code == 0, shown.output
     required = __import__("json").loads(shown.output)
-    assert required["loss_ceiling"] == 3.0 and required["ruleset"] == "aiperf-rules-1.5"
+    assert required["loss_ceiling"] == 2.25 and required["ruleset"] == "aiperf-rules-1.7"
+    assert required["entropy_floor"] == 0.5972
     assert required["batch_size"]["tokens"] == [1024, 2048]
     assert required["choices"]["data.feed"] == ["auto", "tf.data", "dali"]
     text = CliRunner().invoke(app, ["rules", "lm-quick"]).output
-    assert "loss ceiling       3 nats/token" in text and "accuracy floor" not in text
+    assert "loss ceiling       2.25 nats/token" in text and "accuracy floor" not in text
+    assert "entropy floor      0.5972 nats/token" in text
     assert "4095 train and 511" in text and "windows" in text
 
 
@@ -129,3 +133,82 @@ def test_a_run_is_judged_by_one_track_s_rules():
         load_config("quick", workers=1, overrides={"validity": {"loss_ceiling": 3.0}})
     with pytest.raises(UserError, match="set search.objective=val_accuracy"):
         load_config("quick", workers=1, overrides={"search": {"objective": "val_loss"}})
+
+
+# --- the LM track's regulation from aiperf-rules-1.7 (issue 49) --------------------------------
+
+FLOOR = 0.5972  # lm-quick's, aiperf-rules-1.7
+
+
+def test_loss_factor_keeps_rewarding_every_tenfold_cut_in_the_excess_over_the_floor():
+    ln_v = math.log(256)
+    assert quality.loss_factor(ln_v, 256, FLOOR) == pytest.approx(0.0, abs=1e-12)
+    assert quality.loss_factor(9.0, 256, FLOOR) == 0.0  # worse than uniform: nothing learned
+    losses = [5.0, 3.0, 2.3, 1.5, 1.1, 0.8, 0.65, FLOOR + 0.02]
+    factors = [quality.loss_factor(loss, 256, FLOOR) for loss in losses]
+    assert factors == sorted(factors) and len(set(factors)) == len(factors)  # monotone
+    # Each tenfold cut in loss - H adds ln 10, as AIPerf's |ln(1 - accuracy)| does per error.
+    one, tenth = (quality.loss_factor(FLOOR + d, 256, FLOOR) for d in (1.0, 0.1))
+    assert tenth - one == pytest.approx(math.log(10))
+    # Finite at and below the floor: the excess is credited at least MIN_EXCESS.
+    top = math.log((ln_v - FLOOR) / quality.MIN_EXCESS)
+    for loss in (FLOOR, FLOOR - 0.05, 0.0):
+        assert quality.loss_factor(loss, 256, FLOOR) == pytest.approx(top)
+    assert quality.loss_factor(float("nan"), 256, FLOOR) == 0.0
+    assert quality.loss_factor(None, 256, FLOOR) == 0.0
+
+
+def test_an_lm_score_is_regulated_by_its_own_rulesets_rule():
+    """1.7's profiles carry an entropy floor and take loss_factor; a run judged by 1.5 or 1.6
+    (no floor) keeps ln V - loss, exactly as it was recorded."""
+    from aiperf.results.score import regulated
+    from aiperf.rules import load_ruleset
+
+    for version in ("1.5", "1.6"):
+        rules = ValidityConfig(
+            **load_ruleset(f"aiperf-rules-{version}").for_profile("lm-quick").validity()
+        )
+        assert rules.entropy_floor is None and rules.loss_ceiling == 3.0
+        old = regulated(
+            10.0, rules, best_val_accuracy=0.1, val_samples=511, best_val_loss=2.0, vocab_size=256
+        )
+        assert old == pytest.approx(10.0 * (math.log(256) - 2.0))
+    new_rules = ValidityConfig(
+        **load_ruleset("aiperf-rules-1.7").for_profile("lm-quick").validity()
+    )
+    assert new_rules.entropy_floor == FLOOR
+    new = regulated(
+        10.0, new_rules, best_val_accuracy=0.1, val_samples=511, best_val_loss=2.0, vocab_size=256
+    )
+    assert new == pytest.approx(10.0 * math.log((math.log(256) - FLOOR) / (2.0 - FLOOR)))
+
+
+def test_1_7_changes_only_the_lm_tracks_ceilings_and_floors():
+    from aiperf.rules import load_ruleset
+
+    old, new = load_ruleset("aiperf-rules-1.6"), load_ruleset("aiperf-rules-1.7")
+    for profile, rules in new.profiles.items():
+        before = old.profiles[profile]
+        if profile.startswith("lm"):
+            assert rules.entropy_floor is not None and rules.loss_ceiling is not None
+            before = dataclasses.replace(
+                before, entropy_floor=rules.entropy_floor, loss_ceiling=rules.loss_ceiling
+            )
+        assert rules == before, profile
+    assert dataclasses.replace(new, version=old.version, profiles=old.profiles) == old
+
+
+def test_the_lm_profiles_floors_are_what_the_generator_gives():
+    """1.7's entropy floors are H of the profiles' validation splits, computed exactly from the
+    generator (aiperf/data/text_entropy.py: 0.02 s for lm-quick's split, 0.2 s for lm's)."""
+    from aiperf.data.text_entropy import entropy
+    from aiperf.rules import load_ruleset
+
+    ruleset = load_ruleset("aiperf-rules-1.7")
+    for profile in ("lm-quick", "lm"):
+        config = load_config(profile, workers=1, runs_here=False)
+        floor, counted = entropy(config.seed, "validation", config.data.val_tokens)
+        assert counted > 0.99 * config.data.val_tokens  # all but the last, cut-short document
+        assert ruleset.for_profile(profile).entropy_floor == round(floor, 4), profile
+    # The floor lies far below the counted models (the bigram: 2.3 nats per token) and ln V.
+    assert 0.5 < floor < 0.7

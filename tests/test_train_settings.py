@@ -184,6 +184,7 @@ LM_SETTINGS = (
     "search.space.warmup_epochs",
     "search.space.weight_decay",
     "validity.loss_ceiling",
+    "validity.entropy_floor",
 )
 
 

@@ -154,6 +154,17 @@ def plain(required: dict[str, Any]) -> list[str]:
                 f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
             )
         ),
+        *(
+            [
+                (
+                    "entropy floor",
+                    f"{required['entropy_floor']:g} nats/token: the validation split's; the score "
+                    "is OPS x ln((ln V - floor) / (loss - floor))",
+                )
+            ]
+            if required.get("entropy_floor") is not None  # the LM track's (rulesets from 1.7)
+            else []
+        ),
         ("seed network", required["seed_architecture"]),
         *(
             [("data", _pinned(required["data"]))] if required.get("data") else []

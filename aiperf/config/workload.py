@@ -308,6 +308,10 @@ class ValidityConfig(_Strict):
     # The LM track's floor, on validation loss (nats per token): a valid result's best is at most
     # this. None: the profile is judged by accuracy (aiperf.quality).
     loss_ceiling: float | None = Field(None, gt=0.0)
+    # The LM track's entropy floor H (rulesets from 1.7): the fewest nats per token any model can
+    # expect on the validation split, which the regulation measures a loss's excess over
+    # (aiperf.quality.loss_factor). None: the regulation is ln V - loss (rulesets 1.5, 1.6).
+    entropy_floor: float | None = Field(None, ge=0.0)
 
 
 # Data kinds whose sample counts are read from the files when they are staged, not set in the config.

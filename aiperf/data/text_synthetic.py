@@ -27,6 +27,7 @@ language: any change to it must change the name, and with it the staged folder a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -257,8 +258,25 @@ def language(seed: int) -> Language:
     )
 
 
-def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
-    """CHUNK_DOCS documents of the language as uint16 tokens, every sentence drawn at once."""
+@dataclass(frozen=True)
+class Draw:
+    """Every choice the generator made for one chunk of documents, before they become bytes:
+    what aiperf/data/text_entropy.py sums the probabilities of (the data's entropy floor)."""
+
+    topic: np.ndarray  # (docs,) each document's topic
+    keys: np.ndarray  # (docs, 4) uint8: each document's key
+    paragraphs: np.ndarray  # (docs,) paragraphs per document
+    sentences: np.ndarray  # (paragraphs,) sentences per paragraph
+    sent_doc: np.ndarray  # (n,) each sentence's document
+    template: np.ndarray  # (n,) each sentence's template
+    quoted: np.ndarray  # (n,) whether the sentence is in quotes
+    chosen: np.ndarray  # (n, S) each word slot's word, -1 where the template has no slot
+    plural: np.ndarray  # (n, S) whether a noun slot takes its "s" form (other slots: ignored)
+
+
+def _draw(lang: Language, rng: np.random.Generator) -> Draw:
+    """CHUNK_DOCS documents' choices, every sentence drawn at once (the draws' order is the
+    language's: changing it changes every byte)."""
     docs = CHUNK_DOCS
     topic = rng.integers(TOPICS, size=docs)
     keys = rng.integers(ord("A"), ord("Z") + 1, size=(docs, 4)).astype(np.uint8)
@@ -267,12 +285,6 @@ def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
     sentences = rng.integers(1, 4, size=len(par_doc))
     sent_doc = np.repeat(par_doc, sentences)
     n = len(sent_doc)
-    ends = np.cumsum(sentences) - 1  # each paragraph's last sentence
-    last = np.zeros(n, dtype=bool)
-    last[ends] = True
-    first_of_doc = np.ones(n, dtype=bool)
-    first_of_doc[1:] = sent_doc[1:] != sent_doc[:-1]
-    last_of_doc = np.roll(first_of_doc, -1)
     template = rng.choice(len(lang.template_p), size=n, p=lang.template_p)
     quoted = rng.random(n) < QUOTE_P
 
@@ -292,24 +304,37 @@ def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
         take = (before >= 0) & (favoured >= 0) & (rng.random(len(rows)) < COLLOCATE_P)
         take &= lang.word_class[np.maximum(favoured, 0)] == klass
         chosen[rows, j] = np.where(take, favoured, words)
-    # Forms: plural nouns take "s"; a verb takes "s" when its subject is singular.
-    noun, verb = CLASSES.index("noun"), CLASSES.index("verb")
+    noun = CLASSES.index("noun")
     plural = (slot_class == noun) & (rng.random(slot_class.shape) < PLURAL_P)
+    return Draw(topic, keys, paragraphs, sentences, sent_doc, template, quoted, chosen, plural)
+
+
+def _render(lang: Language, draw: Draw) -> np.ndarray:
+    """A chunk's choices as uint16 tokens (no draws here: the bytes follow from the choices)."""
+    docs, sent_doc, template = len(draw.topic), draw.sent_doc, draw.template
+    n = len(sent_doc)
+    ends = np.cumsum(draw.sentences) - 1  # each paragraph's last sentence
+    last = np.zeros(n, dtype=bool)
+    last[ends] = True
+    first_of_doc = np.ones(n, dtype=bool)
+    first_of_doc[1:] = sent_doc[1:] != sent_doc[:-1]
+    last_of_doc = np.roll(first_of_doc, -1)
+    # Forms: plural nouns take "s"; a verb takes "s" when its subject is singular.
+    slot_class = lang.slot_class[template]
     link = lang.slot_link[template]
-    subject_plural = np.take_along_axis(plural, np.maximum(link, 0), axis=1)
-    form = np.where(slot_class == verb, ~subject_plural, plural)
-    piece_of_slot = chosen + lang.words * form
+    subject_plural = np.take_along_axis(draw.plural, np.maximum(link, 0), axis=1)
+    form = np.where(slot_class == CLASSES.index("verb"), ~subject_plural, draw.plural)
+    piece_of_slot = draw.chosen + lang.words * form
 
     # The sentence's columns: header, open quote, the template, close quote, trailer.
-    key_base = 2 * lang.words + len(LITERALS)
-    key_piece = key_base + sent_doc
+    key_piece = 2 * lang.words + len(LITERALS) + sent_doc
     none = np.full(n, -1, dtype=np.int64)
     cols = lang.col_piece[template]
     slots = lang.col_slot[template]
     body = np.where(
         slots >= 0, np.take_along_axis(piece_of_slot, np.maximum(slots, 0), axis=1), cols
     )
-    quote = np.where(quoted, lang.literal(QUOTE), none)
+    quote = np.where(draw.quoted, lang.literal(QUOTE), none)
     table = np.column_stack(
         [
             np.where(first_of_doc, lang.literal(AT), none),
@@ -327,7 +352,7 @@ def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
     pieces = table[table >= 0]  # row by row: the document's text in order
 
     # Pieces to bytes: the static table plus this chunk's keys, gathered in one go.
-    flat = np.concatenate([lang.flat, keys.ravel()])
+    flat = np.concatenate([lang.flat, draw.keys.ravel()])
     offsets = np.concatenate([lang.offsets, len(lang.flat) + 4 * np.arange(docs)])
     lengths = np.concatenate([lang.lengths, np.full(docs, 4)])
     size = lengths[pieces]
@@ -335,14 +360,22 @@ def _chunk(lang: Language, rng: np.random.Generator) -> np.ndarray:
     return flat[starts + np.arange(int(size.sum()))].astype(np.uint16)
 
 
+def chunks(seed: int, split: str) -> Iterator[tuple[Language, Draw]]:
+    """The split's chunks of choices, in order, without end (stream renders them)."""
+    lang = language(seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 if split == "train" else 2]))
+    while True:
+        yield lang, _draw(lang, rng)
+
+
 def stream(seed: int, split: str, tokens: int) -> np.ndarray:
     """`tokens` tokens of the language of `seed` for `split` (train or validation). A longer
     stream of the same split starts with the shorter one."""
-    lang = language(seed)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 if split == "train" else 2]))
     parts, have = [], 0
+    drawn = chunks(seed, split)
     while have < tokens:
-        part = _chunk(lang, rng)
+        lang, draw = next(drawn)
+        part = _render(lang, draw)
         parts.append(part)
         have += len(part)
     return np.concatenate(parts)[:tokens] if parts else np.zeros(0, dtype=np.uint16)

@@ -103,6 +103,8 @@ ADDED_LATER = {
     "search.space.warmup_epochs": None,
     "search.space.weight_decay": None,
     "validity.loss_ceiling": None,
+    # the LM track's entropy floor (issue 49, rulesets from 1.7); unset on every earlier run
+    "validity.entropy_floor": None,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in

@@ -44,9 +44,12 @@ def regulated(
 ) -> float:
     """The regulated score of `ops` by the track's own quality: the one rule the headline, the score
     over time and the report's figures all take. A profile judged by loss (the LM track) is
-    regulated by its best loss over its vocabulary (aiperf.quality); the CNN track by AIPerf's
-    |ln(1 - accuracy)|."""
+    regulated by its best loss's excess over the data's entropy floor where its ruleset gives one
+    (1.7 on: aiperf.quality.loss_factor), else by its loss under its vocabulary (1.5-1.6:
+    loss_gain); the CNN track by AIPerf's |ln(1 - accuracy)|."""
     if judged_by_loss(rules):
+        if rules.entropy_floor is not None:  # rulesets from 1.7
+            return ops * quality.loss_factor(best_val_loss, vocab_size, rules.entropy_floor)
         return ops * quality.loss_gain(best_val_loss, vocab_size)
     return regulated_score(ops, best_val_accuracy, val_samples)
 

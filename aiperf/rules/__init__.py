@@ -130,6 +130,9 @@ class ProfileRules:
     # The LM track's profiles (rulesets from 1.5): the highest best validation loss (nats per
     # token) a valid result may have; None: judged by accuracy_floor.
     loss_ceiling: float | None = None
+    # The LM track's entropy floor of the profile's validation split, nats per token (rulesets from
+    # 1.7): the regulation's zero point (aiperf.quality.loss_factor); None: ln V - loss.
+    entropy_floor: float | None = None
     # The training recipe a closed result of the profile trains with, dotted setting -> value
     # (rulesets from 1.6; the profile sets the same), and the one the versions before it closed
     # in its place (`recipe_before`), by which a run recorded under those is judged.
@@ -143,6 +146,7 @@ class ProfileRules:
             "min_budget_s": self.min_budget_s,
             "accuracy_floor": self.accuracy_floor,
             "loss_ceiling": self.loss_ceiling,
+            "entropy_floor": self.entropy_floor,
         }
 
 
@@ -271,6 +275,7 @@ def load_ruleset(name: str = DEFAULT_RULESET) -> Ruleset:
             seed_architecture=str(rules["seed_architecture"]),
             data=_data_pin(rules.get("data")),
             loss_ceiling=_optional_float(rules.get("loss_ceiling")),
+            entropy_floor=_optional_float(rules.get("entropy_floor")),
             recipe=dict(rules.get("recipe") or {}),
             recipe_before=dict(rules.get("recipe_before") or {}),
         )

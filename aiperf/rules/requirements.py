@@ -34,7 +34,9 @@ def closed_requirements(
     the highest and lowest are dropped and the statistic of the rest; None where the ruleset ranks
     single runs. `loss_ceiling` is the LM track's floor (rulesets from 1.5): the highest best
     validation loss in nats per token a valid result may have (None: judged by accuracy_floor);
-    `batch_size.tokens` its batches in tokens per device (search.space.batch_tokens)."""
+    `batch_size.tokens` its batches in tokens per device (search.space.batch_tokens).
+    `entropy_floor` (rulesets from 1.7) is the LM track's validation split's entropy in nats per
+    token, by which its score is regulated (aiperf.quality.loss_factor; None: ln V - loss)."""
     rules = ruleset.for_profile(profile)
     space = space or {}
     return {
@@ -43,6 +45,7 @@ def closed_requirements(
         "min_budget_s": rules.min_budget_s,
         "accuracy_floor": rules.accuracy_floor,
         "loss_ceiling": rules.loss_ceiling,
+        "entropy_floor": rules.entropy_floor,
         "seed_architecture": rules.seed_architecture,
         "precisions": list(ruleset.precisions),
         "choices": {
