@@ -170,9 +170,12 @@ def plant_run(
         )
     store.finish_search(claim_of(store, run_id), t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
-    ceiling = ValidityConfig.model_validate((config or {}).get("validity") or {}).loss_ceiling
+    validity = ValidityConfig.model_validate((config or {}).get("validity") or {})
     rules = ValidityConfig(
-        min_budget_s=0.0 if valid else elapsed_s + 1, accuracy_floor=0.0, loss_ceiling=ceiling
+        min_budget_s=0.0 if valid else elapsed_s + 1,
+        accuracy_floor=0.0,
+        loss_ceiling=validity.loss_ceiling,
+        entropy_floor=validity.entropy_floor,
     )
     score = compute_score(
         work,
@@ -182,7 +185,9 @@ def plant_run(
         trials_completed=len(trials),
         budget_s=elapsed_s,
         rules=rules,
-        best_val_loss=None if ceiling is None else min((t.val_loss for t in trials), default=None),
+        best_val_loss=None
+        if rules.loss_ceiling is None
+        else min((t.val_loss for t in trials), default=None),
         vocab_size=classes,
     )
     store.save_score(claim_of(store, run_id), score)
