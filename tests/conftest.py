@@ -259,6 +259,15 @@ def served_prefect(_shared_serve):
 
 
 @pytest.fixture
+def served_benchmark_run(served_prefect, tmp_path_factory):
+    """The served `benchmark` deployment's one shared run (tests/prefect_serve.py `benchmark_run`):
+    made by the first test that asks for it, read by the others."""
+    from prefect_serve import benchmark_run
+
+    return benchmark_run(served_prefect, lambda: tmp_path_factory.mktemp("served-run"))
+
+
+@pytest.fixture
 def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'aiperf.db'}"
 

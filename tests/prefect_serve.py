@@ -195,3 +195,73 @@ def wait_for(
             )
         time.sleep(interval)
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """A flow run of the served `benchmark` deployment and what it left: its final state, the
+    deployments it was made from, its artifacts (key: (type, data)), database and `out` folder."""
+
+    id: Any
+    final: Any  # the flow run, in its final state
+    deployments: dict[str, Any]
+    artifacts: dict[str, tuple[str, Any]]
+    db: Path
+    out: Path
+
+
+_RUNS: dict[tuple[str, int], ServedRun] = {}
+
+
+def benchmark_run(served: Served, new_folder: Callable[[], Path]) -> ServedRun:
+    """One run of the `benchmark` deployment created through the API, as the UI's Run button makes
+    it (quick, 8 s, one worker, TINY data, its `out` below the served folder so its report is
+    served), made once per serve.sh and read by every test that asks what such a run leaves
+    (tests/test_deployments.py, tests/test_serve_reports.py): each run costs a worker's start, its
+    window and its report, about half a minute of CPU on a slow machine."""
+    key = (served.api, served.process.pid)
+    if key not in _RUNS:
+        _RUNS[key] = _new_benchmark_run(served, new_folder())
+    return _RUNS[key]
+
+
+def _new_benchmark_run(served: Served, folder: Path) -> ServedRun:
+    from conftest import TINY
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    out = served.reports / f"run-{folder.name}"
+    db = folder / "aiperf.db"
+    with SyncPrefectClient(served.api, auth_string=served.auth()) as client:
+
+        def deployed() -> dict[str, Any] | None:
+            try:
+                return {d.name: d for d in client.read_deployments()}
+            except Exception:
+                return None
+
+        deployments = served.wait_for(
+            "both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240
+        )
+        run = client.create_flow_run_from_deployment(
+            deployments["benchmark"].id,
+            parameters={
+                "profile": "quick",
+                "budget": "8s",
+                "workers": 1,
+                "db": f"sqlite:///{db}",
+                "seed": 5,
+                "out": str(out),
+                "overrides": TINY,
+            },
+        )
+        final = served.wait_for(
+            "the flow run to finish",
+            lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
+            420,
+        )
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+        )
+    artifacts = {a.key: (a.type, a.data) for a in found}
+    return ServedRun(run.id, final, deployments, artifacts, db, out)

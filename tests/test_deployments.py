@@ -8,8 +8,6 @@ PREFECT_HOME and a free port)."""
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import httpx
 import pytest
@@ -47,7 +45,7 @@ def test_the_served_api_answers_only_with_its_auth_string(served_prefect):
     assert password not in served_prefect.log.read_text()
 
 
-def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
+def test_benchmark_deployment_runs_from_the_api(served_prefect, served_benchmark_run):
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -58,22 +56,10 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
         LogFilterFlowRunId,
     )
 
-    api, process, log = served_prefect.api, served_prefect.process, served_prefect.log
-    with SyncPrefectClient(api, auth_string=served_prefect.auth()) as client:
-
-        def deployed():
-            try:
-                return (
-                    {d.name: d for d in client.read_deployments()}
-                    if client.api_healthcheck() is None
-                    else None
-                )
-            except Exception:
-                return None
-
-        deployments = wait_for(
-            "both deployments", lambda: (d := deployed()) and len(d) == 2 and d, 240, process, log
-        )
+    process, log = served_prefect.process, served_prefect.log
+    run = served_benchmark_run  # quick, 8 s, one worker, created through the API as the UI does
+    deployments, db = run.deployments, run.db
+    with SyncPrefectClient(served_prefect.api, auth_string=served_prefect.auth()) as client:
         nightly = deployments["nightly-regression"]
         # Issue 26 item 1: the run form says what to type: a description for every parameter, and
         # no whole `config` (that is `aiperf run`'s own flow, aiperf_flows.benchmark:benchmark_config).
@@ -105,28 +91,9 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
         )
         assert client.read_work_pool("aiperf").type == "process"
 
-        db = tmp_path / "aiperf.db"
-        run = client.create_flow_run_from_deployment(
-            deployments["benchmark"].id,
-            parameters={
-                "profile": "quick",
-                "budget": "8s",
-                "workers": 1,
-                "db": f"sqlite:///{db}",
-                "seed": 5,
-                "out": str(tmp_path / "out"),
-                "overrides": TINY,
-            },
-        )
-        final = wait_for(
-            "the flow run to finish",
-            lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
-            420,
-            process,
-            log,
-        )
         # 8 s is under the quick profile's minimum: scored, but no result to publish, so the run
         # ends in a failed state named for it, never a green Completed (issue 26 item 2).
+        final = run.final
         assert final.state.is_failed() and final.state.name == "Invalid", (
             f"{final.state}\n{log.read_text()[-4000:]}"
         )
@@ -142,9 +109,6 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))
         )
         assert any("search started on 1 workers" in entry.message for entry in logs)
-        artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
-        )
 
         # The nightly deployment too: the first nightly run on this system passes and sets the baseline.
         night = client.create_flow_run_from_deployment(
@@ -153,7 +117,7 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
                 "budget": "8s",
                 "workers": 1,
                 "db": f"sqlite:///{db}",
-                "out": str(tmp_path / "out"),
+                "out": str(db.parent / "nightly-out"),
                 "overrides": {**TINY, "validity.min_budget": "1s", "validity.accuracy_floor": 0.0},
             },
         )
@@ -170,7 +134,7 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[night.id]))
         )
         assert [a.key for a in checks] == ["aiperf-regression"]
-    kinds = {a.key: a.type for a in artifacts}
+    kinds = {key: kind for key, (kind, _) in run.artifacts.items()}
     # A link artifact is stored (and shown) as markdown holding the link.
     assert kinds == {
         "aiperf-score": "table",
@@ -181,9 +145,12 @@ def test_benchmark_deployment_runs_from_the_api(served_prefect, tmp_path):
         "aiperf-progress": "progress",  # the budget used, updated as the run went (item 3)
         "aiperf-best": "markdown",  # the best figures so far, a version per milestone
     }, kinds
-    link = next(a for a in artifacts if a.key == "aiperf-report").data
-    page = Path(re.search(r"\(file://([^)]+)\)", link).group(1))
-    assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")
-    summary = next(a for a in artifacts if a.key == "aiperf-report-summary").data
-    assert "## Score over time" in summary and str(page) in summary
+    # Its `out` is below the served folder: the link is the reports server's (tests/test_serve_reports.py
+    # opens it in a browser), to the page the run wrote.
+    page = next(run.out.glob("reports/aiperf-report-*.html"))
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    link = run.artifacts["aiperf-report"][1]
+    assert f"({served_prefect.reports_url}/" in link and page.name in link, link
+    summary = run.artifacts["aiperf-report-summary"][1]
+    assert "## Score over time" in summary and page.name in summary
     assert db.is_file()

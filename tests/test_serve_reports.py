@@ -18,14 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 from chromium import Chromium
-from conftest import TINY
 from prefect_serve import REPO, Served, free_port
 
 from aiperf_flows import notify
@@ -53,47 +51,19 @@ def _deployments(served: Served) -> dict:
         )
 
 
-def test_the_report_link_of_a_served_run_opens_in_a_browser(served_prefect, tmp_path):
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    served = served_prefect
-    deployments = _deployments(served)
-    out = (
-        served.reports / f"h5-{uuid.uuid4().hex[:8]}"
-    )  # a run's own `out`, below the served folder
-    with _client(served) as client:
-        run = client.create_flow_run_from_deployment(
-            deployments["benchmark"].id,
-            parameters={
-                "profile": "quick",
-                "budget": "8s",
-                "workers": 1,
-                "db": f"sqlite:///{tmp_path / 'aiperf.db'}",
-                "out": str(out),
-                "overrides": TINY,
-            },
-        )
-        final = served.wait_for(
-            "the flow run to finish",
-            lambda: (r := client.read_flow_run(run.id)).state.is_final() and r,
-            420,
-        )
-        assert final.state.is_failed() and final.state.name == "Invalid", (
-            final.state
-        )  # 8 s: too short
-        artifacts = {
-            a.key: a.data
-            for a in client.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
-            )
-        }
+def test_the_report_link_of_a_served_run_opens_in_a_browser(
+    served_prefect, served_benchmark_run, tmp_path
+):
+    served, run = served_prefect, served_benchmark_run  # its `out` is below the served folder
+    assert run.final.state.is_failed() and run.final.state.name == "Invalid", run.final.state
+    artifacts = {key: data for key, (_, data) in run.artifacts.items()}
     links = {
         key: re.search(r"\]\((\S+)\)", artifacts[key]).group(1)
         for key in ("aiperf-report", "aiperf-event-log")
     }
     for key, link in links.items():
-        assert link.startswith(served.reports_url + "/h5-"), (key, link)
-    page = next(out.glob("reports/aiperf-report-*.html"))
+        assert link.startswith(f"{served.reports_url}/{run.out.name}/"), (key, link)
+    page = next(run.out.glob("reports/aiperf-report-*.html"))
     title = re.search(r"<title>(.*?)</title>", page.read_text()).group(1)
 
     with Chromium(tmp_path / "chromium") as browser:
@@ -110,7 +80,9 @@ def test_the_report_link_of_a_served_run_opens_in_a_browser(served_prefect, tmp_
         browser.navigate(outside)
         text = browser.evaluate("document.body.innerText")
         assert "404" in text and served.auth() not in text
-        listing = f"{served.reports_url}/{out.name}/reports/"  # nor a listing of what is inside
+        listing = (
+            f"{served.reports_url}/{run.out.name}/reports/"  # nor a listing of what is inside
+        )
         assert browser.evaluate(f"fetch({json.dumps(listing)}).then(r => r.status)") == 404
 
 
