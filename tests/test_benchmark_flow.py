@@ -1,5 +1,7 @@
 """The whole benchmark through the real Prefect flow on real Dask workers, with a budget of seconds,
-then its score recomputed from SQL alone, and the CLI reading the records."""
+on a small ImageNet-layout folder of real JPEGs that the flow stages on its workers; then its score
+recomputed from SQL alone, the CLI reading the records, and the dataset's manifest and staging time
+recorded and shown beside the window."""
 
 import json
 import math
@@ -23,11 +25,24 @@ FINAL_STATE: dict = {}  # the module's flow run's state, as the fixture got it
 
 
 @pytest.fixture(scope="module")
-def finished_run(prefect_api, tmp_path_factory):
+def finished_run(prefect_api, make_image_folder, tmp_path_factory):
+    """One run of the benchmark flow, on a small ImageNet-layout folder of real JPEGs, which the
+    flow stages on its Dask workers (converted to shards, copied node-local, checksums verified):
+    every test here reads it (one run's workers, window and report for the flow's and the folder
+    data's tests, which ran one each: make test's CPU, docs/performance.md "The test suite")."""
     from aiperf_flows.benchmark import benchmark
 
     folder = tmp_path_factory.mktemp("run")
+    images = make_image_folder(folder / "images", train_per_class=30, val_per_class=10, seed=5)
     db = f"sqlite:///{folder / 'aiperf.db'}"
+    overrides = {
+        **TINY,
+        "data.kind": "folder",
+        "data.source": str(images),
+        "data.image_size": 16,
+        "data.shard_images": 16,
+        "data.stage_to": str(folder / "node-local"),
+    }
     state = benchmark(
         profile="quick",
         budget="20s",
@@ -35,11 +50,18 @@ def finished_run(prefect_api, tmp_path_factory):
         db=db,
         seed=3,
         out=str(folder / "out"),
-        overrides=TINY,
+        overrides=overrides,
         return_state=True,
     )
     FINAL_STATE["run"] = state  # for the test of the run's final state, below
     return scored(state.result), db, folder / "aiperf.db"
+
+
+@pytest.fixture(scope="module")
+def folder_run(finished_run):
+    """The run's result and its folder (database, `out`, the node-local copy of its data)."""
+    result, _db, path = finished_run
+    return result, path.parent
 
 
 def test_a_scored_run_too_short_to_be_valid_ends_failed_named_invalid(finished_run):
@@ -73,7 +95,7 @@ def test_run_is_recorded_with_trials_and_epochs(finished_run):
     assert all(t[2] > t[3] > 0 for t in trials if t[0] == "completed")
     assert sum(t[0] == "completed" for t in trials) >= 1
     assert epochs >= 2
-    assert dataset == ("synthetic", 384)
+    assert dataset == ("folder", 90)
 
 
 def test_score_recomputed_from_sql(finished_run):
@@ -282,7 +304,8 @@ def test_progress_and_stopped_trials_show_in_prefect(finished_run):
     )  # as the search starts: 0 %, or 1 % on a busy machine
     assert first and int(first.group(1)) < 10, best[0].data
     assert "(100%)" in best[-1].data, best[-1].data
-    assert "| best val accuracy | 0." in best[-1].data and "(trial " in best[-1].data
+    last = best[-1].data  # a figure, whatever it is: this folder's images are easy to learn
+    assert re.search(r"\| best val accuracy \| [01]\.\d{4} \(trial \d+\)", last), last
     trials = {t.name.removeprefix("trial-"): t.state for t in tasks if t.name.startswith("trial-")}
     assert set(trials) == set(statuses)
     assert "stopped" in statuses.values(), "the deadline stopped the trials running then"
@@ -291,6 +314,82 @@ def test_progress_and_stopped_trials_show_in_prefect(finished_run):
         assert state.is_completed() and state.name == named, (key, statuses[key], state)
         if named == "Stopped":
             assert state.message.startswith("stopped by the run's deadline after"), state
+
+
+# --- the folder data, staged by the flow ---------------------------------------------------------
+
+
+def test_run_records_the_dataset_manifest(folder_run):
+    result, folder = folder_run
+    with sqlite3.connect(folder / "aiperf.db") as sql:
+        status = sql.execute(
+            "SELECT status FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()[0]
+        name, kind, sha, train, val, classes, manifest = sql.execute(
+            "SELECT name, kind, sha256, train_samples, val_samples, classes, manifest FROM datasets "
+            "WHERE run_id = ?",
+            (result["run_id"],),
+        ).fetchone()
+    assert status == "completed"
+    manifest = json.loads(manifest)
+    assert (kind, train, val, classes) == ("folder", 90, 30, 3)
+    assert manifest["images_per_class"] == {"cat": 30, "dog": 30, "fish": 30}
+    assert manifest["val_images_per_class"] == {"cat": 10, "dog": 10, "fish": 10}
+    assert [s["name"] for s in manifest["shards"]][:2] == [
+        "train-00000-of-00006",
+        "train-00001-of-00006",
+    ]
+    assert all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in manifest["shards"])
+    assert manifest["sha256"] == sha and name == manifest["name"]
+    # Copied node-local once for the node of both Dask workers (the trials read that copy),
+    # checksums verified there.
+    assert len(manifest["copies"]) == 1 and manifest["stage_to"] == str(folder / "node-local")
+    local = folder / "node-local" / name
+    copy = json.loads((local / "manifest.json").read_text())
+    assert copy["path"] == str(local) and copy["sha256"] == sha
+    assert {s["name"] for s in copy["shards"]} == {s["name"] for s in manifest["shards"]}
+
+
+def test_the_staging_time_is_recorded_and_shown_beside_the_window(folder_run):
+    from typer.testing import CliRunner
+
+    from aiperf.cli.main import app
+    from aiperf.paths import event_log_path
+    from aiperf.results.mllog import STAGING_START, STAGING_STOP, read_events, read_run
+
+    result, folder = folder_run
+    db = f"sqlite:///{folder / 'aiperf.db'}"
+    with sqlite3.connect(folder / "aiperf.db") as sql:
+        (staging_s,) = sql.execute(
+            "SELECT staging_s FROM runs WHERE id = ?", (result["run_id"],)
+        ).fetchone()
+    assert staging_s > 0
+    shown = CliRunner().invoke(app, ["show", str(result["run_id"]), "--db", db])
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if "data staging" in line)
+    assert f"{staging_s:.1f} s" in line and "before the window" in line
+    log = event_log_path(str(folder / "out"), db, result["run_id"])
+    keys = [e.key for e in read_events(log)]
+    assert keys.index(STAGING_START) < keys.index(STAGING_STOP) < keys.index("search_start")
+    assert read_run(log).run.staging_s == staging_s
+
+
+def test_trials_trained_on_the_shards_with_exact_counts(folder_run):
+    result, folder = folder_run
+    with sqlite3.connect(folder / "aiperf.db") as sql:
+        rows = sql.execute(
+            """SELECT t.hyperparameters, e.samples_trained, e.samples_evaluated, e.complete,
+                                     e.val_accuracy
+                              FROM epochs e JOIN trials t ON t.id = e.trial_id WHERE t.run_id = ?""",
+            (result["run_id"],),
+        ).fetchall()
+    complete = [r for r in rows if r[3]]
+    assert complete, "at least one epoch completed within the budget"
+    for hyperparameters, trained, evaluated, _complete, val_accuracy in complete:
+        batch = json.loads(hyperparameters)["batch_size"]
+        assert trained == 90 // batch * batch and evaluated == 30
+        assert val_accuracy is not None
+    assert result["ops"] > 0
 
 
 def test_workers_load_the_trial_code_before_the_window(prefect_api):
