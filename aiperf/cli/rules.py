@@ -130,6 +130,19 @@ def _series(series: dict[str, Any]) -> str:
     )
 
 
+def _entropy_floor(required: dict[str, Any]) -> list[tuple[str, str]]:
+    """The LM track's entropy floor row (rulesets from 1.7), or none."""
+    if required.get("entropy_floor") is None:
+        return []
+    return [
+        (
+            "entropy floor",
+            f"{required['entropy_floor']:g} nats/token: the validation split's; the score "
+            "is OPS x ln((ln V - floor) / (loss - floor))",
+        )
+    ]
+
+
 def plain(required: dict[str, Any]) -> list[str]:
     """The requirements as lines of at most WIDTH characters: a label, then its value."""
     settable = [
@@ -154,17 +167,7 @@ def plain(required: dict[str, Any]) -> list[str]:
                 f"{required['accuracy_floor']:g}: the best validation accuracy of a complete epoch",
             )
         ),
-        *(
-            [
-                (
-                    "entropy floor",
-                    f"{required['entropy_floor']:g} nats/token: the validation split's; the score "
-                    "is OPS x ln((ln V - floor) / (loss - floor))",
-                )
-            ]
-            if required.get("entropy_floor") is not None  # the LM track's (rulesets from 1.7)
-            else []
-        ),
+        *_entropy_floor(required),
         ("seed network", required["seed_architecture"]),
         *(
             [("data", _pinned(required["data"]))] if required.get("data") else []
