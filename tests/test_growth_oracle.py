@@ -5,6 +5,7 @@ spec and the searched training settings. No Keras model is built here."""
 
 import copy
 import json
+import math
 import random
 from types import SimpleNamespace
 
@@ -236,13 +237,14 @@ def _records(oracle):
     return records
 
 
+@pytest.mark.parametrize("inherit", [False, True])
 @pytest.mark.parametrize("how", ["get_state/set_state", "stored state and records"])
-def test_the_state_and_the_trials_resume_the_same_search(how):
-    original = new_oracle(workers=2, seed=5)
+def test_the_state_and_the_trials_resume_the_same_search(how, inherit):
+    original = new_oracle(workers=2, seed=5, inherit=inherit)
     rng = random.Random(3)
     for i in range(25):
         step(original, f"s{i}", rng.uniform(1.0, 5.0))
-    resumed = new_oracle(workers=2, seed=99)  # another seed: the state must set the random state
+    resumed = new_oracle(workers=2, seed=99, inherit=inherit)  # the state sets the random state
     if how == "get_state/set_state":
         resumed.trials = copy.deepcopy(original.trials)
         resumed.set_state(json.loads(json.dumps(original.get_state())))
@@ -256,6 +258,35 @@ def test_the_state_and_the_trials_resume_the_same_search(how):
         assert got.trial_id == expected.trial_id
         assert got.hyperparameters.values == expected.hyperparameters.values
         assert got.hyperparameters.values[space.OPERATOR] != "seed"
+
+
+def test_with_inherit_a_child_s_hyperparameters_are_its_parent_s_perturbed():
+    """search.inherit: a child continues its parent, so its learning rate is the parent's times 0.8
+    or 1.25 (within the range) and most of its choices are the parent's; each within the space.
+    Without it, a child's rate is drawn afresh over the whole range."""
+    ratios = {}
+    for inherit in (True, False):
+        oracle = new_oracle(workers=2, seed=13, inherit=inherit)
+        rng = random.Random(6)
+        trials = [step(oracle, f"w{i}", rng.uniform(1, 5)) for i in range(60)]
+        kept, ratios[inherit] = 0, []
+        children = [t for t in trials if t.hyperparameters.values[space.PARENT] is not None]
+        for child in children:
+            values = child.hyperparameters.values
+            parent = oracle.trials[values[space.PARENT]].hyperparameters.values
+            ratios[inherit].append(values[space.LEARNING_RATE] / parent[space.LEARNING_RATE])
+            assert 1e-4 <= values[space.LEARNING_RATE] <= 1e-2
+            assert values[space.BATCH_SIZE] == max(1, values[space.BATCH_TOKENS] // SEQ_LEN)
+            names = (space.BATCH_TOKENS, space.DROPOUT, space.WARMUP_EPOCHS, space.WEIGHT_DECAY)
+            for name in names:
+                assert values[name] in LM_SPACE[name]
+                kept += values[name] == parent[name]
+        if inherit:
+            assert all(0.8 - 1e-9 <= r <= 1.25 + 1e-9 for r in ratios[True]), ratios[True]
+            assert kept >= 0.7 * 4 * len(children), "a choice is drawn again one time in four"
+    assert max(abs(math.log(r)) for r in ratios[False]) > math.log(1.25), (
+        "fresh draws range widely"
+    )
 
 
 def test_hyperparameters_land_in_their_ranges():

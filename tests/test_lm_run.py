@@ -116,6 +116,15 @@ def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
         )
         assert 0 < trained <= 2 * 4095 and 0 < evaluated <= 2 * 511
     assert len(shapes) >= 2, shapes  # the seed and at least one grown transformer
+    # Issue 49: a grown trial continues its parent (the profile's search.inherit): each records the
+    # parent's epoch whose kept weights it grew from, one of the parent's complete epochs.
+    grown = _rows(
+        db,
+        "SELECT c.inherited_epoch, e.complete FROM trials c LEFT JOIN epochs e "
+        "ON e.trial_id = c.parent_trial_id AND e.epoch = c.inherited_epoch "
+        "WHERE c.parent_trial_id IS NOT NULL AND c.train_ops_per_sample IS NOT NULL",
+    )
+    assert grown and all(epoch is not None and complete for epoch, complete in grown), grown
     verify = _cli("verify", "1", "--db", f"sqlite:///{db}", cwd=db.parent)
     assert verify.returncode == 0 and "all 18 checks pass" in verify.stdout, (
         verify.stdout[-3000:] + verify.stderr[-3000:]

@@ -20,13 +20,16 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from aiperf import quality  # noqa: E402
+from aiperf.arch import grow  # noqa: E402
 from aiperf.arch.transformer import build_transformer, transformer_seed  # noqa: E402
 from aiperf.config import DataConfig  # noqa: E402
 from aiperf.data.staging_tokens import stage_tokens  # noqa: E402
 from aiperf.ops import count_all  # noqa: E402
 from aiperf.status import TrialStatus  # noqa: E402
+from aiperf.train import lm  # noqa: E402
+from aiperf.train.kept import BestWeights, inherited_lm  # noqa: E402
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest  # noqa: E402
-from aiperf.train.trial import BestWeights, run_trial  # noqa: E402
+from aiperf.train.trial import run_trial  # noqa: E402
 
 # 251 validation windows: an odd number, so that the JAX trial on two devices evaluates 250 of
 # them (Keras' DataParallel shards every batch evenly: aiperf.data.tokens.open_token_feed).
@@ -112,7 +115,6 @@ def test_the_kept_weights_are_the_lowest_loss_epochs(trained, tokens):
     """The file holds the weights that give the lowest recorded val_loss: evaluated again here
     they give that epoch's loss, not another epoch's."""
     from aiperf.data.tokens import open_token_feed
-    from aiperf.train import lm
 
     result, _reports, weights = trained
     losses = [e.val_loss for e in result.epochs]
@@ -145,6 +147,64 @@ def test_best_weights_of_a_language_model_follow_the_lowest_loss(tmp_path):
     assert written == [0, 1] and (kept.epoch, kept.value) == (1, 2.5)
     model.load_weights(str(tmp_path / "w.weights.h5"))
     assert all(np.all(w == 1) for w in model.get_weights())
+
+
+def _grown(operator: str):
+    spec = tiny_spec()
+    if operator == "deepen":
+        return grow.deepen(spec, 1)
+    if operator == "widen_mlp":
+        return grow.widen_mlp(spec, 2)
+    return grow.widen_heads(spec, spec.heads)
+
+
+@pytest.mark.parametrize("operator", grow.PRESERVING)
+def test_a_grown_child_starts_at_its_parent_s_kept_loss(trained, tokens, operator):
+    """search.inherit's promise, in a real trial as a worker runs it: a child grown by a
+    function-preserving step from the trained parent's kept weights, trained at a rate of 0 (its
+    weights stay what it started from), has a first validation loss equal to the parent's kept
+    one, and records which of the parent's epochs it grew from. The same child from fresh weights
+    is nowhere near it."""
+    result, _reports, weights = trained
+    kept = min(result.epochs, key=lambda e: e.val_loss)
+    child = {
+        "trial_key": f"child-{operator}",
+        "architecture": _grown(operator).to_dict(),
+        "learning_rate": 0.0,
+        "epochs": 1,
+        "seed": 7,
+    }
+    inherited = run_trial(
+        lm_request(
+            tokens.path,
+            None,
+            parent_architecture=tiny_spec().to_dict(),
+            parent_weights=str(weights),
+            **child,
+        ),
+        lambda _m: None,
+    )
+    assert inherited.status == TrialStatus.COMPLETED, inherited.message
+    assert inherited.built is not None and inherited.built.inherited_epoch == kept.epoch
+    assert abs(inherited.epochs[0].val_loss - kept.val_loss) < 1e-3, (inherited.epochs, kept)
+    fresh = run_trial(lm_request(tokens.path, None, **child), lambda _m: None)
+    assert fresh.built is not None and fresh.built.inherited_epoch is None
+    assert fresh.epochs[0].val_loss > kept.val_loss + 0.5, (fresh.epochs, kept)
+
+
+def test_a_child_whose_parent_kept_nothing_starts_fresh(tokens, tmp_path):
+    """A parent's weights this worker cannot read (a run folder it does not share, or a parent
+    that kept none) leave the child to train from fresh weights, recorded as inheriting nothing."""
+    request = lm_request(
+        tokens.path,
+        None,
+        architecture=_grown("widen_mlp").to_dict(),
+        parent_architecture=tiny_spec().to_dict(),
+        parent_weights=str(tmp_path / "weights" / "trial-0.weights.h5"),
+        epochs=1,
+    )
+    model, epoch = inherited_lm(request)
+    assert epoch is None and model.count_params() == _grown("widen_mlp").param_count
 
 
 JAX_TRIAL = """

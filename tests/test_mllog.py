@@ -117,6 +117,7 @@ def write_run(path: Path, *, stop: str | None = "completed") -> mllog.EventLog:
         eval_ops=20,
         tensor_train_ops=56,
         tensor_eval_ops=18,
+        inherited_epoch=1,  # grown from its parent's kept weights (search.inherit)
     )
     log.epoch(
         "01",
@@ -232,6 +233,7 @@ def test_the_log_rebuilds_the_records(tmp_path):
     ) == (30, 10, 28, 9)
     assert [e.val_accuracy for e in first.epochs] == [0.3, 0.4] and first.best_val_accuracy == 0.4
     assert (second.parent_trial_id, second.operator) == (11, "widen stage 1")
+    assert (first.inherited_epoch, second.inherited_epoch) == (None, 1)
     assert second.status is TrialStatus.STOPPED, (
         "a trial still running when its run completed was stopped"
     )

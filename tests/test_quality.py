@@ -133,6 +133,8 @@ def test_a_run_is_judged_by_one_track_s_rules():
         load_config("quick", workers=1, overrides={"validity": {"loss_ceiling": 3.0}})
     with pytest.raises(UserError, match="set search.objective=val_accuracy"):
         load_config("quick", workers=1, overrides={"search": {"objective": "val_loss"}})
+    with pytest.raises(UserError, match="search.inherit applies to the LM track"):
+        load_config("quick", workers=1, overrides={"search": {"inherit": True}})
 
 
 # --- the LM track's regulation from aiperf-rules-1.7 (issue 49) --------------------------------

@@ -1,4 +1,4 @@
-"""The weights a trial keeps for `aiperf verify` to evaluate again (aiperf.train.trial.BestWeights,
+"""The weights a trial keeps for `aiperf verify` to evaluate again (aiperf.train.kept.BestWeights,
 aiperf.results.remeasure), and a user's model file loaded without running its code (issue 25 items
 2 and 10). The checks on a real run's kept weights are in tests/test_verify.py (the database) and
 tests/test_package.py (a package), on those files' real runs."""
@@ -20,8 +20,8 @@ from typer.testing import CliRunner  # noqa: E402
 from aiperf import paths  # noqa: E402
 from aiperf.cli import flops as ops_cli  # noqa: E402
 from aiperf.results import remeasure  # noqa: E402
+from aiperf.train.kept import BestWeights  # noqa: E402
 from aiperf.train.messages import EpochReport  # noqa: E402
-from aiperf.train.trial import BestWeights  # noqa: E402
 
 
 def _model() -> keras.Model:

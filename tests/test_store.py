@@ -50,7 +50,7 @@ def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
     )
 
 
-def built(store: Store, trial_id: int, worker: str = "w0") -> None:
+def built(store: Store, trial_id: int, worker: str = "w0", **inherited) -> None:
     store.record_trial_built(
         trial_claim(store, trial_id),
         trial_id,
@@ -60,6 +60,7 @@ def built(store: Store, trial_id: int, worker: str = "w0") -> None:
         eval_ops=100,
         tensor_train_ops=30,
         tensor_eval_ops=10,
+        **inherited,
     )
 
 
@@ -321,6 +322,10 @@ def test_record_trial_built_stores_worker_and_counts(store):
     assert trial.worker == "w7@slurm-job-3" and trial.parameters == 1234
     assert (trial.train_ops_per_sample, trial.eval_ops_per_sample) == (300, 100)
     assert (trial.tensor_train_ops_per_sample, trial.tensor_eval_ops_per_sample) == (30, 10)
+    assert trial.inherited_epoch is None  # fresh weights
+    child = new_trial(store, 1, number=1, parent_trial_id=trial.id)
+    built(store, child, inherited_epoch=2)
+    assert store.get_run(1).trials[1].inherited_epoch == 2
 
 
 def test_record_epoch_once_and_keep_the_best_complete_accuracy(store):

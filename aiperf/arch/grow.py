@@ -254,11 +254,13 @@ def grow_weights(
     child_spec: TransformerSpec,
     *,
     seed: int,
+    attention: str = "auto",
 ) -> keras.Model:
-    """The child built fresh from `seed`, the parent's weights carried over by name: for deepen,
-    widen_mlp and widen_heads it computes the parent's function (up to float rounding); for
-    widen_model only the carried-over slices are the parent's. The child must be the parent grown
-    by one step (or the parent itself, whose weights are then copied)."""
+    """The child built fresh from `seed` (its attention computed by `attention`'s kernel, as
+    build_transformer's), the parent's weights carried over by name: for deepen, widen_mlp and
+    widen_heads it computes the parent's function (up to float rounding); for widen_model only
+    the carried-over slices are the parent's. The child must be the parent grown by one step (or
+    the parent itself, whose weights are then copied)."""
     history = parent_spec.history
     if child_spec.history[: len(history)] != history or len(child_spec.history) > len(history) + 1:
         raise ValueError("the child is not one growth step from the parent")
@@ -271,7 +273,7 @@ def grow_weights(
         raise ValueError(f"the child is not the parent grown by {step.describe()}")
     if step.operator == "same" and child_spec != parent_spec:
         raise ValueError("the child differs from the parent but its history records no growth")
-    child = build_transformer(child_spec, seed=seed)
+    child = build_transformer(child_spec, seed=seed, attention=attention)
     parents = {v.path: v for v in parent_model.weights}
     for variable in child.weights:
         layer, _, rest = variable.path.partition("/")

@@ -64,6 +64,9 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
     if not with_trials:
         return out
     figures = run_trial_figures(record)
+    numbers: dict[int | None, int] = {
+        t.id: t.number for t in record.trials
+    }  # a parent by its number, as trials are
     out |= {
         "verdict": verdict_text(record),
         "message": record.message,
@@ -84,6 +87,8 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
                 "status": str(t.status),
                 "worker": t.worker,
                 "operator": t.operator,
+                "parent": numbers.get(t.parent_trial_id),
+                "inherited_epoch": t.inherited_epoch,
                 "parameters": t.parameters,
                 "best_val_accuracy": t.best_val_accuracy,
                 "best_val_loss": t.best_val_loss,

@@ -106,6 +106,11 @@ def track_problem(config: RunSettings) -> str | None:
             f"validity.loss_ceiling applies to token data (the LM track), not to data.kind "
             f"{config.data.kind}: remove it (images are judged by validity.accuracy_floor)"
         )
+    if not tokens and config.search.inherit:
+        return (
+            "search.inherit applies to the LM track's growth (token data), not to data.kind "
+            f"{config.data.kind}: remove it (a CNN's grown children start from fresh weights)"
+        )
     return None
 
 

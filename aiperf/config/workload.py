@@ -208,6 +208,11 @@ class SearchConfig(_Strict):
     ucb_beta: float = Field(2.0, ge=0.0)  # exploration weight of the upper confidence bound
     limits: LimitsConfig = LimitsConfig()
     space: SpaceConfig = SpaceConfig()
+    # The LM track's growth (aiperf.search.growth): a grown child continues its parent, starting
+    # from the parent's kept weights (aiperf.arch.grow.grow_weights) with the parent's
+    # hyperparameters, perturbed within the space. False: every child from fresh weights and
+    # hyperparameters drawn afresh. The CNN track's children always start fresh (refused here).
+    inherit: bool = False
 
 
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]

@@ -97,6 +97,8 @@ class Admission:
         self._ended = ended
         self.running: dict[str, Running] = {}
         self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
+        # oracle trial id -> (number, architecture): where a child finds its parent's weights
+        self.lineage: dict[str, tuple[int, dict[str, Any]]] = {}
         self.created = 0
         self.retrain: list[
             TrialRecord
@@ -108,6 +110,7 @@ class Admission:
         (its finished epochs stay recorded and counted)."""
         self.created = max((t.number for t in trials), default=-1) + 1
         self.trial_ids.update({t.trial_key: t.id for t in trials})
+        self.lineage.update({t.trial_key: (t.number, t.architecture) for t in trials})
         self.retrain = sorted(
             (t for t in trials if t.status == TrialStatus.INTERRUPTED), key=lambda t: t.number
         )
@@ -217,10 +220,12 @@ class Admission:
                         weights_path=self._weights_path(number),
                         feed=self.config.data.feed,
                         attention=self.config.train.attention,
+                        **self._inheritance(proposal.parent_key),
                     ),
                     proposal.operator,
                 )
             )
+            self.lineage[key] = (number, architecture)
         trial_ids = self.recorder.commit(turn)
         for (launch, request, operator), trial_id in zip(requests, trial_ids, strict=True):
             key = launch.trial.trial_id
@@ -231,6 +236,18 @@ class Admission:
                 trial_id, launch.trial, handle, request.global_batch, operator=operator
             )
             log.info("trial %s started: %s", key, operator or launch.values)
+
+    def _inheritance(self, parent_key: str | None) -> dict[str, Any]:
+        """What a grown child needs to continue its parent (search.inherit): the parent's
+        architecture and weights file. Nothing for a seed, or where children start fresh."""
+        parent = self.lineage.get(parent_key or "")
+        if not self.config.search.inherit or parent is None:
+            return {}
+        number, architecture = parent
+        weights = self._weights_path(number)
+        if weights is None:
+            return {}
+        return {"parent_architecture": architecture, "parent_weights": weights}
 
     def _weights_path(self, number: int) -> str | None:
         """Where trial `number` keeps its best epoch's weights, for verify to evaluate again

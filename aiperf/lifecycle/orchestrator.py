@@ -298,6 +298,7 @@ class Orchestrator:
                 tensor_eval_ops=message.tensor_eval_ops,
                 devices=message.devices,
                 placement=message.placement,
+                inherited_epoch=message.inherited_epoch,
             )
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
             return

@@ -101,8 +101,10 @@ class Turn:
         tensor_eval_ops: int,
         devices: int = 1,
         placement: Sequence[str] = (),
+        inherited_epoch: int | None = None,
     ) -> None:
-        """The worker built the trial's model: where it runs and its counted operations."""
+        """The worker built the trial's model: where it runs, its counted operations, and the
+        parent's epoch whose weights it grew from (None: fresh weights)."""
         counts: dict[str, Any] = {
             "worker": worker,
             "parameters": parameters,
@@ -112,6 +114,7 @@ class Turn:
             "tensor_eval_ops": tensor_eval_ops,
             "devices": devices,
             "placement": placement,
+            "inherited_epoch": inherited_epoch,
         }
         self.batch.record_trial_built(trial_id, **counts)
         self._events.append(lambda events, _: events.trial_built(trial_key=trial_key, **counts))

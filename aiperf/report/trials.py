@@ -94,12 +94,19 @@ def _figure_cells(figures: TrialFigures, lm: bool) -> list[str]:
     return [_rate(rate), percent(figures.mfu), percent(figures.compile_share)]
 
 
+def _parent(t: TrialRecord, keys: dict[int | None, str]) -> str:
+    """The parent's key, and the epoch whose weights the trial grew from where it inherited
+    them (search.inherit): "3 (epoch 1)"."""
+    parent = keys.get(t.parent_trial_id, "-")
+    return parent if t.inherited_epoch is None else f"{parent} (epoch {t.inherited_epoch})"
+
+
 def _trial_row(t: TrialRecord, keys: dict[int | None, str]) -> list[str]:
     convs, skips = _shape(t)
     hp = t.hyperparameters
     return [
         t.trial_key,
-        keys.get(t.parent_trial_id, "-"),
+        _parent(t, keys),
         _operator(t) or "-",
         str(t.status),
         t.worker or "-",

@@ -105,6 +105,8 @@ ADDED_LATER = {
     "validity.loss_ceiling": None,
     # the LM track's entropy floor (issue 49, rulesets from 1.7); unset on every earlier run
     "validity.entropy_floor": None,
+    # the LM track's inheritance (issue 49, rulesets from 1.8): children grew from fresh weights
+    "search.inherit": False,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in

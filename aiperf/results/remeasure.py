@@ -3,7 +3,7 @@
 Every other check of `aiperf verify` proves that the records agree with each other; records edited
 together (a better accuracy in the epoch, the trial and the score at once) would agree too. So a
 run keeps the weights that earned its best accuracy: each trial writes its weights at each new
-best complete epoch, before reporting it (aiperf.train.trial.BestWeights), and when the run is
+best complete epoch, before reporting it (aiperf.train.kept.BestWeights), and when the run is
 scored only the best trial's file is kept, its sha256 recorded (runs.best_weights)
 and logged (aiperf.results.mllog BEST_WEIGHTS), the other trials' files deleted
 (`keep_best_weights`).

@@ -19,7 +19,12 @@ treat both alike).
   fitted; an objective to maximise is used as it is.
 - Hyperparameters drawn for each proposal: learning rate (log-uniform), the batch as tokens (and
   the sequences per device it makes, batch_tokens // seq_len), dropout, and the warm-up and weight
-  decay where the space searches them (aiperf.search.space names them).
+  decay where the space searches them (aiperf.search.space names them). With `inherit`
+  (search.inherit), a grown child continues its parent, as population-based training's "explore"
+  does (Jaderberg et al. 2017): it trains from the parent's kept weights (the worker grows them,
+  aiperf.arch.grow.grow_weights) with the parent's hyperparameters, the learning rate moved by a
+  factor of 0.8 or 1.25 within the range and each other choice drawn again with probability 1/4.
+  A fresh draw would swamp what the growth contributes: the GP sees only the architecture.
 
 Everything the oracle decides is in the trial's values; its own state is its random state, in
 get_state(), stored by the orchestrator with every proposal. What was tried, and every trial's
@@ -77,6 +82,7 @@ class GrowthOracle(kt.Oracle):
         candidates: int = 24,
         beta: float = 2.0,
         top_parents: int = 5,
+        inherit: bool = False,
     ) -> None:
         super().__init__(
             objective=objective,
@@ -88,6 +94,7 @@ class GrowthOracle(kt.Oracle):
         self.seed_spec, self.search_space = seed_spec, search_space
         self.first_round, self.limits = first_round, limits
         self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
+        self.inherit = inherit
         # +1 where higher scores are better, -1 where lower are (val_loss): quality = sign x score.
         self._sign = -1.0 if self.objective.direction == "min" else 1.0
         self._rng = random.Random(seed)
@@ -123,6 +130,8 @@ class GrowthOracle(kt.Oracle):
             return {"status": RUNNING, "values": {**values, **self._seed_values()}}
         child, parent_id = proposal
         self._tried.add(child.architecture_key())
+        if self.inherit:
+            values = self._perturbed(self.trials[parent_id].hyperparameters.values)
         return {
             "status": RUNNING,
             "values": {
@@ -182,6 +191,36 @@ class GrowthOracle(kt.Oracle):
             values[space.WARMUP_EPOCHS] = rng.choice(s.warmup_epochs)
         if s.weight_decay is not None:
             values[space.WEIGHT_DECAY] = rng.choice(s.weight_decay)
+        return values
+
+    def _perturbed(self, parent: dict[str, Any]) -> dict[str, Any]:
+        """The parent's hyperparameters, perturbed within the space (population-based training's
+        explore step): the learning rate times 0.8 or 1.25, kept within its range; each choice the
+        parent's, or with probability 1/4 drawn again from the space. The batch stays whole: a
+        batch in tokens moves with its sequences. Draws always in the same order (resume)."""
+        s, rng = self.search_space, self._rng
+        low, high = s.learning_rate
+        rate = float(parent[space.LEARNING_RATE]) * rng.choice((0.8, 1.25))
+        values: dict[str, Any] = {space.LEARNING_RATE: min(high, max(low, rate))}
+        choices: list[tuple[str, list[Any] | None]] = [
+            (
+                space.BATCH_TOKENS if s.batch_tokens is not None else space.BATCH_SIZE,
+                s.batch_tokens if s.batch_tokens is not None else s.batch_size,
+            ),
+            (space.DROPOUT, s.dropout),
+            (space.WARMUP_EPOCHS, s.warmup_epochs),
+            (space.WEIGHT_DECAY, s.weight_decay),
+        ]
+        for name, options in choices:
+            if options is not None:
+                redraw = rng.random() < 0.25
+                values[name] = (
+                    rng.choice(options) if redraw or name not in parent else parent[name]
+                )
+        if s.batch_tokens is not None:
+            values[space.BATCH_SIZE] = windows_in(
+                values[space.BATCH_TOKENS], self.seed_spec.seq_len
+            )
         return values
 
     def _spec(self, trial: kt.engine.trial.Trial) -> TransformerSpec:

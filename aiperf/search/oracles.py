@@ -61,6 +61,7 @@ def make_oracle(
                 search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
             ),
             limits=grow.Limits(**bounds),
+            inherit=search.inherit,
             **growing,
         )
     elif search.oracle == "morphism":

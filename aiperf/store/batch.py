@@ -97,6 +97,7 @@ class WriteBatch:
         tensor_eval_ops: int,
         devices: int = 1,
         placement: Sequence[str] = (),
+        inherited_epoch: int | None = None,
     ) -> None:
         self._update_trial(
             trial_id,
@@ -108,6 +109,7 @@ class WriteBatch:
             tensor_eval_ops_per_sample=tensor_eval_ops,
             devices=devices,
             placement=list(placement),
+            inherited_epoch=inherited_epoch,
         )
 
     def record_epoch(

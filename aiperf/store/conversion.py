@@ -142,6 +142,7 @@ def trial_record(trial: Trial) -> TrialRecord:
         devices=trial.devices,
         placement=tuple(trial.placement or ()),
         best_val_loss=trial.best_val_loss,
+        inherited_epoch=trial.inherited_epoch,
     )
 
 

@@ -238,6 +238,11 @@ class Trial(Base):
     placement: Mapped[list[str] | None] = mapped_column(
         JSON, doc="the devices, as the framework names them (e.g. ['cuda:0', 'cuda:1'])"
     )
+    inherited_epoch: Mapped[int | None] = mapped_column(
+        Integer,
+        doc="the parent's epoch whose kept weights the model grew from (search.inherit); "
+        "None: fresh weights",
+    )
 
     run: Mapped[Run] = relationship(back_populates="trials")
     epochs: Mapped[list[Epoch]] = relationship(back_populates="trial", order_by="Epoch.epoch")

@@ -217,6 +217,7 @@ class TrialRecord:
     best_val_loss: float | None = (
         None  # the LM track's quality (nats/token); None on the CNN track
     )
+    inherited_epoch: int | None = None  # the parent's epoch it grew from; None: fresh weights
 
 
 @dataclass(frozen=True)

@@ -268,9 +268,10 @@ class Store(StoreReads, RunFacts):
         tensor_eval_ops: int,
         devices: int = 1,
         placement: Sequence[str] = (),
+        inherited_epoch: int | None = None,
     ) -> None:
-        """The worker built the model: record which worker runs it, on which of its devices, and its
-        counted operations."""
+        """The worker built the model: record which worker runs it, on which of its devices, its
+        counted operations, and the parent's epoch it grew from (None: fresh weights)."""
         batch = WriteBatch()
         batch.record_trial_built(
             trial_id,
@@ -282,6 +283,7 @@ class Store(StoreReads, RunFacts):
             tensor_eval_ops=tensor_eval_ops,
             devices=devices,
             placement=placement,
+            inherited_epoch=inherited_epoch,
         )
         self.write(batch, claim)
 

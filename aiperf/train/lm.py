@@ -5,8 +5,9 @@ A trial whose architecture is a transformer spec (aiperf.arch.transformer.is_tra
 the decoder-only model the spec describes, feeds it windows of staged tokens (aiperf.data.tokens)
 instead of images, and learns to predict each next token. Everything else (precision, jit, the
 trial's devices, the optimizer and its schedule, the deadline, the epoch reports, the kept weights)
-is the image trial's, so this module holds only the three parts that differ: the model, the feed,
-and the loss with its metrics. Keeping them here, in one place, is what lets verify rebuild and
+is the image trial's, so this module holds only the three parts that differ: the model (fresh; a
+grown child's from its parent's kept weights is aiperf.train.kept.inherited_lm's), the feed, and
+the loss with its metrics. Keeping them here, in one place, is what lets verify rebuild and
 evaluate a kept LM exactly as its trial did.
 
 The quality of an LM trial is its validation loss: the mean cross-entropy in nats per token

@@ -52,6 +52,11 @@ class TrialRequest:
     # The fraction of a device's memory its step must leave free (the ruleset's fit rule): a trial
     # on JAX accelerators whose compiled step needs more ends too_large, untrained (aiperf.train.fit).
     fit_headroom: float = FitRule().headroom
+    # A grown LM child that continues its parent (search.inherit): the parent's architecture and
+    # where the parent keeps its best epoch's weights (its weights_path). The child starts from
+    # them, grown (aiperf.train.kept.inherited_lm); None: from fresh weights.
+    parent_architecture: dict[str, Any] | None = None
+    parent_weights: str | None = None
 
     def step_recipe(self, language: bool = False) -> StepRecipe:
         """What the trial's step is compiled with besides its network (aiperf.train.fit)."""
@@ -82,6 +87,9 @@ class TrialBuilt:
     kind: str = "built"
     devices: int = 1  # what the trial trains across, as its framework names them (`placement`)
     placement: tuple[str, ...] = ()
+    # The parent's epoch whose kept weights the model started from, grown (search.inherit); None:
+    # fresh weights (a seed, or a child whose parent's weights this worker could not read).
+    inherited_epoch: int | None = None
 
 
 @dataclass(frozen=True)

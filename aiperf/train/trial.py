@@ -15,7 +15,6 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 from aiperf import quality, settings
@@ -26,6 +25,7 @@ from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
 from aiperf.train.fit import StepMemory, checks_fit, step_memory, too_large_message, trainable
+from aiperf.train.kept import BestWeights, inherited_lm
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
 from aiperf.train.watch import deadline_watch, nan_watch
@@ -81,40 +81,6 @@ def _learning_rate(request: TrialRequest, steps_per_epoch: int) -> Any:
     )
 
 
-class BestWeights:
-    """The weights of the trial's best complete epoch, the ones that earned the accuracy (or, for
-    a language model, the loss) the score may use, kept so that `aiperf verify` can evaluate them
-    again (aiperf.results.remeasure).
-
-    At each new best (a complete epoch whose `metric`, validation accuracy or, for a language model,
-    validation loss, beats every earlier one's: aiperf.quality) they are
-    written at once, between epochs and outside the timed steps, before the epoch is reported: a
-    recorded best epoch always has its weights on disk, even when the run then crashes and is
-    resumed (its interrupted trials never reach their end). The first epoch of equal quality
-    wins, as the first occurrence of the trial's best does in the records. The file is written
-    under a temporary name, then renamed: a file at `path` is always whole."""
-
-    def __init__(self, path: str | None, metric: str = quality.ACCURACY) -> None:
-        self.path = None if path is None else Path(path)
-        self.metric = metric
-        self.value: float | None = None  # of the kept epoch, by `metric`
-        self.epoch: int | None = None
-
-    def offer(self, model: Any, report: EpochReport) -> bool:
-        """Write `model`'s weights if `report` is a new best complete epoch; whether it was."""
-        value = quality.of(report, self.metric)
-        if self.path is None or not report.complete or value is None:
-            return False
-        if not quality.better(self.metric, value, self.value):
-            return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name("." + self.path.name)  # still ends in .weights.h5
-        model.save_weights(str(partial))
-        os.replace(partial, self.path)
-        self.value, self.epoch = value, report.epoch
-        return True
-
-
 def _step_memory(model: Any, request: TrialRequest) -> StepMemory | None:
     """What the trial's step needs of each device against what it has (aiperf.train.fit), where
     this worker checks it (JAX with jit on accelerators); None elsewhere, at no cost."""
@@ -154,6 +120,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         placement = scope.enter_context(data_parallel(keras.backend.backend(), request.devices))
         # Each step takes a batch per device: the counted samples are the global batch's.
         batch = request.global_batch
+        inherited_epoch: int | None = None  # a grown LM child's parent's epoch (search.inherit)
         with clock.phase("build"):
             if language:  # token windows, and the decoder the spec describes
                 feed = lm.open_lm_feed(
@@ -163,12 +130,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                     seed=request.seed,
                     devices=request.devices,
                 )
-                model = lm.build_lm(
-                    request.architecture,
-                    dropout=request.dropout,
-                    seed=request.seed,
-                    attention=request.attention,
-                )
+                model, inherited_epoch = inherited_lm(request)
             else:
                 feed = open_feed(
                     request.data_path,
@@ -197,6 +159,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
             tensor_eval_ops=tensor.eval_per_sample,
             devices=len(placement),
             placement=tuple(placement),
+            inherited_epoch=inherited_epoch,
         )
         report(built)
         # What trains is the counted model behind the device-side scaling of uint8 pixels (a

@@ -66,7 +66,8 @@ SEARCH_STOP = (
 TRIAL_START = (
     "trial_start"  # INTERVAL_START; metadata: trial_id, trial_key, number, parent_trial_id, ...
 )
-# value: the worker; metadata: trial_key, parameters, devices, placement
+# value: the worker; metadata: trial_key, parameters, devices, placement, inherited_epoch (the
+# parent's epoch whose weights the model grew from; null: fresh weights)
 TRIAL_PLACEMENT = "trial_placement"
 OPS_PER_SAMPLE = (
     "ops_per_sample"  # value: {"aiperf": {"train", "eval"}, "tensor": {"train", "eval"}}

@@ -186,12 +186,14 @@ class _Rebuilder:
                 "phases": None,
                 "devices": None,
                 "placement": (),
+                "inherited_epoch": None,
             }
         elif e.key == TRIAL_PLACEMENT:
             trial = self._trial(md)
             trial["worker"], trial["parameters"] = str(value), md.get("parameters")
             trial["devices"] = md.get("devices")
             trial["placement"] = tuple(str(d) for d in md.get("placement") or ())
+            trial["inherited_epoch"] = md.get("inherited_epoch")
         elif e.key == OPS_PER_SAMPLE:
             self._trial(md)["ops"] = tuple(
                 _whole(value[convention][phase], f"{convention} {phase} ops per sample")
@@ -407,6 +409,7 @@ class _Rebuilder:
             phases=t["phases"],
             devices=t["devices"],
             placement=t["placement"],
+            inherited_epoch=t["inherited_epoch"],
         )
 
 

@@ -248,6 +248,7 @@ class EventLog:
         tensor_eval_ops: int,
         devices: int = 1,
         placement: Sequence[str] = (),
+        inherited_epoch: int | None = None,
     ) -> None:
         now = time.time()
         self.emit(
@@ -258,6 +259,7 @@ class EventLog:
             parameters=parameters,
             devices=devices,
             placement=list(placement),
+            inherited_epoch=inherited_epoch,
         )
         self.emit(
             OPS_PER_SAMPLE,
