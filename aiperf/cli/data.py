@@ -22,15 +22,19 @@ from rich.table import Table
 from aiperf.cli.common import db_option
 from aiperf.errors import UserError
 
-KINDS = ("folder", "tfrecord", "digits", "text", "synthetic-text")
-TOKEN_KINDS = ("text", "synthetic-text")  # token shards for language models (aiperf.data.tokens)
+KINDS = ("folder", "tfrecord", "digits", "text", "synthetic-text", "enwik8")
+# token shards for language models (aiperf.data.tokens)
+TOKEN_KINDS = ("text", "synthetic-text", "enwik8")
 
 
 def guess_kind(source: str) -> str:
-    """digits by name; a folder with train/ is an image folder; one with train-* files, shards."""
+    """digits by name; one file is enwik8 (zipped or not: the one kind that is a file); a folder
+    with train/ is an image folder; one with train-* files, shards."""
     if source in ("digits", "synthetic-text"):
         return source
     path = Path(source).expanduser()
+    if path.is_file():
+        return "enwik8"
     if (
         path.is_dir()
         and not (path / "train").is_dir()
@@ -85,7 +89,8 @@ def stage(
         ...,
         help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
         "of ImageNet-format TFRecord shards, 'digits' (scikit-learn's digits), a folder of "
-        "UTF-8 text files (--kind text), or 'synthetic-text'.",
+        "UTF-8 text files (--kind text), 'synthetic-text', or enwik8.zip (or the unzipped "
+        "enwik8, or a stand-in in its format).",
     ),
     to: str = typer.Option(
         "aiperf-out/data",
@@ -96,8 +101,8 @@ def stage(
     kind: str | None = typer.Option(
         None,
         "--kind",
-        help="folder, tfrecord, digits, text or synthetic-text; guessed from SOURCE "
-        "(a folder of text files needs --kind text).",
+        help="folder, tfrecord, digits, text, synthetic-text or enwik8; guessed from SOURCE "
+        "(a folder of text files needs --kind text; a file is enwik8).",
     ),
     stage_to: str | None = typer.Option(
         None,
@@ -127,7 +132,7 @@ def stage(
     ),
     channels: int = typer.Option(3, "--channels", min=1, max=4),
     seq_len: int = typer.Option(
-        128, "--seq-len", min=2, help="text, synthetic-text: tokens a model reads at once."
+        128, "--seq-len", min=2, help="text, synthetic-text, enwik8: tokens a model reads at once."
     ),
     seed: int = typer.Option(
         0, "--seed", help="digits, text: seed of the train/val split; synthetic-text: the text's."

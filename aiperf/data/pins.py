@@ -140,6 +140,12 @@ def pin_problems(manifest: Mapping[str, Any], pin: DataPin) -> list[str]:
             f"content sha256 {str(manifest.get('sha256'))[:12]}, the ruleset pins "
             f"{pin.sha256[:12]} (the generated data was changed)"
         )
+    if pin.source_sha256 and manifest.get("source_sha256") != pin.source_sha256:
+        problems.append(
+            f"{manifest.get('source') or 'the corpus'} has bytes of sha256 "
+            f"{str(manifest.get('source_sha256') or '?')[:12]}, the ruleset pins "
+            f"{pin.source_sha256[:12]} ({pin.name or pin.kind} as published)"
+        )
     return problems
 
 
