@@ -126,10 +126,11 @@ def pin_problems(manifest: Mapping[str, Any], pin: DataPin) -> list[str]:
     problems = []
     if manifest.get("kind") != pin.kind:
         problems.append(f"data.kind {manifest.get('kind')}, the ruleset pins {pin.kind}")
+    samples = "windows" if pin.tokens else "images"  # the LM track's samples are token windows
     for field, label in (
         ("classes", "classes"),
-        ("train_samples", "train images"),
-        ("val_samples", "validation images"),
+        ("train_samples", f"train {samples}"),
+        ("val_samples", f"validation {samples}"),
     ):
         if manifest.get(field) != getattr(pin, field):
             problems.append(
