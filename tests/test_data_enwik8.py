@@ -114,3 +114,5 @@ def test_aiperf_stage_guesses_enwik8_from_a_file(tmp_path):
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout[result.stdout.index("{") :])
     assert (manifest["kind"], manifest["source"]) == ("enwik8", str(source))
+    shown = CliRunner().invoke(app, [*args[:-1], "--db", f"sqlite:///{tmp_path / 'a.db'}"])
+    assert shown.exit_code == 0 and "not enwik8's: only an open run takes it" in shown.stdout

@@ -166,6 +166,13 @@ def stage(
         typer.echo(json.dumps(manifest.to_dict(), indent=1))
         return
     _print_manifest(manifest)
+    if manifest.kind == "enwik8":
+        Console().print(
+            f"run on it with `aiperf run --profile enwik8 --set data.source={manifest.source}"
+            + (f" --out {Path(to).parent}" if Path(to).name == "data" else "")
+            + "`, which reuses these shards",
+            highlight=False,
+        )
     if manifest.kind in ("folder", "tfrecord"):
         out = f" --out {Path(to).parent}" if Path(to).name == "data" else ""
         Console().print(
@@ -224,12 +231,29 @@ def _size(n: float) -> str:
 def _counts(manifest) -> list[tuple[str, str]]:
     """The manifest's size rows: images and classes, or tokens, sequences and the vocabulary."""
     if manifest.kind in TOKEN_KINDS:
-        return [
+        rows = [
             ("vocabulary", str(manifest.vocab_size)),
             ("sequence", f"{manifest.seq_len} tokens"),
             ("train", f"{manifest.train_tokens:,} tokens, {manifest.train_samples:,} sequences"),
             ("val", f"{manifest.val_tokens:,} tokens, {manifest.val_samples:,} sequences"),
         ]
+        if manifest.kind == "enwik8":
+            from aiperf.data.enwik8 import ENWIK8_SHA256
+
+            published = manifest.source_sha256 == ENWIK8_SHA256
+            rows.append(
+                (
+                    "bytes' sha256",
+                    f"{manifest.source_sha256} ("
+                    + (
+                        "enwik8 as published"
+                        if published
+                        else "not enwik8's: only an open run takes it"
+                    )
+                    + ")",
+                )
+            )
+        return rows
     return [
         ("classes", str(manifest.classes)),
         ("train images", str(manifest.train_samples)),
