@@ -114,5 +114,6 @@ def test_aiperf_stage_guesses_enwik8_from_a_file(tmp_path):
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout[result.stdout.index("{") :])
     assert (manifest["kind"], manifest["source"]) == ("enwik8", str(source))
-    shown = CliRunner().invoke(app, [*args[:-1], "--db", f"sqlite:///{tmp_path / 'a.db'}"])
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    shown = CliRunner().invoke(app, [*args[:-1], "--db", db], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "not enwik8's: only an open run takes it" in shown.stdout
