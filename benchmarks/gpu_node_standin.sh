@@ -27,6 +27,9 @@
 # layout (10 classes, labels from 1) that `gpu_node_standin.py shards` generates once into
 # OUT/standin-shards. STANDIN_PROFILE=lm runs the LM track's GPU profile, its sizes cut the same way
 # (the lm-tiny seed, windows of 32 tokens, 16 Ki training tokens, 4 windows a device a step).
+# STANDIN_PROFILE=enwik8 runs the LM track's ranked profile the same way, on a 20,480-byte stand-in
+# in enwik8's format (`python -m aiperf.data.enwik8`, written once into OUT): 18,432 training and
+# 1,024 validation bytes, whose digest is not the pin.
 set -euo pipefail
 
 db=${1:?usage: bash benchmarks/gpu_node_standin.sh DB_URL [N] [OUT] [aiperf run options...]}
@@ -59,10 +62,16 @@ if [[ $profile == imagenet ]]; then  # the ranked profile reads TFRecord shards:
   source_args=(--set "data.source=$shards")
 fi
 
-if [[ $profile == lm* ]]; then  # the LM track: tokens and transformers, cut to fit a CPU
-  cuts=(--set data.seq_len=32 --set data.train_tokens=16384 --set data.val_tokens=4096
-    --set search.space.batch_tokens=[128] --set search.space.warmup_epochs=[0.0]
-    --set search.seed_architecture=lm-tiny)
+if [[ $profile == enwik8 ]]; then  # the ranked LM profile reads enwik8: a stand-in, once
+  standin=$out/enwik8-standin.zip
+  [[ -f $standin ]] || (cd "$repo" && "$python" -m aiperf.data.enwik8 "$standin" --bytes 20480)
+  source_args=(--set "data.source=$standin")
+fi
+
+if [[ $profile == lm* || $profile == enwik8 ]]; then  # the LM track: cut to fit a CPU
+  cuts=(--set data.seq_len=32 --set search.space.batch_tokens=[128]
+    --set search.space.warmup_epochs=[0.0] --set search.seed_architecture=lm-tiny)
+  [[ $profile == enwik8 ]] || cuts+=(--set data.train_tokens=16384 --set data.val_tokens=4096)
 else
   cuts=(--set data.image_size=32 --set data.train_samples=224 --set data.val_samples=112
     --set data.shard_images=112 --set train.warmup_epochs=0.5

@@ -1,7 +1,7 @@
 """The LM track as its users run it: `aiperf run --profile lm-quick --budget 2m --workers 1` on this
-machine, valid and verified, and `--profile lm` on the stand-in GPU node
-(benchmarks/gpu_node_standin.sh, STANDIN_PROFILE=lm), training on all its devices with JAX, jit and
-bfloat16.
+machine, valid and verified, and the ranked `--profile enwik8` on the stand-in GPU node
+(benchmarks/gpu_node_standin.sh, STANDIN_PROFILE=enwik8) over a stand-in in enwik8's format,
+training on all its devices with JAX, jit and bfloat16.
 
 Each is one real run through the CLI (Prefect flow, Dask workers, SQLite through the migrations)
 made once per module; the tests read its database and run `aiperf verify` on it. The assertions ask
@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 from nvidia_smi_samples import standin_node_run
+
+from aiperf.data.enwik8 import ENWIK8_SHA256
 
 ROOT = Path(__file__).resolve().parents[1]
 CEILING, FLOOR = 2.25, 0.5972  # lm-quick's in aiperf-rules-1.7, nats/token
@@ -166,24 +168,37 @@ def test_lm_quick_is_its_own_workload_in_history(lm_quick):
 
 @pytest.fixture(scope="module")
 def lm_standin(tmp_path_factory):
-    """`STANDIN_PROFILE=lm bash benchmarks/gpu_node_standin.sh DB 8 OUT`, once."""
+    """`STANDIN_PROFILE=enwik8 bash benchmarks/gpu_node_standin.sh DB 8 OUT`, once."""
     # 40 s: lm-tiny's first trial on 8 devices (its jit compiles included) completed 18-21 s into
     # the window with every process held to 1.2 CPUs and oneDNN off (a 2-vCPU Zen 3), another
-    # run beside it; the test asks for one.
+    # run beside it, on 16 Ki tokens; the enwik8 stand-in's training split is 18,432 bytes. The
+    # test asks for one.
     folder = tmp_path_factory.mktemp("lm-standin")
-    return standin_node_run(folder, STANDIN_PROFILE="lm", STANDIN_BUDGET="40s")
+    return standin_node_run(folder, STANDIN_PROFILE="enwik8", STANDIN_BUDGET="40s")
 
 
 @pytest.mark.slow
-def test_the_standin_node_trains_lm_on_its_8_devices_with_jax_jit_bfloat16(lm_standin):
-    """Issue 35's third Done-when: the lm profile (its sizes cut to fit a CPU, so open and over
-    the ceiling: exit 3 allowed) trains on all 8 devices with JAX, jit and mixed_bfloat16."""
+def test_the_standin_node_trains_enwik8_on_its_8_devices_with_jax_jit_bfloat16(lm_standin):
+    """Issue 35's third Done-when, on issue 49's ranked LM profile: enwik8 over a stand-in in its
+    format (its sizes cut to fit a CPU, so open and over the ceiling: exit 3 allowed) trains on
+    all 8 devices with JAX, jit and mixed_bfloat16; the run is open, and says that the stand-in's
+    bytes are not the enwik8 aiperf-rules-1.8 pins."""
     done, db = lm_standin
     assert done.returncode in (0, 3), (done.stdout[-3000:], done.stderr[-3000:])
     [(run_id, backend, jit, precision, feed, config)] = _rows(
         db, "SELECT id, backend, jit_compile, precision, data_feed, config FROM runs"
     )
     assert (backend, bool(jit), precision, feed) == ("jax", True, "mixed_bfloat16", "tokens")
+    [(division, ruleset, profile, kind, source_sha256)] = _rows(
+        db,
+        "SELECT r.division, r.ruleset, r.profile, d.kind, json_extract(d.manifest, "
+        "'$.source_sha256') FROM runs r JOIN datasets d ON d.run_id = r.id",
+    )
+    assert (division, ruleset, profile, kind) == ("open", "aiperf-rules-1.8", "enwik8", "enwik8")
+    assert source_sha256 and source_sha256 != ENWIK8_SHA256
+    said = done.stdout + done.stderr
+    assert "the data is not enwik8 as aiperf-rules-1.8 pins it" in said, said[-3000:]
+    assert f"the ruleset pins {ENWIK8_SHA256[:12]}" in said
     # JAX in bfloat16, but the stand-in's devices are CPUs, where cuDNN's fused attention does not
     # run (each worker's probe, aiperf.train.attention): the run chose and recorded unfused.
     assert json.loads(config)["train"]["attention"] == "unfused"

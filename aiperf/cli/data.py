@@ -22,15 +22,19 @@ from rich.table import Table
 from aiperf.cli.common import db_option
 from aiperf.errors import UserError
 
-KINDS = ("folder", "tfrecord", "digits", "text", "synthetic-text")
-TOKEN_KINDS = ("text", "synthetic-text")  # token shards for language models (aiperf.data.tokens)
+KINDS = ("folder", "tfrecord", "digits", "text", "synthetic-text", "enwik8")
+# token shards for language models (aiperf.data.tokens)
+TOKEN_KINDS = ("text", "synthetic-text", "enwik8")
 
 
 def guess_kind(source: str) -> str:
-    """digits by name; a folder with train/ is an image folder; one with train-* files, shards."""
+    """digits by name; one file is enwik8 (zipped or not: the one kind that is a file); a folder
+    with train/ is an image folder; one with train-* files, shards."""
     if source in ("digits", "synthetic-text"):
         return source
     path = Path(source).expanduser()
+    if path.is_file():
+        return "enwik8"
     if (
         path.is_dir()
         and not (path / "train").is_dir()
@@ -85,7 +89,8 @@ def stage(
         ...,
         help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
         "of ImageNet-format TFRecord shards, 'digits' (scikit-learn's digits), a folder of "
-        "UTF-8 text files (--kind text), or 'synthetic-text'.",
+        "UTF-8 text files (--kind text), 'synthetic-text', or enwik8.zip (or the unzipped "
+        "enwik8, or a stand-in in its format).",
     ),
     to: str = typer.Option(
         "aiperf-out/data",
@@ -96,8 +101,8 @@ def stage(
     kind: str | None = typer.Option(
         None,
         "--kind",
-        help="folder, tfrecord, digits, text or synthetic-text; guessed from SOURCE "
-        "(a folder of text files needs --kind text).",
+        help="folder, tfrecord, digits, text, synthetic-text or enwik8; guessed from SOURCE "
+        "(a folder of text files needs --kind text; a file is enwik8).",
     ),
     stage_to: str | None = typer.Option(
         None,
@@ -127,7 +132,7 @@ def stage(
     ),
     channels: int = typer.Option(3, "--channels", min=1, max=4),
     seq_len: int = typer.Option(
-        128, "--seq-len", min=2, help="text, synthetic-text: tokens a model reads at once."
+        128, "--seq-len", min=2, help="text, synthetic-text, enwik8: tokens a model reads at once."
     ),
     seed: int = typer.Option(
         0, "--seed", help="digits, text: seed of the train/val split; synthetic-text: the text's."
@@ -161,6 +166,13 @@ def stage(
         typer.echo(json.dumps(manifest.to_dict(), indent=1))
         return
     _print_manifest(manifest)
+    if manifest.kind == "enwik8":
+        Console().print(
+            f"run on it with `aiperf run --profile enwik8 --set data.source={manifest.source}"
+            + (f" --out {Path(to).parent}" if Path(to).name == "data" else "")
+            + "`, which reuses these shards",
+            highlight=False,
+        )
     if manifest.kind in ("folder", "tfrecord"):
         out = f" --out {Path(to).parent}" if Path(to).name == "data" else ""
         Console().print(
@@ -219,12 +231,29 @@ def _size(n: float) -> str:
 def _counts(manifest) -> list[tuple[str, str]]:
     """The manifest's size rows: images and classes, or tokens, sequences and the vocabulary."""
     if manifest.kind in TOKEN_KINDS:
-        return [
+        rows = [
             ("vocabulary", str(manifest.vocab_size)),
             ("sequence", f"{manifest.seq_len} tokens"),
             ("train", f"{manifest.train_tokens:,} tokens, {manifest.train_samples:,} sequences"),
             ("val", f"{manifest.val_tokens:,} tokens, {manifest.val_samples:,} sequences"),
         ]
+        if manifest.kind == "enwik8":
+            from aiperf.data.enwik8 import ENWIK8_SHA256
+
+            published = manifest.source_sha256 == ENWIK8_SHA256
+            rows.append(
+                (
+                    "bytes' sha256",
+                    f"{manifest.source_sha256} ("
+                    + (
+                        "enwik8 as published"
+                        if published
+                        else "not enwik8's: only an open run takes it"
+                    )
+                    + ")",
+                )
+            )
+        return rows
     return [
         ("classes", str(manifest.classes)),
         ("train images", str(manifest.train_samples)),

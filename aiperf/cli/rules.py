@@ -106,6 +106,8 @@ def _pinned(data: dict) -> str:
     """The ruleset's pin of the dataset, in words."""
     what = data.get("name") or data["kind"]
     digest = f", content sha256 {data['sha256']}" if data.get("sha256") else ""
+    if data.get("source_sha256"):
+        digest += f", its bytes' sha256 {data['source_sha256']}"
     if data["kind"] in TOKEN_KINDS:
         return (
             f"{what}: a vocabulary of {data['classes']}; {data['train_samples']} train and "

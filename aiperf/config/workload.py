@@ -26,13 +26,22 @@ class DataConfig(_Strict):
     TFRecord shards in ImageNet's format generated from the seed, read as real ImageNet shards
     are: an accelerator's input pipeline at work without ImageNet). Two kinds are token streams
     for language models (bytes, vocabulary 256, uint16 shards): `synthetic-text` (a language
-    generated from the seed, aiperf/data/text_synthetic.py) and `text` (a folder of UTF-8 files,
-    split into train and validation at file level by the seed, aiperf/data/text_folder.py)."""
+    generated from the seed, aiperf/data/text_synthetic.py), `text` (a folder of UTF-8 files,
+    split into train and validation at file level by the seed, aiperf/data/text_folder.py) and
+    `enwik8` (the user's enwik8.zip or enwik8, split 90/5/5 by bytes as every published result
+    splits it, aiperf/data/enwik8.py)."""
 
     kind: Literal[
-        "synthetic", "folder", "tfrecord", "digits", "generated-imagenet", "synthetic-text", "text"
+        "synthetic",
+        "folder",
+        "tfrecord",
+        "digits",
+        "generated-imagenet",
+        "synthetic-text",
+        "text",
+        "enwik8",
     ] = "synthetic"
-    source: str | None = None  # folder, tfrecord or text: where the user's data is
+    source: str | None = None  # folder, tfrecord, text or enwik8: where the user's data is
     stage_to: str | None = None  # node-local folder: one copy of the shards on every node
     image_size: int = Field(32, ge=8, le=512)  # what models see; the input pipeline crops to it
     channels: int = Field(3, ge=1, le=4)
@@ -59,11 +68,12 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _source_fits_kind(self) -> DataConfig:
-        if self.kind in ("folder", "tfrecord", "text") and not self.source:
+        if self.kind in FILE_COUNTED and not self.source:
             what = {
                 "folder": "an image folder ROOT with train/ and val/",
                 "tfrecord": "a folder of TFRecord shards",
                 "text": "a folder of UTF-8 text files",
+                "enwik8": "enwik8.zip (or the unzipped enwik8)",
             }[self.kind]
             raise PydanticCustomError(
                 "data", f"data.kind {self.kind} needs data.source: the path of {what}"
@@ -73,8 +83,8 @@ class DataConfig(_Strict):
         ):
             raise PydanticCustomError(
                 "data",
-                f"data.source is only for kinds folder and tfrecord (images) and text, not "
-                f"{self.kind}; remove it",
+                f"data.source is only for kinds folder and tfrecord (images), text and enwik8, "
+                f"not {self.kind}; remove it",
             )
         if self.kind == "synthetic-text":
             for name in ("train_tokens", "val_tokens"):
@@ -320,6 +330,6 @@ class ValidityConfig(_Strict):
 
 
 # Data kinds whose sample counts are read from the files when they are staged, not set in the config.
-FILE_COUNTED = ("tfrecord", "folder", "text")
+FILE_COUNTED = ("tfrecord", "folder", "text", "enwik8")
 # Data kinds that are token streams for language models, not images (aiperf/data/tokens.py).
-TOKEN_KINDS = ("synthetic-text", "text")
+TOKEN_KINDS = ("synthetic-text", "text", "enwik8")

@@ -126,10 +126,11 @@ def pin_problems(manifest: Mapping[str, Any], pin: DataPin) -> list[str]:
     problems = []
     if manifest.get("kind") != pin.kind:
         problems.append(f"data.kind {manifest.get('kind')}, the ruleset pins {pin.kind}")
+    samples = "windows" if pin.tokens else "images"  # the LM track's samples are token windows
     for field, label in (
         ("classes", "classes"),
-        ("train_samples", "train images"),
-        ("val_samples", "validation images"),
+        ("train_samples", f"train {samples}"),
+        ("val_samples", f"validation {samples}"),
     ):
         if manifest.get(field) != getattr(pin, field):
             problems.append(
@@ -139,6 +140,12 @@ def pin_problems(manifest: Mapping[str, Any], pin: DataPin) -> list[str]:
         problems.append(
             f"content sha256 {str(manifest.get('sha256'))[:12]}, the ruleset pins "
             f"{pin.sha256[:12]} (the generated data was changed)"
+        )
+    if pin.source_sha256 and manifest.get("source_sha256") != pin.source_sha256:
+        problems.append(
+            f"{manifest.get('source') or 'the corpus'} has bytes of sha256 "
+            f"{str(manifest.get('source_sha256') or '?')[:12]}, the ruleset pins "
+            f"{pin.source_sha256[:12]} ({pin.name or pin.kind} as published)"
         )
     return problems
 

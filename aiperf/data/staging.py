@@ -9,7 +9,8 @@ One entry point, `stage(config.data, seed, folder, client=...)`, for every kind 
 - tfrecord: ImageNet-format shards the user brought, each read and checked on the workers;
 - generated-imagenet: JPEG-encoded TFRecord shards in ImageNet's format, generated from the seed
   in parallel on the Dask workers (aiperf/data/generated.py);
-- synthetic-text and text: uint16 token shards for language models (aiperf/data/staging_tokens.py).
+- synthetic-text, text and enwik8: uint16 token shards for language models
+  (aiperf/data/staging_tokens.py).
 
 Work already done is skipped: a shard whose inputs and checksum match its stored record is not
 rewritten, a user shard with a known checksum is not decoded again, and a shard unchanged since a
@@ -109,6 +110,10 @@ def preflight(config: DataConfig) -> None:
         from aiperf.data.text_folder import text_files
 
         text_files(config.source or "")
+    elif config.kind == "enwik8":
+        from aiperf.data.enwik8 import check_source
+
+        check_source(config.source or "")
     elif config.kind == "digits":
         from aiperf.data.digits import load_digits_arrays
 

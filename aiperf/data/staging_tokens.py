@@ -1,4 +1,4 @@
-"""Token shards: the two token kinds (`synthetic-text`, `text`) staged, checked and described the
+"""Token shards: the token kinds (`synthetic-text`, `text`, `enwik8`) staged, checked and described the
 way the image kinds are, so a ruleset pins them, `verify` re-digests them and `data.stage_to`
 copies them to every node with no code of their own.
 
@@ -54,6 +54,9 @@ class TokenManifest(Manifest):
     train_tokens: int = 0
     val_tokens: int = 0
     inputs: str = ""  # what was staged from, digested: staging is skipped when it is the same
+    # enwik8: the sha256 and MD5 of the corpus's bytes (a zip's member's), which the ruleset pins
+    source_sha256: str = ""
+    source_md5: str = ""
 
 
 def sequences(tokens: int, seq_len: int) -> int:
@@ -62,7 +65,9 @@ def sequences(tokens: int, seq_len: int) -> int:
 
 
 def stage_tokens(config: DataConfig, seed: int, folder: Path) -> TokenManifest:
-    """Stage `synthetic-text` or `text` into `folder` (once) and return its manifest."""
+    """Stage `synthetic-text`, `text` or `enwik8` into `folder` (once) and return its manifest."""
+    if config.kind == "enwik8":
+        return _stage_enwik8(config, folder)
     if config.kind == "synthetic-text":
         settings = {
             "generator": GENERATOR,
@@ -107,6 +112,23 @@ def stage_tokens(config: DataConfig, seed: int, folder: Path) -> TokenManifest:
     return _write(out, "text", str(text.root), text.inputs, streams, where, config.seq_len)
 
 
+def _stage_enwik8(config: DataConfig, folder: Path) -> TokenManifest:
+    """enwik8 (or a stand-in) split 90/5/5 by bytes; its train and validation splits staged."""
+    from aiperf.data.enwik8 import read_corpus
+    from aiperf.data.staging_shards import source_name
+
+    assert config.source is not None
+    corpus = read_corpus(config.source, config.seq_len)  # read and digested each time
+    inputs = hashlib.sha256(f"enwik8 90/5/5 {corpus.sha256}".encode()).hexdigest()
+    out = folder / source_name("enwik8", corpus.path)
+    if _intact(out, inputs):
+        return _manifest(out, config.seq_len)
+    streams = {"train": corpus.train, "validation": corpus.validation}
+    where = {s: [(f"{s} pages", corpus.keys[s])] for s in SPLITS}
+    digests = (corpus.sha256, corpus.md5)
+    return _write(out, "enwik8", str(corpus.path), inputs, streams, where, config.seq_len, digests)
+
+
 def _document_keys(stream: np.ndarray) -> bytes:
     """Each document's key (pins.image_key of its tokens), packed: the overlap check's unit."""
     ends = np.nonzero(stream == DOC_END)[0]
@@ -126,8 +148,10 @@ def _write(
     streams: dict[str, np.ndarray],
     where: dict[str, list[tuple[str, bytes]]],
     seq_len: int,
+    digests: tuple[str, str] = ("", ""),
 ) -> TokenManifest:
-    """Write each split's shards, then the manifest (last); drop files of an earlier staging."""
+    """Write each split's shards, then the manifest (last); drop files of an earlier staging.
+    `digests`: the source's sha256 and MD5, where a ruleset pins the source (enwik8)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST_FILE).unlink(missing_ok=True)  # unfinished until the new one is written
     shards = []
@@ -155,7 +179,7 @@ def _write(
                 }
             )
     record = overlap(where["train"], where["validation"])
-    manifest = _from_shards(out, kind, source, inputs, shards, record, seq_len)
+    manifest = _from_shards(out, kind, source, inputs, shards, record, seq_len, digests)
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
     keep = {MANIFEST_FILE} | {s["file"] for s in shards}
     for stale in out.iterdir():
@@ -172,6 +196,7 @@ def _from_shards(
     shards: list[dict[str, Any]],
     record: dict[str, Any] | None,
     seq_len: int,
+    digests: tuple[str, str] = ("", ""),
 ) -> TokenManifest:
     """The manifest, every count summed from the shard entries."""
     train = sum(int(s["tokens"]) for s in shards if s["split"] == "train")
@@ -196,6 +221,8 @@ def _from_shards(
         train_tokens=train,
         val_tokens=val,
         inputs=inputs,
+        source_sha256=digests[0],
+        source_md5=digests[1],
     )
 
 
@@ -281,6 +308,7 @@ def _manifest(out: Path, seq_len: int) -> TokenManifest:
         data["shards"],
         data.get("overlap"),
         seq_len,
+        (data.get("source_sha256", ""), data.get("source_md5", "")),
     )
     if manifest.to_dict() != data:
         write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())

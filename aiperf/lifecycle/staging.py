@@ -17,7 +17,7 @@ from aiperf.config import BenchmarkConfig, batch_problem
 from aiperf.data.staging import Manifest, OnProgress, stage
 from aiperf.errors import UserError, disk_full
 from aiperf.lifecycle.recorder import RunRecorder
-from aiperf.results.data_checks import refuse_unpinned
+from aiperf.results.data_checks import open_data_note, refuse_unpinned
 from aiperf.store import RunClaim
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ def _stage(
     # Recorded first, then judged: a closed run on data other than its ruleset's pin (or with an
     # image in both splits, or a class missing from one) stops here, before its search.
     refuse_unpinned(config, manifest.to_dict())
+    note = open_data_note(config, manifest.to_dict())
+    if note:  # an open run on a corpus other than the pinned one (a stand-in) says so, and goes on
+        logger.warning("run %d: %s", recorder.run_id, note)
     logger.info(
         "run %d: data staged in %.1f s, before the timed window (not counted in it)",
         recorder.run_id,

@@ -72,6 +72,25 @@ def refuse_unpinned(config: BenchmarkConfig, manifest: dict[str, Any]) -> None:
         )
 
 
+def open_data_note(config: BenchmarkConfig, manifest: dict[str, Any]) -> str | None:
+    """For an open run of a packaged profile whose ruleset pins a source corpus (enwik8), one line
+    saying how its data differs from the pin (None: closed, pinned, or nothing to say): such a
+    run goes on, open, and says that its data would not make it closed either."""
+    division = classify(config)
+    ruleset = load_ruleset(division.ruleset)
+    if division.closed or config.profile not in ruleset.profiles:
+        return None
+    pin = ruleset.for_profile(config.profile).data
+    if pin is None or not pin.source_sha256:
+        return None
+    problems = closed_problems(manifest, pin)
+    if not problems:
+        return None
+    return f"open: the data is not {pin.name or pin.kind} as {ruleset.name} pins it: " + "; ".join(
+        problems
+    )
+
+
 def digest_on_disk(manifest: dict[str, Any]) -> str | None:
     """The content digest of the data now at the manifest's path (None: it is not on this
     machine): a synthetic .npz's arrays, or the dataset digest of its shards hashed again."""

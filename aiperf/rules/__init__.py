@@ -34,7 +34,9 @@ class DataPin:
     Generated data (synthetic, digits, generated-imagenet) is pinned by `sha256`, the digest of its
     content that staging computes afresh from the staged files each time a run uses them (never
     read from a sidecar); user data (imagenet) cannot be, so it is pinned by its classes and the
-    images in each split. Either way every class must be in both splits and no image in both."""
+    images in each split. Either way every class must be in both splits and no image in both.
+    A corpus the user brings whose bytes are published (enwik8, rulesets from 1.8) is pinned by
+    their sha256 too, `source_sha256`, which staging computes from the file each time."""
 
     kind: str  # data.kind of the profile
     classes: int
@@ -42,11 +44,14 @@ class DataPin:
     val_samples: int
     sha256: str | None = None  # the content digest, for generated data
     name: str | None = None  # what the data is called (ImageNet-1k)
+    source_sha256: str | None = None  # the user's corpus's bytes (enwik8: the zip's member)
 
     def describe(self) -> str:
         """One line for `aiperf rules` and the check details."""
         what = self.name or self.kind
         digest = f", sha256 {self.sha256[:12]}" if self.sha256 else ""
+        if self.source_sha256:
+            digest += f", its bytes' sha256 {self.source_sha256[:12]}"
         if self.tokens:
             return (
                 f"{what}: a vocabulary of {self.classes}, {self.train_samples} train / "
@@ -60,7 +65,7 @@ class DataPin:
     @property
     def tokens(self) -> bool:
         """Whether the pinned data is the LM track's tokens (its samples are windows)."""
-        return self.kind in ("synthetic-text", "text")
+        return self.kind in ("synthetic-text", "text", "enwik8")
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,7 @@ def _data_pin(raw: dict[str, Any] | None) -> DataPin | None:
         val_samples=int(raw["val_samples"]),
         sha256=str(raw["sha256"]) if raw.get("sha256") else None,
         name=str(raw["name"]) if raw.get("name") else None,
+        source_sha256=str(raw["source_sha256"]) if raw.get("source_sha256") else None,
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from aiperf.rules import PRECISION, Ruleset
+from aiperf.rules import PRECISION, DataPin, Ruleset
 
 
 def closed_requirements(
@@ -62,6 +62,16 @@ def closed_requirements(
             "cap": space.get("batch_cap"),
             "tokens": space.get("batch_tokens"),
         },
-        "data": asdict(rules.data) if rules.data is not None else None,
+        "data": _pin(rules.data),
         "series": asdict(ruleset.series) if ruleset.series is not None else None,
     }
+
+
+def _pin(pin: DataPin | None) -> dict[str, Any] | None:
+    """The pin as JSON; source_sha256 only where a corpus is pinned by its bytes (enwik8, 1.8)."""
+    if pin is None:
+        return None
+    data = asdict(pin)
+    if data.get("source_sha256") is None:
+        del data["source_sha256"]
+    return data
