@@ -268,10 +268,31 @@ def test_grown_children_build_and_keep_the_parents_function(operator, activation
         got = np.array(child(x))
         assert got.shape == expected.shape
         difference = np.abs(got - expected).max()
-        if operator in grow.PRESERVING:
-            assert difference < 1e-5, (child_spec.history[-1], difference)
-        else:  # widen_model: a wider norm averages over more features
-            assert difference > 1e-3, child_spec.history[-1]
+        assert difference < 1e-5, (child_spec.history[-1], difference)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tied_head": True},
+        {"tied_head": False, "norm": "rms"},
+        {"head_dim": 8, "heads": 3, "activation": "swiglu"},  # the heads keep their width
+    ],
+)
+def test_widening_the_model_keeps_the_function_and_lets_the_copies_part(changes):
+    """widen_model duplicates the stream (aiperf/arch/grow.py): the child computes the parent's
+    function under either norm, either head and whether or not its heads widen with it; the copies
+    of a reader's rows are different shares of the parent's, so they train apart."""
+    parent_spec = tiny(**changes)
+    parent = build_transformer(parent_spec, seed=1)
+    x = tokens(parent_spec, seed=4)
+    child_spec = grow.widen_model(parent_spec, 2)
+    child = grow.grow_weights(parent, parent_spec, child_spec, seed=2)
+    difference = np.abs(np.array(child(x)) - np.array(parent(x))).max()
+    assert difference < 1e-5, difference
+    query = np.array(child.get_layer("block0_attention").query_dense.kernel.numpy())
+    d = parent_spec.d_model
+    assert not np.allclose(query[:d], query[d:]), "the two copies' shares are drawn apart"
 
 
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])

@@ -18,9 +18,22 @@ will not build or fit. `grow_weights` gives a child the parent's weights; for de
 and widen_heads the new parts are initialised so the child computes the parent's function exactly
 (zeroed output projections: the new parts add zero to the residual stream), so training continues
 from the parent. A swiglu MLP (gate, up, their product, down) grows the same way: its new hidden
-units' gate and up columns are fresh and their rows of mlp_down zero, so they add zero. widen_model
-does not preserve the function: a norm over a wider stream averages over more features, so the
-parent's weights are carried over into the leading slices and the rest is fresh.
+units' gate and up columns are fresh and their rows of mlp_down zero, so they add zero.
+
+widen_model preserves the function too, by duplicating the residual stream (in the spirit of Shen
+et al. 2022's width operator; Net2Net's, Chen et al. 2016, for a stream read through norms): the
+child's stream is the parent's tiled `factor` times. A norm over tile(x) computes tile(norm(x))
+exactly (mean and variance, or the mean square, are the same), so every norm's scale and offset are
+tiled; whatever writes to the stream (embeddings, each attention's output projection, each
+MLP's down projection) writes its output tiled; whatever reads a norm's output (the queries, keys
+and values, the MLP's up and gate, an untied head) reads each copy with a share of the parent's
+weight, the shares of one weight summing to 1 and drawn at random from the seed, so the copies get
+different gradients and grow apart (equal shares would keep them equal for ever). A tied head reads
+the stream through the tiled embedding, so the final norm's scale and offset are divided by
+`factor`. Where the head width follows d_model (head_dim unset) each head doubles with it: the
+queries' old dimensions are scaled by sqrt(new / old width), to undo the wider head's 1/sqrt(key_dim);
+the new dimensions' queries and their output rows start at zero (they add nothing), their keys and
+values fresh (so the zero queries still learn).
 
 `distance` compares two specs for the oracle's Gaussian process, in the spirit of
 aiperf/search/distance.py: one growth step moves a spec by about 1.
@@ -43,8 +56,8 @@ if TYPE_CHECKING:
     import keras
 
 OPERATORS = ("deepen", "widen_mlp", "widen_heads", "widen_model")
-# The operators grow_weights makes function-preserving.
-PRESERVING = ("deepen", "widen_mlp", "widen_heads")
+# The operators grow_weights makes function-preserving: every one.
+PRESERVING = OPERATORS
 
 
 def _grown(spec: TransformerSpec, step: Morphism, **changes: Any) -> TransformerSpec:
@@ -248,6 +261,91 @@ def _preserve(
     return value
 
 
+_READERS = ("query/kernel", "key/kernel", "value/kernel")
+
+
+def _tiled(value: np.ndarray, factor: int) -> np.ndarray:
+    """The stream's last axis repeated `factor` times: tile(x)."""
+    return np.concatenate([value] * factor, axis=-1)
+
+
+def _shared(value: np.ndarray, factor: int, rng: np.random.Generator) -> np.ndarray:
+    """A reader's kernel (stream on the first axis) for the tiled stream: `factor` copies of its
+    rows, each weight split into random shares that sum to it."""
+    shares = rng.dirichlet(np.ones(factor), size=value.shape)  # value.shape + (factor,)
+    return np.concatenate([value * shares[..., j] for j in range(factor)], axis=0)
+
+
+def _widened_heads(
+    fresh: np.ndarray, value: np.ndarray, part: str, widths: tuple[int, int]
+) -> np.ndarray:
+    """A query, key or value kernel or bias (heads and head width on its last two axes) whose heads
+    widened from `widths[0]` to `widths[1]`: the parent's in the leading dimensions (a query's
+    scaled by sqrt(new / old)); the new dimensions' queries zero, their keys and values fresh."""
+    old, new = widths
+    out = fresh.copy()
+    if part == "query":
+        out[..., old:] = 0
+        value = value * math.sqrt(new / old)
+    out[..., :old] = value
+    return out
+
+
+def _widen_model_value(
+    path: str,
+    fresh: np.ndarray,
+    value: np.ndarray,
+    parent: TransformerSpec,
+    factor: int,
+    rng: np.random.Generator,
+    widths: tuple[int, int],
+) -> np.ndarray:
+    """One child weight of widen_model from the parent's `value` (the module's docstring)."""
+    layer, _, rest = path.partition("/")
+    if rest in ("gamma", "beta", "scale"):  # a norm: tiled; a tied head's final norm / factor
+        tiled = _tiled(value, factor)
+        return tiled / factor if layer == "final_norm" and parent.tied_head else tiled
+    if rest == "attention_output/kernel":  # writes the stream; new head dims' rows zero
+        out = np.zeros_like(fresh)
+        out[:, : widths[0], :] = _tiled(value, factor)
+        return out
+    if rest in _READERS or (rest == "kernel" and layer.endswith(("_mlp_up", "_mlp_gate", "head"))):
+        value = _shared(value, factor, rng)
+    elif layer.endswith(("_mlp_down", "embedding")) or rest == "attention_output/bias":
+        return _tiled(value, factor)  # a writer: its output tiled
+    part = rest.split("/")[0]
+    if part in ("query", "key", "value") and widths[1] != widths[0]:
+        return _widened_heads(fresh, value, part, widths)
+    return value
+
+
+def _widen_model_weights(
+    child: keras.Model,
+    parents: dict[str, Any],
+    parent: TransformerSpec,
+    child_spec: TransformerSpec,
+    rng: np.random.Generator,
+) -> None:
+    """Every weight of a widen_model child, so that it computes its parent's function."""
+    factor, widths = child_spec.d_model // parent.d_model, (parent.key_dim, child_spec.key_dim)
+    for variable in child.weights:
+        old = parents[variable.path]
+        value = _widen_model_value(
+            variable.path,
+            np.array(variable.numpy()),
+            np.array(old.numpy()),
+            parent,
+            factor,
+            rng,
+            widths,
+        )
+        if value.shape != tuple(variable.shape):
+            raise ValueError(
+                f"weight {variable.path}: {value.shape} does not fit {variable.shape}"
+            )
+        variable.assign(value)
+
+
 def grow_weights(
     parent_model: keras.Model,
     parent_spec: TransformerSpec,
@@ -257,10 +355,10 @@ def grow_weights(
     attention: str = "auto",
 ) -> keras.Model:
     """The child built fresh from `seed` (its attention computed by `attention`'s kernel, as
-    build_transformer's), the parent's weights carried over by name: for deepen, widen_mlp and
-    widen_heads it computes the parent's function (up to float rounding); for widen_model only
-    the carried-over slices are the parent's. The child must be the parent grown by one step (or
-    the parent itself, whose weights are then copied)."""
+    build_transformer's), the parent's weights carried over by name, so that it computes the
+    parent's function (up to float rounding; the module's docstring says how for each operator).
+    The child must be the parent grown by one step (or the parent itself, whose weights are then
+    copied)."""
     history = parent_spec.history
     if child_spec.history[: len(history)] != history or len(child_spec.history) > len(history) + 1:
         raise ValueError("the child is not one growth step from the parent")
@@ -275,6 +373,9 @@ def grow_weights(
         raise ValueError("the child differs from the parent but its history records no growth")
     child = build_transformer(child_spec, seed=seed, attention=attention)
     parents = {v.path: v for v in parent_model.weights}
+    if step.operator == "widen_model":
+        _widen_model_weights(child, parents, parent_spec, child_spec, np.random.default_rng(seed))
+        return child
     for variable in child.weights:
         layer, _, rest = variable.path.partition("/")
         source = _parent_layer(layer, step)
