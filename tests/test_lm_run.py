@@ -139,15 +139,20 @@ def test_lm_quick_report_s_score_over_time_ends_at_its_headline(lm_quick):
     """Issue 49: the report's score over time is judged by the run's own quality (its loss), so it
     ends at the headline's regulated score, not at next-token accuracy's."""
     from aiperf import quality
-    from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time, window
+    from aiperf.report.timeline import (
+        aiperf_checkpoints,
+        counted_seconds,
+        judge_of,
+        score_over_time,
+    )
     from aiperf.store import Store
 
     _, db = lm_quick
     with Store.open_existing(f"sqlite:///{db}") as store:
         run = store.get_run(1)
-        span = window(run)
-        assert span is not None and run.score is not None
-        last = score_over_time(run, aiperf_checkpoints(span[1]), judge_of(store, run))[-1]
+        elapsed = counted_seconds(run)
+        assert elapsed is not None and run.score is not None
+        last = score_over_time(run, aiperf_checkpoints(elapsed), judge_of(store, run))[-1]
     assert last.metric == quality.LOSS and last.best_quality == pytest.approx(
         run.score.best_val_loss
     )

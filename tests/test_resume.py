@@ -222,6 +222,19 @@ def test_a_killed_run_is_lost_then_recovered_or_resumed(tmp_path):
         "the gap is not counted"
     )
     _window_checks_pass(record)
+    # The report's score over time runs on the window's own clock, so it ends at the headline.
+    from aiperf.report.timeline import (
+        aiperf_checkpoints,
+        counted_seconds,
+        judge_of,
+        score_over_time,
+    )
+
+    with Store.open_existing(copy_url) as store:
+        counted = counted_seconds(record)
+        assert counted == pytest.approx(elapsed)
+        last = score_over_time(record, aiperf_checkpoints(counted), judge_of(store, record))[-1]
+    assert last.ops == pytest.approx(record.score.ops, rel=1e-9)
 
 
 @pytest.mark.slow

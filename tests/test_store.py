@@ -275,6 +275,14 @@ def test_a_resumed_run_scores_the_sum_of_its_segments_not_the_gap(store):
     from aiperf.store import window_gaps
 
     assert window_gaps(record.windows) == [pytest.approx(80)]
+    # The score over time runs on the same clock: stopped in the gap, the last checkpoint the 61 s
+    # the headline divides by (aiperf.report.timeline).
+    from aiperf.report.timeline import counted_seconds, window_time
+
+    segments = list(record.windows)
+    at = [window_time(datetime.fromtimestamp(T0 + t, UTC), segments) for t in (10, 50, 110)]
+    assert at == [pytest.approx(10), pytest.approx(20), pytest.approx(30)]
+    assert counted_seconds(record) == pytest.approx(61)
 
 
 # --- datasets ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from aiperf.report.svg import (
 from aiperf.report.timeline import (
     Judge,
     aiperf_checkpoints,
+    counted_seconds,
     even_checkpoints,
     score_over_time,
     window,
@@ -42,10 +43,9 @@ def _quality_text(value: float | None) -> str:
 
 def score_over_time_plot(run: RunRecord, judge: Judge) -> str:
     """AIPerf's table every 0.1 h and a plot, each row's quality the run's own (`judge.metric`)."""
-    span = window(run)
-    if span is None:
+    elapsed = counted_seconds(run)  # a resumed run's segments end to end
+    if elapsed is None:
         return "<p class=note>The search has not ended: no score over time yet.</p>"
-    elapsed = span[1]
     rows = score_over_time(run, aiperf_checkpoints(elapsed), judge)
     table = html_table(
         ["time (h)", "time (s)", "operations", "OPS", "best " + quality.label(judge.metric)]

@@ -44,7 +44,7 @@ from aiperf.report.summary import (
 )
 from aiperf.report.svg import esc, html_table
 from aiperf.report.system import system_section
-from aiperf.report.timeline import aiperf_checkpoints, judge_of, score_over_time, window
+from aiperf.report.timeline import aiperf_checkpoints, counted_seconds, judge_of, score_over_time
 from aiperf.report.tree import CSS as TREE_CSS
 from aiperf.report.tree import search_tree_html
 from aiperf.store import RunRecord, Store
@@ -180,9 +180,9 @@ def markdown_summary(store: Store, run_id: int, path: Path) -> str:
         f"| time (h) | time (s) | OPS | best {label} | regulated score |",
         "| --- | --- | --- | --- | --- |",
     ]
-    span = window(run)
-    if span is not None and run.score is not None:
-        for c in score_over_time(run, aiperf_checkpoints(span[1]), judge):
+    elapsed = counted_seconds(run)
+    if elapsed is not None and run.score is not None:
+        for c in score_over_time(run, aiperf_checkpoints(elapsed), judge):
             best = "-" if c.best_quality is None else f"{c.best_quality:.4f}"
             lines.append(
                 f"| {c.t_s / 3600:.2f} | {c.t_s:.1f} | {ops_rate(c.ops)} | {best} | "

@@ -2,7 +2,9 @@
 
 AIPerf prints the score every 0.1 h of a run; the same figures here come from the records alone:
 at a checkpoint t seconds into the timed window, the operations of every epoch that had ended by
-then, divided by t, and the best quality of the complete epochs that had ended by then. The quality
+then, divided by t, and the best quality of the complete epochs that had ended by then. A resumed
+run's window is its segments end to end: its clock stops between one segment's end and the next
+one's start (the gap is not counted, as the headline's seconds do not count it: window_seconds). The quality
 is the run's own (aiperf.quality): its validation loss on the LM track, its validation accuracy on
 the CNN track; the regulated score is aiperf.results.score.regulated's, the headline's one rule, so
 the last checkpoint (the window's end) is the headline's regulated score.
@@ -18,6 +20,7 @@ from aiperf.config import ValidityConfig
 from aiperf.results.division import recorded_rules
 from aiperf.results.score import judged_by_loss, regulated
 from aiperf.store import RunRecord, Store
+from aiperf.store.records import WindowRecord
 
 CHECKPOINT_INTERVAL_S = 360.0  # 0.1 h
 
@@ -77,7 +80,27 @@ class _Done:
     quality: float | None  # None for an incomplete epoch
 
 
+def window_time(at: datetime, segments: list[WindowRecord]) -> float:
+    """Seconds of the timed window elapsed at `at`: the whole segments that ended before it and the
+    part of the one it falls in (a time in a gap counts as its earlier segment's end)."""
+    elapsed = 0.0
+    for segment in segments:
+        if at <= segment.started_at:
+            break
+        end = segment.ended_at if segment.ended_at is not None else at
+        elapsed += (min(at, end) - segment.started_at).total_seconds()
+    return elapsed
+
+
+def _segments(run: RunRecord, start: datetime) -> list[WindowRecord]:
+    """The run's window segments in order; one spanning the window where none is recorded."""
+    if run.windows:
+        return sorted(run.windows, key=lambda w: w.segment)
+    return [WindowRecord(0, start, start, run.search_ended_at)]
+
+
 def _epochs(run: RunRecord, start: datetime, metric: str) -> list[_Done]:
+    segments = _segments(run, start)
     done = []
     for trial in run.trials:
         if trial.train_ops_per_sample is None:
@@ -87,15 +110,24 @@ def _epochs(run: RunRecord, start: datetime, metric: str) -> list[_Done]:
                 trial.eval_ops_per_sample or 0
             )
             measured = quality.of(e, metric) if e.complete else None
-            done.append(_Done((e.ended_at - start).total_seconds(), float(ops), measured))
+            done.append(_Done(window_time(e.ended_at, segments), float(ops), measured))
     return sorted(done, key=lambda d: d.ended_s)
 
 
 def window(run: RunRecord) -> tuple[datetime, float] | None:
-    """Start of the timed window and its length in seconds; None before the search has ended."""
+    """Start of the timed window and its wall-clock span in seconds (a resumed run's gaps
+    included); None before the search has ended."""
     if run.search_started_at is None or run.search_ended_at is None:
         return None
     return run.search_started_at, (run.search_ended_at - run.search_started_at).total_seconds()
+
+
+def counted_seconds(run: RunRecord) -> float | None:
+    """The seconds of the timed window the score divides by (a resumed run's segments, end to
+    end): the last checkpoint of the score over time; None before the search has ended."""
+    if run.search_started_at is None or run.search_ended_at is None:
+        return None
+    return window_time(run.search_ended_at, _segments(run, run.search_started_at))
 
 
 def score_over_time(run: RunRecord, checkpoints: list[float], judge: Judge) -> list[Checkpoint]:
