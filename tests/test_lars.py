@@ -120,7 +120,7 @@ def test_polynomial_is_a_setting_value_and_a_bad_one_names_all_three():
     assert "'constant', 'cosine' or 'polynomial'" in str(error.value)
     with pytest.raises(UserError) as error:
         load_config("quick", workers=1, overrides={"train.optimizer": "lamb"})
-    assert "'sgd', 'adam' or 'lars'" in str(error.value)
+    assert "'sgd', 'adam', 'adamw' or 'lars'" in str(error.value)
 
 
 # --- the ruleset -------------------------------------------------------------------------------------

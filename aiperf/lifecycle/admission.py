@@ -217,6 +217,8 @@ class Admission:
                         weights_path=self._weights_path(number),
                         feed=self.config.data.feed,
                         attention=self.config.train.attention,
+                        beta_2=self.config.train.beta_2,
+                        clip_norm=self.config.train.clip_norm,
                     ),
                     proposal.operator,
                 )

@@ -105,6 +105,10 @@ ADDED_LATER = {
     "validity.loss_ceiling": None,
     # the LM track's entropy floor (issue 49, rulesets from 1.7); unset on every earlier run
     "validity.entropy_floor": None,
+    # Adam's second-moment decay and gradient clipping (issue 49, the LM track's AdamW from 1.8):
+    # Keras' 0.999 and no clipping, as every earlier run trained
+    "train.beta_2": 0.999,
+    "train.clip_norm": None,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in
