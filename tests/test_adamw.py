@@ -1,21 +1,29 @@
-"""The LM track's optimiser recipe (issue 49, part 4): AdamW with decoupled weight decay on the
-matrices only, Adam's beta_2 and global-norm gradient clipping as settings. One optimizer step on
-hand-made variables, config validation and the workload hash; nothing trains
-(tests/test_train_recipe.py's JAX script takes a step under jax.jit)."""
+"""The LM track's optimiser recipe (issue 49, part 4; aiperf-rules-1.8): AdamW with decoupled weight
+decay on the matrices only, beta_2 0.95, global-norm gradient clipping, a warm-up then cosine. One
+optimizer step on hand-made variables, config validation, the ruleset and the division; nothing
+trains (tests/test_lm_run.py's run trains with it, tests/test_train_recipe.py's JAX script takes a
+step under jax.jit)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from aiperf.config import load_config
+from aiperf.config import ValidityConfig, load_config
 from aiperf.errors import UserError
-from aiperf.results.division import OPEN, classify
+from aiperf.results.division import CLOSED, OPEN, classify, flatten
+from aiperf.rules import load_ruleset
 from aiperf.train import recipe
 from aiperf.train.messages import TrialRequest
 
+V17, V18 = "aiperf-rules-1.7", "aiperf-rules-1.8"
+LM = ("lm-quick", "lm")
+# aiperf-rules-1.7.yaml as published: LM runs recorded under it are judged by it
+V17_SHA256 = "4cf1363e706fb6715403b3d4016b4792eff7b4aebb4ecef02314c5d2cda28e14"
 RATE, DECAY = 0.01, 0.1
 
 
@@ -163,3 +171,72 @@ def test_the_request_and_the_step_carry_them():
     )
     step = request.step_recipe(language=True)
     assert (step.optimizer, step.beta_2, step.clip_norm) == ("adamw", 0.95, 1.0)
+    from aiperf.train.fit import StepRecipe
+
+    seed_step = StepRecipe.of_train(load_config("lm-quick", workers=1, runs_here=False).train)
+    assert (seed_step.optimizer, seed_step.beta_2, seed_step.clip_norm) == ("adamw", 0.95, 1.0)
+
+
+def _validity(version: str, profile: str) -> ValidityConfig:
+    """The validity section a run of `profile` recorded under `version`."""
+    return ValidityConfig(**load_ruleset(version).for_profile(profile).validity())
+
+
+# --- the ruleset -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", LM)
+def test_the_lm_profiles_name_1_8_and_train_with_its_recipe(profile):
+    config = load_config(profile, workers=1, runs_here=False)
+    assert config.ruleset == V18
+    wanted = load_ruleset(V18).for_profile(profile).recipe
+    assert wanted["train.optimizer"] == "adamw" and wanted["train.clip_norm"] == 1.0
+    flat = flatten(config.model_dump(mode="json"))
+    assert {k: flat[k] for k in wanted} == wanted, "the profile sets what the ruleset closes"
+    train = config.train
+    assert (train.beta_2, train.lr_schedule, train.weight_decay) == (0.95, "cosine", 0.1)
+    assert min(config.search.space.warmup_epochs or [0.0]) > 0, "every trial warms up"
+    division = classify(config)
+    assert (division.name, division.ruleset, division.deviations) == (CLOSED, V18, ())
+
+
+def test_1_7_stays_as_published_and_1_8_keeps_its_figures():
+    text = (
+        Path(__file__).resolve().parent.parent / "aiperf" / "rules" / f"{V17}.yaml"
+    ).read_bytes()
+    assert hashlib.sha256(text).hexdigest() == V17_SHA256, "a published ruleset is never edited"
+    old, new = load_ruleset(V17), load_ruleset(V18)
+    assert (new.settable, new.choices, new.series, new.fit) == (
+        old.settable,
+        old.choices,
+        old.series,
+        old.fit,
+    )
+    for profile, rules in old.profiles.items():
+        same = new.profiles[profile]
+        assert (same.validity(), same.data, same.seed_architecture) == (
+            rules.validity(),
+            rules.data,
+            rules.seed_architecture,
+        ), profile
+        if profile not in LM:
+            assert (same.recipe, same.recipe_before) == (rules.recipe, rules.recipe_before)
+
+
+@pytest.mark.parametrize("profile", LM)
+@pytest.mark.parametrize("version", ["aiperf-rules-1.5", "aiperf-rules-1.6", V17])
+def test_a_run_recorded_before_1_8_is_judged_by_its_own_recipe(profile, version):
+    """An LM run as 1.5-1.7 made it (Adam, weight decay an L2 term) stays closed under the version
+    it recorded; AdamW under that version is open; the two never share a workload hash."""
+    before = load_ruleset(V18).for_profile(profile).recipe_before
+    assert before["train.optimizer"] == "adam" and before["train.clip_norm"] is None
+    recorded = {"ruleset": version, "validity": _validity(version, profile)}
+    then = load_config(profile, workers=1, overrides=before, runs_here=False)
+    then = then.model_copy(update=recorded)
+    judged = classify(then)
+    assert (judged.name, judged.ruleset, judged.deviations) == (CLOSED, version, ())
+    now = load_config(profile, workers=1, runs_here=False)
+    adamw_then = classify(now.model_copy(update=recorded))
+    assert adamw_then.name == OPEN
+    assert "train.optimizer: 'adam' -> 'adamw'" in adamw_then.deviations
+    assert judged.config_hash != classify(now).config_hash

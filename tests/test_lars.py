@@ -166,7 +166,7 @@ def test_the_other_profiles_keep_their_rulesets_and_recipes():
         if profile in IMAGENETS:
             continue
         config = load_config(profile, workers=1, runs_here=False)
-        assert config.ruleset in ("aiperf-rules-1.3", "aiperf-rules-1.7"), profile  # lm: 1.7
+        assert config.ruleset in ("aiperf-rules-1.3", "aiperf-rules-1.8"), profile  # lm: 1.8
         assert config.train.optimizer != "lars" and config.train.lr_schedule != "polynomial"
 
 
