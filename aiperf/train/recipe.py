@@ -26,6 +26,18 @@ WARMUP_START = 0.1
 # Adam's second-moment decay unless train.beta_2 says otherwise: Keras' default, which every Adam
 # trial had before the setting existed. The LM track's AdamW takes the field's 0.95.
 ADAM_BETA_2 = 0.999
+# The train settings that make the recipe: what a result says it trained with (`aiperf show --json`).
+SETTINGS = (
+    "optimizer",
+    "momentum",
+    "beta_2",
+    "weight_decay",
+    "clip_norm",
+    "lr_schedule",
+    "warmup_epochs",
+    "lr_reference_batch",
+    "label_smoothing",
+)
 
 
 def scaled_rate(rate: float, global_batch: int, reference_batch: int | None) -> float:
