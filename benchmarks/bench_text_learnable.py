@@ -15,6 +15,14 @@ operators (deeper, a wider MLP, a wider model, both), built by aiperf's builder
 steps on aiperf's token feed (aiperf.data.tokens) and report their validation loss in the same nats
 per token, and on the key letters. docs/performance.md, "The LM track", has the figures.
 
+With `--recipes`, the seed lm-tiny trains three times from the same fresh weights on the same
+batches, the same steps at the same peak rate (--rate; several give a row each): with the LM
+profiles' recipe of aiperf-rules-1.7 (Adam, weight decay 1e-4 as an L2 term on the gradient, a
+constant rate), with 1.8's (AdamW, decoupled weight decay 0.1 on the matrices, beta_2 0.95,
+gradients clipped to a global norm of 1, a tenth of the steps warming up, then cosine), and with
+1.8's at a constant rate after its warm-up, each built by aiperf.train.recipe as a trial builds
+it; the validation loss is read four times and the best is printed.
+
 Each loss is shown with its regulation factor under aiperf-rules-1.5/1.6 (ln V - loss) and under 1.7
 (ln((ln V - H) / (loss - H)), aiperf.quality.loss_factor), H the validation split's entropy floor
 computed from the generator (aiperf/data/text_entropy.py), and whether it meets a loss ceiling
@@ -22,6 +30,7 @@ computed from the generator (aiperf/data/text_entropy.py), and whether it meets 
 
     .venv/bin/python benchmarks/bench_text_learnable.py [--seed 0] [--train-tokens 2000000]
         [--models --steps 400 --seq-len 64 --batch 32] [--ceiling 2.25]
+        [--recipes --rate 0.003 0.01 --train-tokens 262144 --val-tokens 32768]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -132,6 +142,62 @@ def train_models(  # noqa: PLR0913
         )
 
 
+# The LM profiles' recipes, as aiperf.train.recipe.optimizer's arguments and the schedule's
+# (aiperf-rules-1.8.yaml: each profile's `recipe_before` and `recipe`; 1.7's largest searched decay).
+RECIPES: dict[str, dict[str, Any]] = {
+    "1.7 Adam + L2": dict(
+        optimizer="adam", weight_decay=1e-4, beta_2=0.999, clip_norm=None, schedule="constant",
+        warmup=0.0,
+    ),
+    "1.8 AdamW": dict(
+        optimizer="adamw", weight_decay=0.1, beta_2=0.95, clip_norm=1.0, schedule="cosine",
+        warmup=0.1,
+    ),
+    # 1.8's optimizer with 1.7's constant rate (after the same warm-up): what the cosine does
+    "1.8, constant": dict(
+        optimizer="adamw", weight_decay=0.1, beta_2=0.95, clip_norm=1.0, schedule="constant",
+        warmup=0.1,
+    ),
+}  # fmt: skip
+
+
+def train_recipes(  # noqa: PLR0913
+    path: str, steps: int, seq_len: int, batch: int, seed: int, rates: list[float]
+) -> None:
+    """The seed trained with each of RECIPES at each rate: its best of four validation losses."""
+    import keras
+
+    from aiperf.arch.transformer import build_transformer, transformer_seed
+    from aiperf.train import recipe
+
+    print(f"lm-tiny, {steps} steps of {batch} x {seq_len} tokens, best of 4 validation losses:")
+    print("  recipe          rate    best val loss (nats/token)   loss at each quarter")
+    for rate in rates:
+        for name, how in RECIPES.items():
+            # a feed of its own: every recipe trains on the same batches in the same order
+            feed = open_token_feed(path, batch_size=batch, seq_len=seq_len, seed=seed)
+            keras.utils.set_random_seed(seed)
+            model = build_transformer(transformer_seed("lm-tiny", seq_len=seq_len), seed=seed)
+            schedule = recipe.learning_rate(
+                rate, str(how["schedule"]), epochs=1, steps_per_epoch=steps,
+                warmup_epochs=float(how["warmup"]),
+            )  # fmt: skip
+            options = {k: how[k] for k in ("weight_decay", "beta_2", "clip_norm")}
+            model.compile(
+                recipe.optimizer(str(how["optimizer"]), schedule, momentum=0.9, **options),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            losses = []
+            for _ in range(4):
+                model.fit(
+                    feed.epochs["x"], steps_per_epoch=steps // 4, epochs=1, shuffle=False,
+                    verbose=0,
+                )  # fmt: skip
+                losses.append(float(model.evaluate(**feed.val, verbose=0)))
+            shown = ", ".join(f"{loss:.3f}" for loss in losses)
+            print(f"  {name:<15} {rate:<7g} {min(losses):.3f}                        {shown}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -141,6 +207,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--recipes", action="store_true", help="lm-tiny with 1.7's recipe and with 1.8's"
+    )
+    parser.add_argument("--rate", type=float, nargs="+", default=[0.003], help="with --recipes")
     quick = load_ruleset("aiperf-rules-1.7").for_profile("lm-quick").loss_ceiling
     parser.add_argument("--ceiling", type=float, default=quick, help="nats/token")
     args = parser.parse_args()
@@ -162,6 +232,10 @@ def main() -> None:
         if args.models:
             train_models(
                 manifest.path, args.steps, args.seq_len, args.batch, args.seed, regulation
+            )
+        if args.recipes:
+            train_recipes(
+                manifest.path, args.steps, args.seq_len, args.batch, args.seed, args.rate
             )
     began = time.perf_counter()
     nats = ngram_token_nats(train, validation, ORDERS)

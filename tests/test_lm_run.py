@@ -17,7 +17,8 @@ model's 2.32: a seed's first epoch (2.4-2.5) does not meet it, a grown trial's t
 third round do (1.89 on a 2-vCPU Zen 4, 4 trials completed in the 2 minutes). Where the third
 round's second epoch does not complete (2.39 with the Zen 4 busier, docs/performance.md, issue 49),
 the run is judged invalid by the ceiling: the test asks that the verdict and exit status are the
-ceiling's and that verify passes either way.
+ceiling's and that verify passes either way. aiperf-rules-1.8 keeps 1.7's figures and closes the
+field's recipe (AdamW, beta_2 0.95, clipping at 1, warm-up then cosine), which the run records.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from nvidia_smi_samples import standin_node_run
 from aiperf.data.enwik8 import ENWIK8_SHA256
 
 ROOT = Path(__file__).resolve().parents[1]
-CEILING, FLOOR = 2.25, 0.5972  # lm-quick's in aiperf-rules-1.7, nats/token
+CEILING, FLOOR = 2.25, 0.5972  # lm-quick's in aiperf-rules-1.7 and 1.8, nats/token
 
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -95,9 +96,16 @@ def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
     [(division, ruleset, profile, config)] = _rows(
         db, "SELECT division, ruleset, profile, config FROM runs"
     )
-    assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.7", "lm-quick")
+    assert (division, ruleset, profile) == ("closed", "aiperf-rules-1.8", "lm-quick")
     # The attention kernel the run chose (aiperf.train.attention), TensorFlow on a CPU: unfused.
-    assert json.loads(config)["train"]["attention"] == "unfused"
+    train = json.loads(config)["train"]
+    assert train["attention"] == "unfused"
+    # How it trained, recorded with it (aiperf-rules-1.8's recipe; each trial's warm-up is searched
+    # and stored with the trial's hyperparameters)
+    recipe = ("optimizer", "beta_2", "clip_norm", "lr_schedule", "weight_decay")
+    assert [train[k] for k in recipe] == ["adamw", 0.95, 1.0, "cosine", 0.1]
+    warmups = _rows(db, "SELECT json_extract(hyperparameters, '$.warmup_epochs') FROM trials")
+    assert warmups and all(w > 0 for (w,) in warmups), warmups
     completed = _rows(
         db,
         "SELECT architecture, train_ops_per_sample, eval_ops_per_sample, best_val_loss, id "

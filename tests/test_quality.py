@@ -96,7 +96,7 @@ def test_the_lm_profiles_are_closed_and_judged_by_loss():
     for profile in ("lm-quick", "lm"):
         config = load_config(profile, workers=1, runs_here=False)
         judged = classify(config)
-        assert judged.closed and judged.ruleset == "aiperf-rules-1.7", profile
+        assert judged.closed and judged.ruleset == "aiperf-rules-1.8", profile  # 1.7's figures
         assert config.search.objective == quality.LOSS
         assert config.validity.loss_ceiling == {"lm-quick": 2.25, "lm": 1.0}[profile]
         assert config.validity.entropy_floor is not None
@@ -112,7 +112,7 @@ def test_aiperf_rules_says_what_a_closed_lm_result_needs():
     shown = CliRunner().invoke(app, ["rules", "lm-quick", "--json"])
     assert shown.exit_code == 0, shown.output
     required = __import__("json").loads(shown.output)
-    assert required["loss_ceiling"] == 2.25 and required["ruleset"] == "aiperf-rules-1.7"
+    assert required["loss_ceiling"] == 2.25 and required["ruleset"] == "aiperf-rules-1.8"
     assert required["entropy_floor"] == 0.5972
     assert required["batch_size"]["tokens"] == [1024, 2048]
     assert required["choices"]["data.feed"] == ["auto", "tf.data", "dali"]

@@ -135,7 +135,7 @@ def test_1_3_stays_as_published_and_1_4_keeps_its_figures():
     )
 
 
-def test_the_imagenet_profiles_name_1_6_the_lm_track_1_7_and_the_others_1_3():
+def test_the_imagenet_profiles_name_1_6_the_lm_track_1_8_and_the_others_1_3():
     for profile in available_profiles():
         if profile == "enwik8":  # the LM track on a real corpus, from 1.8
             config = load_config(profile, workers=1, runs_here=False)
@@ -144,7 +144,7 @@ def test_the_imagenet_profiles_name_1_6_the_lm_track_1_7_and_the_others_1_3():
             continue
         if profile.startswith("lm"):  # the LM track: its own ruleset, judged by loss
             config = load_config(profile, workers=1, runs_here=False)
-            assert config.ruleset == "aiperf-rules-1.7", profile
+            assert config.ruleset == "aiperf-rules-1.8", profile  # its recipe: tests/test_adamw.py
             assert config.validity.loss_ceiling == {"lm-quick": 2.25, "lm": 1.0}[profile]
             continue
         config = load_config(

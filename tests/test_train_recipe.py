@@ -67,6 +67,17 @@ def test_warmup_ramps_linearly_from_a_tenth_then_decays():
     assert [_rate(constant, s) for s in (10, 25, 39, 80)] == pytest.approx([0.1] * 4)
 
 
+def test_a_cosine_with_a_floor_ends_at_that_fraction_of_the_rate():
+    """train.lr_floor (the LM track's 0.1, GPT-3's): after the warm-up the cosine runs from the
+    trial's rate down to a tenth of it, not to nothing."""
+    schedule = recipe.learning_rate(
+        0.1, "cosine", epochs=4, steps_per_epoch=10, warmup_epochs=1, floor=0.1
+    )
+    assert _rate(schedule, 10) == pytest.approx(0.1)
+    assert _rate(schedule, 10 + 15) == pytest.approx(0.055, rel=1e-5), "half-way: between both"
+    assert _rate(schedule, 500) == pytest.approx(0.01, rel=1e-5), "it ends at a tenth"
+
+
 def test_a_warmup_longer_than_the_trial_is_cut_to_it():
     schedule = recipe.learning_rate(0.1, "cosine", epochs=2, steps_per_epoch=10, warmup_epochs=5)
     assert _rate(schedule, 0) == pytest.approx(0.01) and _rate(schedule, 19) == pytest.approx(0.1)
@@ -302,7 +313,17 @@ rate = recipe.learning_rate(2.0, "polynomial", epochs=3, steps_per_epoch=4, warm
 large.compile(optimizer=recipe.optimizer("lars", rate, momentum=0.9, weight_decay=5e-5),
               loss=recipe.loss(0.1), metrics=["accuracy"], jit_compile=True)
 lars = large.fit(x, y, batch_size=16, epochs=1, verbose=0)
+# aiperf-rules-1.8's LM recipe: AdamW, a zero gradient's step jitted as the JAX trainer takes it
+import jax
+adamw = recipe.optimizer("adamw", 0.01, momentum=0.9, weight_decay=0.1, beta_2=0.95, clip_norm=1.0)
+kernel, scale = keras.Variable(np.full((3, 4), 2.0, "float32")), keras.Variable(np.full(4, 2.0, "float32"))
+adamw.build([kernel, scale])
+zeros = [np.zeros((3, 4), "float32"), np.zeros(4, "float32")]
+step = jax.jit(lambda weights, slots: adamw.stateless_apply(slots, zeros, weights))
+(kernel, scale), _ = step([kernel.value, scale.value], [v.value for v in adamw.variables])
 print(json.dumps({"backend": keras.backend.backend(), "loss": history.history["loss"][-1],
+                  "adamw_kernel": float(np.asarray(kernel)[0, 0]),
+                  "adamw_scale": float(np.asarray(scale)[0]),
                   "steps": int(model.optimizer.iterations.numpy()),
                   "lr": float(model.optimizer.learning_rate),
                   "lars_loss": lars.history["loss"][-1],
@@ -330,3 +351,6 @@ def test_the_recipe_trains_under_jax_jit():
     # LARS: step 4 of 12, two of them warm-up, a fifth of the way down the power-2 decay to 1e-4
     assert np.isfinite(facts["lars_loss"]) and facts["lars_steps"] == 4
     assert facts["lars_lr"] == pytest.approx((2.0 - 1e-4) * 0.8**2 + 1e-4, rel=1e-5)
+    # AdamW (aiperf-rules-1.8): the matrix shrinks by rate x decay, the norm's scale does not
+    assert facts["adamw_kernel"] == pytest.approx(2.0 * (1 - 0.01 * 0.1), rel=1e-6)
+    assert facts["adamw_scale"] == 2.0

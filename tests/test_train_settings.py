@@ -34,6 +34,8 @@ RECIPE_SETTINGS = (
 LARGE_BATCH_SETTINGS = ("train.lr_reference_batch",)
 # issue 48: what the trials train on (auto, or the CPUs the user asked for; tests/test_gpu_fallback.py)
 DEVICE_SETTINGS = ("train.device",)
+# issue 49: the LM track's AdamW (aiperf-rules-1.8, tests/test_adamw.py): Adam's beta_2, clipping
+ADAMW_SETTINGS = ("train.beta_2", "train.clip_norm", "train.lr_floor")
 
 
 # --- validation --------------------------------------------------------------------------------------
@@ -185,6 +187,7 @@ LM_SETTINGS = (
     "search.space.weight_decay",
     "validity.loss_ceiling",
     "validity.entropy_floor",
+    "search.inherit",
 )
 
 
@@ -194,6 +197,7 @@ def test_a_float32_run_keeps_the_hash_it_had_before_the_settings_existed():
     config = load_config("quick", workers=1)
     ruleset = load_ruleset(DEFAULT_RULESET)
     later = (*NEW_SETTINGS, *RECIPE_SETTINGS, *LARGE_BATCH_SETTINGS, *DEVICE_SETTINGS)
+    later += ADAMW_SETTINGS
     later += ("train.attention",)  # the LM's attention kernel (issue 48): never hashed
     old = {
         k: v

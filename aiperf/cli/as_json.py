@@ -73,6 +73,7 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "score": score.to_dict() if score else None,
         "precision": record.precision,
         "backend": record.backend,
+        "recipe": recipe_json(record),
         "peak_flops": record.peak_flops,
         "staging_s": record.staging_s,
         "data_feed": record.data_feed,
@@ -101,6 +102,20 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         ],
     }
     return out
+
+
+def recipe_json(record: RunRecord) -> dict[str, Any]:
+    """How the run's trials trained, from its stored config (aiperf.train.recipe.SETTINGS): a
+    setting the run recorded before it existed shows its default, as the run trained with it, and
+    one the search chose per trial (the LM track's warm-up) the choices it had."""
+    from aiperf.config import TrainConfig
+    from aiperf.train.recipe import SETTINGS
+
+    stored = record.config.get("train") or {}
+    searched = (record.config.get("search") or {}).get("space") or {}
+    defaults = TrainConfig.model_fields
+    recipe = {k: stored.get(k, defaults[k].default) for k in SETTINGS}
+    return recipe | {k: v for k, v in searched.items() if k in recipe and v is not None}
 
 
 def _feed_json(record: RunRecord) -> dict[str, Any] | None:

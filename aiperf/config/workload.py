@@ -244,8 +244,9 @@ class TrainConfig(_Strict):
     epochs: list[int] = [2, 3, 4]
     # Stop a trial when its validation loss has not improved for this many epochs (None: never).
     early_stopping_patience: int | None = Field(2, ge=1)
-    # lars: SGD with a layer-wise trust ratio, for global batches in the thousands (aiperf.train.lars)
-    optimizer: Literal["sgd", "adam", "lars"] = "sgd"
+    # lars: SGD with a layer-wise trust ratio, for global batches in the thousands (aiperf.train.lars).
+    # adamw: Adam with decoupled weight decay on the matrices, the LM track's (aiperf.train.recipe).
+    optimizer: Literal["sgd", "adam", "adamw", "lars"] = "sgd"
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     # "simulated" trains nothing: trials take a modelled time (for orchestration at scale);
     # a result made with it is always invalid.
@@ -278,8 +279,9 @@ class TrainConfig(_Strict):
     # lr_schedule: constant, or cosine (from the trial's learning rate to 0 over the trial's own
     # epochs), or polynomial (MLPerf's ResNet reference with LARS: power 2 to 1e-4 over the trial's
     # own epochs, after a warm-up from 0). warmup_epochs: a linear ramp first, from a tenth of the
-    # rate (from 0 before polynomial). weight_decay: an L2
-    # term on every kernel's gradient (1e-4 in the ResNet recipes). label_smoothing: of the
+    # rate (from 0 before polynomial). weight_decay: an L2 term on every kernel's gradient (1e-4
+    # in the ResNet recipes); with adamw, decoupled (each matrix shrinks by rate x weight_decay a
+    # step; the LM track's 0.1). label_smoothing: of the
     # cross-entropy's targets. Like precision, each enters the workload hash only away from its
     # default (aiperf.results.division.ADDED_LATER).
     lr_schedule: LrSchedule = "constant"
@@ -290,6 +292,14 @@ class TrainConfig(_Strict):
     lr_reference_batch: int | None = Field(None, ge=1)
     weight_decay: float = Field(0.0, ge=0.0, lt=1.0)
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+    # Adam's and AdamW's second-moment decay (Keras' 0.999 by default; the LM track's 0.95, as
+    # GPT-2-style training takes), and the global norm every step's gradients are clipped to
+    # (None: never clipped; the LM track's 1.0). Out of the workload hash at these defaults.
+    beta_2: float = Field(0.999, gt=0.0, lt=1.0)
+    clip_norm: float | None = Field(None, gt=0.0)
+    # The rate a cosine schedule ends at, as a fraction of the trial's rate: 0 decays to nothing;
+    # the LM track's 0.1 (GPT-3's, Brown et al. 2020). Out of the workload hash at 0.
+    lr_floor: float = Field(0.0, ge=0.0, lt=1.0)
 
     @field_validator("warmup_epochs")
     @classmethod

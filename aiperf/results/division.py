@@ -107,6 +107,12 @@ ADDED_LATER = {
     "validity.entropy_floor": None,
     # the LM track's inheritance (issue 49, rulesets from 1.8): children grew from fresh weights
     "search.inherit": False,
+    # Adam's second-moment decay and gradient clipping (issue 49, the LM track's AdamW from 1.8):
+    # Keras' 0.999 and no clipping, as every earlier run trained
+    "train.beta_2": 0.999,
+    "train.clip_norm": None,
+    # where a cosine ends (issue 49, the LM track's from 1.8): at 0, as every earlier run's did
+    "train.lr_floor": 0.0,
 }
 BATCH_SIZE = "search.space.batch_size"
 # Facts about the machine, not the work (config.SystemConfig: its name, submitter, notes): never in

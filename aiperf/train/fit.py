@@ -156,6 +156,8 @@ class StepRecipe:
     label_smoothing: float = 0.0
     jit_compile: bool = True
     language: bool = False  # an LM's loss and metrics (aiperf.train.lm)
+    beta_2: float = 0.999  # Adam's and AdamW's (train.beta_2)
+    clip_norm: float | None = None  # the gradients' global norm (train.clip_norm; None: no clip)
 
     @classmethod
     def of_train(cls, train: Any) -> StepRecipe:
@@ -166,6 +168,8 @@ class StepRecipe:
             weight_decay=train.weight_decay,
             label_smoothing=train.label_smoothing,
             jit_compile=train.jit_compile,
+            beta_2=train.beta_2,
+            clip_norm=train.clip_norm,
         )
 
 
@@ -185,7 +189,12 @@ def trainable(
     fed = on_device(model, pixels)
     fed.compile(
         optimizer=recipes.optimizer(
-            recipe.optimizer, rate, momentum=recipe.momentum, weight_decay=recipe.weight_decay
+            recipe.optimizer,
+            rate,
+            momentum=recipe.momentum,
+            weight_decay=recipe.weight_decay,
+            beta_2=recipe.beta_2,
+            clip_norm=recipe.clip_norm,
         ),
         loss=lm.lm_loss() if recipe.language else recipes.loss(recipe.label_smoothing),
         metrics=lm.lm_metrics() if recipe.language else ["accuracy"],

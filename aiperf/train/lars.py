@@ -29,10 +29,17 @@ POLY_POWER = 2.0
 POLY_END_RATE = 1e-4
 
 
-def lars(rate: Any, *, momentum: float, weight_decay: float) -> Any:
-    """A LARS optimizer at `rate` (a float or a schedule), with the reference's eta and epsilon."""
+def lars(
+    rate: Any, *, momentum: float, weight_decay: float, global_clipnorm: float | None = None
+) -> Any:
+    """A LARS optimizer at `rate` (a float or a schedule), with the reference's eta and epsilon;
+    gradients clipped to `global_clipnorm` first where it is set (train.clip_norm)."""
     return _lars_class()(
-        learning_rate=rate, momentum=momentum, weight_decay_rate=weight_decay, eta=ETA
+        learning_rate=rate,
+        momentum=momentum,
+        weight_decay_rate=weight_decay,
+        eta=ETA,
+        global_clipnorm=global_clipnorm,
     )
 
 

@@ -39,7 +39,7 @@ class TrialRequest:
     # The schedule spans this trial's `epochs`, whatever its round.
     lr_schedule: str = "constant"
     warmup_epochs: float = 0.0
-    weight_decay: float = 0.0  # an L2 term on every kernel's gradient
+    weight_decay: float = 0.0  # an L2 term on every kernel's gradient (adamw: decoupled)
     label_smoothing: float = 0.0
     # Devices the trial trains across, data-parallel (aiperf.train.devices): batch_size is each
     # device's, so a step trains batch_size * devices samples.
@@ -57,6 +57,11 @@ class TrialRequest:
     # them, grown (aiperf.train.kept.inherited_lm); None: from fresh weights.
     parent_architecture: dict[str, Any] | None = None
     parent_weights: str | None = None
+    # The rest of the recipe (train.beta_2, train.clip_norm): Adam's and AdamW's second-moment
+    # decay, and the global norm a step's gradients are clipped to (None: never).
+    beta_2: float = 0.999
+    clip_norm: float | None = None
+    lr_floor: float = 0.0  # train.lr_floor: where a cosine schedule ends, a fraction of the rate
 
     def step_recipe(self, language: bool = False) -> StepRecipe:
         """What the trial's step is compiled with besides its network (aiperf.train.fit)."""
@@ -67,6 +72,8 @@ class TrialRequest:
             label_smoothing=self.label_smoothing,
             jit_compile=self.jit_compile,
             language=language,
+            beta_2=self.beta_2,
+            clip_norm=self.clip_norm,
         )
 
     @property

@@ -2,11 +2,13 @@
 
 AIPerf's ImageNet recipe (SGD from 0.1 decayed over the trial's epochs, momentum 0.9, weight decay
 1e-4, label smoothing 0.1) is what lets a ResNet trained from scratch reach ImageNet accuracies in
-the epochs a round gives it; a constant rate with no regularisation does not. Each part is a
-setting (train.lr_schedule, train.warmup_epochs, train.weight_decay, train.label_smoothing) whose
-default is the plain training the other profiles use, and at its default each part builds exactly
-what a trial built before the setting existed (a float learning rate, Keras' own SGD or Adam, the
-string loss), so those workloads train as they did.
+the epochs a round gives it; a constant rate with no regularisation does not. The LM track's is
+the field's for transformers (aiperf-rules-1.8): AdamW with decoupled weight decay, beta_2 0.95,
+gradients clipped to a global norm of 1, a warm-up then cosine. Each part is a setting
+(train.optimizer, train.lr_schedule, train.warmup_epochs, train.weight_decay, train.beta_2,
+train.clip_norm, train.label_smoothing) whose default is the plain training the other profiles use,
+and at its default each part builds exactly what a trial built before the setting existed (a float
+learning rate, Keras' own SGD or Adam, the string loss), so those workloads train as they did.
 
 Keras is imported inside the functions: a worker sizes the framework's thread pools before it
 imports it (aiperf.train.trial.configure_threads).
@@ -21,6 +23,21 @@ from aiperf.train import lars
 
 # Warm-up starts at this fraction of the trial's learning rate and rises linearly to it.
 WARMUP_START = 0.1
+# Adam's second-moment decay unless train.beta_2 says otherwise: Keras' default, which every Adam
+# trial had before the setting existed. The LM track's AdamW takes the field's 0.95.
+ADAM_BETA_2 = 0.999
+# The train settings that make the recipe: what a result says it trained with (`aiperf show --json`).
+SETTINGS = (
+    "optimizer",
+    "momentum",
+    "beta_2",
+    "weight_decay",
+    "clip_norm",
+    "lr_schedule",
+    "warmup_epochs",
+    "lr_reference_batch",
+    "label_smoothing",
+)
 
 
 def scaled_rate(rate: float, global_batch: int, reference_batch: int | None) -> float:
@@ -39,7 +56,13 @@ def scaled_rate(rate: float, global_batch: int, reference_batch: int | None) -> 
 
 
 def learning_rate(
-    rate: float, schedule: str, *, epochs: int, steps_per_epoch: int, warmup_epochs: float = 0.0
+    rate: float,
+    schedule: str,
+    *,
+    epochs: int,
+    steps_per_epoch: int,
+    warmup_epochs: float = 0.0,
+    floor: float = 0.0,
 ) -> Any:
     """The optimizer's learning rate: a float for a constant rate with no warm-up, otherwise a
     LearningRateSchedule over the optimizer's step count.
@@ -47,7 +70,9 @@ def learning_rate(
     The schedule spans the trial's own epochs (`epochs` x `steps_per_epoch`: the trial's whole
     batches), and is read from `optimizer.iterations`, which carries across the trial's per-epoch
     `fit` calls, so every step gets its rate however the epochs are run. A warm-up longer than the
-    trial (an oracle that gives fewer epochs than train.epochs) is cut to the trial's length.
+    trial (an oracle that gives fewer epochs than train.epochs) is cut to the trial's length. A
+    cosine ends at `floor` times the rate (train.lr_floor: 0, to nothing; GPT-3's and Chinchilla's
+    0.1, the LM track's: a trial's last steps still learn).
     """
     import keras
 
@@ -62,7 +87,7 @@ def learning_rate(
             f"unknown learning-rate schedule {schedule!r}; use constant, cosine or polynomial"
         )
     # CosineDecay's alpha is the rate it ends at, as a fraction of the start: 1 keeps it constant.
-    alpha = 1.0 if schedule == "constant" else 0.0
+    alpha = 1.0 if schedule == "constant" else floor
     if warmup == 0:
         return keras.optimizers.schedules.CosineDecay(rate, decay_steps=total, alpha=alpha)
     return keras.optimizers.schedules.CosineDecay(
@@ -74,9 +99,20 @@ def learning_rate(
     )
 
 
-def optimizer(name: str, rate: Any, *, momentum: float, weight_decay: float = 0.0) -> Any:
-    """SGD (with momentum), Adam or LARS at `rate`, with `weight_decay` as an L2 term on the
-    gradient. LARS takes the term inside its own update, as MLPerf's reference does: in the trust
+def optimizer(
+    name: str,
+    rate: Any,
+    *,
+    momentum: float,
+    weight_decay: float = 0.0,
+    beta_2: float = ADAM_BETA_2,
+    clip_norm: float | None = None,
+) -> Any:
+    """SGD (with momentum), Adam, AdamW or LARS at `rate`, with `weight_decay` as an L2 term on
+    the gradient (SGD, Adam, LARS) or decoupled from it (AdamW, `adamw`). `beta_2` is Adam's and
+    AdamW's second-moment decay (train.beta_2); `clip_norm` scales every step's gradients down to
+    that global norm where their norm is larger (train.clip_norm, Keras' `global_clipnorm`; None:
+    never). LARS takes the term inside its own update, as MLPerf's reference does: in the trust
     ratio's denominator too (aiperf.train.lars).
 
     Weight decay is added to the gradient of every kernel (convolutions and dense layers:
@@ -87,18 +123,71 @@ def optimizer(name: str, rate: Any, *, momentum: float, weight_decay: float = 0.
     outside the momentum): at momentum 0.9 it decays about ten times less than the recipe means,
     so the same figure would train a different model. Kept out of the model (no kernel
     regularisers), the reported loss is the data loss alone and the model the builder made is
-    unchanged. BatchNormalization's scale and offset and the biases are not decayed."""
+    unchanged. BatchNormalization's scale and offset and the biases are not decayed.
+
+    `adamw` is the LM track's recipe (aiperf-rules-1.8): the decoupled form, which is the one
+    that regularises under Adam (`decoupled_adamw`)."""
     import keras
 
     if name == "lars":
-        return lars.lars(rate, momentum=momentum, weight_decay=weight_decay)
+        return lars.lars(
+            rate, momentum=momentum, weight_decay=weight_decay, global_clipnorm=clip_norm
+        )
+    if name == "adamw":
+        return decoupled_adamw(rate, weight_decay=weight_decay, beta_2=beta_2, clip_norm=clip_norm)
     base = keras.optimizers.Adam if name == "adam" else keras.optimizers.SGD
     options: dict[str, Any] = {"learning_rate": rate}
-    if name != "adam":
+    if name == "adam":
+        options["beta_2"] = beta_2
+    else:
         options["momentum"] = momentum
+    if clip_norm is not None:
+        options["global_clipnorm"] = clip_norm
     if weight_decay <= 0:
         return base(**options)
     return _with_l2(base)(l2=weight_decay, **options)
+
+
+def decoupled_adamw(
+    rate: Any, *, weight_decay: float, beta_2: float, clip_norm: float | None
+) -> Any:
+    """AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"): Adam's update
+    with beta_1 0.9 and `beta_2`, and each step w -= rate * weight_decay * w outside it, on the
+    matrices only (rank 2 and more: dense kernels, attention projections, embeddings), never on
+    biases or LayerNorm/RMSNorm scales, as GPT-2's and nanoGPT's training decays; gradients
+    clipped first to a global norm of `clip_norm` (None: never).
+
+    Why decoupled: an L2 term added to Adam's gradient (the `adam` recipe) is divided by Adam's
+    running root-mean-square of that gradient, so a weight with large gradients is barely decayed
+    and one with small gradients decays hard, and the figure means something else for every
+    weight; at the 1e-4 the LM profiles had, it did next to nothing. Decoupled, each matrix
+    shrinks by exactly rate * weight_decay a step whatever its gradients, as torch.optim.AdamW
+    and nanoGPT decay (the field's 0.1 means the same here). The rate is the schedule's at the
+    step, so the decay warms up and anneals with it.
+
+    Keras' AdamW decays every trainable variable unless told which to skip; it asks
+    `_use_weight_decay` of each variable on every backend (TensorFlow, JAX, torch), so the subclass
+    answers by rank there rather than by names (`exclude_from_weight_decay`), which the builder
+    would have to keep stable, or by a list of variables taken before the optimizer is built."""
+    return _matrix_adamw()(
+        learning_rate=rate,
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=beta_2,
+        global_clipnorm=clip_norm,
+    )
+
+
+@cache
+def _matrix_adamw() -> type:
+    """Keras' AdamW decaying only variables of rank 2 and more (made once Keras is imported)."""
+    import keras
+
+    class MatrixAdamW(keras.optimizers.AdamW):
+        def _use_weight_decay(self, variable: Any) -> bool:
+            return len(variable.shape) >= 2 and bool(super()._use_weight_decay(variable))
+
+    return MatrixAdamW
 
 
 @cache

@@ -78,6 +78,7 @@ def _learning_rate(request: TrialRequest, steps_per_epoch: int) -> Any:
         epochs=request.epochs,
         steps_per_epoch=steps_per_epoch,
         warmup_epochs=request.warmup_epochs,
+        floor=request.lr_floor,
     )
 
 
