@@ -198,6 +198,13 @@ def test_imagenet_trains_with_aiperfs_recipe():
         ("train.lr_schedule", "step", "'constant', 'cosine' or 'polynomial'"),
         ("train.warmup_epochs", -1, "greater than or equal to 0"),
         ("train.warmup_epochs", 1, "less than every round's epochs (train.epochs' smallest is 1)"),
+        # the LM track's AdamW recipe (aiperf-rules-1.8)
+        ("train.beta_2", 1.0, "less than 1"),
+        ("train.beta_2", 0.0, "greater than 0"),
+        ("train.clip_norm", 0.0, "greater than 0"),
+        ("train.clip_norm", -1.0, "greater than 0"),
+        ("train.lr_floor", 1.0, "less than 1"),
+        ("train.optimizer", "lamb", "'sgd', 'adam', 'adamw' or 'lars'"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting(key, value, says):
