@@ -286,6 +286,7 @@ def test_read_commands_print_json_with_stable_keys(db):
     assert shown["verdict"].startswith("not valid until verified") and shown["verified"] is None
     assert shown["score"]["regulated_score"] > 0
     assert shown["recipe"]["optimizer"] == "sgd" and shown["recipe"]["clip_norm"] is None
+    assert shown["recipe"]["lr_floor"] == 0.0  # a cosine's end (the LM track's 0.1), recorded too
     assert len(shown["trials"]) == len(_hour_long_trials()) and shown["review"] == []
     first = shown["trials"][0]  # 2 epochs of 384 samples; the phases and peak _grow_and_time gave
     assert first["samples_per_s"] == pytest.approx(2 * 384 / 1500.5)

@@ -64,9 +64,8 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
     if not with_trials:
         return out
     figures = run_trial_figures(record)
-    numbers: dict[int | None, int] = {
-        t.id: t.number for t in record.trials
-    }  # a parent by its number, as trials are
+    # a trial's parent by its number, as the trials themselves are named
+    numbers: dict[int | None, int] = {t.id: t.number for t in record.trials}
     out |= {
         "verdict": verdict_text(record),
         "message": record.message,

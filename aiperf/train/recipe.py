@@ -34,6 +34,7 @@ SETTINGS = (
     "weight_decay",
     "clip_norm",
     "lr_schedule",
+    "lr_floor",
     "warmup_epochs",
     "lr_reference_batch",
     "label_smoothing",
