@@ -5,8 +5,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Silence pip's notes about package mirrors that this machine's pip config names but lacks.
-PIP_QUIET := 2>&1 | { grep -v "^WARNING: Location" || true; }
 
 # The build for this machine, `cuda` where nvidia-smi lists a GPU, else `cpu` (infra/build-kind.sh,
 # asked once): `cuda` installs the extra .[cuda] and runs on the JAX backend with jit. BUILD_KIND=cpu
@@ -33,20 +31,17 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 .PHONY: run test test-fast lint serve install install-dev clean bench-scaling
 
-$(VENV)/bin/python:
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip $(PIP_QUIET)
-
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e . $(PIP_QUIET)
+# infra/install.sh: uv where it installs (pip's indexes and constraints, in parallel), else pip.
+$(VENV)/.installed: pyproject.toml
+	PYTHON=$(PYTHON) infra/install.sh $(VENV) .
 	touch $@
 
-$(VENV)/.installed-cuda: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[cuda]' $(PIP_QUIET)
+$(VENV)/.installed-cuda: pyproject.toml
+	PYTHON=$(PYTHON) infra/install.sh $(VENV) '.[cuda]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(INSTALLED)
-	$(PY) -m pip install -q -e '.[dev]' $(PIP_QUIET)
+	PYTHON=$(PYTHON) infra/install.sh $(VENV) '.[dev]'
 	touch $@
 
 install: $(INSTALLED)

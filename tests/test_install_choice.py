@@ -72,7 +72,7 @@ def _make_run(nvidia_smi: Path, args: str = "", **variables: str) -> str:
 def test_make_run_installs_and_runs_what_the_machine_has(tmp_path):
     gpu = stand_in(tmp_path / "gpu", L40S_NODE)
     commands = _make_run(gpu, "--budget 1m")
-    assert "pip install -q -e '.[cuda]'" in commands
+    assert "infra/install.sh .venv '.[cuda]'" in commands
     assert (
         "aiperf run --set train.backend=jax --set train.jit_compile=true --budget 1m" in commands
     )
