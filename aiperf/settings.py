@@ -148,6 +148,12 @@ GPU_PINNED = Variable(
 )
 
 # --- read by infra/ and the tests ----------------------------------------------------------------
+INSTALLER = Variable(
+    "AIPERF_INSTALLER",
+    "uv",
+    "what infra/install.sh (make's install) installs with: uv where it can, or pip",
+    "infra",
+)
 TEST_POSTGRES_URL = Variable(
     "AIPERF_TEST_POSTGRES_URL",
     "",
