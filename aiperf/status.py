@@ -37,7 +37,7 @@ class TrialStatus(StrEnum):
         "interrupted"  # running when its run crashed or was stopped; finished epochs count
     )
     # the device's memory ran out (XLA RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError):
-    # its batch does not fit; the run goes on (aiperf.train.accelerators)
+    # its batch does not fit; the run goes on (aiperf.train.gpu_failures)
     OUT_OF_MEMORY = "out_of_memory"
     # its step, compiled before it trained, needs more of a device's memory than the device has
     # (XLA's memory analysis against the fit rule's share): never trained; the run goes on

@@ -3,7 +3,7 @@
 Which kernel a run takes is decided by pure functions (aiperf.train.attention) from the run's
 backend, precision and each worker's peak record, tested here for GPUs no test machine has; the
 probe that fills the record runs for real on this CPU (where cuDNN's kernel cannot run). The layer
-(aiperf.layers.causal_self_attention) runs for real: its unfused kernel against Keras'
+(aiperf.arch.keras_layers.causal_self_attention) runs for real: its unfused kernel against Keras'
 MultiHeadAttention on the same weights, and its fused kernel shown to reach the backend (which
 refuses it on a CPU rather than falling back). Nothing trains.
 """
@@ -14,10 +14,10 @@ import keras
 import numpy as np
 import pytest
 
+from aiperf.arch.keras_layers import causal_self_attention
 from aiperf.arch.transformer import attention_kernel, build_transformer, transformer_seed
 from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
-from aiperf.layers import causal_self_attention
 from aiperf.ops import count_all
 from aiperf.report.summary import training_text
 from aiperf.results.division import CLOSED, classify, config_hash

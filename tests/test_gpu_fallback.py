@@ -62,7 +62,7 @@ def test_listed_gpus_that_cannot_be_queried_are_refused(tmp_path, monkeypatch):
     assert host.node_gpus(dev=tmp_path / "dev", folders=[]).problem == problem
     assert FACTS_ARGS in calls(folder)
     # here: the module predates unqueried_gpus
-    from aiperf.train.accelerators import refuse_unused_gpus, unqueried_gpus
+    from aiperf.train.gpu_failures import refuse_unused_gpus, unqueried_gpus
 
     # A job queue's worker on such a node says the same from its device facts, and is refused
     # before the first trial rather than resolved to float32 and the CPUs' batch.

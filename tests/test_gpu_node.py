@@ -27,7 +27,7 @@ from aiperf.cluster.environment import MEM_FRACTION_ENV, worker_environment
 from aiperf.config import checks, load_config
 from aiperf.data import dali
 from aiperf.errors import UserError
-from aiperf.train.accelerators import out_of_memory, out_of_memory_message, unused_gpus
+from aiperf.train.gpu_failures import out_of_memory, out_of_memory_message, unused_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 

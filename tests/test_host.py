@@ -11,7 +11,7 @@ from pathlib import Path
 from nvidia_smi_samples import H100_NODE, calls, put_first_on_path, stand_in
 
 from aiperf.config import host
-from aiperf.system import accelerators, fingerprint, hostfacts
+from aiperf.system import fingerprint, hostfacts, nvidia_gpus
 from aiperf.train import auto
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def test_every_caller_reads_the_stand_in_through_the_one_probe(tmp_path, monkeyp
     put_first_on_path(monkeypatch, folder)
     assert host.nvidia_smi("-L") == H100_NODE["list"] + "\n"
     assert host.visible_gpus() == 8
-    assert len(accelerators.describe()["gpus"]) == 8
+    assert len(nvidia_gpus.describe()["gpus"]) == 8
     facts = auto.device_facts(accelerated=True)
     assert facts.gpus == 8 and facts.memory_bytes and facts.compute_capability
     # The stand-in answers no clock or fingerprint query (exit 2, as nvidia-smi does for a field it

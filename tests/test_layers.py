@@ -1,5 +1,6 @@
 """The layers of docs/design.md hold: import-linter's contracts in pyproject.toml (imports inside
-functions count) pass on the tree, and fail as soon as a lower part imports a higher one."""
+functions count) pass on the tree, and fail as soon as a lower part imports a higher one; and
+aiperf/ keeps at most 8 modules of its own beside its packages."""
 
 from __future__ import annotations
 
@@ -12,6 +13,44 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+# aiperf/'s modules outside its packages are the bases every layer may import (errors, settings,
+# paths, ...). Held at 8 so that the next feature's module goes into the package it belongs to
+# instead of beside them (issue 50: two arrived after the last pass had set 8).
+MAX_TOP_LEVEL_MODULES = 8
+NOT_MODULES = {"__init__.py", "__main__.py"}
+
+
+def _top_level_modules(package: Path) -> list[str]:
+    return sorted(path.name for path in package.glob("*.py") if path.name not in NOT_MODULES)
+
+
+def _too_many_top_level_modules(package: Path) -> str | None:
+    """Why `package` has too many top-level modules, or None."""
+    modules = _top_level_modules(package)
+    if len(modules) <= MAX_TOP_LEVEL_MODULES:
+        return None
+    return (
+        f"{package.name}/ has {len(modules)} top-level modules ({', '.join(modules)}), at most "
+        f"{MAX_TOP_LEVEL_MODULES}: put the new one in the package it belongs to"
+    )
+
+
+def test_aiperf_has_at_most_eight_top_level_modules() -> None:
+    assert _too_many_top_level_modules(ROOT / "aiperf") is None
+
+
+def test_a_ninth_top_level_module_fails(tmp_path: Path) -> None:
+    package = tmp_path / "aiperf"
+    package.mkdir()
+    for name in ["__init__.py", "__main__.py", *(f"m{i}.py" for i in range(8))]:
+        (package / name).write_text("")
+    (package / "sub").mkdir()
+    (package / "sub" / "inner.py").write_text("")
+    assert _too_many_top_level_modules(package) is None
+    (package / "ninth.py").write_text("")
+    assert "has 9 top-level modules" in (_too_many_top_level_modules(package) or "")
 
 
 def _lint(tree: Path) -> subprocess.CompletedProcess[str]:

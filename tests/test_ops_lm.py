@@ -25,8 +25,8 @@ import typer  # noqa: E402
 from keras import layers  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from aiperf.arch.keras_layers import PositionEmbedding  # noqa: E402
 from aiperf.cli import flops as ops_cli  # noqa: E402
-from aiperf.layers import PositionEmbedding  # noqa: E402
 from aiperf.ops import LayerOps, count_all, count_model  # noqa: E402
 from aiperf.ops.rules import RULES  # noqa: E402
 
@@ -388,6 +388,20 @@ def test_token_sequence_length_as_input_shape(saved) -> None:
     assert "resnet-mini takes images" in result.stderr
 
 
+def test_a_position_embedding_saved_under_its_old_module_path_loads() -> None:
+    """Saved models find aiperf's layer by its registered name, not its module: one saved while it
+    lived in aiperf/layers.py (now aiperf/arch/keras_layers.py) loads the same class."""
+    assert keras.saving.get_registered_name(PositionEmbedding) == "aiperf>PositionEmbedding"
+    saved_config = {
+        "module": "aiperf.layers",
+        "class_name": "PositionEmbedding",
+        "config": {"max_length": 4, "name": "position_embedding"},
+        "registered_name": "aiperf>PositionEmbedding",
+    }
+    layer = keras.saving.deserialize_keras_object(saved_config)
+    assert type(layer) is PositionEmbedding and layer.max_length == 4
+
+
 def test_model_of_open_length_is_counted_at_the_given_length(tmp_path) -> None:
     path = tmp_path / "open.keras"
     s = SIZES
@@ -481,7 +495,7 @@ JAX_SCRIPT = r"""
 import json, math, re, sys
 import jax, keras, numpy as np, typer
 from typer.testing import CliRunner
-import aiperf.layers
+import aiperf.arch.keras_layers
 from aiperf.cli.flops import flops
 app = typer.Typer()
 app.command("flops")(flops)

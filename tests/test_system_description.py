@@ -28,8 +28,8 @@ from aiperf.report.tree import generations, search_tree_html
 from aiperf.results.division import classify
 from aiperf.status import TrialStatus
 from aiperf.store import RunRecord, TrialRecord
-from aiperf.system import accelerators
 from aiperf.system import description as system_description
+from aiperf.system import nvidia_gpus
 from aiperf.system.fingerprint import cpu_model
 
 
@@ -158,7 +158,7 @@ def test_the_system_section_shows_the_nodes():
 
 
 def test_accelerators_as_nvidia_smi_lists_them():
-    gpus = accelerators.parse_gpus(
+    gpus = nvidia_gpus.parse_gpus(
         "NVIDIA H200, 143771, 570.124.06\nNVIDIA H200, 143771, 570.124.06\nSome Board, [N/A], 570.124.06\n\n",
         cuda_version="12.8",
     )
@@ -169,7 +169,7 @@ def test_accelerators_as_nvidia_smi_lists_them():
         {"index": 1, **h200, **versions},
         {"index": 2, "model": "Some Board", "memory_bytes": None, **versions},
     ]
-    older = accelerators.parse_gpus("NVIDIA H200, 143771\nTesla K80, Rev 2, 11441")
+    older = nvidia_gpus.parse_gpus("NVIDIA H200, 143771\nTesla K80, Rev 2, 11441")
     assert [(g["model"], g["memory_bytes"], g["driver_version"]) for g in older] == [
         ("NVIDIA H200", 143771 * 2**20, None),
         ("Tesla K80, Rev 2", 11441 * 2**20, None),
@@ -189,30 +189,29 @@ def test_accelerators_as_nvidia_smi_lists_them():
 
 
 def test_the_cuda_version_is_read_from_the_header():
-    assert accelerators.parse_cuda_version(H100_NODE["header"]) == "12.4"
-    assert accelerators.parse_cuda_version(L40S_NODE["header"]) == "12.2"
+    assert nvidia_gpus.parse_cuda_version(H100_NODE["header"]) == "12.4"
+    assert nvidia_gpus.parse_cuda_version(L40S_NODE["header"]) == "12.2"
     assert (
-        accelerators.parse_cuda_version("Driver Version : 580.65.06\nCUDA Version : 13.0")
-        == "13.0"
+        nvidia_gpus.parse_cuda_version("Driver Version : 580.65.06\nCUDA Version : 13.0") == "13.0"
     )
-    assert accelerators.parse_cuda_version(NO_DRIVER) is None
+    assert nvidia_gpus.parse_cuda_version(NO_DRIVER) is None
 
 
 def test_the_links_between_gpus_are_read_from_the_topology_matrix():
-    nvlink = accelerators.parse_topology(H100_NODE["topo"])
+    nvlink = nvidia_gpus.parse_topology(H100_NODE["topo"])
     assert len(nvlink) == 28 and nvlink[0] == {"a": 0, "b": 1, "link": "NV18"}
     assert {p["link"] for p in nvlink} == {"NV18"}, "NIC columns and affinities left out"
     assert all(p["a"] < p["b"] <= 7 for p in nvlink)
-    assert accelerators.summarise_links(nvlink) == "NVLink (NV18)"
-    pcie = accelerators.parse_topology(L40S_NODE["topo"])
+    assert nvidia_gpus.summarise_links(nvlink) == "NVLink (NV18)"
+    pcie = nvidia_gpus.parse_topology(L40S_NODE["topo"])
     assert pcie == [{"a": 0, "b": 1, "link": "SYS"}]
-    assert accelerators.summarise_links(pcie) == "PCIe (SYS)"
+    assert nvidia_gpus.summarise_links(pcie) == "PCIe (SYS)"
     mixed = [{"a": 0, "b": 1, "link": "NV4"}, {"a": 0, "b": 2, "link": "SYS"}]
     mixed += [{"a": 1, "b": 2, "link": "PHB"}, {"a": 2, "b": 3, "link": "NV12"}]
-    assert accelerators.summarise_links(mixed) == "NVLink (NV4, NV12); PCIe (PHB, SYS)"
+    assert nvidia_gpus.summarise_links(mixed) == "NVLink (NV4, NV12); PCIe (PHB, SYS)"
     coloured = "\x1b[4m" + L40S_NODE["topo"].replace("GPU1\t", "\x1b[0mGPU1\t", 1)
-    assert accelerators.parse_topology(coloured) == pcie
-    assert accelerators.parse_topology("") == [] and accelerators.summarise_links([]) is None
+    assert nvidia_gpus.parse_topology(coloured) == pcie
+    assert nvidia_gpus.parse_topology("") == [] and nvidia_gpus.summarise_links([]) is None
 
 
 @pytest.mark.parametrize(
@@ -254,7 +253,7 @@ def test_a_node_without_gpus_spawns_nothing(tmp_path, monkeypatch):
     monkeypatch.undo()
     put_first_on_path(monkeypatch, failing)
     assert system_description.describe_node()["accelerators"] == []
-    assert calls(failing) == [f"--query-gpu={accelerators.QUERY} --format=csv,noheader,nounits"]
+    assert calls(failing) == [f"--query-gpu={nvidia_gpus.QUERY} --format=csv,noheader,nounits"]
 
 
 def test_the_description_is_stored_with_the_run(db_url):

@@ -12,7 +12,7 @@ The model (GPT-2's shape, pre-norm):
     token_embedding (Embedding; ReversibleEmbedding when the head is tied) -> position_embedding
     block{i}, i = 0 .. layers - 1:
         x + attention(norm1(x))    MultiHeadAttention, causal, key_dim = spec.key_dim
-                                   (aiperf.layers.causal_self_attention: the run's kernel)
+                                   (keras_layers.causal_self_attention: the run's kernel)
         x + mlp_down(mlp_up(norm2(x)))   Dense(mlp_width, activation) -> Dense(d_model)
             swiglu: x + mlp_down(mlp_multiply(mlp_gate(y), mlp_up(y))), y = norm2(x):
             Dense(mlp_width, silu) and Dense(mlp_width), Multiply, Dense(d_model)
@@ -291,11 +291,11 @@ def _mlp(spec: TransformerSpec, names: dict[str, str], y: Any) -> Any:
 
 
 def attention_kernel(spec: TransformerSpec, attention: str) -> str:
-    """The kernel `spec`'s attention layers take under the run's `attention` (aiperf.layers'
+    """The kernel `spec`'s attention layers take under the run's `attention` (keras_layers'
     ATTENTION_KERNELS): "fused" only where cuDNN's flash kernel takes the spec's head width on every
-    GPU (aiperf.layers.fused_head_fits); a wider head is left to Keras ("auto": Hopper's cuDNN takes
+    GPU (keras_layers.fused_head_fits); a wider head is left to Keras ("auto": Hopper's cuDNN takes
     up to 256), rather than failing the trial that grew it."""
-    from aiperf.layers import AUTO, FUSED, fused_head_fits
+    from aiperf.arch.keras_layers import AUTO, FUSED, fused_head_fits
 
     if attention == FUSED and not fused_head_fits(spec.key_dim):
         return AUTO
@@ -307,12 +307,12 @@ def build_transformer(spec: TransformerSpec, *, seed: int, attention: str = "aut
     spec and seed give the same weights, on any backend's own generator). Logits come out float32
     under any dtype policy (the head computes in float32), so a mixed-precision model's softmax and
     loss keep float32's range, as the CNN builder's head does. `attention` names the kernel of every
-    causal attention (aiperf.layers.causal_self_attention; a trial passes its run's choice,
+    causal attention (keras_layers.causal_self_attention; a trial passes its run's choice,
     aiperf.train.attention): which kernel runs changes neither the weights nor the counted
     operations, so "auto" (Keras' own guess) serves a model built only to count or to load."""
     import keras
 
-    from aiperf.layers import PositionEmbedding, causal_self_attention
+    from aiperf.arch.keras_layers import PositionEmbedding, causal_self_attention
 
     keras.utils.set_random_seed(seed)
     kernel = attention_kernel(spec, attention)

@@ -169,7 +169,7 @@ def _application(name: str, shape: tuple[int, ...] | None, classes: int | None) 
 def _load_keras(path: Path, classes: int | None) -> Any:
     import keras
 
-    import aiperf.layers  # noqa: F401  registers aiperf's own layers (PositionEmbedding) for loading
+    import aiperf.arch.keras_layers  # noqa: F401  registers aiperf's own layers (PositionEmbedding) for loading
 
     try:
         # safe_mode: a user's file never runs its own Python (a Lambda layer's code, a pickled

@@ -129,7 +129,7 @@ def run(
         from aiperf.lifecycle.preflight import check_before_recording
 
         check_before_recording(config)  # --out, the data, a running scheduler: before any record
-        machine = _claim_machine(
+        machine = _hold_machine_lock(
             config.cluster.kind, allow_concurrent
         )  # refused before anything is written
         from aiperf.store import Store
@@ -157,15 +157,15 @@ def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
         raise typer.Exit(code)
 
 
-def _claim_machine(cluster_kind: str, allow_concurrent: bool) -> int | None:
+def _hold_machine_lock(cluster_kind: str, allow_concurrent: bool) -> int | None:
     """A local run holds this machine's local-run lock (a descriptor) while it runs, so a second local
     run (which would share the cores, and so measure the first) is refused; the lock dies with the
     process if it crashes. Job-queue runs share nothing and take none."""
     if allow_concurrent or cluster_kind != "local":
         return None
-    from aiperf.lifecycle.locks import claim_local_run
+    from aiperf.lifecycle.locks import hold_local_run_lock
 
-    return claim_local_run()
+    return hold_local_run_lock()
 
 
 def _only_db_with_resume(*given: object) -> None:

@@ -40,6 +40,7 @@ from aiperf.cluster.environment import (
     worker_end,
     worker_environment,
 )
+from aiperf.cluster.handle import StartedCluster
 from aiperf.cluster.plan import (
     GPU_RESOURCE,
     TRIAL_RESOURCE,
@@ -62,7 +63,6 @@ from aiperf.cluster.start import (
     preflight,
     start_cluster,
 )
-from aiperf.cluster.started import StartedCluster
 from aiperf.units import parse_walltime
 
 __all__ = [

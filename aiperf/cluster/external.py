@@ -29,8 +29,8 @@ from typing import Any
 from aiperf import settings
 from aiperf.cluster.broadcast import on_every_worker
 from aiperf.cluster.environment import worker_settings
+from aiperf.cluster.handle import StartedCluster
 from aiperf.cluster.plan import trial_resources
-from aiperf.cluster.started import StartedCluster
 from aiperf.config import BenchmarkConfig, ClusterConfig
 from aiperf.errors import UserError
 

@@ -25,11 +25,11 @@ import psutil
 
 from aiperf import settings
 from aiperf.cluster.environment import WORKER_DASK, worker_environment
+from aiperf.cluster.handle import StartedCluster
 from aiperf.cluster.keeper import Keeper
 from aiperf.cluster.plan import TRIAL_RESOURCE, JobPlan, job_plan, jobqueue_cluster_class
 from aiperf.cluster.preload import PRELOAD
 from aiperf.cluster.queues import QUEUES
-from aiperf.cluster.started import StartedCluster
 from aiperf.config import (
     BenchmarkConfig,
     devices_problem,

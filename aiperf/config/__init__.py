@@ -5,6 +5,8 @@ the command line only changes how long and where it runs. Every value is checked
 touches the database or starts a worker, so a mistake costs nothing already recorded. The package's
 modules, each one job, lowest first:
 
+- gpu_backend: where the cluster has GPUs, trials train on JAX with jit (and which JAX platforms
+  are a node's accelerators);
 - host: what this host offers (cores, and NVIDIA GPUs through the one nvidia-smi call);
 - values: the strict model and the single-value checks every section shares;
 - workload, machine: the sections (data, search, train, validity; cluster, system);

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from aiperf.config.gpu_backend import GPU_BACKEND, INSTALL
 from aiperf.config.host import ON_THE_CPUS, machine_cores
 from aiperf.config.machine import ClusterConfig
 from aiperf.config.workload import (
@@ -22,7 +23,6 @@ from aiperf.config.workload import (
     ValidityConfig,
 )
 from aiperf.errors import UserError
-from aiperf.gpu_backend import GPU_BACKEND, INSTALL
 
 
 class RunSettings(Protocol):

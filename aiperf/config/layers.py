@@ -34,11 +34,11 @@ from pydantic import ValidationError
 
 from aiperf import settings
 from aiperf.config.checks import check_backends, worker_count
+from aiperf.config.gpu_backend import train_on_gpus
 from aiperf.config.host import gpu_evidence, node_gpus
 from aiperf.config.schema import CHECK_MACHINE, BenchmarkConfig
 from aiperf.config.values import MAX_BUDGET_S
 from aiperf.errors import UserError
-from aiperf.gpu_backend import train_on_gpus
 from aiperf.rules import load_ruleset
 from aiperf.units import parse_duration
 from aiperf.urls import environment_value
@@ -261,7 +261,7 @@ def load_config(
     simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
     local = kind == "local" and not simulated
     gpus, found = _local_gpus(raw, local=local, runs_here=runs_here)
-    gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.gpu_backend)
+    gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.config.gpu_backend)
     per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
     raw["workers"] = worker_count(
         raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0, per_trial=per_trial

@@ -228,7 +228,8 @@ class SearchConfig(_Strict):
 Precision = Literal["float32", "mixed_bfloat16", "mixed_float16", "auto"]
 Backend = Literal["tensorflow", "jax", "torch"]
 LrSchedule = Literal["constant", "cosine", "polynomial"]
-# The kernel of an LM's causal attention (aiperf.layers.ATTENTION_KERNELS, aiperf.train.attention).
+# The kernel of an LM's causal attention (aiperf.arch.keras_layers.ATTENTION_KERNELS,
+# aiperf.train.attention).
 Attention = Literal["auto", "fused", "unfused"]
 # train.precision auto: the closed precision the workers' devices support, bfloat16 first, decided by
 # the devices (never by probe noise) once before the first trial (aiperf.train.auto); trials never

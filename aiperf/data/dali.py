@@ -21,12 +21,12 @@ A training pass is `images // batch` steps of one stream that the reader reshuff
 the trial counts exactly the samples it trained; which images fall in the part of a pass that is
 not a whole batch is decided by the stream, not dropped at every pass's end as tf.data drops them.
 
-On GPUs (Keras on JAX, which is what aiperf trains GPUs with: aiperf.gpu_backend) each of the
+On GPUs (Keras on JAX, which is what aiperf trains GPUs with: aiperf.config.gpu_backend) each of the
 trial's devices gets its own pipeline on its own shard of the data, and DALI's JAX plugin puts the
 devices' batches together as one global array sharded over the trial's devices, the layout Keras'
 DataParallel trains on: the next batch is decoded on the devices while the step runs. Evaluation
 uses one pipeline (on the first device when there are GPUs) and hands host arrays to Keras as the
-tf.data feed does. The devices are the node's accelerators as aiperf.gpu_backend names them, so
+tf.data feed does. The devices are the node's accelerators as aiperf.config.gpu_backend names them, so
 on the stand-in GPU node (CPU devices standing for GPUs) a trial's feed is a pipeline per device
 too, on DALI's CPU operators, each batch put on its device and the parts made one sharded array
 (_HostShards): the pipelines, shards, per-device batch and the sharded layout Keras trains on run
@@ -193,7 +193,7 @@ def _host(outputs: Any) -> tuple[Any, Any]:
 
 def trial_devices() -> list[Any]:
     """The JAX devices a trial's training batches are decoded for, one DALI pipeline each: its
-    distribution's devices among the node's accelerators (aiperf.gpu_backend: the GPUs, or the
+    distribution's devices among the node's accelerators (aiperf.config.gpu_backend: the GPUs, or the
     stand-in node's CPU devices), or the first accelerator outside a distribution; [] when the
     backend computes on no accelerator (then one pipeline on DALI's CPU operators feeds the host).
     Whoever opens the feed inside the trial's distribution (a trial, aiperf.train.feedrate's
@@ -204,7 +204,7 @@ def trial_devices() -> list[Any]:
         return []
     import jax
 
-    from aiperf.gpu_backend import accelerator_platforms
+    from aiperf.config.gpu_backend import accelerator_platforms
 
     platforms = accelerator_platforms()
     accelerators = [d for d in jax.local_devices() if d.platform in platforms]

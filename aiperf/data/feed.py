@@ -232,12 +232,12 @@ def choose_feed(requested: str = "auto") -> str:
 
 def _on_gpus() -> bool:
     """Whether this process's Keras computes on the node's accelerators (JAX is aiperf's backend for
-    GPUs), as aiperf.gpu_backend.accelerator_platforms counts them."""
+    GPUs), as aiperf.config.gpu_backend.accelerator_platforms counts them."""
     if _backend() != "jax":
         return False
     import jax
 
-    from aiperf.gpu_backend import accelerator_platforms
+    from aiperf.config.gpu_backend import accelerator_platforms
 
     return jax.default_backend() in accelerator_platforms()
 

@@ -7,7 +7,7 @@ from aiperf.errors import UserError
 from aiperf.paths import local_run_lock_path, try_hold
 
 
-def claim_local_run() -> int:
+def hold_local_run_lock() -> int:
     """Hold this machine's local-run lock for the rest of the process (the descriptor returned),
     or fail in one line when another local run holds it."""
     path = local_run_lock_path()

@@ -9,7 +9,7 @@ run's owner, each record with its event-log lines.
 
 Its parts live beside it, one job each: which trial runs on which worker slot, and when
 (aiperf.lifecycle.admission); the oracle and its proposals (aiperf.lifecycle.proposals); the rules
-a worker's report is checked against (aiperf.lifecycle.reports); the live figures it publishes
+a worker's report is checked against (aiperf.lifecycle.worker_reports); the live figures it publishes
 (aiperf.lifecycle.live).
 
 Two things keep a thousand workers busy from one process. The oracle lives on its own thread
@@ -19,7 +19,7 @@ so only one thread ever touches the oracle. And what one turn of the loop learns
 trials) is committed in one transaction (a recorder's Turn: an aiperf.store.WriteBatch), not one
 per report: a commit waits for the disk.
 
-Every report is checked when it arrives (aiperf.lifecycle.reports): samples within the dataset
+Every report is checked when it arrives (aiperf.lifecycle.worker_reports): samples within the dataset
 and in whole batches, epochs in order, and a live event only from the worker the trial runs on
 (the Dask scheduler stamps each event with its sender, `sent_from`). A report that fails is refused
 with a warning and its trial is failed with the reason. What is expensive to check here (the
@@ -52,7 +52,7 @@ from aiperf.lifecycle.admission import Admission, Launcher, Running
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
 from aiperf.lifecycle.recorder import RunRecorder
-from aiperf.lifecycle.reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
+from aiperf.lifecycle.worker_reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
 from aiperf.status import TrialStatus
 from aiperf.store import TrialRecord
 from aiperf.store.records import TrialPhases

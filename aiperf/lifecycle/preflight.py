@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiperf.cluster import preflight as cluster_preflight
 from aiperf.config import BenchmarkConfig
-from aiperf.data.space import check_space
+from aiperf.data.disk_space import check_space
 from aiperf.data.staging import preflight as data_preflight
 from aiperf.errors import UserError
 from aiperf.lifecycle.reference import reference_seconds

@@ -17,8 +17,8 @@ from aiperf.config import AUTO, BenchmarkConfig, set_dotted
 from aiperf.errors import UserError
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.division import classify
-from aiperf.train.accelerators import refuse_unused_gpus, unprobed_gpus
 from aiperf.train.fit import SEED_FIT
+from aiperf.train.gpu_failures import refuse_unused_gpus, unprobed_gpus
 from aiperf.train.trial import warm_up
 from aiperf.units import format_ops
 

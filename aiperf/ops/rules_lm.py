@@ -29,7 +29,7 @@ from typing import Any
 
 from keras import layers
 
-from aiperf.layers import PositionEmbedding
+from aiperf.arch.keras_layers import PositionEmbedding
 from aiperf.ops.conventions import Cost
 from aiperf.ops.rules import (
     LayerCall,

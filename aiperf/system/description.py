@@ -4,7 +4,7 @@ The fingerprint (aiperf.system.fingerprint) is the submitting host, where the fl
 workers, which on a job queue are other machines. So `describe_node` runs on every Dask worker once
 the workers are up (`collect`: client.run), and `describe_system` groups what they say by host into
 nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count, memory,
-driver and CUDA version and the links between them (aiperf.system.accelerators), the network
+driver and CUDA version and the links between them (aiperf.system.nvidia_gpus), the network
 interconnect where it can be read, the OS, Python, framework versions and Keras backend, and
 the batch job each worker is. Stored with the run (runs.system_description), written as
 system_description.json in the run's folder, and shown in the report.
@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.system import accelerators, hostfacts
+from aiperf.system import hostfacts, nvidia_gpus
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
@@ -150,7 +150,7 @@ def describe_node(dask_worker: Any = None, folder: str | None = None) -> dict[st
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
     sockets = _sockets()
-    found = accelerators.describe()
+    found = nvidia_gpus.describe()
     gpus = found["gpus"]
     gpu_facts = hostfacts.gpu_facts() if gpus else []
     storage_type, storage_capacity = hostfacts.storage(folder or os.getcwd())

@@ -17,7 +17,7 @@ no more than a log line. So the run chooses, and says what it chose:
   float16 and every worker's device ran the fused kernel, "unfused" otherwise; "fused" asked for
   where it cannot run is refused in one line; "unfused" is always possible;
 - the choice is stored in the run's config in place of auto, with train.precision's (aiperf.train.
-  auto.resolved_settings), so every trial builds its attention with it (aiperf.layers.
+  auto.resolved_settings), so every trial builds its attention with it (aiperf.arch.keras_layers.
   causal_self_attention) and `aiperf show` says it. Like train.backend it is an implementation of the
   same training: out of the workload hash, never a deviation (aiperf.results.division).
 
@@ -35,9 +35,9 @@ from aiperf.errors import UserError
 if TYPE_CHECKING:
     from aiperf.config import BenchmarkConfig
 
-AUTO, FUSED, UNFUSED = "auto", "fused", "unfused"  # as aiperf.layers.ATTENTION_KERNELS
+AUTO, FUSED, UNFUSED = "auto", "fused", "unfused"  # as arch.keras_layers.ATTENTION_KERNELS
 SETTING = "train.attention"
-# The backend whose fused attention a worker's probe checks: GPU runs train on JAX (gpu_backend).
+# The backend whose fused attention a worker's probe checks: GPU runs train on JAX (config.gpu_backend).
 FUSED_BACKEND = "jax"
 # cuDNN's flash attention computes in 16-bit floats only.
 FUSED_PRECISIONS = ("mixed_bfloat16", "mixed_float16")

@@ -76,7 +76,7 @@ class DeviceFacts:
     trains on, and the smallest compute capability and memory among them (None where nvidia-smi
     does not say); on a CPU, the bfloat16 instructions it has. `unqueried`: the nvidia-smi call
     that failed on a worker whose framework computes on GPUs (the run refuses such a worker,
-    aiperf.train.accelerators, rather than size its batch and precision as a CPU's)."""
+    aiperf.train.gpu_failures, rather than size its batch and precision as a CPU's)."""
 
     accelerator: bool
     gpus: int = 0

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from aiperf import settings
-from aiperf.gpu_backend import accelerator_platforms
+from aiperf.config.gpu_backend import accelerator_platforms
 
 CPU_SIZE = 1024
 GPU_SIZE = 8192

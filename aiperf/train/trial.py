@@ -21,10 +21,10 @@ from aiperf import quality, settings
 from aiperf.arch.transformer import is_transformer
 from aiperf.status import TrialStatus
 from aiperf.train import lm, recipe
-from aiperf.train.accelerators import out_of_memory, out_of_memory_message
 from aiperf.train.devices import configure_logical_cpus, data_parallel, worker_devices
 from aiperf.train.epochs import epoch_end, stalled
 from aiperf.train.fit import StepMemory, checks_fit, step_memory, too_large_message, trainable
+from aiperf.train.gpu_failures import out_of_memory, out_of_memory_message
 from aiperf.train.kept import BestWeights, inherited_lm
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialRequest, TrialResult
 from aiperf.train.phases import PhaseClock
@@ -241,7 +241,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
         )
     except Exception as exc:  # the trial fails; the run and its other trials go on
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        oom = out_of_memory(exc)  # its own status and one line (aiperf.train.accelerators)
+        oom = out_of_memory(exc)  # its own status and one line (aiperf.train.gpu_failures)
         if oom:
             message = out_of_memory_message(oom, request.batch_size, request.devices)
         return TrialResult(

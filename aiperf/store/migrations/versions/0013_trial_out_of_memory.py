@@ -1,6 +1,6 @@
 """Trials that end `out_of_memory`: the device's memory ran out (XLA's RESOURCE_EXHAUSTED,
 TensorFlow's ResourceExhaustedError), a status of its own so a batch too big for the GPU is told
-apart from a bug (aiperf.train.accelerators).
+apart from a bug (aiperf.train.gpu_failures).
 
 Revision ID: 0013
 Revises: 0012

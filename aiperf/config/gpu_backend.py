@@ -12,7 +12,7 @@ result's division and workload do not change.
 
 A backend the user names (`--set train.backend=...`, `--set train.jit_compile=...`) is theirs and
 kept; a worker whose framework then shows no accelerator is refused in one line before the first
-trial (aiperf.train.accelerators), never trained on its CPUs while nvidia-smi lists GPUs.
+trial (aiperf.train.gpu_failures), never trained on its CPUs while nvidia-smi lists GPUs.
 """
 
 from __future__ import annotations

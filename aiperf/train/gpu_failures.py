@@ -27,9 +27,9 @@ from typing import Any
 
 from aiperf import settings
 from aiperf.config import BenchmarkConfig
+from aiperf.config.gpu_backend import INSTALL
 from aiperf.config.host import ON_THE_CPUS
 from aiperf.errors import UserError
-from aiperf.gpu_backend import INSTALL
 
 # Framework errors that mean "the device's memory is exhausted" whatever their text says.
 _OOM_TYPES = frozenset({"ResourceExhaustedError", "OutOfMemoryError"})

@@ -1,9 +1,9 @@
 """The Keras layers aiperf defines itself: only what Keras' own layers do not provide.
 
-Kept below both the builders (aiperf.arch) and the operation counter (aiperf.ops), which may not
-import each other: the builder puts these layers in a model, the counter prices them by class, and
-a saved model loads them back by their registered names (`aiperf>PositionEmbedding`), without
-aiperf.arch.
+Beside the builders that put them in a model (aiperf.arch.transformer); the operation counter
+(aiperf.ops.rules_lm), which sits above aiperf.arch, prices them by class; a saved model loads them
+back by their registered names (`aiperf>PositionEmbedding`, not by this module's path: a model
+saved when this module was aiperf/layers.py loads the same) once this module is imported.
 
 - `PositionEmbedding`: learned absolute positions added to a (batch, sequence, width) input, as
   GPT-2 has them. Keras 3 has token embeddings (`Embedding`, `ReversibleEmbedding` for a tied LM
