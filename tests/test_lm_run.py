@@ -1,4 +1,4 @@
-"""The LM track as its users run it: `aiperf run --profile lm-quick --budget 2m --workers 1` on this
+"""The LM track as its users run it: `aiperf run --profile lm-quick --budget 100s --workers 1` on this
 machine, valid and verified, and the ranked `--profile enwik8` on the stand-in GPU node
 (benchmarks/gpu_node_standin.sh, STANDIN_PROFILE=enwik8) over a stand-in in enwik8's format,
 training on all its devices with JAX, jit and bfloat16.
@@ -11,15 +11,18 @@ one epoch and the second a grown one, each with both cores; a worker per core wo
 each first, side by side, and only then grow. With every process held to 1.2 CPUs and TensorFlow's
 oneDNN off (a 2-vCPU Zen 3's speed and kernels) and another run beside it, the seed's epoch ended
 50-63 s into the window and the grown trial's one epoch ended at 115 s or was stopped a tenth short
-of its end: both trained, which is what the test counts.
+of its end: both trained, which is what the test counts. The window is 100 s: the grown trial,
+which starts from its parent's kept weights a few seconds after the seed's epoch, trains for half a
+minute or more before the deadline stops it, and its samples count.
 
 Under aiperf-rules-1.7 (issue 49) lm-quick's loss ceiling is 2.25 nats/token, below the bigram
 model's 2.32: a seed's first epoch (2.4-2.6) does not meet it. Under 1.7 a grown trial started from
 fresh weights and met it only in the third round's second epoch, which a slow machine's 2 minutes
 did not always reach (2.39 and 2.48 there: invalid). Under 1.8 each grown trial continues its
 parent (search.inherit) with the field's recipe (AdamW, beta_2 0.95, clipping at 1, warm-up then
-cosine to a tenth): the same 2 minutes on a 2-vCPU Zen 4 ended at 1.52, valid. The test asks that
-the verdict and exit status are the ceiling's, that verify passes, and that the grown trials record
+cosine to a tenth): 2 minutes on a 2-vCPU Zen 4 ended at 1.52, valid; the test's 100 s may end
+either side of the ceiling on a slow machine. The test asks that the verdict and exit status are the
+ceiling's, that verify passes, and that the grown trials record
 the parent's epoch they grew from.
 """
 
@@ -59,7 +62,7 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def lm_quick(tmp_path_factory):
-    """`aiperf run --profile lm-quick --budget 2m --workers 1`, once (the module says why)."""
+    """`aiperf run --profile lm-quick --budget 100s --workers 1`, once (the module says why)."""
     folder = tmp_path_factory.mktemp("lm-quick")
     db = folder / "lm.db"
     done = _cli(
@@ -67,7 +70,7 @@ def lm_quick(tmp_path_factory):
         "--profile",
         "lm-quick",
         "--budget",
-        "2m",
+        "100s",
         "--workers",
         "1",
         "--db",
