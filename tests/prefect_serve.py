@@ -32,16 +32,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tiny_profile(folder: Path) -> Path:
-    """The packaged quick profile with TINY's settings, as tiny-profile.yaml in `folder`: a profile
-    file (its run is in the open division). serve() puts it in the worker's AIPERF_PROFILE_DIR before
-    serve.sh deploys, as a host puts its profiles there before `make serve`: the run form offers
-    the profiles the folder held when the deployments were made."""
+    """The packaged quick profile with TINY_SIMULATED's settings, as tiny-profile.yaml in `folder`:
+    a profile file (its run is in the open division). serve() puts it in the worker's
+    AIPERF_PROFILE_DIR before serve.sh deploys, as a host puts its profiles there before `make
+    serve`: the run form offers the profiles the folder held when the deployments were made. The UI
+    test that runs it follows the flow run's pages, not what trains, so its trials are simulated (its
+    Dask worker imports no framework); the served `benchmark` run trains Keras (benchmark_run)."""
     from importlib import resources
 
-    from conftest import TINY
+    from conftest import TINY_SIMULATED
 
     raw = yaml.safe_load((resources.files("aiperf") / "profiles" / "quick.yaml").read_text())
-    for key, value in TINY.items():
+    for key, value in TINY_SIMULATED.items():
         *sections, name = key.split(".")
         node = raw
         for section in sections:

@@ -10,7 +10,8 @@ its server may already hold that test's flow runs, as a user's server holds earl
 
 The UI is the one a browser opening the server's address gets: Prefect 3's V2 UI (React), under /v2.
 Its run form has one typed field per parameter (issue 26 item 1): the custom profile is a profile
-file, the packaged `quick` profile with the tests' TINY settings, which serve.sh's worker has in its
+file, the packaged `quick` profile with the tests' TINY settings and simulated trials (the walk is
+through the flow run's pages, not what trains), which serve.sh's worker has in its
 AIPERF_PROFILE_DIR from the start (prefect_serve.tiny_profile), chosen in the form's list of
 profiles (a flow run's profile is a name, never a path). The API
 takes basic authentication, so the walk starts on the UI's login page, with serve.sh's auth string."""
