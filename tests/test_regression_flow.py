@@ -1,6 +1,6 @@
 """The nightly regression flow end to end: the real benchmark subflow on a real Dask worker, then the
 comparison. A planted better baseline for this machine is flagged (the flow run ends Failed with
-both figures); the first run sets the baseline; a run within its thresholds passes."""
+both figures); the first run sets the baseline and passes."""
 
 from __future__ import annotations
 
@@ -54,24 +54,18 @@ def regression_artifact(state) -> str:
     return artifacts[0].data
 
 
-def test_first_run_sets_the_baseline_and_the_next_within_threshold_passes(prefect_api, tmp_path):
+def test_the_first_run_sets_the_baseline(prefect_api, tmp_path):
+    """A system's first night passes and sets the baseline (the flow's Completed path). A later
+    night within its thresholds passes by the same path; the thresholds themselves are
+    tests/test_regression.py's (test_threshold), and a night that falls below a baseline is the
+    planted test's below: two nights trained, not three."""
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     first = run_nightly(db, tmp_path / "out")
     assert first.is_completed(), first.message
     assert "sets the baseline" in first.message
     assert "sets the baseline" in regression_artifact(first)
-    # Same seed, same trials: the second night's OPS lands well within 50% of the first. Its
-    # regulated score swings more (a 10 s run's best accuracy depends on how many epochs a loaded
-    # machine finishes), so its threshold here is wide.
-    second = run_nightly(db, tmp_path / "out", ops_threshold=0.5, regulated_threshold=0.9)
-    assert second.is_completed(), second.message
-    assert (
-        "within its thresholds of the baseline" in second.message
-        and "OPS 50%, regulated 90%" in second.message
-    )
-    summary = second.result()
-    assert summary["baseline_ops"] == pytest.approx(first.result()["ops"])
-    assert "PASSED" in regression_artifact(second)
+    summary = first.result()
+    assert summary["baseline_ops"] is None and summary["ops"] > 0 and not summary["regressions"]
 
 
 def test_a_threshold_that_is_not_a_share_fails_before_any_run(prefect_api, tmp_path):
@@ -129,4 +123,5 @@ def test_planted_better_baseline_is_flagged(prefect_api, tmp_path):
     with pytest.raises(Regressed) as raised:
         state.result()
     assert raised.value.summary["run_id"] == 6 and raised.value.summary["regressions"]
+    assert raised.value.summary["baseline_ops"] == pytest.approx(planted_ops)  # all five alike
     assert str(raised.value) == message
