@@ -1,16 +1,17 @@
 """GrowthOracle: the LM track's architecture search, growing decoder-only transformers, as a
-keras-tuner Oracle the flow drives (create_trial / update_trial / end_trial), like MorphismOracle
-does for CNNs (aiperf/search/morphism.py; the same structure, so the flow, the records and resume
-treat both alike).
+keras-tuner Oracle the flow drives (create_trial / update_trial / end_trial), as MorphismOracle
+does for CNNs. What the two share (the first round of seeds, the random state, populate_space's
+course) is in their base, aiperf/search/growing.py, so the flow, the records and resume treat both
+alike; here is what is this oracle's own:
 
-- First round: the seed TransformerSpec on every worker, each with its own hyperparameters.
-- Later: for every free worker, the candidates are the children one growth step (aiperf.arch.grow:
-  deepen, widen_mlp, widen_heads, widen_model; grow.candidates, within the limits) from the few
-  best-scoring trials that still have a child not tried (equal TransformerSpec.architecture_key:
-  deepen at any position is one architecture, its position drawn once the child is chosen), up to
-  `candidates` of them drawn at random; a Gaussian process over architectures (kernel
-  exp(-grow.distance / length_scale)) predicts each one's quality and the upper confidence bound
-  picks one. When no trial has such a child, the seed trains again, fresh.
+- A child: for every free worker after the first round, the candidates are the children one
+  growth step (aiperf.arch.grow: deepen, widen_mlp, widen_heads, widen_model; grow.candidates,
+  within the limits) from the few best-scoring trials that still have a child not tried (equal
+  TransformerSpec.architecture_key: deepen at any position is one architecture, its position
+  drawn once the child is chosen), up to `candidates` of them drawn at random; a Gaussian process
+  over architectures (kernel exp(-grow.distance / length_scale)) predicts each one's quality and
+  the upper confidence bound picks one. When no trial has such a child, the seed trains again,
+  fresh.
 - Speed: each trial's spec, grow.describe() vector and children are computed once and kept, and
   the scored trials are found incrementally (SearchMemory.scored), so a proposal's cost hardly
   grows with the trials (benchmarks/bench_growth_oracle.py).
@@ -26,16 +27,11 @@ treat both alike).
   factor of 0.8 or 1.25 within the range and each other choice drawn again with probability 1/4.
   A fresh draw would swamp what the growth contributes: the GP sees only the architecture.
 
-Everything the oracle decides is in the trial's values; its own state is its random state, in
-get_state(), stored by the orchestrator with every proposal. What was tried, and every trial's
-features for the GP, are derived from the trials (set_state), so a resumed oracle proposes exactly
-what the interrupted one would have.
+What was tried, and every trial's features for the GP, are derived from the trials (set_state).
 """
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +45,10 @@ from aiperf.config import SpaceConfig
 from aiperf.config.workload import windows_in
 from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.memory import SearchMemory, best, training_set
+from aiperf.search.growing import IDLE, RUNNING, GrowingOracle
+from aiperf.search.memory import best, training_set
 
-RUNNING = kt.engine.trial.TrialStatus.RUNNING
-IDLE = kt.engine.trial.TrialStatus.IDLE
+__all__ = ["IDLE", "RUNNING", "WIDENINGS", "GrowthOracle"]
 # The operators other than deepen: each gives a parent one or two children.
 WIDENINGS = tuple(op for op in grow.OPERATORS if op != "deepen")
 
@@ -66,8 +62,10 @@ class _Child:
     operator: str
 
 
-class GrowthOracle(kt.Oracle):
+class GrowthOracle(GrowingOracle[grow.Limits]):
     """Grows `seed_spec` within `limits`; `objective`'s direction says which scores are better."""
+
+    STATE_KEY = "growth"
 
     def __init__(
         self,
@@ -84,79 +82,58 @@ class GrowthOracle(kt.Oracle):
         top_parents: int = 5,
         inherit: bool = False,
     ) -> None:
+        self.seed_spec, self.inherit = seed_spec, inherit
         super().__init__(
-            objective=objective,
-            max_trials=max_trials,
             hyperparameters=space.growth_hyperparameters(search_space, seed_spec.seq_len),
+            search_space=search_space,
+            first_round=first_round,
+            limits=limits,
+            objective=objective,
             seed=seed,
-            max_consecutive_failed_trials=max_trials,
+            max_trials=max_trials,
+            candidates=candidates,
+            beta=beta,
+            top_parents=top_parents,
         )
-        self.seed_spec, self.search_space = seed_spec, search_space
-        self.first_round, self.limits = first_round, limits
-        self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
-        self.inherit = inherit
         # +1 where higher scores are better, -1 where lower are (val_loss): quality = sign x score.
         self._sign = -1.0 if self.objective.direction == "min" else 1.0
-        self._rng = random.Random(seed)
-        self._forget()
 
     def _forget(self) -> None:
-        """What is derived from the trials, empty: a fresh oracle's, or one about to be restored."""
+        super()._forget()  # the memory serves only to find the scored trials (its scored())
         self._tried = {self.seed_spec.architecture_key()}
-        self._memory = SearchMemory()  # the scored trials, found incrementally (only its scored())
         self._specs: dict[str, TransformerSpec] = {}  # parsed once per trial: a spec is small
         self._features: dict[str, np.ndarray] = {}  # grow.describe() of each trial's spec
         self._grown: dict[str, list[_Child]] = {}  # each parent's children within the limits
-        self._seeds_counted = (0, 0)  # (seed trials, among the first this many trials)
         self._tried_seen = 0  # the first this many trials' architectures are in _tried
+
+    def _restore(self, own: dict[str, Any]) -> None:
+        """The architectures tried, rebuilt from the trials' specs."""
+        self._catch_up()
 
     # --- proposals ------------------------------------------------------------------------------
 
-    def populate_space(self, trial_id: str) -> dict[str, Any]:
-        seeds = self._seeds()
-        self._sync_tried()
-        scored, scores, ranks = self._memory.scored(self.trials)
-        if seeds >= self.first_round and not scored and self.ongoing_trials:
-            # The first round is still training: nothing to grow yet. Nothing random is drawn, so
-            # how often the flow asks does not change what comes next (a resumed run proposes the same).
-            return {"status": IDLE}
-        values = self._sample_hyperparameters()
-        if seeds < self.first_round or not scored:
-            # The first round, or a first round that failed: the seed again, with other
-            # hyperparameters and weights (the orchestrator stops a run where nothing trains).
-            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+    def _grow(
+        self,
+        scored: list[kt.engine.trial.Trial],
+        scores: np.ndarray,
+        ranks: np.ndarray,
+        values: dict[str, Any],
+    ) -> dict[str, Any] | None:
         proposal = self._propose(scored, self._sign * scores, ranks)
-        if proposal is None:  # the limits leave no room to grow: train the seed again, fresh
-            return {"status": RUNNING, "values": {**values, **self._seed_values()}}
+        if proposal is None:
+            return None
         child, parent_id = proposal
         self._tried.add(child.architecture_key())
         if self.inherit:
             values = self._perturbed(self.trials[parent_id].hyperparameters.values)
         return {
-            "status": RUNNING,
-            "values": {
-                **values,
-                space.ARCHITECTURE: child.to_json(),
-                space.PARENT: parent_id,
-                space.OPERATOR: Morphism.parse(child.history[-1]).operator,
-            },
+            **values,
+            space.ARCHITECTURE: child.to_json(),
+            space.PARENT: parent_id,
+            space.OPERATOR: Morphism.parse(child.history[-1]).operator,
         }
 
-    def _seeds(self) -> int:
-        """Seed trials so far, up to first_round, counted over the trials added since the last call
-        (trials are only ever added), as MorphismOracle does."""
-        if self._seeds_counted[0] < self.first_round:
-            trials = list(self.trials.values())
-            seen, seeds = self._seeds_counted[1], self._seeds_counted[0]
-            seeds += sum(
-                1
-                for t in trials[seen:]
-                if t.hyperparameters.values.get(space.OPERATOR) == space.SEED_OPERATOR
-            )
-            self._seeds_counted = (seeds, len(trials))
-        return min(self._seeds_counted[0], self.first_round)
-
-    def _sync_tried(self) -> None:
+    def _catch_up(self) -> None:
         """Every trial's architecture in _tried: those added since the last call are looked at
         (trials are only ever added), so a trial put in by other means (resume) counts too."""
         trials = list(self.trials.values())
@@ -165,21 +142,14 @@ class GrowthOracle(kt.Oracle):
                 self._tried.add(self._spec(trial).architecture_key())
         self._tried_seen = len(trials)
 
-    def _seed_values(self) -> dict[str, Any]:
-        return {
-            space.ARCHITECTURE: self.seed_spec.to_json(),
-            space.PARENT: None,
-            space.OPERATOR: space.SEED_OPERATOR,
-        }
+    def _seed_json(self) -> str:
+        return self.seed_spec.to_json()
 
     def _sample_hyperparameters(self) -> dict[str, Any]:
         """One draw of every searched value, always in the same order (a resumed oracle's random
         state then gives the same draws)."""
         s, rng = self.search_space, self._rng
-        low, high = s.learning_rate
-        values: dict[str, Any] = {
-            space.LEARNING_RATE: math.exp(rng.uniform(math.log(low), math.log(high)))
-        }
+        values: dict[str, Any] = {space.LEARNING_RATE: self._learning_rate()}
         if s.batch_tokens is not None:
             tokens = rng.choice(s.batch_tokens)
             values[space.BATCH_TOKENS] = tokens
@@ -317,23 +287,3 @@ class GrowthOracle(kt.Oracle):
         if len(proposals) > self.candidates:
             proposals = self._rng.sample(proposals, self.candidates)
         return proposals
-
-    # --- state ----------------------------------------------------------------------------------
-
-    def get_state(self) -> dict[str, Any]:
-        """keras-tuner's state and the random state: what was tried is derived from the trials."""
-        state = super().get_state()
-        version, internal, gauss = self._rng.getstate()
-        state["growth"] = {"rng": [version, list(internal), gauss]}
-        return state
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """The state, given after the trials it goes with (aiperf.search.resume.restore): the
-        architectures tried are rebuilt from the trials' specs."""
-        super().set_state(state)
-        self._forget()
-        self._sync_tried()
-        growth = state.get("growth", {})
-        if "rng" in growth:
-            version, internal, gauss = growth["rng"]
-            self._rng.setstate((version, tuple(internal), gauss))
