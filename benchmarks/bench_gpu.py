@@ -43,7 +43,8 @@ everything so far (gpu_check.txt), so a check stopped by its time limit still re
     bash benchmarks/gpu_check.sh --batch 256       # on the H200 machine: install, then this
 
 --smoke trains the small resnet-mini seed (32 px, 10 classes, batch 8, a few steps, float32) on
-two logical CPU devices (XLA_FLAGS, on JAX), and runs a few seconds of `aiperf run` on 16 px data.
+two logical CPU devices (XLA_FLAGS, on JAX), and runs a few seconds of `aiperf run` on 16 px data
+with simulated trials (the GPU trains them).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ flow records into a real PostgreSQL server, and the CLI reads it back (show, his
 from __future__ import annotations
 
 import pytest
-from conftest import TINY, scored
+from conftest import TINY_SIMULATED, scored
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
@@ -22,7 +22,9 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
     from aiperf_flows.benchmark import benchmark
 
     # As on a deployment's worker: the URL, password included, comes from the environment, never from a
-    # flow parameter (Prefect stores those).
+    # flow parameter (Prefect stores those). Its trials are simulated: what is tested is what the run
+    # records on PostgreSQL and reads back (a run that trains Keras on PostgreSQL is
+    # tests/test_log_conformance.py's).
     monkeypatch.setenv("AIPERF_DB_URL", postgres_db)
     first = scored(
         benchmark,
@@ -31,7 +33,7 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
         workers=1,
         seed=1,
         out=str(tmp_path / "out"),
-        overrides=TINY,
+        overrides=TINY_SIMULATED,
     )
     second = scored(
         benchmark,
@@ -40,7 +42,7 @@ def test_benchmark_run_on_postgresql(prefect_api, postgres_db, tmp_path, monkeyp
         workers=1,
         seed=1,
         out=str(tmp_path / "out"),
-        overrides=TINY,
+        overrides=TINY_SIMULATED,
     )
     engine = create_engine(postgres_db)
     try:

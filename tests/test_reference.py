@@ -198,9 +198,12 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
 
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     overrides = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    # 16 s: each worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs;
-    # reproduced as a Zen 3 (benchmarks/slow_machine.sh) the first completed 6-8 s in.
-    args = ["run", "--budget", "16s", "--workers", "2", "--seed", "3", "--db", db]
+    # 16 s: the worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs;
+    # reproduced as a Zen 3 (benchmarks/slow_machine.sh) the first completed 6-8 s in. One worker:
+    # the reference is a broadcast to every worker, as the peak's is (tests/conftest.py's short
+    # real run records two workers' peaks), and the per-worker mean is
+    # test_seed_trials_are_compared_with_the_mean_per_worker_reference's.
+    args = ["run", "--budget", "16s", "--workers", "1", "--seed", "3", "--db", db]
     env = {
         **os.environ,
         settings.REFERENCE_SECONDS.name: "1",  # the head's environment reaches its workers
@@ -233,7 +236,7 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
     (log,) = (tmp_path / "out").glob("run-*-1/events.log")
     assert list(mllog.read_run(log).run.reference_rates) == list(record.reference_rates)
     rates = list(record.reference_rates)
-    assert len(rates) == 2 and len({r["worker"] for r in rates}) == 2, rates
+    assert len(rates) == 1 and rates[0]["worker"] is not None, rates
     for rate in rates:
         assert rate["samples_per_s"] > 0 and rate["ops_per_s"] > 0 and rate["steps"] >= 2, rate
         assert rate["seconds"] >= 1 and rate["batch"] == min(TINY["search.space.batch_size"])
@@ -251,7 +254,7 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
     )
     assert shown.returncode == 0, shown.stderr
     compared = json.loads(shown.stdout)["trials_vs_bare_keras"]
-    assert compared["reference_workers"] == 2 and compared["reference_ops_per_s"] > 0
+    assert compared["reference_workers"] == 1 and compared["reference_ops_per_s"] > 0
     assert compared["seed_trials"] >= 1 and compared["ratio"] > 0, compared
     assert compared["line"].startswith("seed trials trained at "), compared
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import TINY
+from conftest import TINY_SIMULATED
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
@@ -180,7 +180,9 @@ def test_a_run_on_postgresql_keeps_its_password_out_of_records_parameters_and_lo
     bare = split_password(postgres_db)[0]
     assert password and len(password) >= 16 and password not in bare
     caplog.set_level(logging.DEBUG)
-    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
+    # Simulated trials: the password's paths (config, flow parameters, records, logs, the workers'
+    # environment) are the same whatever trains.
+    settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY_SIMULATED.items()]
     result = _cli(
         "run",
         "--db",

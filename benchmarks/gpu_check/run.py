@@ -62,6 +62,10 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.smoke:
         settings.update(
             {
+                # The CPU smoke check runs part 3's plumbing (the command, its settings, the figures
+                # read back) with simulated trials; training on JAX with jit on a node's devices is
+                # the stand-in GPU node's test, and on the GPU this part trains for real.
+                "train.trainer": "simulated",
                 "search.seed_architecture": args.model,
                 "search.space.batch_size": [args.batch],
                 "train.epochs": [1],
