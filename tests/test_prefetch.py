@@ -121,7 +121,9 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
 
 
 def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_it(tmp_path):
-    config, store, run_id, oracle, planned = _run(tmp_path, ahead=3)
+    # 3 s: about 750 trials on a fast machine; one was recorded in 1 s on the slowest machine's
+    # reproduction, its first proposal waiting on the CPU a run beside it held.
+    config, store, run_id, oracle, planned = _run(tmp_path, ahead=3, budget_s=3.0)
     with store:
         record = store.get_run(run_id)
         state = store.search_state(run_id)
