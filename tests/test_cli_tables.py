@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from claims import claim_of, trial_claim
+from claims import add_phases, claim_of
 from sqlalchemy import text
 from test_history_data import PlantedTrial, plant_run, system_facts
 from typer.testing import CliRunner
@@ -68,7 +68,7 @@ def _grow_and_time(store: Store, run_id: int) -> None:
         phases = TrialPhases(
             build_s=12.5, count_s=0.75, compile_s=120.25, train_s=1500.5, evaluate_s=250.0
         )
-        store.record_trial_phases(trial_claim(store, trial.id), trial.id, phases)
+        add_phases(store, trial.id, phases)
     peaks = [
         {"worker": w, "flops": 1e11, "dtype": "float32", "device": "CPU", "seconds": 2.0}
         for w in ("w0", "w1")

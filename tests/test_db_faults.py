@@ -9,7 +9,9 @@ import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from claims import claim_of
@@ -21,7 +23,7 @@ from test_history_data import system_facts
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.status import RunStatus
-from aiperf.store import Store
+from aiperf.store import EpochReport, RunClaim, Store, TrialStart, WriteBatch
 from aiperf.store.retry import is_transient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +65,14 @@ def _new_run(store: Store) -> int:
 
 
 # --- the Store's retry, one transaction at a time ------------------------------------------------
+
+
+def _one_write(store: Store, claim: RunClaim, add: Callable[[WriteBatch], None]) -> Any:
+    """One write the orchestrator's turn would make, committed as its turn is (Store.write); its
+    result (a new trial's id, whether an epoch was new)."""
+    batch = WriteBatch()
+    add(batch)
+    return store.write(batch, claim)[0]
 
 
 def test_a_write_waits_out_a_lock_held_longer_than_the_busy_timeout(
@@ -129,16 +139,8 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
 
         run_id = once(lambda: _new_run(store))
         claim = claim_of(store, run_id)  # the run's process's, read outside the faulty commits
-        trial_id = once(
-            lambda: store.create_trial(
-                claim,
-                trial_key="k0",
-                number=0,
-                architecture={},
-                hyperparameters={},
-                started_at=time.time(),
-            )
-        )
+        start = TrialStart("k0", 0, time.time(), None, None, {}, {}, epochs=1, seed=0)
+        trial_id = once(lambda: _one_write(store, claim, lambda b: b.create_trial(run_id, start)))
         manifest = {
             "name": "d",
             "kind": "synthetic",
@@ -148,7 +150,8 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             "classes": 2,
         }
         once(lambda: store.record_dataset(claim, manifest))
-        epoch = dict(
+        epoch = EpochReport(
+            "k0",
             epoch=0,
             started_at=time.time(),
             ended_at=time.time() + 1,
@@ -160,12 +163,12 @@ def test_a_retry_after_a_lost_commit_acknowledgement_records_nothing_twice(db_ur
             val_accuracy=0.5,
             complete=True,
         )
-        assert once(lambda: store.record_epoch(claim, trial_id, **epoch)) is True, (
-            "recorded, and said so once"
-        )
-        assert store.record_epoch(claim, trial_id, **epoch) is False, (
-            "a repeated event is still ignored"
-        )
+
+        def record_epoch() -> bool:
+            return _one_write(store, claim, lambda b: b.record_epoch(trial_id, epoch))
+
+        assert once(record_epoch) is True, "recorded, and said so once"
+        assert record_epoch() is False, "a repeated event is still ignored"
         with store.engine.connect() as connection:
             counts = {
                 table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()

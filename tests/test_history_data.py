@@ -1,21 +1,23 @@
-"""Seeded records for the history, regression and report tests, written through the Store as a run
-writes them, and a check that the history views agree with the raw tables on both engines."""
+"""Seeded records for the history, regression and report tests, written through the run recorder
+as a run writes them, and a check that the history views agree with the raw tables on both engines."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
-from claims import claim_of, trial_claim
+from claims import add_trial, claim_of, in_one_turn
 from sqlalchemy import DateTime, bindparam, text
 
 from aiperf.arch import ArchSpec, StageSpec
 from aiperf.config import ValidityConfig
+from aiperf.lifecycle.recorder import Turn
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import Store
+from aiperf.store import EpochReport, Store, TrialBuilt, TrialEnd
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
@@ -56,6 +58,49 @@ class PlantedTrial:
     start_s: float = 0.0
     epoch_s: float = 10.0
     val_loss: float = 1.0  # every epoch's: the LM track's quality
+
+
+def _planted_facts(
+    key: str, t0: float, t: PlantedTrial
+) -> tuple[TrialBuilt, list[EpochReport], TrialEnd]:
+    """What a planted trial's worker reported, and its end, as the orchestrator records them."""
+    built = TrialBuilt(
+        key,
+        worker=t.worker,
+        parameters=1000,
+        train_ops=t.train_ops,
+        eval_ops=t.eval_ops,
+        tensor_train_ops=t.train_ops // 2,
+        tensor_eval_ops=t.eval_ops // 2,
+    )
+    epochs = [
+        EpochReport(
+            key,
+            epoch=epoch,
+            started_at=t0 + t.start_s + epoch * t.epoch_s,
+            ended_at=t0 + t.start_s + (epoch + 1) * t.epoch_s,
+            samples_trained=t.samples_trained,
+            samples_evaluated=t.samples_evaluated,
+            loss=1.0,
+            accuracy=0.5,
+            val_loss=t.val_loss,
+            val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs,
+            complete=True,
+        )
+        for epoch in range(t.epochs)
+    ]
+    end = TrialEnd(key, TrialStatus.COMPLETED, t0 + t.start_s + t.epochs * t.epoch_s)
+    return built, epochs, end
+
+
+def _record(
+    turn: Turn, trial_id: int, facts: tuple[TrialBuilt, list[EpochReport], TrialEnd]
+) -> None:
+    built, epochs, end = facts
+    turn.trial_built(trial_id, built)
+    for report in epochs:
+        turn.epoch(trial_id, report)
+    turn.trial_stopped(trial_id, end)
 
 
 def plant_run(
@@ -118,56 +163,28 @@ def plant_run(
     )
     work = []
     for number, t in enumerate(trials):
-        trial_id = store.create_trial(
-            claim_of(store, run_id),
-            trial_key=f"t{number:02d}",
+        key = f"t{number:02d}"
+        trial_id = add_trial(
+            store,
+            run_id,
+            key,
             number=number,
             architecture=PLANTED_ARCHITECTURE,
             hyperparameters={"learning_rate": 0.01, "batch_size": 32},
             started_at=t0 + t.start_s,
         )
-        store.record_trial_built(
-            trial_claim(store, trial_id),
-            trial_id,
-            worker=t.worker,
-            parameters=1000,
-            train_ops=t.train_ops,
-            eval_ops=t.eval_ops,
-            tensor_train_ops=t.train_ops // 2,
-            tensor_eval_ops=t.eval_ops // 2,
-        )
-        for epoch in range(t.epochs):
-            begin = t0 + t.start_s + epoch * t.epoch_s
-            store.record_epoch(
-                trial_claim(store, trial_id),
-                trial_id,
-                epoch=epoch,
-                started_at=begin,
-                ended_at=begin + t.epoch_s,
-                samples_trained=t.samples_trained,
-                samples_evaluated=t.samples_evaluated,
-                loss=1.0,
-                accuracy=0.5,
-                val_loss=t.val_loss,
-                val_accuracy=t.val_accuracy * (epoch + 1) / t.epochs,
-                complete=True,
+        facts = _planted_facts(key, t0, t)
+        in_one_turn(store, run_id, partial(_record, trial_id=trial_id, facts=facts))
+        work += [
+            EpochWork(
+                t.samples_trained,
+                t.samples_evaluated,
+                t.train_ops,
+                t.eval_ops,
+                t.train_ops // 2,
+                t.eval_ops // 2,
             )
-            work.append(
-                EpochWork(
-                    t.samples_trained,
-                    t.samples_evaluated,
-                    t.train_ops,
-                    t.eval_ops,
-                    t.train_ops // 2,
-                    t.eval_ops // 2,
-                )
-            )
-        store.finish_trial(
-            trial_claim(store, trial_id),
-            trial_id,
-            status=TrialStatus.COMPLETED,
-            ended_at=t0 + t.start_s + t.epochs * t.epoch_s,
-        )
+        ] * t.epochs
     store.finish_search(claim_of(store, run_id), t0 + elapsed_s)
     best = max((t.val_accuracy for t in trials), default=None)
     validity = ValidityConfig.model_validate((config or {}).get("validity") or {})

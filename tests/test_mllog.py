@@ -18,7 +18,15 @@ from aiperf.results import mllog
 from aiperf.results.mllog.conformance import check
 from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import CheckRecord, Store, WindowRecord
+from aiperf.store import (
+    CheckRecord,
+    EpochReport,
+    Store,
+    TrialBuilt,
+    TrialEnd,
+    TrialStart,
+    WindowRecord,
+)
 
 T0 = 1_796_000_000.123456  # a Unix time with microseconds
 ARCH = {"name": "tiny", "layers": []}
@@ -62,75 +70,87 @@ def write_run(path: Path, *, stop: str | None = "completed") -> mllog.EventLog:
     )
     log.search_started(T0, T0 + 60)
     log.trial_started(
-        trial_id=11,
-        trial_key="00",
-        number=0,
-        started_at=T0 + 0.5,
-        parent_trial_id=None,
-        operator="seed",
-        architecture=ARCH,
-        hyperparameters={"batch_size": 32},
-        epochs=2,
-        seed=1,
+        11,
+        TrialStart(
+            trial_key="00",
+            number=0,
+            started_at=T0 + 0.5,
+            parent_trial_id=None,
+            operator="seed",
+            architecture=ARCH,
+            hyperparameters={"batch_size": 32},
+            epochs=2,
+            seed=1,
+        ),
     )
     log.trial_built(
-        trial_key="00",
-        worker="tcp://w0",
-        parameters=1000,
-        train_ops=30,
-        eval_ops=10,
-        tensor_train_ops=28,
-        tensor_eval_ops=9,
+        TrialBuilt(
+            trial_key="00",
+            worker="tcp://w0",
+            parameters=1000,
+            train_ops=30,
+            eval_ops=10,
+            tensor_train_ops=28,
+            tensor_eval_ops=9,
+        )
     )
     for n in range(2):
         log.epoch(
-            "00",
-            epoch=n,
-            started_at=T0 + 1 + 10 * n,
-            ended_at=T0 + 10 + 10 * n,
-            samples_trained=384,
-            samples_evaluated=128,
-            loss=1.0,
-            accuracy=0.4,
-            val_loss=1.1,
-            val_accuracy=0.3 + 0.1 * n,
-            complete=True,
+            EpochReport(
+                "00",
+                epoch=n,
+                started_at=T0 + 1 + 10 * n,
+                ended_at=T0 + 10 + 10 * n,
+                samples_trained=384,
+                samples_evaluated=128,
+                loss=1.0,
+                accuracy=0.4,
+                val_loss=1.1,
+                val_accuracy=0.3 + 0.1 * n,
+                complete=True,
+            )
         )
-    log.trial_stopped("00", TrialStatus.COMPLETED, T0 + 21, None)
+    log.trial_stopped(TrialEnd("00", TrialStatus.COMPLETED, T0 + 21, None))
     log.trial_started(
-        trial_id=12,
-        trial_key="01",
-        number=1,
-        started_at=T0 + 21.5,
-        parent_trial_id=11,
-        operator="widen stage 1",
-        architecture=ARCH,
-        hyperparameters={"batch_size": 32},
-        epochs=2,
-        seed=2,
+        12,
+        TrialStart(
+            trial_key="01",
+            number=1,
+            started_at=T0 + 21.5,
+            parent_trial_id=11,
+            operator="widen stage 1",
+            architecture=ARCH,
+            hyperparameters={"batch_size": 32},
+            epochs=2,
+            seed=2,
+        ),
     )
     log.trial_built(
-        trial_key="01",
-        worker="tcp://w1",
-        parameters=2000,
-        train_ops=60,
-        eval_ops=20,
-        tensor_train_ops=56,
-        tensor_eval_ops=18,
-        inherited_epoch=1,  # grown from its parent's kept weights (search.inherit)
+        TrialBuilt(
+            trial_key="01",
+            worker="tcp://w1",
+            parameters=2000,
+            train_ops=60,
+            eval_ops=20,
+            tensor_train_ops=56,
+            tensor_eval_ops=18,
+            inherited_epoch=1,  # grown from its parent's kept weights (search.inherit)
+        )
     )
     log.epoch(
-        "01",
-        epoch=0,
-        started_at=T0 + 22,
-        ended_at=T0 + 60,
-        samples_trained=96,
-        samples_evaluated=0,
-        loss=2.0,
-        accuracy=0.1,
-        val_loss=None,
-        val_accuracy=None,
-        complete=False,
+        EpochReport(
+            "01",
+            epoch=0,
+            started_at=T0 + 22,
+            ended_at=T0 + 60,
+            samples_trained=96,
+            samples_evaluated=0,
+            loss=2.0,
+            accuracy=0.1,
+            val_loss=None,
+            val_accuracy=None,
+            complete=False,
+        )
     )
     log.search_stopped(T0 + 60.25)
     if stop is not None:

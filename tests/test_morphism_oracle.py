@@ -5,7 +5,7 @@ import json
 import random
 
 import pytest
-from claims import claim_of, trial_claim
+from claims import add_epoch, add_trial, end_trial, save_search_state
 
 from aiperf.arch import Network, seed_spec
 from aiperf.arch.morph import Morphism, apply, deepen, widen
@@ -121,17 +121,18 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
     for i in range(7):
         trial = step(original, f"s{i}", rng.random())
         values = trial.hyperparameters.values
-        trial_id = store.create_trial(
-            claim_of(store, run),
-            trial_key=trial.trial_id,
+        trial_id = add_trial(
+            store,
+            run,
+            trial.trial_id,
             number=i,
             architecture=Network.from_json(values[space.ARCHITECTURE]).to_dict(),
             hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
             started_at=0.0,
             operator=values[space.OPERATOR],
         )
-        store.record_epoch(
-            trial_claim(store, trial_id),
+        add_epoch(
+            store,
             trial_id,
             epoch=0,
             started_at=0.0,
@@ -144,10 +145,8 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
             val_accuracy=trial.score,
             complete=True,
         )
-        store.finish_trial(
-            trial_claim(store, trial_id), trial_id, status="completed", ended_at=1.0
-        )
-        store.save_search_state(claim_of(store, run), "morphism", state_of(original))
+        end_trial(store, trial_id, "completed", 1.0)
+        save_search_state(store, run, "morphism", state_of(original))
 
     resumed = restore(
         new_oracle(tmp_path, seed=5),

@@ -27,7 +27,7 @@ from aiperf.cli.main import app
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
 from aiperf.status import HEARTBEAT_S, RunStatus, TrialStatus, heartbeat_timeout_s
-from aiperf.store import RunClaim, RunTakenOver, Store, WriteBatch
+from aiperf.store import EpochReport, RunClaim, RunTakenOver, Store, TrialEnd, WriteBatch
 from aiperf.store.database import clock
 from aiperf.store.models import Run
 
@@ -121,16 +121,7 @@ def test_the_process_that_lost_its_run_writes_nothing_more(store):
     batch = WriteBatch()
     batch.record_epoch(
         trial,
-        epoch=0,
-        started_at=time.time() - 1,
-        ended_at=time.time(),
-        samples_trained=10,
-        samples_evaluated=5,
-        loss=1.0,
-        accuracy=0.5,
-        val_loss=1.0,
-        val_accuracy=0.5,
-        complete=True,
+        EpochReport("k0", 0, time.time() - 1, time.time(), 10, 5, 1.0, 0.5, 1.0, 0.5, True),
     )
     with pytest.raises(RunTakenOver):
         store.write(batch, claim)
@@ -155,7 +146,7 @@ def test_a_run_taken_over_holds_back_no_other_run_of_its_old_process(store):
     with store.session() as s:  # the earlier run, ended here, taken over since by another process
         s.execute(update(Run).where(Run.id == earlier.run_id).values(owner=liveness.new_owner()))
     batch = WriteBatch()
-    batch.finish_trial(trial, status=TrialStatus.COMPLETED, ended_at=time.time())
+    batch.finish_trial(trial, TrialEnd("k0", TrialStatus.COMPLETED, time.time()))
     with pytest.raises(RunTakenOver):
         store.write(batch, earlier)
     store.write(batch, later)  # each claim is checked alone: no table of this process's runs

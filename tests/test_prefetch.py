@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from claims import claim_of
+from claims import add_trial, claim_of
 from conftest import FinishedTrial
 from simulated_search import simulated_orchestrator
 from sqlalchemy import event
@@ -18,7 +18,8 @@ from test_history_data import system_facts
 from aiperf.lifecycle.proposals import OracleThread, proposals_ahead
 from aiperf.search.oracles import make_oracle
 from aiperf.search.resume import restore, trial_values
-from aiperf.store import RecordNotFound, Store, WriteBatch
+from aiperf.status import TrialStatus
+from aiperf.store import EpochReport, RecordNotFound, Store, TrialEnd, WriteBatch
 from aiperf.train.messages import TrialResult
 from aiperf.train.simulated import SimulatedModel, plan_trial
 
@@ -161,30 +162,26 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
             budget_s=3,
             workers=1,
         ).run_id
-        trial_id = store.create_trial(
-            claim_of(store, run_id),
-            trial_key="0",
-            number=0,
-            architecture={},
-            hyperparameters={},
-            started_at=time.time(),
-        )
+        trial_id = add_trial(store, run_id, "0", started_at=time.time())
         batch = WriteBatch()
         for epoch in range(5):
             batch.record_epoch(
                 trial_id,
-                epoch=epoch,
-                started_at=time.time(),
-                ended_at=time.time(),
-                samples_trained=32,
-                samples_evaluated=8,
-                loss=1.0,
-                accuracy=0.5,
-                val_loss=1.0,
-                val_accuracy=0.4 + epoch / 100,
-                complete=True,
+                EpochReport(
+                    "0",
+                    epoch=epoch,
+                    started_at=time.time(),
+                    ended_at=time.time(),
+                    samples_trained=32,
+                    samples_evaluated=8,
+                    loss=1.0,
+                    accuracy=0.5,
+                    val_loss=1.0,
+                    val_accuracy=0.4 + epoch / 100,
+                    complete=True,
+                ),
             )
-        batch.finish_trial(trial_id, status="completed", ended_at=time.time())
+        batch.finish_trial(trial_id, TrialEnd("0", TrialStatus.COMPLETED, time.time()))
         claim = claim_of(store, run_id)
         commits = []
         event.listen(store.engine, "commit", lambda _conn: commits.append(1))
@@ -199,22 +196,9 @@ def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_p
         broken = WriteBatch()
         broken.record_epoch(
             trial_id,
-            epoch=5,
-            started_at=time.time(),
-            ended_at=time.time(),
-            samples_trained=32,
-            samples_evaluated=8,
-            loss=1.0,
-            accuracy=0.5,
-            val_loss=None,
-            val_accuracy=None,
-            complete=False,
+            EpochReport("0", 5, time.time(), time.time(), 32, 8, 1.0, 0.5, None, None, False),
         )
-        broken.finish_trial(
-            trial_id + 1,
-            status="completed",
-            ended_at=time.time(),
-        )
+        broken.finish_trial(trial_id + 1, TrialEnd("1", TrialStatus.COMPLETED, time.time()))
         with pytest.raises(RecordNotFound):
             store.write(broken, claim)
         assert len(store.get_run(run_id).trials[0].epochs) == 5, "all or nothing"

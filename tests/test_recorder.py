@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ from aiperf.results import mllog
 from aiperf.results.mllog import EventLog, read_events
 from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import CheckRecord, RunTakenOver, Store
+from aiperf.store import (
+    CheckRecord,
+    EpochReport,
+    RunTakenOver,
+    Store,
+    TrialBuilt,
+    TrialEnd,
+    TrialStart,
+)
 from aiperf.store.models import Base
 from aiperf.store.records import TrialPhases
 
@@ -53,18 +62,19 @@ PEAKS = [{"worker": "w0", "flops": 1e11, "dtype": "float32", "device": "CPU", "s
 PHASES = TrialPhases(
     build_s=1.0, count_s=0.5, compile_s=2.0, train_s=30.0, evaluate_s=6.0, report_s=0.25
 )
-EPOCH = {
-    "epoch": 1,
-    "started_at": T0 + 20,
-    "ended_at": T0 + 29,
-    "samples_trained": 64,
-    "samples_evaluated": 32,
-    "loss": 1.0,
-    "accuracy": 0.5,
-    "val_loss": 1.1,
-    "val_accuracy": 0.6,
-    "complete": True,
-}
+EPOCH = EpochReport(
+    "k0",
+    epoch=1,
+    started_at=T0 + 20,
+    ended_at=T0 + 29,
+    samples_trained=64,
+    samples_evaluated=32,
+    loss=1.0,
+    accuracy=0.5,
+    val_loss=1.1,
+    val_accuracy=0.6,
+    complete=True,
+)
 
 
 @pytest.fixture
@@ -89,19 +99,21 @@ def _recorder(store: Store, log: Path) -> tuple[RunRecorder, int]:
     recorder.search_started(T0, T0 + 60)
     turn = recorder.turn()
     turn.trial_created(
-        trial_key="k0",
-        number=0,
-        started_at=T0 + 1,
-        parent_trial_id=None,
-        operator=None,
-        architecture={"nodes": [0]},
-        hyperparameters={"batch_size": 32},
-        epochs=2,
-        seed=1,
+        TrialStart(
+            trial_key="k0",
+            number=0,
+            started_at=T0 + 1,
+            parent_trial_id=None,
+            operator=None,
+            architecture={"nodes": [0]},
+            hyperparameters={"batch_size": 32},
+            epochs=2,
+            seed=1,
+        )
     )
     (trial_id,) = recorder.commit(turn)
     turn = recorder.turn()
-    turn.epoch(trial_id, "k0", {**EPOCH, "epoch": 0, "started_at": T0 + 2, "ended_at": T0 + 9})
+    turn.epoch(trial_id, replace(EPOCH, epoch=0, started_at=T0 + 2, ended_at=T0 + 9))
     recorder.commit(turn)
     recorder.score(SCORE, "closed-1")
     return recorder, trial_id
@@ -112,31 +124,33 @@ def _a_turn(recorder: RunRecorder, trial_id: int) -> None:
     turn = recorder.turn()
     turn.search_state("random", {"trials": 2})
     turn.trial_created(
-        trial_key="k1",
-        number=1,
-        started_at=T0 + 30,
-        parent_trial_id=trial_id,
-        operator="widen",
-        architecture={"nodes": [1]},
-        hyperparameters={"batch_size": 32},
-        epochs=2,
-        seed=2,
+        TrialStart(
+            trial_key="k1",
+            number=1,
+            started_at=T0 + 30,
+            parent_trial_id=trial_id,
+            operator="widen",
+            architecture={"nodes": [1]},
+            hyperparameters={"batch_size": 32},
+            epochs=2,
+            seed=2,
+        )
     )
     turn.trial_built(
         trial_id,
-        trial_key="k0",
-        worker="w0",
-        parameters=10,
-        train_ops=300,
-        eval_ops=100,
-        tensor_train_ops=30,
-        tensor_eval_ops=10,
+        TrialBuilt(
+            "k0",
+            worker="w0",
+            parameters=10,
+            train_ops=300,
+            eval_ops=100,
+            tensor_train_ops=30,
+            tensor_eval_ops=10,
+        ),
     )
-    turn.epoch(trial_id, "k0", EPOCH)
+    turn.epoch(trial_id, EPOCH)
     turn.trial_phases(trial_id, "k0", PHASES)
-    turn.trial_stopped(
-        trial_id, "k0", status=TrialStatus.COMPLETED, ended_at=T0 + 30, message=None
-    )
+    turn.trial_stopped(trial_id, TrialEnd("k0", TrialStatus.COMPLETED, T0 + 30))
     recorder.commit(turn)
 
 

@@ -8,13 +8,30 @@ import dataclasses
 from datetime import UTC, datetime
 
 import pytest
-from claims import claim_of, trial_claim
+from claims import (
+    add_built,
+    add_epoch,
+    add_trial,
+    claim_of,
+    end_trial,
+    in_one_turn,
+    save_search_state,
+)
+from claims import trial_key_of as trial_key
 from test_history_data import plant_run, system_facts
 
 from aiperf.config import ValidityConfig
 from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import RecordNotFound, RunRecord, Store, SystemRecord, TrialRecord
+from aiperf.store import (
+    RecordNotFound,
+    RunRecord,
+    Store,
+    SystemRecord,
+    TrialBuilt,
+    TrialEnd,
+    TrialRecord,
+)
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC).timestamp()
 
@@ -39,9 +56,10 @@ def new_run(store: Store, *, profile: str = "quick", host: str = "node-a") -> in
 
 
 def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
-    return store.create_trial(
-        claim_of(store, run_id),
-        trial_key=f"k{number}",
+    return add_trial(
+        store,
+        run_id,
+        f"k{number}",
         number=number,
         architecture={"nodes": [number]},
         hyperparameters={"batch_size": 32},
@@ -51,16 +69,19 @@ def new_trial(store: Store, run_id: int, number: int = 0, **fields) -> int:
 
 
 def built(store: Store, trial_id: int, worker: str = "w0", **inherited) -> None:
-    store.record_trial_built(
-        trial_claim(store, trial_id),
+    add_built(
+        store,
         trial_id,
-        worker=worker,
-        parameters=1234,
-        train_ops=300,
-        eval_ops=100,
-        tensor_train_ops=30,
-        tensor_eval_ops=10,
-        **inherited,
+        TrialBuilt(
+            trial_key(store, trial_id),
+            worker=worker,
+            parameters=1234,
+            train_ops=300,
+            eval_ops=100,
+            tensor_train_ops=30,
+            tensor_eval_ops=10,
+            **inherited,
+        ),
     )
 
 
@@ -71,13 +92,15 @@ def epoch(
     *,
     val_accuracy: float | None = 0.5,
     complete: bool = True,
-) -> bool:
-    return store.record_epoch(
-        trial_claim(store, trial_id),
+    started_at: float | None = None,
+    ended_at: float | None = None,
+) -> None:
+    add_epoch(
+        store,
         trial_id,
         epoch=number,
-        started_at=T0 + 10 * number,
-        ended_at=T0 + 10 * number + 9,
+        started_at=T0 + 10 * number if started_at is None else started_at,
+        ended_at=T0 + 10 * number + 9 if ended_at is None else ended_at,
         samples_trained=64,
         samples_evaluated=32,
         loss=1.5,
@@ -140,20 +163,15 @@ def test_a_missing_run_or_trial_is_record_not_found(store):
         store.get_run(99)
     with pytest.raises(RecordNotFound, match="run 99"):
         store.start_search(claim_of(store, 99), T0, T0 + 60)
-    claim = claim_of(store, new_run(store))  # the run's own writer, naming a trial it lacks
+    run_id = new_run(store)  # the run's own writer, naming a trial it lacks
+    end = TrialEnd("k99", TrialStatus.COMPLETED, T0)
     with pytest.raises(RecordNotFound, match="trial 99"):
-        store.finish_trial(claim, 99, status=TrialStatus.COMPLETED, ended_at=T0)
+        in_one_turn(store, run_id, lambda turn: turn.trial_stopped(99, end))
+    made = TrialBuilt(
+        "k99", "w0", parameters=1, train_ops=3, eval_ops=1, tensor_train_ops=3, tensor_eval_ops=1
+    )
     with pytest.raises(RecordNotFound, match="trial 99"):
-        store.record_trial_built(
-            claim,
-            99,
-            worker="w0",
-            parameters=1,
-            train_ops=3,
-            eval_ops=1,
-            tensor_train_ops=3,
-            tensor_eval_ops=1,
-        )
+        in_one_turn(store, run_id, lambda turn: turn.trial_built(99, made))
 
 
 def test_list_runs_newest_first_with_their_scores(store):
@@ -179,9 +197,7 @@ def test_search_window_is_recorded_in_utc(store):
 def test_finish_run_ends_the_trials_still_running(store):
     run_id = new_run(store)
     running, done = new_trial(store, run_id, 0), new_trial(store, run_id, 1)
-    store.finish_trial(
-        trial_claim(store, done), done, status=TrialStatus.COMPLETED, ended_at=T0 + 5
-    )
+    end_trial(store, done, TrialStatus.COMPLETED, T0 + 5)
     store.finish_run(
         claim_of(store, run_id), status=RunStatus.INTERRUPTED, message="KeyboardInterrupt: "
     )
@@ -228,23 +244,8 @@ def test_recovery_closes_the_window_at_the_last_epoch_and_interrupts_running_tri
     built(store, running)
     built(store, done)
     for trial_id, ended in ((running, T0 + 7), (done, T0 + 9)):
-        store.record_epoch(
-            trial_claim(store, trial_id),
-            trial_id,
-            epoch=0,
-            started_at=T0 + 1,
-            ended_at=ended,
-            samples_trained=64,
-            samples_evaluated=32,
-            loss=1.5,
-            accuracy=0.4,
-            val_loss=1.6,
-            val_accuracy=0.5,
-            complete=True,
-        )
-    store.finish_trial(
-        trial_claim(store, done), done, status=TrialStatus.COMPLETED, ended_at=T0 + 9
-    )
+        epoch(store, trial_id, 0, started_at=T0 + 1, ended_at=ended)
+    end_trial(store, done, TrialStatus.COMPLETED, T0 + 9)
     assert store.interrupt_trials(claim_of(store, run_id)) == 1
     store.close_window_at_last_epoch(claim_of(store, run_id))
     record = store.get_run(run_id)
@@ -338,15 +339,14 @@ def test_record_trial_built_stores_worker_and_counts(store):
 
 def test_record_epoch_once_and_keep_the_best_complete_accuracy(store):
     trial_id = new_trial(store, new_run(store))
-    assert epoch(store, trial_id, 0, val_accuracy=0.6)
-    assert not epoch(store, trial_id, 0, val_accuracy=0.9), "a repeated epoch is ignored"
-    assert epoch(store, trial_id, 1, val_accuracy=0.7)
-    assert epoch(
-        store, trial_id, 2, val_accuracy=0.95, complete=False
-    )  # partial: its accuracy does not count
+    epoch(store, trial_id, 0, val_accuracy=0.6)
+    epoch(store, trial_id, 0, val_accuracy=0.9)  # a repeat: ignored
+    epoch(store, trial_id, 1, val_accuracy=0.7)
+    epoch(store, trial_id, 2, val_accuracy=0.95, complete=False)  # partial: does not count
     (trial,) = store.get_run(1).trials
     assert [e.epoch for e in trial.epochs] == [0, 1, 2]
-    assert trial.epochs[0].val_accuracy == 0.6 and trial.epochs[2].complete is False
+    assert trial.epochs[0].val_accuracy == 0.6, "a repeated epoch is ignored"
+    assert trial.epochs[2].complete is False
     assert trial.best_val_accuracy == 0.7
     assert trial.epochs[0].ended_at > trial.epochs[0].started_at
 
@@ -356,13 +356,7 @@ def test_finish_trial_and_count_trials_by_status(store):
     for number, status in enumerate(
         [TrialStatus.COMPLETED, TrialStatus.COMPLETED, TrialStatus.FAILED]
     ):
-        store.finish_trial(
-            claim_of(store, run_id),
-            new_trial(store, run_id, number),
-            status=status,
-            ended_at=T0 + 9,
-            message=status.value,
-        )
+        end_trial(store, new_trial(store, run_id, number), status, T0 + 9, status.value)
     new_trial(store, run_id, 3)
     assert store.trial_counts(run_id) == {
         TrialStatus.COMPLETED: 2,
@@ -383,8 +377,8 @@ def test_finish_trial_and_count_trials_by_status(store):
 def test_search_state_is_replaced_by_the_latest(store):
     run_id = new_run(store)
     assert store.search_state(run_id) is None
-    store.save_search_state(claim_of(store, run_id), "morphism", {"tried": ["a"]})
-    store.save_search_state(claim_of(store, run_id), "morphism", {"tried": ["a", "b"]})
+    save_search_state(store, run_id, "morphism", {"tried": ["a"]})
+    save_search_state(store, run_id, "morphism", {"tried": ["a", "b"]})
     assert store.search_state(run_id) == {"tried": ["a", "b"]}
 
 
@@ -409,9 +403,7 @@ def test_run_work_is_what_the_score_is_computed_from(store):
     built(store, trial_id)
     epoch(store, trial_id, 0, val_accuracy=0.5)
     epoch(store, trial_id, 1, val_accuracy=0.8)
-    store.finish_trial(
-        trial_claim(store, trial_id), trial_id, status=TrialStatus.COMPLETED, ended_at=T0 + 20
-    )
+    end_trial(store, trial_id, TrialStatus.COMPLETED, T0 + 20)
     store.finish_search(claim_of(store, run_id), T0 + 60)
     work = store.run_work(run_id)
     assert work.epochs == [EpochWork(64, 32, 300, 100, 30, 10)] * 2

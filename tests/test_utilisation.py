@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from claims import claim_of, trial_claim
+from claims import add_phases, claim_of, end_trial
 from conftest import TINY
 from test_store import T0, built, epoch, new_run, new_trial
 from typer.testing import CliRunner
@@ -285,19 +285,12 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
         for trial_id, worker in ((timed, "w0"), (untimed, "w1")):
             built(store, trial_id, worker)
             epoch(store, trial_id, 0)
-            store.finish_trial(
-                trial_claim(store, trial_id),
-                trial_id,
-                status=TrialStatus.COMPLETED,
-                ended_at=T0 + 20,
-            )
+            end_trial(store, trial_id, TrialStatus.COMPLETED, T0 + 20)
         phases = TrialPhases(
             build_s=1.0, count_s=0.5, compile_s=2.0, train_s=30.0, evaluate_s=6.0, report_s=0.25
         )
-        store.record_trial_phases(trial_claim(store, timed), timed, phases)
-        store.record_trial_phases(
-            trial_claim(store, timed), timed, phases
-        )  # a retry changes nothing
+        add_phases(store, timed, phases)
+        add_phases(store, timed, phases)  # a retry changes nothing
         peaks = [
             {"worker": "w0", "flops": 1e11, "dtype": "float32", "device": "CPU", "seconds": 2.0},
             {"worker": "w1", "flops": 3e11, "dtype": "float32", "device": "CPU", "seconds": 2.0},

@@ -25,7 +25,7 @@ from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.search import space
 from aiperf.search.schedule import epochs_for
 from aiperf.status import TrialStatus
-from aiperf.store import TrialRecord
+from aiperf.store import TrialRecord, TrialStart
 from aiperf.train.fit import fit_rule
 from aiperf.train.messages import TrialRequest, TrialResult
 from aiperf.train.recipe import scaled_rate
@@ -172,15 +172,17 @@ class Admission:
             )
             key = launch.trial.trial_id
             turn.trial_created(
-                trial_key=key,
-                number=number,
-                started_at=started_at,
-                parent_trial_id=parent_trial_id,
-                operator=proposal.operator,
-                architecture=architecture,
-                hyperparameters=hyperparameters,
-                epochs=epochs,
-                seed=seed,
+                TrialStart(
+                    trial_key=key,
+                    number=number,
+                    started_at=started_at,
+                    parent_trial_id=parent_trial_id,
+                    operator=proposal.operator,
+                    architecture=architecture,
+                    hyperparameters=hyperparameters,
+                    epochs=epochs,
+                    seed=seed,
+                )
             )
             requests.append(
                 (

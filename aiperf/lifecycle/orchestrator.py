@@ -54,7 +54,7 @@ from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead,
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.worker_reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
 from aiperf.status import TrialStatus
-from aiperf.store import TrialRecord
+from aiperf.store import TrialEnd, TrialRecord
 from aiperf.store.records import TrialPhases
 from aiperf.train.messages import EpochReport, TrialBuilt, TrialResult, from_event
 
@@ -287,24 +287,12 @@ class Orchestrator:
         if isinstance(message, TrialBuilt):
             if running.train_ops is not None:
                 return  # the live event recorded it; the result repeats it
-            self._turn.trial_built(
-                running.trial_id,
-                trial_key=message.trial_key,
-                worker=message.worker,
-                parameters=message.parameters,
-                train_ops=message.train_ops,
-                eval_ops=message.eval_ops,
-                tensor_train_ops=message.tensor_train_ops,
-                tensor_eval_ops=message.tensor_eval_ops,
-                devices=message.devices,
-                placement=message.placement,
-                inherited_epoch=message.inherited_epoch,
-            )
+            self._turn.trial_built(running.trial_id, message)
             running.train_ops, running.eval_ops = message.train_ops, message.eval_ops
             return
         # Recorded once: admissible let through only the next epoch, and the write skips a row
         # that a retried commit already wrote.
-        self._turn.epoch(running.trial_id, message.trial_key, message.fields())
+        self._turn.epoch(running.trial_id, message)
         running.epochs_seen.add(message.epoch)
         if running.train_ops is not None and running.eval_ops is not None:
             self.total_ops += (
@@ -352,9 +340,7 @@ class Orchestrator:
     def _end(self, key: str, status: TrialStatus, message: str | None) -> None:
         running = self.running.pop(key)
         ended_at = time.time()
-        self._turn.trial_stopped(
-            running.trial_id, key, status=status, ended_at=ended_at, message=message
-        )
+        self._turn.trial_stopped(running.trial_id, TrialEnd(key, status, ended_at, message))
         self.counts[status] += 1
         self.logger.info("%s", self._ended_line(key, running, status, ended_at))
         # The oracle learns of the end on its thread; the state stored with the next proposal has it

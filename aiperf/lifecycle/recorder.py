@@ -28,6 +28,7 @@ from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, RunClaim, Store, WriteBatch
 from aiperf.store.records import TrialPhases
+from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 class Turn:
@@ -47,101 +48,32 @@ class Turn:
         """The oracle's state, replacing the stored one (no event: the log has the trials)."""
         self.batch.save_search_state(self.run_id, oracle, state)
 
-    def trial_created(
-        self,
-        *,
-        trial_key: str,
-        number: int,
-        started_at: float,
-        parent_trial_id: int | None,
-        operator: str | None,
-        architecture: dict[str, Any],
-        hyperparameters: dict[str, Any],
-        epochs: int,
-        seed: int,
-    ) -> None:
+    def trial_created(self, start: TrialStart) -> None:
         """A new trial; its id is among `commit`'s results, in the order trials were created."""
         where = len(self.batch)
         self._created.append(where)
-        self.batch.create_trial(
-            run_id=self.run_id,
-            trial_key=trial_key,
-            number=number,
-            architecture=architecture,
-            hyperparameters=hyperparameters,
-            started_at=started_at,
-            parent_trial_id=parent_trial_id,
-            operator=operator,
-        )
-        self._events.append(
-            lambda events, results: events.trial_started(
-                trial_id=results[where],
-                trial_key=trial_key,
-                number=number,
-                started_at=started_at,
-                parent_trial_id=parent_trial_id,
-                operator=operator,
-                architecture=architecture,
-                hyperparameters=hyperparameters,
-                epochs=epochs,
-                seed=seed,
-            )
-        )
+        self.batch.create_trial(self.run_id, start)
+        self._events.append(lambda events, results: events.trial_started(results[where], start))
 
-    def trial_built(
-        self,
-        trial_id: int,
-        *,
-        trial_key: str,
-        worker: str,
-        parameters: int,
-        train_ops: int,
-        eval_ops: int,
-        tensor_train_ops: int,
-        tensor_eval_ops: int,
-        devices: int = 1,
-        placement: Sequence[str] = (),
-        inherited_epoch: int | None = None,
-    ) -> None:
+    def trial_built(self, trial_id: int, built: TrialBuilt) -> None:
         """The worker built the trial's model: where it runs, its counted operations, and the
         parent's epoch whose weights it grew from (None: fresh weights)."""
-        counts: dict[str, Any] = {
-            "worker": worker,
-            "parameters": parameters,
-            "train_ops": train_ops,
-            "eval_ops": eval_ops,
-            "tensor_train_ops": tensor_train_ops,
-            "tensor_eval_ops": tensor_eval_ops,
-            "devices": devices,
-            "placement": placement,
-            "inherited_epoch": inherited_epoch,
-        }
-        self.batch.record_trial_built(trial_id, **counts)
-        self._events.append(lambda events, _: events.trial_built(trial_key=trial_key, **counts))
+        self.batch.record_trial_built(trial_id, built)
+        self._events.append(lambda events, _: events.trial_built(built))
 
-    def epoch(self, trial_id: int, trial_key: str, fields: Mapping[str, Any]) -> None:
-        """One epoch of the trial (aiperf.train.messages.EpochReport.fields)."""
-        self.batch.record_epoch(trial_id, **fields)
-        self._events.append(lambda events, _: events.epoch(trial_key, **fields))
+    def epoch(self, trial_id: int, report: EpochReport) -> None:
+        """One epoch of the trial."""
+        self.batch.record_epoch(trial_id, report)
+        self._events.append(lambda events, _: events.epoch(report))
 
     def trial_phases(self, trial_id: int, trial_key: str, phases: TrialPhases) -> None:
         """Where the trial's seconds went on its worker."""
         self.batch.record_trial_phases(trial_id, phases)
         self._events.append(lambda events, _: events.trial_phases(trial_key, phases))
 
-    def trial_stopped(
-        self,
-        trial_id: int,
-        trial_key: str,
-        *,
-        status: TrialStatus,
-        ended_at: float,
-        message: str | None,
-    ) -> None:
-        self.batch.finish_trial(trial_id, status=status, ended_at=ended_at, message=message)
-        self._events.append(
-            lambda events, _: events.trial_stopped(trial_key, status, ended_at, message)
-        )
+    def trial_stopped(self, trial_id: int, end: TrialEnd) -> None:
+        self.batch.finish_trial(trial_id, end)
+        self._events.append(lambda events, _: events.trial_stopped(end))
 
 
 class RunRecorder:
@@ -276,7 +208,9 @@ class RunRecorder:
         for trial in self.store.get_run(self.run_id).trials:
             if trial.trial_key in running and trial.ended_at is not None:
                 self.events.trial_stopped(
-                    trial.trial_key, trial.status, trial.ended_at.timestamp(), trial.message
+                    TrialEnd(
+                        trial.trial_key, trial.status, trial.ended_at.timestamp(), trial.message
+                    )
                 )
 
     def run_resumed(self) -> None:

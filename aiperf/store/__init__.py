@@ -24,11 +24,13 @@ from aiperf.store.records import (
 )
 from aiperf.store.repository import Store
 from aiperf.store.results_models import ResultRecord
+from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 __all__ = [
     "CheckRecord",
     "DatasetRecord",
     "EpochRecord",
+    "EpochReport",
     "RecordNotFound",
     "ResultRecord",
     "RunClaim",
@@ -39,7 +41,10 @@ __all__ = [
     "Store",
     "SystemRecord",
     "WriteBatch",
+    "TrialBuilt",
+    "TrialEnd",
     "TrialRecord",
+    "TrialStart",
     "TrialSummaryRow",
     "WindowRecord",
     "window_gaps",

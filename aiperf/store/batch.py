@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import insert, or_, select, update
@@ -15,6 +15,7 @@ from aiperf.status import TrialStatus
 from aiperf.store.conversion import now, utc
 from aiperf.store.models import Epoch, SearchState, Trial
 from aiperf.store.records import TRIAL_PHASE_COLUMNS, RecordNotFound, TrialPhases
+from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 class WriteBatch:
@@ -42,19 +43,9 @@ class WriteBatch:
     def __iter__(self) -> Iterator[Callable[[Session, bool], Any]]:
         return iter(self._work)
 
-    def create_trial(
-        self,
-        *,
-        run_id: int,
-        trial_key: str,
-        number: int,
-        architecture: dict[str, Any],
-        hyperparameters: dict[str, Any],
-        started_at: float,
-        parent_trial_id: int | None = None,
-        operator: str | None = None,
-    ) -> None:
+    def create_trial(self, run_id: int, start: TrialStart) -> None:
         """A new trial (its id is the write's result), unique by (run, trial_key)."""
+        trial_key = start.trial_key
 
         def create_trial(s: Session, maybe_committed: bool) -> int:
             if maybe_committed:
@@ -70,13 +61,13 @@ class WriteBatch:
                     .values(
                         run_id=run_id,
                         trial_key=trial_key,
-                        number=number,
-                        architecture=architecture,
-                        hyperparameters=hyperparameters,
+                        number=start.number,
+                        architecture=start.architecture,
+                        hyperparameters=start.hyperparameters,
                         status=TrialStatus.RUNNING,
-                        started_at=utc(started_at),
-                        parent_trial_id=parent_trial_id,
-                        operator=operator,
+                        started_at=utc(start.started_at),
+                        parent_trial_id=start.parent_trial_id,
+                        operator=start.operator,
                     )
                     .returning(Trial.id)
                 )
@@ -85,48 +76,22 @@ class WriteBatch:
 
         self._work.append(create_trial)
 
-    def record_trial_built(
-        self,
-        trial_id: int,
-        *,
-        worker: str,
-        parameters: int,
-        train_ops: int,
-        eval_ops: int,
-        tensor_train_ops: int,
-        tensor_eval_ops: int,
-        devices: int = 1,
-        placement: Sequence[str] = (),
-        inherited_epoch: int | None = None,
-    ) -> None:
+    def record_trial_built(self, trial_id: int, built: TrialBuilt) -> None:
+        """Which worker runs the trial, on which devices, and its counted operations per sample."""
         self._update_trial(
             trial_id,
-            worker=worker,
-            parameters=parameters,
-            train_ops_per_sample=train_ops,
-            eval_ops_per_sample=eval_ops,
-            tensor_train_ops_per_sample=tensor_train_ops,
-            tensor_eval_ops_per_sample=tensor_eval_ops,
-            devices=devices,
-            placement=list(placement),
-            inherited_epoch=inherited_epoch,
+            worker=built.worker,
+            parameters=built.parameters,
+            train_ops_per_sample=built.train_ops,
+            eval_ops_per_sample=built.eval_ops,
+            tensor_train_ops_per_sample=built.tensor_train_ops,
+            tensor_eval_ops_per_sample=built.tensor_eval_ops,
+            devices=built.devices,
+            placement=list(built.placement),
+            inherited_epoch=built.inherited_epoch,
         )
 
-    def record_epoch(
-        self,
-        trial_id: int,
-        *,
-        epoch: int,
-        started_at: float,
-        ended_at: float,
-        samples_trained: int,
-        samples_evaluated: int,
-        loss: float | None,
-        accuracy: float | None,
-        val_loss: float | None,
-        val_accuracy: float | None,
-        complete: bool,
-    ) -> None:
+    def record_epoch(self, trial_id: int, report: EpochReport) -> None:
         """One epoch, unique by (trial, epoch): a repeat is ignored (the write's result is False,
         or True after a retry whose first attempt may have committed it)."""
 
@@ -138,24 +103,20 @@ class WriteBatch:
             added = sql.execute(
                 dialect.insert(Epoch)
                 .values(
-                    trial_id=trial_id,
-                    epoch=epoch,
-                    started_at=utc(started_at),
-                    ended_at=utc(ended_at),
-                    samples_trained=samples_trained,
-                    samples_evaluated=samples_evaluated,
-                    loss=loss,
-                    accuracy=accuracy,
-                    val_loss=val_loss,
-                    val_accuracy=val_accuracy,
-                    complete=complete,
+                    {
+                        **report.fields(),
+                        "trial_id": trial_id,
+                        "started_at": utc(report.started_at),
+                        "ended_at": utc(report.ended_at),
+                    }
                 )
                 .on_conflict_do_nothing(index_elements=[Epoch.trial_id, Epoch.epoch])
                 .returning(Epoch.id)
             ).first()
             if added is None:
                 return maybe_committed
-            if val_accuracy is not None and complete:
+            val_accuracy, val_loss = report.val_accuracy, report.val_loss
+            if val_accuracy is not None and report.complete:
                 sql.execute(
                     update(Trial)
                     .where(
@@ -167,7 +128,7 @@ class WriteBatch:
                     )
                     .values(best_val_accuracy=val_accuracy)
                 )
-            if val_loss is not None and complete and math.isfinite(val_loss):
+            if val_loss is not None and report.complete and math.isfinite(val_loss):
                 sql.execute(
                     update(Trial)
                     .where(
@@ -180,10 +141,10 @@ class WriteBatch:
 
         self._work.append(record_epoch)
 
-    def finish_trial(
-        self, trial_id: int, *, status: TrialStatus, ended_at: float, message: str | None = None
-    ) -> None:
-        self._update_trial(trial_id, status=status, ended_at=utc(ended_at), message=message)
+    def finish_trial(self, trial_id: int, end: TrialEnd) -> None:
+        self._update_trial(
+            trial_id, status=end.status, ended_at=utc(end.ended_at), message=end.message
+        )
 
     def record_trial_phases(self, trial_id: int, phases: TrialPhases) -> None:
         self._update_trial(

@@ -20,7 +20,7 @@ records in aiperf.store.conversion.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import func, select
@@ -36,7 +36,6 @@ from aiperf.store.facts import RunFacts
 from aiperf.store.models import Dataset, Epoch, Run, Score, SearchWindow, System, Trial
 from aiperf.store.ownership import RunClaim
 from aiperf.store.reads import StoreReads
-from aiperf.store.records import TrialPhases
 
 
 class Store(StoreReads, RunFacts):
@@ -228,124 +227,6 @@ class Store(StoreReads, RunFacts):
                     deadline=utc(deadline),
                 )
             )
-
-    def create_trial(
-        self,
-        claim: RunClaim,
-        *,
-        trial_key: str,
-        number: int,
-        architecture: dict[str, Any],
-        hyperparameters: dict[str, Any],
-        started_at: float,
-        parent_trial_id: int | None = None,
-        operator: str | None = None,
-    ) -> int:
-        """A new trial, unique by (run, trial_key): a retry finds the one an earlier attempt committed."""
-        batch = WriteBatch()
-        batch.create_trial(
-            run_id=claim.run_id,
-            trial_key=trial_key,
-            number=number,
-            architecture=architecture,
-            hyperparameters=hyperparameters,
-            started_at=started_at,
-            parent_trial_id=parent_trial_id,
-            operator=operator,
-        )
-        return self.write(batch, claim)[0]
-
-    def record_trial_built(
-        self,
-        claim: RunClaim,
-        trial_id: int,
-        *,
-        worker: str,
-        parameters: int,
-        train_ops: int,
-        eval_ops: int,
-        tensor_train_ops: int,
-        tensor_eval_ops: int,
-        devices: int = 1,
-        placement: Sequence[str] = (),
-        inherited_epoch: int | None = None,
-    ) -> None:
-        """The worker built the model: record which worker runs it, on which of its devices, its
-        counted operations, and the parent's epoch it grew from (None: fresh weights)."""
-        batch = WriteBatch()
-        batch.record_trial_built(
-            trial_id,
-            worker=worker,
-            parameters=parameters,
-            train_ops=train_ops,
-            eval_ops=eval_ops,
-            tensor_train_ops=tensor_train_ops,
-            tensor_eval_ops=tensor_eval_ops,
-            devices=devices,
-            placement=placement,
-            inherited_epoch=inherited_epoch,
-        )
-        self.write(batch, claim)
-
-    def record_epoch(
-        self,
-        claim: RunClaim,
-        trial_id: int,
-        *,
-        epoch: int,
-        started_at: float,
-        ended_at: float,
-        samples_trained: int,
-        samples_evaluated: int,
-        loss: float | None,
-        accuracy: float | None,
-        val_loss: float | None,
-        val_accuracy: float | None,
-        complete: bool,
-    ) -> bool:
-        """Store one epoch once; a repeat of a recorded epoch (an event seen twice) is ignored (False).
-        Unique by (trial, epoch): a retry after a commit whose acknowledgement was lost finds the
-        row and reports it recorded (True), once."""
-        batch = WriteBatch()
-        batch.record_epoch(
-            trial_id,
-            epoch=epoch,
-            started_at=started_at,
-            ended_at=ended_at,
-            samples_trained=samples_trained,
-            samples_evaluated=samples_evaluated,
-            loss=loss,
-            accuracy=accuracy,
-            val_loss=val_loss,
-            val_accuracy=val_accuracy,
-            complete=complete,
-        )
-        return self.write(batch, claim)[0]
-
-    def finish_trial(
-        self,
-        claim: RunClaim,
-        trial_id: int,
-        *,
-        status: TrialStatus,
-        ended_at: float,
-        message: str | None = None,
-    ) -> None:
-        batch = WriteBatch()
-        batch.finish_trial(trial_id, status=status, ended_at=ended_at, message=message)
-        self.write(batch, claim)
-
-    def record_trial_phases(self, claim: RunClaim, trial_id: int, phases: TrialPhases) -> None:
-        """Where the trial's seconds went on its worker, from its result (the trials' *_s columns)."""
-        batch = WriteBatch()
-        batch.record_trial_phases(trial_id, phases)
-        self.write(batch, claim)
-
-    def save_search_state(self, claim: RunClaim, oracle: str, state: dict[str, Any]) -> None:
-        """Replace the run's oracle state with the latest one."""
-        batch = WriteBatch()
-        batch.save_search_state(claim.run_id, oracle, state)
-        self.write(batch, claim)
 
     def write(self, batch: WriteBatch, claim: RunClaim) -> list[Any]:
         """Every write of `batch`, in its order, in one transaction retried through transient faults;

@@ -2,7 +2,8 @@
 
 The worker sends `TrialBuilt` once it has built the model and `EpochReport` after every epoch,
 as Dask events, the moment they happen; the same facts come back again in `TrialResult`, so an
-event lost in transit is recovered when the trial ends (the store ignores repeats).
+event lost in transit is recovered when the trial ends (the store ignores repeats). Both are the
+trial's typed facts (aiperf.store.trial_facts), which the orchestrator records whole.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from typing import Any
 
 from aiperf.rules import FitRule
 from aiperf.status import TrialStatus
+from aiperf.store.trial_facts import EpochReport, TrialBuilt
 from aiperf.train.fit import StepRecipe
+
+__all__ = ["EpochReport", "TrialBuilt", "TrialRequest", "TrialResult", "from_event", "to_event"]
 
 
 @dataclass(frozen=True)
@@ -83,45 +87,6 @@ class TrialRequest:
 
 
 @dataclass(frozen=True)
-class TrialBuilt:
-    trial_key: str
-    worker: str
-    parameters: int
-    train_ops: int
-    eval_ops: int
-    tensor_train_ops: int
-    tensor_eval_ops: int
-    kind: str = "built"
-    devices: int = 1  # what the trial trains across, as its framework names them (`placement`)
-    placement: tuple[str, ...] = ()
-    # The parent's epoch whose kept weights the model started from, grown (search.inherit); None:
-    # fresh weights (a seed, or a child whose parent's weights this worker could not read).
-    inherited_epoch: int | None = None
-
-
-@dataclass(frozen=True)
-class EpochReport:
-    trial_key: str
-    epoch: int
-    started_at: float
-    ended_at: float
-    samples_trained: int
-    samples_evaluated: int
-    loss: float | None
-    accuracy: float | None
-    val_loss: float | None
-    val_accuracy: float | None
-    complete: bool
-    kind: str = "epoch"
-
-    def fields(self) -> dict[str, Any]:
-        """The columns of an epochs row."""
-        data = asdict(self)
-        del data["trial_key"], data["kind"]
-        return data
-
-
-@dataclass(frozen=True)
 class TrialResult:
     trial_key: str
     status: TrialStatus
@@ -134,15 +99,16 @@ class TrialResult:
 
 
 def to_event(message: TrialBuilt | EpochReport) -> dict[str, Any]:
-    return asdict(message)
+    """The message as a Dask event: its fields and its kind, which `from_event` reads back."""
+    return {**asdict(message), "kind": message.KIND}
 
 
 def from_event(data: dict[str, Any]) -> TrialBuilt | EpochReport:
     """Rebuild a message from a Dask event (Dask adds keys of its own, such as 'worker')."""
     # Keyed by object: the event's "kind" may be missing (None) or anything a sender put there.
     kinds: dict[object, type[TrialBuilt] | type[EpochReport]] = {
-        "built": TrialBuilt,
-        "epoch": EpochReport,
+        TrialBuilt.KIND: TrialBuilt,
+        EpochReport.KIND: EpochReport,
     }
     cls = kinds.get(data.get("kind"))
     if cls is None:

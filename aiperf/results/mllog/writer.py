@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from aiperf.results.mllog.keys import (
     Event,
 )
 from aiperf.store.records import CheckRecord, ScoreResult, TrialPhases, WindowRecord
+from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 def _ms(time_s: float) -> int:
@@ -206,117 +207,75 @@ class EventLog:
 
     # --- trials and epochs ------------------------------------------------------------------------
 
-    def trial_started(
-        self,
-        *,
-        trial_id: int,
-        trial_key: str,
-        number: int,
-        started_at: float,
-        parent_trial_id: int | None,
-        operator: str | None,
-        architecture: Mapping[str, Any],
-        hyperparameters: Mapping[str, Any],
-        epochs: int,
-        seed: int,
-    ) -> None:
+    def trial_started(self, trial_id: int, start: TrialStart) -> None:
         self.emit(
             TRIAL_START,
             event_type=INTERVAL_START,
-            at=started_at,
-            time_s=started_at,
+            at=start.started_at,
+            time_s=start.started_at,
             trial_id=trial_id,
-            trial_key=trial_key,
-            number=number,
-            parent_trial_id=parent_trial_id,
-            operator=operator,
-            architecture=dict(architecture),
-            hyperparameters=dict(hyperparameters),
-            epochs=epochs,
-            seed=seed,
+            trial_key=start.trial_key,
+            number=start.number,
+            parent_trial_id=start.parent_trial_id,
+            operator=start.operator,
+            architecture=dict(start.architecture),
+            hyperparameters=dict(start.hyperparameters),
+            epochs=start.epochs,
+            seed=start.seed,
         )
 
-    def trial_built(
-        self,
-        *,
-        trial_key: str,
-        worker: str,
-        parameters: int,
-        train_ops: int,
-        eval_ops: int,
-        tensor_train_ops: int,
-        tensor_eval_ops: int,
-        devices: int = 1,
-        placement: Sequence[str] = (),
-        inherited_epoch: int | None = None,
-    ) -> None:
+    def trial_built(self, built: TrialBuilt) -> None:
         now = time.time()
         self.emit(
             TRIAL_PLACEMENT,
-            worker,
+            built.worker,
             at=now,
-            trial_key=trial_key,
-            parameters=parameters,
-            devices=devices,
-            placement=list(placement),
-            inherited_epoch=inherited_epoch,
+            trial_key=built.trial_key,
+            parameters=built.parameters,
+            devices=built.devices,
+            placement=list(built.placement),
+            inherited_epoch=built.inherited_epoch,
         )
         self.emit(
             OPS_PER_SAMPLE,
             {
-                "aiperf": {"train": train_ops, "eval": eval_ops},
-                "tensor": {"train": tensor_train_ops, "eval": tensor_eval_ops},
+                "aiperf": {"train": built.train_ops, "eval": built.eval_ops},
+                "tensor": {"train": built.tensor_train_ops, "eval": built.tensor_eval_ops},
             },
             at=now,
-            trial_key=trial_key,
+            trial_key=built.trial_key,
         )
 
-    def epoch(
-        self,
-        trial_key: str,
-        *,
-        epoch: int,
-        started_at: float,
-        ended_at: float,
-        samples_trained: int,
-        samples_evaluated: int,
-        loss: float | None,
-        accuracy: float | None,
-        val_loss: float | None,
-        val_accuracy: float | None,
-        complete: bool,
-        **_later: Any,
-    ) -> None:
-        which: dict[str, Any] = {"trial_key": trial_key, "epoch_num": epoch}
+    def epoch(self, report: EpochReport) -> None:
+        which: dict[str, Any] = {"trial_key": report.trial_key, "epoch_num": report.epoch}
+        started_at, ended_at = report.started_at, report.ended_at
         self.emit(
             EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at
         )
-        self.emit(TRAIN_SAMPLES, samples_trained, at=ended_at, **which)
-        self.emit(EVAL_SAMPLES, samples_evaluated, at=ended_at, **which)
-        self.emit(EVAL_ACCURACY, val_accuracy, at=ended_at, **which)
+        self.emit(TRAIN_SAMPLES, report.samples_trained, at=ended_at, **which)
+        self.emit(EVAL_SAMPLES, report.samples_evaluated, at=ended_at, **which)
+        self.emit(EVAL_ACCURACY, report.val_accuracy, at=ended_at, **which)
         self.emit(
             EPOCH_STOP,
             event_type=INTERVAL_END,
             at=ended_at,
             **which,
             time_s=ended_at,
-            complete=bool(complete),
-            loss=loss,
-            accuracy=accuracy,
-            val_loss=val_loss,
+            complete=bool(report.complete),
+            loss=report.loss,
+            accuracy=report.accuracy,
+            val_loss=report.val_loss,
         )
 
-    def trial_stopped(
-        self, trial_key: str, status: str, ended_at: float, message: str | None
-    ) -> None:
+    def trial_stopped(self, end: TrialEnd) -> None:
         self.emit(
             TRIAL_STOP,
-            str(status),
+            str(end.status),
             event_type=INTERVAL_END,
-            at=ended_at,
-            time_s=ended_at,
-            trial_key=trial_key,
-            message=message,
+            at=end.ended_at,
+            time_s=end.ended_at,
+            trial_key=end.trial_key,
+            message=end.message,
         )
 
     def trial_phases(self, trial_key: str, phases: TrialPhases) -> None:

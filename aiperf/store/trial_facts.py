@@ -1,0 +1,95 @@
+"""The facts of a trial as they arise: one typed record each, made once where the fact arises and
+passed whole to whoever keeps it.
+
+A trial's start is made by the orchestrator's admission, its build and its epochs by the worker
+that trains it (they travel back as Dask events and again in the trial's result), its end by the
+orchestrator. Each record then goes, unchanged, through the recorder's turn (aiperf.lifecycle.
+recorder), the write batch (aiperf.store.batch) and the event log writer (aiperf.results.mllog),
+each of which reads the fields it keeps from it. A new field is one edit here, plus its migration
+where the database keeps it, instead of one per layer that nothing checked against the others.
+
+The records are plain, frozen and picklable, and know nothing of the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from aiperf.status import TrialStatus
+
+
+@dataclass(frozen=True)
+class TrialStart:
+    """A trial the search proposed, about to be sent to a worker. `epochs` and `seed` are the
+    log's (the trial's request carries them); the trials table keeps the rest."""
+
+    trial_key: str
+    number: int
+    started_at: float
+    parent_trial_id: int | None
+    operator: str | None
+    architecture: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    epochs: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrialBuilt:
+    """The worker built the trial's model: where it runs, its counted operations per sample, and
+    the parent's epoch whose kept weights it grew from."""
+
+    KIND: ClassVar[str] = "built"  # the Dask event's kind (aiperf.train.messages)
+
+    trial_key: str
+    worker: str
+    parameters: int
+    train_ops: int
+    eval_ops: int
+    tensor_train_ops: int
+    tensor_eval_ops: int
+    devices: int = 1  # what the trial trains across, as its framework names them (`placement`)
+    placement: tuple[str, ...] = ()
+    # The parent's epoch whose kept weights the model started from, grown (search.inherit); None:
+    # fresh weights (a seed, or a child whose parent's weights this worker could not read).
+    inherited_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """One epoch of a trial, as its worker measured it (Unix times; the epochs table's columns
+    besides the trial's id)."""
+
+    KIND: ClassVar[str] = "epoch"
+
+    trial_key: str
+    epoch: int
+    started_at: float
+    ended_at: float
+    samples_trained: int
+    samples_evaluated: int
+    loss: float | None
+    accuracy: float | None
+    val_loss: float | None
+    val_accuracy: float | None
+    complete: bool
+
+    def fields(self) -> dict[str, Any]:
+        """The columns of an epochs row, the trial's key aside."""
+        data = asdict(self)
+        del data["trial_key"]
+        return data
+
+
+@dataclass(frozen=True)
+class TrialEnd:
+    """A trial ended: how, when, and why (None: nothing to say)."""
+
+    trial_key: str
+    status: TrialStatus
+    ended_at: float
+    message: str | None = None
+
+
+EPOCH_COLUMNS = tuple(f.name for f in fields(EpochReport) if f.name != "trial_key")
