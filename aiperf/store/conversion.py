@@ -3,9 +3,10 @@ and the UTC datetimes the Store stores and hands out."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 from aiperf.status import RunStatus, TrialStatus, derived_status
 from aiperf.store.models import Epoch, Run, Score, SearchWindow, System, Trial
@@ -20,6 +21,11 @@ from aiperf.store.records import (
     TrialRecord,
     WindowRecord,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R", bound="DataclassInstance")
 
 
 @overload
@@ -57,42 +63,48 @@ def plain(hint: Any, value: Any) -> Any:
     return value
 
 
+def copied(record_type: type[R], row: object, **given: Any) -> R:
+    """A record whose fields, but those `given`, are the row's columns of the same names as plain
+    values: one mapping per record, so a new column and its field are one edit each, not one more
+    line in a copy that nothing checks."""
+    hints = _HINTS.get(record_type)
+    if hints is None:
+        hints = _HINTS[record_type] = get_type_hints(record_type)
+    values = {
+        f.name: plain(hints[f.name], getattr(row, f.name))
+        for f in fields(record_type)
+        if f.name not in given
+    }
+    return record_type(**values, **given)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}  # each record type's resolved field types
+
+
 def system_record(system: System) -> SystemRecord:
-    return SystemRecord(
-        id=system.id,
-        fingerprint=system.fingerprint,
-        hostname=system.hostname,
-        cpu_model=system.cpu_model,
-        cpu_cores=system.cpu_cores,
-        memory_bytes=system.memory_bytes,
-        gpus=dict(system.gpus),
-        platform=system.platform,
-        python_version=system.python_version,
-        tensorflow_version=system.tensorflow_version,
-        keras_version=system.keras_version,
-        keras_backend=system.keras_backend,
-        first_seen_at=utc(system.first_seen_at),
-    )
+    return copied(SystemRecord, system, gpus=dict(system.gpus))
+
+
+_SCORE_AS_IS = tuple(f.name for f in fields(ScoreResult) if f.name not in ("total_ops", "reasons"))
 
 
 def score_result(score: Score) -> ScoreResult:
-    return ScoreResult(
-        elapsed_s=score.elapsed_s,
+    return copied(
+        ScoreResult,
+        score,
         total_ops=int(score.total_ops),
-        ops=score.ops,
-        tensor_ops=score.tensor_ops,
-        best_val_accuracy=score.best_val_accuracy,
-        val_samples=score.val_samples,
-        regulated_score=score.regulated_score,
-        trials_completed=score.trials_completed,
-        samples_trained=score.samples_trained,
-        samples_evaluated=score.samples_evaluated,
-        valid=score.valid,
         reasons=list(score.reasons.get("invalid", [])),
-        mfu=score.mfu,
-        utilisation=score.utilisation,
-        best_val_loss=score.best_val_loss,
     )
+
+
+def score_columns(score: ScoreResult) -> dict[str, Any]:
+    """A scores row's columns from a score (`score_result`'s inverse): the same names, the total
+    a float (operations overflow a 64-bit integer), the broken rules under "invalid"."""
+    return {
+        **{name: getattr(score, name) for name in _SCORE_AS_IS},
+        "total_ops": float(score.total_ops),
+        "reasons": {"invalid": list(score.reasons)},
+    }
 
 
 def verification_checks(score: Score | None) -> tuple[CheckRecord, ...] | None:
@@ -102,47 +114,18 @@ def verification_checks(score: Score | None) -> tuple[CheckRecord, ...] | None:
 
 
 def epoch_record(epoch: Epoch) -> EpochRecord:
-    return EpochRecord(
-        epoch=epoch.epoch,
-        started_at=utc(epoch.started_at),
-        ended_at=utc(epoch.ended_at),
-        samples_trained=epoch.samples_trained,
-        samples_evaluated=epoch.samples_evaluated,
-        loss=epoch.loss,
-        accuracy=epoch.accuracy,
-        val_loss=epoch.val_loss,
-        val_accuracy=epoch.val_accuracy,
-        complete=bool(epoch.complete),
-    )
+    return copied(EpochRecord, epoch)
 
 
 def trial_record(trial: Trial) -> TrialRecord:
-    return TrialRecord(
-        id=trial.id,
-        run_id=trial.run_id,
-        trial_key=trial.trial_key,
-        number=trial.number,
-        parent_trial_id=trial.parent_trial_id,
-        operator=trial.operator,
+    return copied(
+        TrialRecord,
+        trial,
         architecture=dict(trial.architecture),
         hyperparameters=dict(trial.hyperparameters),
-        status=TrialStatus(trial.status),
-        worker=trial.worker,
-        started_at=utc(trial.started_at),
-        ended_at=utc(trial.ended_at),
-        parameters=trial.parameters,
-        train_ops_per_sample=trial.train_ops_per_sample,
-        eval_ops_per_sample=trial.eval_ops_per_sample,
-        tensor_train_ops_per_sample=trial.tensor_train_ops_per_sample,
-        tensor_eval_ops_per_sample=trial.tensor_eval_ops_per_sample,
-        best_val_accuracy=trial.best_val_accuracy,
-        message=trial.message,
         epochs=tuple(epoch_record(e) for e in trial.epochs),
         phases=trial_phases(trial),
-        devices=trial.devices,
         placement=tuple(trial.placement or ()),
-        best_val_loss=trial.best_val_loss,
-        inherited_epoch=trial.inherited_epoch,
     )
 
 
@@ -155,54 +138,24 @@ def trial_phases(trial: Trial) -> TrialPhases | None:
 
 
 def window_record(window: SearchWindow) -> WindowRecord:
-    return WindowRecord(
-        segment=window.segment,
-        started_at=utc(window.started_at),
-        deadline=utc(window.deadline),
-        ended_at=utc(window.ended_at),
-    )
+    return copied(WindowRecord, window)
 
 
 def run_record(run: Run, *, with_trials: bool = False, at: datetime | None = None) -> RunRecord:
     """`at`: the database's time now, which the heartbeat's age is judged by (the reader's without)."""
-    return RunRecord(
-        id=run.id,
+    return copied(
+        RunRecord,
+        run,
         system=system_record(run.system),
-        profile=run.profile,
         config=dict(run.config),
-        seed=run.seed,
-        budget_s=run.budget_s,
-        workers=run.workers,
         status=derived_status(run.status, utc(run.heartbeat_at), at or now()),
         stored_status=RunStatus(run.status),
-        heartbeat_at=utc(run.heartbeat_at),
-        owner=run.owner,
         windows=tuple(window_record(w) for w in run.windows),
-        created_at=utc(run.created_at),
-        search_started_at=utc(run.search_started_at),
-        deadline=utc(run.deadline),
-        search_ended_at=utc(run.search_ended_at),
-        flow_run_id=run.flow_run_id,
-        message=run.message,
-        ruleset=run.ruleset,
-        division=run.division,
         deviations=tuple(run.deviations or ()),
-        config_hash=run.config_hash,
         score=None if run.score is None else score_result(run.score),
         verification=verification_checks(run.score),
         trials=tuple(trial_record(t) for t in run.trials) if with_trials else (),
-        precision=run.precision,
-        backend=run.backend,
-        jit_compile=run.jit_compile,
-        peak_flops=run.peak_flops,
         worker_peaks=tuple(run.worker_peaks or ()),
-        data_feed=run.data_feed,
         feed_rates=tuple(run.feed_rates or ()),
         reference_rates=tuple(run.reference_rates or ()),
-        system_description=run.system_description,
-        staging_s=run.staging_s,
-        best_weights=run.best_weights,
-        provenance=run.provenance,
-        series=run.series,
-        series_index=run.series_index,
     )

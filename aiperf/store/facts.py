@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from aiperf.store import ownership
 from aiperf.store.base import StoreBase, retried
-from aiperf.store.conversion import now
+from aiperf.store.conversion import now, score_columns
 from aiperf.store.models import Run, Score
 from aiperf.store.ownership import RunClaim
 from aiperf.store.records import CheckRecord, RecordNotFound, ScoreResult
@@ -124,28 +124,7 @@ class RunFacts(StoreBase):
             if existing is not None:
                 s.delete(existing)
                 s.flush()
-            s.add(
-                Score(
-                    run_id=run_id,
-                    elapsed_s=score.elapsed_s,
-                    total_ops=float(score.total_ops),
-                    ops=score.ops,
-                    tensor_ops=score.tensor_ops,
-                    best_val_accuracy=score.best_val_accuracy,
-                    val_samples=score.val_samples,
-                    regulated_score=score.regulated_score,
-                    trials_completed=score.trials_completed,
-                    samples_trained=score.samples_trained,
-                    samples_evaluated=score.samples_evaluated,
-                    valid=score.valid,
-                    reasons={"invalid": list(score.reasons)},
-                    computed_at=now(),
-                    ruleset=ruleset,
-                    mfu=score.mfu,
-                    utilisation=score.utilisation,
-                    best_val_loss=score.best_val_loss,
-                )
-            )
+            s.add(Score(**score_columns(score), run_id=run_id, computed_at=now(), ruleset=ruleset))
 
     @retried
     def save_verification(self, claim: RunClaim, checks: list[CheckRecord]) -> None:
