@@ -48,8 +48,7 @@ from aiperf.lifecycle.parameters import (
     Workers,
     check_parameters,
     check_resumed_config,
-    flow_profile,
-    profile_settings,
+    flow_request,
 )
 from aiperf.lifecycle.stages import Stages, TrialRunner
 from aiperf.report.served import file_link
@@ -323,11 +322,8 @@ def benchmark(
             config = resume_config(database_url(db or None), resume)
             check_resumed_config(config, resume)  # the database `db` names may be anyone's
         else:
-            config = load_config(
-                flow_profile(profile),  # a name, never a path (aiperf.lifecycle.parameters)
-                overrides=overrides or None,
-                **profile_settings(budget, workers, db, seed, out, cluster),
-            )
+            request = flow_request(profile, budget, workers, db, seed, out, cluster, overrides)
+            config = load_config(request)
         return _run(config, resume or None, str(flow_run.id))
     except UserError as mistake:
         return refused(mistake)

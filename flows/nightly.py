@@ -36,8 +36,7 @@ from aiperf.lifecycle.parameters import (
     Seed,
     Workers,
     check_parameters,
-    flow_profile,
-    profile_settings,
+    flow_request,
 )
 from aiperf.lifecycle.run import ResultNotValid
 from aiperf.store import Store
@@ -104,9 +103,7 @@ def nightly(
         if baseline_runs < 1:
             raise UserError(f"baseline_runs must be at least 1, got {baseline_runs}")
         config = load_config(
-            flow_profile(profile),
-            overrides=overrides or None,
-            **profile_settings(budget, workers, db, seed, out),
+            flow_request(profile, budget, workers, db, seed, out, "profile", overrides)
         )
         night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
         try:

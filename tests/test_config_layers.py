@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiperf.config import config_layers, load_config
+from aiperf.config import RunRequest, config_layers, load_config
 from aiperf.errors import UserError
 
 
@@ -52,7 +52,7 @@ def test_each_layer_goes_over_the_ones_below(site, monkeypatch):
 
 
 def test_the_layers_are_listed_lowest_first(site):
-    layers = config_layers("quick", overrides={"seed": 7}, budget="2m")
+    layers = config_layers(RunRequest("quick", overrides={"seed": 7}, budget="2m"))
     site_layer, profile, name, ruleset, environment, overrides, options = layers
     assert site_layer == {"system": {"name": "site-name", "submitter": "Site Lab"}}
     assert name == {"profile": "quick"} and profile["ruleset"]
@@ -71,7 +71,7 @@ def test_a_packaged_profiles_validity_is_its_rulesets_alone():
     from aiperf.config import available_profiles
 
     for name in available_profiles():
-        _, profile, _, ruleset, *_ = config_layers(name)
+        _, profile, _, ruleset, *_ = config_layers(RunRequest(name))
         assert "validity" not in profile and set(ruleset) == {"validity"}, name
 
 

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from conftest import TINY
 
-from aiperf.config import available_profiles, load_config
+from aiperf.config import RunRequest, available_profiles, load_config
 from aiperf.errors import UserError
-from aiperf.lifecycle.parameters import check_resumed_config, flow_profile, profile_settings
+from aiperf.lifecycle.parameters import check_resumed_config, flow_profile, flow_request
 from aiperf.store import Store
 
 
@@ -154,18 +154,17 @@ def test_the_deployments_defaults_fit_their_schemas():
 
 
 def test_an_empty_field_keeps_the_profiles_value():
-    assert profile_settings() == dict.fromkeys(
-        ("budget", "workers", "db", "seed", "out", "cluster")
+    assert flow_request() == RunRequest("quick")
+    assert flow_request("quick", "90s", 2, "sqlite:///x.db", 0, "out", "slurm", {}) == RunRequest(
+        "quick",
+        budget="90s",
+        workers=2,
+        db="sqlite:///x.db",
+        seed=0,  # a seed of 0 is a seed
+        out="out",
+        cluster="slurm",
     )
-    assert profile_settings("90s", 2, "sqlite:///x.db", 0, "out", "slurm") == {
-        "budget": "90s",
-        "workers": 2,
-        "db": "sqlite:///x.db",
-        "seed": 0,  # a seed of 0 is a seed
-        "out": "out",
-        "cluster": "slurm",
-    }
-    config = load_config("quick", **profile_settings(budget="", workers=1))
+    config = load_config(flow_request(budget="", workers=1))
     assert config.budget_s == load_config("quick").budget_s and config.workers == 1
 
 

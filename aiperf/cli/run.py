@@ -15,7 +15,7 @@ from aiperf.cli.benchmark import run_one
 from aiperf.cli.common import fail
 from aiperf.cli.exit_codes import EXIT_VALID, run_exit_code
 from aiperf.cli.series import run_series
-from aiperf.config import BenchmarkConfig
+from aiperf.config import BenchmarkConfig, RunRequest
 from aiperf.errors import UserError
 from aiperf.urls import DEFAULT_DB_URL, database_url
 
@@ -118,13 +118,7 @@ def run(
                 **_cluster_overrides(cluster, cluster_opt or [], adaptive),
             }
             config = load_config(
-                profile,
-                budget=budget,
-                workers=workers,
-                db=db,
-                seed=seed,
-                out=out,
-                overrides=overrides,
+                RunRequest(profile, budget, workers, db, seed, out, overrides=overrides)
             )
         from aiperf.lifecycle.preflight import check_before_recording
 

@@ -28,6 +28,7 @@ from aiperf.config.host import machine_cores, nvidia_smi, visible_devices, visib
 from aiperf.config.layers import (
     CUSTOM_PREFIX,
     SITE_FILE,
+    RunRequest,
     available_profiles,
     config_layers,
     load_config,
@@ -77,6 +78,7 @@ __all__ = [
     "config_layers",
     "devices_problem",
     "load_config",
+    "RunRequest",
     "local_cores_problem",
     "machine_cores",
     "mlperf_status",

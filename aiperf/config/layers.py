@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -122,20 +123,26 @@ def _first_error(exc: ValidationError) -> str:
     return f"invalid setting {where}: {message}" if where else f"invalid profile: {message}"
 
 
-def config_layers(
-    profile: str,
-    *,
-    budget: str | float | None = None,
-    workers: int | str | None = None,
-    db: str | None = None,
-    seed: int | None = None,
-    out: str | None = None,
-    cluster: str | dict[str, Any] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class RunRequest:
+    """What a user asks a run to be: a profile and the options over it, as `aiperf run`, the
+    benchmark flow's form and the nightly deployment take them. Made once where the user's
+    options are read; None keeps the profile's value."""
+
+    profile: str = "quick"
+    budget: str | float | None = None
+    workers: int | str | None = None
+    db: str | None = None
+    seed: int | None = None
+    out: str | None = None
+    cluster: str | dict[str, Any] | None = None  # a kind ("slurm"), or cluster settings
+    overrides: Mapping[str, Any] | None = None  # --set: settings by dotted name
+
+
+def config_layers(request: RunRequest) -> list[dict[str, Any]]:
     """The layers of a run's settings, lowest first (this module's docstring lists them); each is
     refused in one line where it cannot go over the layers below it."""
-    written, name = _read_profile(profile)
+    written, name = _read_profile(request.profile)
     layers = [
         _site_layer(written),
         written,
@@ -143,9 +150,15 @@ def config_layers(
         _ruleset_layer(name, written),
         _environment_layer(),
     ]
-    layers.append(_override_layer(_merge(layers), overrides or {}))
-    options = {"budget": budget, "workers": workers, "db": db, "seed": seed, "out": out}
-    layers.append(_option_layer(_merge(layers), options, cluster))
+    layers.append(_override_layer(_merge(layers), request.overrides or {}))
+    options = {
+        "budget": request.budget,
+        "workers": request.workers,
+        "db": request.db,
+        "seed": request.seed,
+        "out": request.out,
+    }
+    layers.append(_option_layer(_merge(layers), options, request.cluster))
     return layers
 
 
@@ -223,18 +236,12 @@ def _option_layer(
 
 
 def load_config(
-    profile: str = "quick",
-    *,
-    budget: str | float | None = None,
-    workers: int | str | None = None,
-    db: str | None = None,
-    seed: int | None = None,
-    out: str | None = None,
-    cluster: str | dict[str, Any] | None = None,
-    overrides: dict[str, Any] | None = None,
-    runs_here: bool = True,
+    request: RunRequest | str = "quick", /, *, runs_here: bool = True, **options: Any
 ) -> BenchmarkConfig:
     """Profile + overrides -> a validated config, or a UserError naming the bad value.
+
+    `request`: the run's request, or a profile's name with the request's other fields given as
+    keywords (`options`: budget=..., overrides=...), as scripts and tests write it.
 
     A packaged profile's validity rules come from its ruleset. A profile file is named
     custom-<sha256 of its text, 12 digits> whatever it says inside, so no file can pass for a
@@ -242,18 +249,11 @@ def load_config(
     a run that starts on this machine, so refuse a train.backend this Python cannot import and
     cores it lacks (`CHECK_MACHINE`); off where a config is only judged (aiperf.results.division),
     so judging a run never depends on the judging machine."""
-    raw = _merge(
-        config_layers(
-            profile,
-            budget=budget,
-            workers=workers,
-            db=db,
-            seed=seed,
-            out=out,
-            cluster=cluster,
-            overrides=overrides,
-        )
-    )
+    if isinstance(request, str):
+        request = RunRequest(**{"profile": request, **options})
+    elif options:
+        raise TypeError(f"give the options in the RunRequest, not beside it: {sorted(options)}")
+    raw = _merge(config_layers(request))
     raw["budget_s"] = _budget_seconds(raw.pop("budget", "3m"))
     section = raw.get("cluster")
     kind = section.get("kind", "local") if isinstance(section, dict) else "local"
@@ -261,7 +261,9 @@ def load_config(
     simulated = isinstance(train, dict) and train.get("trainer") == "simulated"  # uses no cores
     local = kind == "local" and not simulated
     gpus, found = _local_gpus(raw, local=local, runs_here=runs_here)
-    gpu_run = train_on_gpus(raw, overrides or {})  # GPUs: JAX with jit (aiperf.config.gpu_backend)
+    gpu_run = train_on_gpus(
+        raw, request.overrides or {}
+    )  # GPUs: JAX with jit (aiperf.config.gpu_backend)
     per_trial = section.get("devices_per_trial") if isinstance(section, dict) else None
     raw["workers"] = worker_count(
         raw.get("workers", "auto"), local=local, gpus=gpus, found=found > 0, per_trial=per_trial

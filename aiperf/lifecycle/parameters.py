@@ -31,7 +31,13 @@ import yaml
 from pydantic import Field
 
 from aiperf import settings
-from aiperf.config import CUSTOM_PREFIX, BenchmarkConfig, ClusterConfig, available_profiles
+from aiperf.config import (
+    CUSTOM_PREFIX,
+    BenchmarkConfig,
+    ClusterConfig,
+    RunRequest,
+    available_profiles,
+)
 from aiperf.errors import UserError
 from aiperf.urls import split_password
 
@@ -120,24 +126,28 @@ def flow_profiles() -> list[str]:
     return packaged + sorted(set(_host_profiles()) - set(packaged))
 
 
-def profile_settings(
+def flow_request(
+    profile: str = "quick",
     budget: str = "",
     workers: int = 0,
     db: str = "",
     seed: int = -1,
     out: str = "",
     cluster: str = "profile",
-) -> dict[str, Any]:
-    """load_config's keyword arguments from a flow's parameters: each "empty" one (above) as None,
-    which keeps the profile's value."""
-    return {
-        "budget": budget.strip() or None,
-        "workers": workers or None,
-        "db": db.strip() or None,
-        "seed": None if seed < 0 else seed,
-        "out": out.strip() or None,
-        "cluster": None if cluster == "profile" else cluster,
-    }
+    overrides: dict[str, Any] | None = None,
+) -> RunRequest:
+    """The run a flow's parameters ask for: its profile a name, never a path (`flow_profile`), and
+    each "empty" parameter (below) as None, which keeps the profile's value."""
+    return RunRequest(
+        flow_profile(profile),
+        budget=budget.strip() or None,
+        workers=workers or None,
+        db=db.strip() or None,
+        seed=None if seed < 0 else seed,
+        out=out.strip() or None,
+        cluster=None if cluster == "profile" else cluster,
+        overrides=overrides or None,
+    )
 
 
 def check_resumed_config(config: BenchmarkConfig, run_id: int) -> None:
@@ -209,7 +219,7 @@ else:
 
 # What a flow parameter's "empty" is, so the form shows one typed field each, never "None": the
 # empty text, 0 workers or run id, seed -1, and cluster "profile" each mean the profile's own (or,
-# for `resume`, a new run). Converted by profile_settings.
+# for `resume`, a new run). Converted by flow_request.
 Workers = Annotated[int, Field(ge=0)]
 Seed = Annotated[int, Field(ge=-1)]
 RunId = Annotated[int, Field(ge=0)]
