@@ -73,20 +73,30 @@ def probe_peaks(
             client, peak_on_worker, dtype, peak_seconds(), candidates=candidates
         )
     except Exception as exc:
-        if config.cluster.gpus:
-            logger.error("run %d: the workers' peak probe failed", run_id, exc_info=exc)
-            said = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            raise UserError(unprobed_gpus(config.cluster.gpus, said)) from None
-        logger.warning(
-            "run %d: the workers' peak was not measured, so it has no MFU: %s: %s",
-            run_id,
-            type(exc).__name__,
-            exc,
+        _failed_before_window(
+            config, run_id, exc, logger, "the workers' peak was not measured, so it has no MFU"
         )
         return None
     if not found and config.cluster.gpus:
         raise UserError(unprobed_gpus(config.cluster.gpus, "no worker answered"))
     return sorted(found.values(), key=lambda p: p["worker"])
+
+
+def _failed_before_window(
+    config: BenchmarkConfig,
+    run_id: int,
+    exc: Exception,
+    logger: logging.Logger | logging.LoggerAdapter,
+    cost: str,
+) -> None:
+    """A step before the window failed on the workers. A run with GPUs is refused in one line
+    (accelerators.unprobed_gpus): without the workers' own device facts nothing says they compute
+    on them. On CPUs it costs the run what `cost` says, logged, never the run."""
+    if config.cluster.gpus:
+        logger.error("run %d: %s", run_id, cost, exc_info=exc)
+        said = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raise UserError(unprobed_gpus(config.cluster.gpus, said)) from None
+    logger.warning("run %d: %s: %s: %s", run_id, cost, type(exc).__name__, exc)
 
 
 def resolve_settings(
@@ -212,15 +222,8 @@ def describe_workers(
             precision=config.train.precision,
         )
     except Exception as exc:
-        if config.cluster.gpus:
-            logger.error("run %d: the workers' peak probe failed", run_id, exc_info=exc)
-            said = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            raise UserError(unprobed_gpus(config.cluster.gpus, said)) from None
-        logger.warning(
-            "run %d: the workers did not describe their nodes: %s: %s",
-            run_id,
-            type(exc).__name__,
-            exc,
+        _failed_before_window(
+            config, run_id, exc, logger, "the workers did not describe their nodes"
         )
         return None
     recorder.system_description(description)

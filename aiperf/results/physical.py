@@ -67,15 +67,6 @@ def recorded_for(worker: str, known: dict[str, float]) -> float | None:
     return max(same) if same else None
 
 
-def _result(name: str, problems: list[str], passed_detail: str) -> CheckRecord:
-    if problems:
-        shown = "; ".join(problems[:5]) + (
-            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        )
-        return CheckRecord(name, False, shown)
-    return CheckRecord(name, True, passed_detail)
-
-
 def check_epochs_within_devices(ev: Evidence) -> CheckRecord:
     """The most devices' worth of epochs in flight at one instant, against the run's devices."""
     per_worker = trial_devices(ev.config.cluster)
@@ -104,7 +95,7 @@ def check_epochs_within_devices(ev: Evidence) -> CheckRecord:
             f"{most} devices' worth of epochs in flight at {when:%Y-%m-%d %H:%M:%S.%f}, the run "
             f"has {capacity} ({ev.run.workers} workers x {per_worker} devices)"
         )
-    return _result(
+    return CheckRecord.of(
         EPOCHS_WITHIN_DEVICES,
         problems,
         f"at most {most} devices' worth of epochs in flight, of the run's {capacity} "
@@ -162,7 +153,7 @@ def check_worker_mfu_within_peak(ev: Evidence) -> CheckRecord:
         else f"the fastest worker, {highest[1]}, at {highest[0]:.2%} of its measured peak "
         "over its epochs' seconds"
     )
-    return _result(WORKER_MFU_WITHIN_PEAK, problems, detail)
+    return CheckRecord.of(WORKER_MFU_WITHIN_PEAK, problems, detail)
 
 
 def described_workers(description: dict | None) -> set[str] | None:
@@ -192,7 +183,7 @@ def check_workers_in_system(ev: Evidence) -> CheckRecord:
         for worker in sorted(workers)
         if recorded_for(worker, listed) is None
     ]
-    return _result(
+    return CheckRecord.of(
         WORKERS_IN_SYSTEM,
         problems,
         f"every trial's worker ({len(workers)}) is one of the {len(named)} the system "

@@ -52,15 +52,6 @@ def peak_flops(run: RunRecord) -> float | None:
     return float(sum(float(peak.get("flops") or 0.0) for peak in run.worker_peaks))
 
 
-def _result(name: str, problems: list[str], passed_detail: str) -> CheckRecord:
-    if problems:
-        shown = "; ".join(problems[:5]) + (
-            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        )
-        return CheckRecord(name, False, shown)
-    return CheckRecord(name, True, passed_detail)
-
-
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=RELATIVE, abs_tol=0.0) or a == b
 
@@ -90,7 +81,7 @@ def check_operations_per_sample(ev: Evidence) -> CheckRecord:
             problems.append(
                 f"trial {t.trial_key} records {stored}, its architecture counts {ev.counts[t.id]}"
             )
-    return _result(
+    return CheckRecord.of(
         OPERATIONS_PER_SAMPLE,
         problems,
         f"{len(ev.counts)} trials recounted from their architectures",
@@ -122,7 +113,7 @@ def check_samples_within_dataset(ev: Evidence) -> CheckRecord:
                 problems.append(
                     f"{where} trained {e.samples_trained} samples, not whole batches of {batch}"
                 )
-    return _result(
+    return CheckRecord.of(
         SAMPLES_WITHIN_DATASET,
         problems,
         f"every epoch within {ev.dataset.train_samples} train / {ev.dataset.val_samples} val samples",
@@ -142,7 +133,7 @@ def check_epochs_inside_window(ev: Evidence) -> CheckRecord:
         if e.ended_at < e.started_at
         or not any(start <= e.started_at and e.ended_at <= end for start, end in segments)
     ]
-    return _result(
+    return CheckRecord.of(
         EPOCHS_INSIDE_WINDOW, problems, f"every epoch inside the {ev.elapsed_s:.1f} s window"
     )
 
@@ -162,7 +153,7 @@ def check_no_overlap_on_a_worker(ev: Evidence) -> CheckRecord:
                 problems.append(
                     f"on {worker}, trial {k2} epoch {n2} starts before trial {k1} epoch {n1} ends"
                 )
-    return _result(
+    return CheckRecord.of(
         NO_OVERLAP_ON_A_WORKER, problems, f"{len(by_worker)} workers, one epoch at a time each"
     )
 
@@ -170,7 +161,7 @@ def check_no_overlap_on_a_worker(ev: Evidence) -> CheckRecord:
 def check_elapsed_time(ev: Evidence) -> CheckRecord:
     stored = ev.stored.elapsed_s
     ok = abs(stored - ev.elapsed_s) <= 1e-6
-    return _result(
+    return CheckRecord.of(
         ELAPSED_TIME,
         [] if ok else [f"score says {stored!r} s, the window is {ev.elapsed_s!r} s"],
         f"{ev.elapsed_s:.6f} s, the sum of the window's segments",
@@ -192,7 +183,7 @@ def check_total_operations(ev: Evidence) -> CheckRecord:
             f"score says {stored.samples_trained}/{stored.samples_evaluated} samples trained/"
             f"evaluated, the epochs add up to {again.samples_trained}/{again.samples_evaluated}"
         )
-    return _result(TOTAL_OPERATIONS, problems, f"{again.total_ops} operations, to the unit")
+    return CheckRecord.of(TOTAL_OPERATIONS, problems, f"{again.total_ops} operations, to the unit")
 
 
 def check_operations_per_second(ev: Evidence) -> CheckRecord:
@@ -205,7 +196,7 @@ def check_operations_per_second(ev: Evidence) -> CheckRecord:
         )
         if not _close(a, b)
     ]
-    return _result(
+    return CheckRecord.of(
         OPERATIONS_PER_SECOND, problems, f"OPS {again.ops:.6g}, within {RELATIVE:g} relative"
     )
 
@@ -234,12 +225,12 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
     )
     if again.best_val_loss is not None:
         measured += f"; best val loss {again.best_val_loss!r} nats/token"
-    return _result(BEST_ACCURACY, problems, measured)
+    return CheckRecord.of(BEST_ACCURACY, problems, measured)
 
 
 def check_regulated_score(ev: Evidence) -> CheckRecord:
     stored, again = ev.stored.regulated_score, ev.recomputed.regulated_score
-    return _result(
+    return CheckRecord.of(
         REGULATED_SCORE,
         [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
         f"{again:.6g}, within {RELATIVE:g} relative",
@@ -259,7 +250,7 @@ def check_division(ev: Evidence) -> CheckRecord:
             f"{len(again.deviations)} deviations)"
         ]
     )
-    return _result(
+    return CheckRecord.of(
         DIVISION,
         problems,
         f"{again.name} under {again.ruleset}"
@@ -311,7 +302,7 @@ def check_validity_rules(ev: Evidence) -> CheckRecord:
     # The detail of a passing check says what was checked (the verdict was recomputed and agrees),
     # so an invalid result does not read as a passing one.
     verdict = "valid" if again.valid else "INVALID (" + "; ".join(again.reasons) + ")"
-    return _result(
+    return CheckRecord.of(
         VALIDITY_RULES, problems, f"the recorded verdict is what {name} gives: {verdict}"
     )
 
@@ -347,7 +338,7 @@ def check_model_flops_utilisation(ev: Evidence) -> CheckRecord:
         if again is None
         else f"MFU {again:.4%} of {peaks:.6g} FLOP/s, within {RELATIVE:g} relative"
     )
-    return _result(MODEL_FLOPS_UTILISATION, problems, detail)
+    return CheckRecord.of(MODEL_FLOPS_UTILISATION, problems, detail)
 
 
 def check_window_utilisation(ev: Evidence) -> CheckRecord:
@@ -371,4 +362,4 @@ def check_window_utilisation(ev: Evidence) -> CheckRecord:
         if again is None
         else f"{again:.4%} of {ev.run.workers} workers x {ev.elapsed_s:.1f} s in training and evaluation steps"
     )
-    return _result(WINDOW_UTILISATION, problems, detail)
+    return CheckRecord.of(WINDOW_UTILISATION, problems, detail)

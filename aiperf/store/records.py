@@ -119,6 +119,15 @@ class CheckRecord:
     passed: bool
     detail: str
 
+    @classmethod
+    def of(cls, check: str, problems: list[str], passed_detail: str) -> CheckRecord:
+        """Passed with `passed_detail` when nothing is wrong; else failed, naming the first five
+        problems and how many more there are."""
+        if not problems:
+            return cls(check, True, passed_detail)
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return cls(check, False, "; ".join(problems[:5]) + more)
+
 
 @dataclass(frozen=True)
 class EpochRecord:
