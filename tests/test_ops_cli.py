@@ -200,4 +200,6 @@ def test_unknown_layer(monkeypatch) -> None:
     inputs = keras.Input((4,))
     model = keras.Model(inputs, Mystery(name="foo")(inputs))
     monkeypatch.setattr(ops_cli, "_resolve_model", lambda name, shape, classes: model)
-    assert_one_line_error(flops("anything"), "layer 'foo' of type Mystery", "aiperf/ops/rules.py")
+    assert_one_line_error(
+        flops("anything"), "layer 'foo' of type Mystery", "aiperf/ops/layer_costs.py"
+    )

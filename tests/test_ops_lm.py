@@ -1,4 +1,4 @@
-"""Operation counts of decoder-only transformers (aiperf/ops/rules_lm.py): each rule on a hand-computed
+"""Operation counts of decoder-only transformers (aiperf/ops/transformer_costs.py): each rule on a hand-computed
 case, then a GPT-style model built from Keras' own layers, saved, and counted by `aiperf flops` as a
 user runs it, against an independent hand formula in both conventions, with a GELU or a SwiGLU MLP
 (and aiperf's own swiglu transformer against the same formula); GPT-2 124M's figure; and on JAX,
@@ -28,7 +28,7 @@ from typer.testing import CliRunner  # noqa: E402
 from aiperf.arch.keras_layers import PositionEmbedding  # noqa: E402
 from aiperf.cli import flops as ops_cli  # noqa: E402
 from aiperf.ops import LayerOps, count_all, count_model  # noqa: E402
-from aiperf.ops.rules import RULES  # noqa: E402
+from aiperf.ops.layer_costs import RULES  # noqa: E402
 
 app = typer.Typer()
 app.command("flops")(ops_cli.flops)
@@ -247,7 +247,7 @@ def test_layer_rule(case: Case) -> None:
 
 
 def test_every_transformer_rule_has_a_case() -> None:
-    mine = {cls for cls, fn in RULES.items() if fn.__module__ == "aiperf.ops.rules_lm"}
+    mine = {cls for cls, fn in RULES.items() if fn.__module__ == "aiperf.ops.transformer_costs"}
     assert mine - {type(case.make()) for case in CASES} == set()
     assert len(mine) == 5
 

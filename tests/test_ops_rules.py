@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from keras import layers  # noqa: E402
 
 from aiperf.ops import CONVENTIONS, LayerOps, ModelOps, UnknownLayerError, count_all, count_model  # noqa: E402
-from aiperf.ops.rules import RULES  # noqa: E402
+from aiperf.ops.layer_costs import RULES  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -312,10 +312,10 @@ def test_input_layer_costs_nothing() -> None:
 
 
 def test_every_registered_rule_has_a_case() -> None:
-    # The transformer rules (aiperf/ops/rules_lm.py) have their cases in tests/test_ops_lm.py.
+    # The transformer rules (aiperf/ops/transformer_costs.py) have their cases in tests/test_ops_lm.py.
     tested = {type(case.make()) for case in CASES} | {layers.InputLayer}
     assert {
-        cls for cls, fn in RULES.items() if fn.__module__ == "aiperf.ops.rules"
+        cls for cls, fn in RULES.items() if fn.__module__ == "aiperf.ops.layer_costs"
     } - tested == set()
 
 
@@ -487,7 +487,7 @@ def test_unknown_layer_is_an_error_naming_it_and_its_type() -> None:
     with pytest.raises(UnknownLayerError) as raised:
         count_model(model)
     assert str(raised.value) == (
-        "no operation rule for layer 'foo' of type Mystery; add one in aiperf/ops/rules.py"
+        "no operation rule for layer 'foo' of type Mystery; add one in aiperf/ops/layer_costs.py"
     )
     assert isinstance(raised.value, ValueError)
     assert (raised.value.layer_name, raised.value.layer_type) == ("foo", "Mystery")

@@ -1,7 +1,7 @@
 """The Keras layers aiperf defines itself: only what Keras' own layers do not provide.
 
 Beside the builders that put them in a model (aiperf.arch.transformer); the operation counter
-(aiperf.ops.rules_lm), which sits above aiperf.arch, prices them by class; a saved model loads them
+(aiperf.ops.transformer_costs), which sits above aiperf.arch, prices them by class; a saved model loads them
 back by their registered names (`aiperf>PositionEmbedding`, not by this module's path: a model
 saved when this module was aiperf/layers.py loads the same) once this module is imported.
 
@@ -93,7 +93,7 @@ def causal_self_attention(
 
     The layer stays Keras' own class, not a subclass: a weights file names a layer's weights by its
     class (layers/multi_head_attention/query_dense/...), so kept weights of earlier runs load, the
-    operation rule (aiperf.ops.rules_lm) prices it, and a saved model (whose config has no kernel:
+    operation rule (aiperf.ops.transformer_costs) prices it, and a saved model (whose config has no kernel:
     it is where the model runs, not what it is) loads anywhere as "auto"."""
     if attention not in ATTENTION_KERNELS:
         raise ValueError(

@@ -4,8 +4,8 @@
     ops = count_model(model, "aiperf")      # ModelOps: forward, backward, per-layer rows
     ops.eval_per_sample, ops.train_per_sample
 
-- aiperf/ops/rules.py: one rule per Keras layer class, the only place arithmetic is defined;
-  aiperf/ops/rules_lm.py adds those of decoder-only transformers to the same registry.
+- aiperf/ops/layer_costs.py: one rule per Keras layer class, the only place arithmetic is defined;
+  aiperf/ops/transformer_costs.py adds those of decoder-only transformers to the same registry.
 - aiperf/ops/counter.py: the walk over a built model (nested models, shared layers).
 - aiperf/ops/conventions.py: "aiperf" and "tensor" as projections of one per-layer cost.
 - aiperf/cli/flops.py: `aiperf flops`.

@@ -1,6 +1,6 @@
 """The two counting conventions, as projections of one per-layer cost.
 
-Every layer rule (aiperf/ops/rules.py) returns a single `Cost`: the AIPerf-convention forward and
+Every layer rule (aiperf/ops/layer_costs.py) returns a single `Cost`: the AIPerf-convention forward and
 backward operations, plus the multiply-accumulates (MACs) of its convolution / matrix-multiply
 work. Both conventions are then pure functions of that cost, so a rule is written once and the
 two conventions can never disagree about which work a layer does (see docs/flops.md):

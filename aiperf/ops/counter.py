@@ -1,5 +1,5 @@
 """The model walk: visit every layer call of a built Keras model once, in topological order, and
-price it with the rule registered for its class (aiperf/ops/rules.py).
+price it with the rule registered for its class (aiperf/ops/layer_costs.py).
 
 Kept apart from the rules so that neither knows about the other's concerns: the walk deals with
 graph structure (nested models, shared layers, shapes, which inputs need a gradient), the rules
@@ -25,10 +25,10 @@ from typing import Any
 import keras
 from keras import tree
 
-from aiperf.ops import rules_lm  # noqa: F401  (importing it registers the transformer rules)
+from aiperf.ops import transformer_costs  # noqa: F401  (importing it registers the transformer rules)
 from aiperf.ops.conventions import PROJECTIONS, Cost, check_convention
+from aiperf.ops.layer_costs import RULES, LayerCall, Shape
 from aiperf.ops.result import LayerOps, ModelOps, UnknownLayerError
-from aiperf.ops.rules import RULES, LayerCall, Shape
 
 
 def count_model(

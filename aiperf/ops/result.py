@@ -19,7 +19,7 @@ class UnknownLayerError(ValueError):
         self.layer_type = layer_type
         message = (
             f"no operation rule for layer {layer_name!r} of type {layer_type}; "
-            f"{detail or 'add one in aiperf/ops/rules.py'}"
+            f"{detail or 'add one in aiperf/ops/layer_costs.py'}"
         )
         super().__init__(message)
 

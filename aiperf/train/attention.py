@@ -21,7 +21,7 @@ no more than a log line. So the run chooses, and says what it chose:
   causal_self_attention) and `aiperf show` says it. Like train.backend it is an implementation of the
   same training: out of the workload hash, never a deviation (aiperf.results.division).
 
-The counted operations are the model's, never the kernel's (aiperf.ops.rules_lm): both kernels
+The counted operations are the model's, never the kernel's (aiperf.ops.transformer_costs): both kernels
 count the whole T x T, as MLPerf and PaLM's MFU count attention.
 """
 

@@ -147,7 +147,7 @@ def run_trial(request: TrialRequest, report: Reporter, worker: str | None = None
                 )
         with clock.phase("count"):
             # One walk of the model that will train, both conventions; per sample, and a language
-            # model's sample is one sequence (aiperf.ops.rules_lm).
+            # model's sample is one sequence (aiperf.ops.transformer_costs).
             counts = count_all(model)
         counted, tensor = counts["aiperf"], counts["tensor"]
         built = TrialBuilt(

@@ -1,6 +1,6 @@
 """Operation rules for the layers of a decoder-only (GPT-style) transformer, in the `RULES` registry.
 
-Kept apart from aiperf/ops/rules.py (the CNN layers and AIPerf's own rules) so each module stays one
+Kept apart from aiperf/ops/layer_costs.py (the CNN layers and AIPerf's own rules) so each module stays one
 readable page; the rules here follow the same principles (docs/flops.md, "Decoder-only
 transformers"), and are registered with the same `rule` decorator, by exact class:
 
@@ -31,7 +31,7 @@ from keras import layers
 
 from aiperf.arch.keras_layers import PositionEmbedding
 from aiperf.ops.conventions import Cost
-from aiperf.ops.rules import (
+from aiperf.ops.layer_costs import (
     LayerCall,
     Shape,
     _elements,
