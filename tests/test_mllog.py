@@ -417,11 +417,8 @@ class _StopAfterSomeEpochs(Stages):
 
                 def launch(request):
                     with Store.open_existing(self.db) as store:
-                        done = sum(
-                            store.trial_counts(request.run_id).get(s, 0)
-                            for s in TrialStatus
-                            if s != TrialStatus.RUNNING
-                        )
+                        trials = store.get_run(request.run_id).trials
+                        done = sum(t.status != TrialStatus.RUNNING for t in trials)
                     if done >= 2:
                         raise KeyboardInterrupt("stopped by the test")
                     return trials.launch(request)

@@ -33,7 +33,7 @@ def _checked(path: Path, caplog: pytest.LogCaptureFixture) -> None:
             valid, name, _prefix, _postfix = check_system_desc(str(path), usage, ruleset)
         assert valid, caplog.text
     described = json.loads(path.read_text())
-    assert mlperf.missing_or_not_text(described) == []
+    assert [f for f in mlperf.REQUIRED_FIELDS if not isinstance(described.get(f), str)] == []
     assert list(described)[: len(mlperf.REQUIRED_FIELDS)] == list(mlperf.REQUIRED_FIELDS)
 
 

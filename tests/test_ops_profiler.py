@@ -180,12 +180,18 @@ def test_tensor_convention_matches_profiler_on_random_convnets(seed: int) -> Non
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_tensor_convention_matches_profiler_on_search_space(seed: int) -> None:
-    space = pytest.importorskip(
-        "aiperf.search.space", reason="the search space (aiperf/search/space.py) is needed"
-    )
     from aiperf.arch import build_model
+    from aiperf.config import SpaceConfig
+    from aiperf.search import space
 
-    spec = space.random_architecture(seed, input_shape=(32, 32, 3), num_classes=10)
+    rng, choices = random.Random(seed), SpaceConfig()
+    values = {
+        space.STAGES: rng.choice(choices.stages),
+        space.BLOCKS_PER_STAGE: rng.choice(choices.blocks_per_stage),
+        space.BASE_FILTERS: rng.choice(choices.base_filters),
+        space.KERNEL_SIZE: rng.choice(choices.kernel_size),
+    }
+    spec = space.architecture(values, (32, 32, 3), 10)  # one family member drawn from the space
     assert_tensor_matches_profiler(build_model(spec))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from conftest import TINY
+from test_migrations import schema_drift
 from typer.testing import CliRunner
 
 from aiperf import paths
@@ -318,7 +319,7 @@ def test_migration_0011_down_and_up(db_url):
         database.upgrade(engine)
         columns = {c["name"] for c in sa.inspect(engine).get_columns("results")}
         assert {"events_sha256", "system_name", "ops", "series", "system_description"} <= columns
-        assert database.schema_drift(engine) == []
+        assert schema_drift(engine) == []
     finally:
         engine.dispose()
 

@@ -351,19 +351,21 @@ def test_record_epoch_once_and_keep_the_best_complete_accuracy(store):
     assert trial.epochs[0].ended_at > trial.epochs[0].started_at
 
 
-def test_finish_trial_and_count_trials_by_status(store):
+def test_a_trial_ends_with_its_status_and_message(store):
     run_id = new_run(store)
     for number, status in enumerate(
         [TrialStatus.COMPLETED, TrialStatus.COMPLETED, TrialStatus.FAILED]
     ):
         end_trial(store, new_trial(store, run_id, number), status, T0 + 9, status.value)
     new_trial(store, run_id, 3)
-    assert store.trial_counts(run_id) == {
-        TrialStatus.COMPLETED: 2,
-        TrialStatus.FAILED: 1,
-        TrialStatus.RUNNING: 1,
-    }
-    assert [t.message for t in store.get_run(run_id).trials] == [
+    trials = store.get_run(run_id).trials
+    assert [t.status for t in trials] == [
+        TrialStatus.COMPLETED,
+        TrialStatus.COMPLETED,
+        TrialStatus.FAILED,
+        TrialStatus.RUNNING,
+    ]
+    assert [t.message for t in trials] == [
         "completed",
         "completed",
         "failed",

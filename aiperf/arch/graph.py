@@ -198,10 +198,6 @@ class Network:
     def skip_count(self) -> int:
         return sum(n.kind == "add" for n in self.nodes)
 
-    @property
-    def max_filters(self) -> int:
-        return max((n.params["filters"] for n in self.nodes if n.kind == "conv"), default=0)
-
 
 def _spatial(size: int, kernel: int, stride: int, padding: str) -> int:
     if padding == "same":

@@ -42,7 +42,6 @@ aiperf/search/distance.py: one growth step moves a spec by about 1.
 from __future__ import annotations
 
 import math
-import random
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -150,24 +149,6 @@ def candidates(
 ) -> list[TransformerSpec]:
     """Every child one growth step from `spec` within `limits` (each a valid spec, so it builds)."""
     return [c for op in operators for c in _children(spec, op) if within(c, limits)]
-
-
-def random_growth(
-    spec: TransformerSpec,
-    rng: random.Random,
-    limits: Limits,
-    operators: tuple[str, ...] = OPERATORS,
-) -> TransformerSpec | None:
-    """One random child within the limits (an operator drawn first, so deepen's many positions do
-    not crowd out the widenings), or None when no operator has one."""
-    remaining = list(operators)
-    while remaining:
-        operator = rng.choice(remaining)
-        children = [c for c in _children(spec, operator) if within(c, limits)]
-        if children:
-            return rng.choice(children)
-        remaining.remove(operator)
-    return None
 
 
 # --- distance ---------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiperf.errors import UserError
@@ -212,19 +211,6 @@ def _problems(spec: TransformerSpec) -> list[str]:
     return problems
 
 
-def load_transformer_spec(path: str | Path) -> TransformerSpec:
-    """Read a transformer JSON file; a bad file is the user's mistake, said in one line."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"architecture file {path} does not exist")
-    try:
-        return TransformerSpec.from_json(path.read_text())
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise UserError(
-            f"architecture file {path} is not a valid transformer spec: {exc}"
-        ) from None
-
-
 # --- seeds ------------------------------------------------------------------------------------
 
 SEEDS: dict[str, dict[str, Any]] = {
@@ -351,13 +337,3 @@ def build_transformer(spec: TransformerSpec, *, seed: int, attention: str = "aut
     else:
         logits = layers.Dense(spec.vocab_size, dtype="float32", name="head")(x)
     return keras.Model(tokens, logits, name=spec.name)
-
-
-def spec_summary(spec: TransformerSpec) -> str:
-    """One line for tables and logs: depth, widths, weights."""
-    millions = spec.param_count / 1e6
-    shown = f"{millions:.1f}M" if millions >= 1 else f"{spec.param_count / 1e3:.0f}k"
-    return (
-        f"{spec.layers}x{spec.d_model} h{spec.heads}x{spec.key_dim} mlp{spec.mlp_width} "
-        f"T{spec.seq_len} V{spec.vocab_size} ({shown} weights)"
-    )

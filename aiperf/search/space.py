@@ -11,7 +11,6 @@ network, and searches the batch as tokens, the warm-up and the weight decay too.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,21 +159,3 @@ def decode(
         warmup_epochs=_optional_float(values.get(WARMUP_EPOCHS)),
         weight_decay=_optional_float(values.get(WEIGHT_DECAY)),
     )
-
-
-def random_architecture(
-    seed: int,
-    input_shape: tuple[int, int, int] = (32, 32, 3),
-    num_classes: int = 10,
-    space: SpaceConfig | None = None,
-) -> ArchSpec:
-    """One family member drawn from the space: for tests and the operation-counter checks."""
-    space = space or SpaceConfig()
-    rng = random.Random(seed)
-    values = {
-        STAGES: rng.choice(space.stages),
-        BLOCKS_PER_STAGE: rng.choice(space.blocks_per_stage),
-        BASE_FILTERS: rng.choice(space.base_filters),
-        KERNEL_SIZE: rng.choice(space.kernel_size),
-    }
-    return architecture(values, input_shape, num_classes)

@@ -265,17 +265,6 @@ def head_revision() -> str:
     return head
 
 
-def schema_drift(engine: Engine) -> list:
-    """What differs between the models and the schema the migrations built (Alembic's autogenerate
-    diff); empty when a migration exists for every model change."""
-    from alembic.autogenerate import compare_metadata
-
-    from aiperf.store.models import Base
-
-    with engine.connect() as connection:
-        return compare_metadata(MigrationContext.configure(connection), Base.metadata)
-
-
 def upgrade(engine: Engine) -> None:
     """Apply every pending migration (a no-op on an up-to-date database).
 

@@ -185,17 +185,6 @@ class StoreReads(StoreBase):
             return run_record(run, with_trials=True, at=self._database_now(s))
 
     @retried
-    def trial_counts(self, run_id: int) -> dict[TrialStatus, int]:
-        """How many of the run's trials are in each state."""
-        with self.session() as s:
-            counts = s.execute(
-                select(Trial.status, func.count())
-                .where(Trial.run_id == run_id)
-                .group_by(Trial.status)
-            ).all()
-            return {TrialStatus(status): int(count) for status, count in counts}
-
-    @retried
     def run_scores(
         self,
         *,

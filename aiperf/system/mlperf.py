@@ -168,8 +168,3 @@ def mlperf_description(
         **mlperf,
         **{k: v for k, v in description.items() if k not in mlperf},
     }
-
-
-def missing_or_not_text(described: Mapping[str, Any]) -> list[str]:
-    """The required fields absent from `described` or not strings (empty when it is MLPerf's form)."""
-    return [f for f in REQUIRED_FIELDS if not isinstance(described.get(f), str)]
