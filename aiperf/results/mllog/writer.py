@@ -15,43 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from aiperf.results.mllog.keys import (
-    BENCHMARK,
-    BEST_WEIGHTS,
-    CONFIG,
-    DATASET,
-    EPOCH_START,
-    EPOCH_STOP,
-    EVAL_ACCURACY,
-    EVAL_SAMPLES,
-    INTERVAL_END,
-    INTERVAL_START,
-    OPS_PER_SAMPLE,
-    POINT_IN_TIME,
-    PROVENANCE,
-    RULESET,
-    RUN_RESOURCES,
-    RUN_START,
-    RUN_STOP,
-    SCORE,
-    SEARCH_START,
-    SEARCH_STOP,
-    SEED,
-    SERIES,
-    STAGING_START,
-    STAGING_STOP,
-    SUBMISSION_BENCHMARK,
-    SUBMISSION_DIVISION,
-    SYSTEM_DESCRIPTION,
-    SYSTEM_FINGERPRINT,
-    TRAIN_SAMPLES,
-    TRIAL_PHASES,
-    TRIAL_PLACEMENT,
-    TRIAL_START,
-    TRIAL_STOP,
-    VERIFICATION,
-    Event,
-)
+from aiperf.results.mllog import keys
 from aiperf.store.records import CheckRecord, ScoreResult, TrialPhases, WindowRecord
 from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
@@ -72,12 +36,12 @@ class EventLog:
         key: str,
         value: Any = None,
         *,
-        event_type: str = POINT_IN_TIME,
+        event_type: str = keys.POINT_IN_TIME,
         at: float | None = None,
         **metadata: Any,
-    ) -> Event:
+    ) -> keys.Event:
         """One event at Unix time `at` (default: now); `metadata` as given."""
-        event = Event(
+        event = keys.Event(
             time_ms=_ms(time.time() if at is None else at),
             event_type=event_type,
             key=key,
@@ -124,8 +88,8 @@ class EventLog:
         if flow_run_id is not None:
             exact["flow_run_id"] = flow_run_id
         self.emit(
-            RUN_START,
-            event_type=INTERVAL_START,
+            keys.RUN_START,
+            event_type=keys.INTERVAL_START,
             at=now,
             run_id=run_id,
             profile=config["profile"],
@@ -134,26 +98,26 @@ class EventLog:
             resumed=False,
             **exact,
         )
-        self.emit(SUBMISSION_BENCHMARK, BENCHMARK, at=now, version=__version__)
+        self.emit(keys.SUBMISSION_BENCHMARK, keys.BENCHMARK, at=now, version=__version__)
         self.emit(
-            SUBMISSION_DIVISION,
+            keys.SUBMISSION_DIVISION,
             division,
             at=now,
             deviations=list(deviations),
             config_hash=config_hash,
         )
-        self.emit(RULESET, ruleset, at=now)
+        self.emit(keys.RULESET, ruleset, at=now)
         if series is not None:
-            self.emit(SERIES, series, at=now, index=series_index)
-        self.emit(SEED, config["seed"], at=now)
-        self.emit(CONFIG, dict(config), at=now)
+            self.emit(keys.SERIES, series, at=now, index=series_index)
+        self.emit(keys.SEED, config["seed"], at=now)
+        self.emit(keys.CONFIG, dict(config), at=now)
         first_seen = {} if system_first_seen_at is None else {"first_seen_s": system_first_seen_at}
-        self.emit(SYSTEM_FINGERPRINT, {"id": system_id, **system, **first_seen}, at=now)
+        self.emit(keys.SYSTEM_FINGERPRINT, {"id": system_id, **system, **first_seen}, at=now)
 
     def run_resumed(self, *, run_id: int, windows: Iterable[WindowRecord]) -> None:
         """The run runs again: its open segment was closed at its last recorded epoch."""
         self.windows_closed(windows)
-        self.emit(RUN_START, event_type=INTERVAL_START, run_id=run_id, resumed=True)
+        self.emit(keys.RUN_START, event_type=keys.INTERVAL_START, run_id=run_id, resumed=True)
 
     def windows_closed(self, windows: Iterable[WindowRecord]) -> None:
         """Each closed segment's end as the records have it (after a crash: its last epoch)."""
@@ -161,56 +125,66 @@ class EventLog:
             if w.ended_at is not None:
                 end = w.ended_at.timestamp()
                 self.emit(
-                    SEARCH_STOP, event_type=INTERVAL_END, at=end, time_s=end, segment=w.segment
+                    keys.SEARCH_STOP,
+                    event_type=keys.INTERVAL_END,
+                    at=end,
+                    time_s=end,
+                    segment=w.segment,
                 )
 
     def run_stopped(self, status: str, message: str | None = None) -> None:
-        self.emit(RUN_STOP, str(status), event_type=INTERVAL_END, message=message)
+        self.emit(keys.RUN_STOP, str(status), event_type=keys.INTERVAL_END, message=message)
 
     def dataset(self, manifest: Mapping[str, Any]) -> None:
         """The staged dataset's whole manifest, as the run records it (datasets.manifest): a package
         checks the data from the log as `aiperf verify` does from the database (its classes per
         split, its overlap check, where it was staged)."""
-        self.emit(DATASET, dict(manifest))
+        self.emit(keys.DATASET, dict(manifest))
 
     def staging_started(self, started: float) -> None:
-        self.emit(STAGING_START, event_type=INTERVAL_START, at=started, time_s=started)
+        self.emit(keys.STAGING_START, event_type=keys.INTERVAL_START, at=started, time_s=started)
 
     def staging_stopped(self, ended: float, seconds: float) -> None:
         """The data is staged: `seconds` of wall time (a monotonic clock's, not ended - started)."""
-        self.emit(STAGING_STOP, event_type=INTERVAL_END, at=ended, time_s=ended, staging_s=seconds)
+        self.emit(
+            keys.STAGING_STOP,
+            event_type=keys.INTERVAL_END,
+            at=ended,
+            time_s=ended,
+            staging_s=seconds,
+        )
 
     def system_description(self, description: Mapping[str, Any]) -> None:
-        self.emit(SYSTEM_DESCRIPTION, dict(description))
+        self.emit(keys.SYSTEM_DESCRIPTION, dict(description))
 
     def provenance(self, provenance: Mapping[str, Any]) -> None:
         """What ran on the workers (aiperf.system.provenance)."""
-        self.emit(PROVENANCE, dict(provenance))
+        self.emit(keys.PROVENANCE, dict(provenance))
 
     def resources(self, **resources: Any) -> None:
         """The run's precision, backend, XLA setting and measured peaks (MFU's divisor), when known."""
-        self.emit(RUN_RESOURCES, resources)
+        self.emit(keys.RUN_RESOURCES, resources)
 
     # --- the timed window ---------------------------------------------------------------------------
 
     def search_started(self, started: float, deadline: float) -> None:
         self.emit(
-            SEARCH_START,
-            event_type=INTERVAL_START,
+            keys.SEARCH_START,
+            event_type=keys.INTERVAL_START,
             at=started,
             time_s=started,
             deadline_s=deadline,
         )
 
     def search_stopped(self, ended: float) -> None:
-        self.emit(SEARCH_STOP, event_type=INTERVAL_END, at=ended, time_s=ended)
+        self.emit(keys.SEARCH_STOP, event_type=keys.INTERVAL_END, at=ended, time_s=ended)
 
     # --- trials and epochs ------------------------------------------------------------------------
 
     def trial_started(self, trial_id: int, start: TrialStart) -> None:
         self.emit(
-            TRIAL_START,
-            event_type=INTERVAL_START,
+            keys.TRIAL_START,
+            event_type=keys.INTERVAL_START,
             at=start.started_at,
             time_s=start.started_at,
             trial_id=trial_id,
@@ -227,7 +201,7 @@ class EventLog:
     def trial_built(self, built: TrialBuilt) -> None:
         now = time.time()
         self.emit(
-            TRIAL_PLACEMENT,
+            keys.TRIAL_PLACEMENT,
             built.worker,
             at=now,
             trial_key=built.trial_key,
@@ -237,7 +211,7 @@ class EventLog:
             inherited_epoch=built.inherited_epoch,
         )
         self.emit(
-            OPS_PER_SAMPLE,
+            keys.OPS_PER_SAMPLE,
             {
                 "aiperf": {"train": built.train_ops, "eval": built.eval_ops},
                 "tensor": {"train": built.tensor_train_ops, "eval": built.tensor_eval_ops},
@@ -250,14 +224,18 @@ class EventLog:
         which: dict[str, Any] = {"trial_key": report.trial_key, "epoch_num": report.epoch}
         started_at, ended_at = report.started_at, report.ended_at
         self.emit(
-            EPOCH_START, event_type=INTERVAL_START, at=started_at, **which, time_s=started_at
+            keys.EPOCH_START,
+            event_type=keys.INTERVAL_START,
+            at=started_at,
+            **which,
+            time_s=started_at,
         )
-        self.emit(TRAIN_SAMPLES, report.samples_trained, at=ended_at, **which)
-        self.emit(EVAL_SAMPLES, report.samples_evaluated, at=ended_at, **which)
-        self.emit(EVAL_ACCURACY, report.val_accuracy, at=ended_at, **which)
+        self.emit(keys.TRAIN_SAMPLES, report.samples_trained, at=ended_at, **which)
+        self.emit(keys.EVAL_SAMPLES, report.samples_evaluated, at=ended_at, **which)
+        self.emit(keys.EVAL_ACCURACY, report.val_accuracy, at=ended_at, **which)
         self.emit(
-            EPOCH_STOP,
-            event_type=INTERVAL_END,
+            keys.EPOCH_STOP,
+            event_type=keys.INTERVAL_END,
             at=ended_at,
             **which,
             time_s=ended_at,
@@ -269,9 +247,9 @@ class EventLog:
 
     def trial_stopped(self, end: TrialEnd) -> None:
         self.emit(
-            TRIAL_STOP,
+            keys.TRIAL_STOP,
             str(end.status),
-            event_type=INTERVAL_END,
+            event_type=keys.INTERVAL_END,
             at=end.ended_at,
             time_s=end.ended_at,
             trial_key=end.trial_key,
@@ -280,7 +258,7 @@ class EventLog:
 
     def trial_phases(self, trial_key: str, phases: TrialPhases) -> None:
         self.emit(
-            TRIAL_PHASES,
+            keys.TRIAL_PHASES,
             {f.name: getattr(phases, f.name) for f in fields(phases)},
             trial_key=trial_key,
         )
@@ -288,17 +266,17 @@ class EventLog:
     # --- the result -------------------------------------------------------------------------------
 
     def score(self, score: ScoreResult, ruleset: str | None) -> None:
-        self.emit(SCORE, score.to_dict(), ruleset=ruleset)
+        self.emit(keys.SCORE, score.to_dict(), ruleset=ruleset)
 
     def best_weights(self, kept: Mapping[str, Any] | None) -> None:
         """The best trial's weights file kept with the run (aiperf.results.remeasure), with its
         sha256: what `verify --package` evaluates again from the package's copy."""
-        self.emit(BEST_WEIGHTS, None if kept is None else dict(kept))
+        self.emit(keys.BEST_WEIGHTS, None if kept is None else dict(kept))
 
     def verification(self, checks: Iterable[CheckRecord]) -> None:
         checks = list(checks)
         self.emit(
-            VERIFICATION,
+            keys.VERIFICATION,
             all(c.passed for c in checks),
             checks=[{"check": c.check, "passed": c.passed, "detail": c.detail} for c in checks],
         )
