@@ -11,7 +11,7 @@ from sqlalchemy.orm import selectinload
 
 from aiperf.status import TrialStatus
 from aiperf.store.base import StoreBase, retried
-from aiperf.store.conversion import plain, run_record, system_record, window_record
+from aiperf.store.conversion import copied, plain, run_record, system_record, window_record
 from aiperf.store.models import Dataset, Epoch, Run, SearchState, System, Trial
 from aiperf.store.records import (
     TRIAL_PHASE_COLUMNS,
@@ -59,19 +59,9 @@ class StoreReads(StoreBase):
         """The dataset the run trained on (None before it was staged)."""
         with self.session() as s:
             row = s.scalar(select(Dataset).where(Dataset.run_id == run_id))
-            return (
-                None
-                if row is None
-                else DatasetRecord(
-                    name=row.name,
-                    kind=row.kind,
-                    sha256=row.sha256,
-                    train_samples=row.train_samples,
-                    val_samples=row.val_samples,
-                    classes=row.classes,
-                    manifest=dict(row.manifest or {}),
-                )
-            )
+            if row is None:
+                return None
+            return copied(DatasetRecord, row, manifest=dict(row.manifest or {}))
 
     @retried
     def run_work(self, run_id: int) -> RunWork:

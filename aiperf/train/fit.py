@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from aiperf.rules import DEFAULT_RULESET, FitRule, load_ruleset
@@ -160,17 +160,11 @@ class StepRecipe:
     clip_norm: float | None = None  # the gradients' global norm (train.clip_norm; None: no clip)
 
     @classmethod
-    def of_train(cls, train: Any) -> StepRecipe:
-        """The recipe of a run's train settings (aiperf.config's TrainConfig): its seed's step."""
-        return cls(
-            optimizer=train.optimizer,
-            momentum=train.momentum,
-            weight_decay=train.weight_decay,
-            label_smoothing=train.label_smoothing,
-            jit_compile=train.jit_compile,
-            beta_2=train.beta_2,
-            clip_norm=train.clip_norm,
-        )
+    def of_train(cls, train: Any, language: bool = False) -> StepRecipe:
+        """The recipe of what carries its settings by name: a run's train settings (aiperf.config's
+        TrainConfig: its seed's step) or a trial's request (aiperf.train.messages.TrialRequest)."""
+        named = {f.name: getattr(train, f.name) for f in fields(cls) if f.name != "language"}
+        return cls(**named, language=language)
 
 
 def trainable(

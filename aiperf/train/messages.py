@@ -69,16 +69,7 @@ class TrialRequest:
 
     def step_recipe(self, language: bool = False) -> StepRecipe:
         """What the trial's step is compiled with besides its network (aiperf.train.fit)."""
-        return StepRecipe(
-            optimizer=self.optimizer,
-            momentum=self.momentum,
-            weight_decay=self.weight_decay,
-            label_smoothing=self.label_smoothing,
-            jit_compile=self.jit_compile,
-            language=language,
-            beta_2=self.beta_2,
-            clip_norm=self.clip_norm,
-        )
+        return StepRecipe.of_train(self, language)
 
     @property
     def global_batch(self) -> int:
