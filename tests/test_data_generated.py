@@ -125,7 +125,7 @@ def test_another_process_makes_the_same_shards(generated, tmp_path):
 
 
 def test_the_feed_decodes_them_as_imagenet_shards(generated):
-    from aiperf.data.pipeline import make_dataset
+    from aiperf.data.pipeline import BatchShape, make_dataset
 
     _out, manifest = generated
     x, y = next(
@@ -133,9 +133,7 @@ def test_the_feed_decodes_them_as_imagenet_shards(generated):
             make_dataset(
                 manifest.path,
                 "validation",
-                batch_size=16,
-                image_size=32,
-                channels=3,
+                BatchShape(batch_size=16, image_size=32, channels=3),
                 training=False,
             )
         )
