@@ -59,21 +59,17 @@ def write_jpegs(root: Path, images: int, classes: int, seed: int = 0) -> int:
 def pipeline_rate(
     path: str, training: bool, batch: int, threads: int | None, seconds: float
 ) -> float:
-    from aiperf.data.pipeline import make_dataset
+    from aiperf.data.pipeline import BatchShape, ReadOptions, make_dataset
 
     split = "train" if training else "validation"
     # cache=False: every image is read and decoded each time, as from a data set too big to cache.
     ds = make_dataset(
         path,
         split,
-        batch_size=batch,
-        image_size=SIZE,
-        channels=3,
+        BatchShape(batch_size=batch, image_size=SIZE, channels=3),
         training=training,
         seed=0,
-        threads=threads,
-        repeat=True,
-        cache=False,
+        read=ReadOptions(threads=threads, repeat=True, cache=False),
     )
     it = iter(ds)
     for _ in range(3):  # warm up: caches filled, autotuning started
@@ -188,17 +184,15 @@ def main() -> int:
                 keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy"
             )
             from aiperf.data.normalise import on_device
-            from aiperf.data.pipeline import make_dataset
+            from aiperf.data.pipeline import BatchShape, ReadOptions, make_dataset
 
             fed = make_dataset(
                 manifest.path,
                 "train",
-                batch_size=args.batch,
-                image_size=SIZE,
-                channels=3,
+                BatchShape(batch_size=args.batch, image_size=SIZE, channels=3),
                 training=True,
                 seed=0,
-                repeat=True,
+                read=ReadOptions(repeat=True),
             )
             # Alternate in-memory and fed rounds and keep each one's best: other load on the machine
             # then slows both alike instead of deciding the comparison.

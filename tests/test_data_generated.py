@@ -108,10 +108,7 @@ def test_another_process_makes_the_same_shards(generated, tmp_path):
         "import sys; from pathlib import Path; from aiperf.data import generated; "
         "from aiperf.config import DataConfig; "
         "c = DataConfig.model_validate_json(sys.argv[1]); "
-        "tasks = generated.plan(Path(sys.argv[2]), sys.argv[3], 3, train_samples=c.train_samples, "
-        "val_samples=c.val_samples, image_size=c.image_size, channels=c.channels, "
-        "classes=c.classes, shard_images=c.shard_images, noise=c.noise, "
-        "label_noise=c.label_noise); "
+        "tasks = generated.plan(Path(sys.argv[2]), sys.argv[3], 3, c); "
         "print(generated.generate_shard(tasks[-1])['sha256'])"
     )
     made = subprocess.run(
@@ -125,7 +122,7 @@ def test_another_process_makes_the_same_shards(generated, tmp_path):
 
 
 def test_the_feed_decodes_them_as_imagenet_shards(generated):
-    from aiperf.data.pipeline import make_dataset
+    from aiperf.data.pipeline import BatchShape, make_dataset
 
     _out, manifest = generated
     x, y = next(
@@ -133,9 +130,7 @@ def test_the_feed_decodes_them_as_imagenet_shards(generated):
             make_dataset(
                 manifest.path,
                 "validation",
-                batch_size=16,
-                image_size=32,
-                channels=3,
+                BatchShape(batch_size=16, image_size=32, channels=3),
                 training=False,
             )
         )

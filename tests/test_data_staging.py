@@ -15,7 +15,7 @@ import pytest
 
 from aiperf.config import DataConfig
 from aiperf.data.manifest import MANIFEST_FILE, read_manifest, sha256_file
-from aiperf.data.pipeline import make_dataset
+from aiperf.data.pipeline import BatchShape, ReadOptions, make_dataset
 from aiperf.data.problems import DataError
 from aiperf.data.staging import stage
 
@@ -91,13 +91,10 @@ def test_pipeline_yields_every_image_once_per_pass(staged, threads):
         ds = make_dataset(
             manifest.path,
             split,
-            batch_size=8,
-            image_size=16,
-            channels=3,
+            BatchShape(batch_size=8, image_size=16, channels=3),
             training=training,
             seed=1,
-            drop_remainder=False,
-            threads=threads,
+            read=ReadOptions(drop_remainder=False, threads=threads),
         )
         # A worker's cores set the parallelism, untuned: tf.data's autotuner left a small VM's cores idle.
         assert ds.options().autotune.enabled is (False if threads else None)
@@ -118,9 +115,11 @@ def test_an_evaluation_can_take_the_first_images_only(staged):
     """`limit`: the validation split's first N images, in order (an evaluation on N devices off
     TensorFlow takes the largest multiple of N: aiperf.data.feed.evaluated)."""
     _config, _out, manifest = staged
-    common = {"batch_size": 5, "image_size": 16, "channels": 3, "training": False}
-    every = make_dataset(manifest.path, "validation", **common)
-    first = make_dataset(manifest.path, "validation", limit=10, **common)
+    shape = BatchShape(batch_size=5, image_size=16, channels=3)
+    every = make_dataset(manifest.path, "validation", shape, training=False)
+    first = make_dataset(
+        manifest.path, "validation", shape, training=False, read=ReadOptions(limit=10)
+    )
     labels = np.concatenate([y.numpy() for _x, y in every])
     limited = [y.numpy() for _x, y in first]
     assert [len(y) for y in limited] == [5, 5] and len(labels) == 12
@@ -132,7 +131,10 @@ def test_labels_follow_the_class_folders(staged):
     """The eval pipeline's labels match each image's folder: class colours are distinct."""
     _config, _out, manifest = staged
     ds = make_dataset(
-        manifest.path, "validation", batch_size=64, image_size=16, channels=3, training=False
+        manifest.path,
+        "validation",
+        BatchShape(batch_size=64, image_size=16, channels=3),
+        training=False,
     )
     x, y = next(iter(ds))
     means = np.array([x.numpy()[y.numpy() == c].mean(axis=(0, 1, 2)) for c in range(3)])
@@ -143,13 +145,18 @@ def test_labels_follow_the_class_folders(staged):
 
 def test_training_augmentation_is_random_and_eval_is_not(staged):
     _config, _out, manifest = staged
-    kwargs = dict(batch_size=64, image_size=16, channels=3, seed=3, drop_remainder=False)
+    shape = BatchShape(batch_size=64, image_size=16, channels=3)
+    kwargs = dict(seed=3, read=ReadOptions(drop_remainder=False))
     train = [
-        next(iter(make_dataset(manifest.path, "validation", training=True, **kwargs)))[0].numpy()
+        next(iter(make_dataset(manifest.path, "validation", shape, training=True, **kwargs)))[
+            0
+        ].numpy()
         for _ in range(2)
     ]
     evals = [
-        next(iter(make_dataset(manifest.path, "validation", training=False, **kwargs)))[0].numpy()
+        next(iter(make_dataset(manifest.path, "validation", shape, training=False, **kwargs)))[
+            0
+        ].numpy()
         for _ in range(2)
     ]
     assert np.array_equal(evals[0], evals[1])
@@ -171,7 +178,7 @@ def test_user_tfrecord_shards_are_checked_in_place(staged, tmp_path):
         Path(s["file"]).is_absolute() and Path(s["file"]).parent == shards for s in checked.shards
     )
     ds = make_dataset(
-        checked.path, "train", batch_size=8, image_size=16, channels=3, training=True
+        checked.path, "train", BatchShape(batch_size=8, image_size=16, channels=3), training=True
     )
     assert [len(y) for _x, y in ds] == [8, 8, 8], (
         "training batches are full; the partial one is dropped"
@@ -252,9 +259,7 @@ def test_digits_are_real_images_split_by_seed(tmp_path):
             make_dataset(
                 manifest.path,
                 "validation",
-                batch_size=360,
-                image_size=16,
-                channels=1,
+                BatchShape(batch_size=360, image_size=16, channels=1),
                 training=False,
             )
         )

@@ -28,18 +28,19 @@ from aiperf.data import dali
 from aiperf.data.feed import open_feed
 from aiperf.train.devices import data_parallel
 from aiperf.train import feedrate
+from aiperf.train.seed import SeedModel
 
 opened, real = [], dali._pipeline
-def noted(files, indexes, **kw):
+def noted(files, indexes, decoding, **kw):
     opened.append([kw["device_id"], kw.get("shard", 0), kw.get("shards", 1), kw["batch"]])
-    return real(files, indexes, **kw)
+    return real(files, indexes, decoding, **kw)
 dali._pipeline = noted
 
 path, shape, classes = sys.argv[1], tuple(json.loads(sys.argv[2])), int(sys.argv[3])
 found = {}
-found["worker"] = feedrate.rates_on_worker(
-    path, input_shape=shape, classes=classes, seed_architecture="resnet-mini", batch=16,
-    devices=8, precision="float32", jit_compile=False, seconds=0.2, feed="dali")
+seed = SeedModel(input_shape=shape, classes=classes, seed_architecture="resnet-mini",
+    devices=8, precision="float32", jit_compile=False, feed="dali")
+found["worker"] = feedrate.rates_on_worker(path, seed, batch=16, seconds=0.2)
 found["measured"], opened[:] = list(opened), []
 with data_parallel("jax", 8):  # a trial's feed, as aiperf.train.trial opens it
     trial = open_feed(path, batch_size=16, input_shape=shape, seed=1, feed="dali", devices=8)

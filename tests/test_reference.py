@@ -284,19 +284,17 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
 
 def _on_shards(folder_data, **kwargs):
     from aiperf.train.bare_reference import reference_on_worker
+    from aiperf.train.seed import SeedModel
 
-    return reference_on_worker(
-        folder_data.path,
+    seed = SeedModel(
         input_shape=folder_data.image_shape,
         classes=folder_data.classes,
         seed_architecture="resnet-mini",
-        batch=8,
         devices=1,
         precision="float32",
         jit_compile=False,
-        seconds=0.3,
-        **kwargs,
     )
+    return reference_on_worker(folder_data.path, seed, batch=8, seconds=0.3, **kwargs)
 
 
 def test_the_clean_process_times_the_seed_model_on_the_staged_shards(folder_data):

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aiperf.arch.graph import Network, Node, image_shape
+
+
+@dataclass(frozen=True)
+class ConvStyle:
+    """How a conv_bn's convolution pads and whether it has a bias, and its batch normalisation's
+    epsilon and momentum: what a network's convolutions share (Keras' defaults otherwise)."""
+
+    padding: str = "same"
+    bias: bool = False
+    epsilon: float = 1e-3
+    momentum: float = 0.99
 
 
 class Composer:
@@ -25,10 +37,7 @@ class Composer:
         stride: int = 1,
         *,
         relu: bool = True,
-        padding: str = "same",
-        bias: bool = False,
-        epsilon: float = 1e-3,
-        momentum: float = 0.99,
+        style: ConvStyle = ConvStyle(),
     ) -> str:
         x = self.add(
             f"{name}_conv",
@@ -37,10 +46,10 @@ class Composer:
             filters=filters,
             kernel=kernel,
             stride=stride,
-            padding=padding,
-            bias=bias,
+            padding=style.padding,
+            bias=style.bias,
         )
-        x = self.add(f"{name}_bn", "bn", x, epsilon=epsilon, momentum=momentum)
+        x = self.add(f"{name}_bn", "bn", x, epsilon=style.epsilon, momentum=style.momentum)
         return self.add(f"{name}_relu", "relu", x) if relu else x
 
     def network(self, name: str, input_shape: tuple[int, int, int], num_classes: int) -> Network:

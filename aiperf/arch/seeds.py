@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import keras
 
 from aiperf.arch.builder import build_model
-from aiperf.arch.compose import Composer
+from aiperf.arch.compose import Composer, ConvStyle
 from aiperf.arch.graph import Network
 from aiperf.arch.spec import ArchSpec, StageSpec
 from aiperf.errors import UserError
 
 KERAS_BN_EPSILON = 1.001e-5
+# keras.applications' ResNet-50: biased convolutions, its own BN epsilon (momentum as Keras').
+_KERAS = ConvStyle(bias=True, epsilon=KERAS_BN_EPSILON)
 
 
 def resnet50(
@@ -23,7 +26,7 @@ def resnet50(
     published operation counts hold for it."""
     g = Composer()
     x = g.add("conv1_pad", "zeropad", "input", pad=3)
-    x = g.conv_bn(x, "conv1", 64, 7, 2, padding="valid", bias=True, epsilon=KERAS_BN_EPSILON)
+    x = g.conv_bn(x, "conv1", 64, 7, 2, style=replace(_KERAS, padding="valid"))
     x = g.add("pool1_pad", "zeropad", x, pad=1)
     x = g.add("pool1_pool", "maxpool", x, pool=3, stride=2, padding="valid")
     for stage, (filters, blocks, stride) in enumerate(
@@ -40,14 +43,11 @@ def resnet50(
                     1,
                     s,
                     relu=False,
-                    bias=True,
-                    epsilon=KERAS_BN_EPSILON,
+                    style=_KERAS,
                 )
-            y = g.conv_bn(x, f"{name}_1", filters, 1, s, bias=True, epsilon=KERAS_BN_EPSILON)
-            y = g.conv_bn(y, f"{name}_2", filters, 3, bias=True, epsilon=KERAS_BN_EPSILON)
-            y = g.conv_bn(
-                y, f"{name}_3", 4 * filters, 1, relu=False, bias=True, epsilon=KERAS_BN_EPSILON
-            )
+            y = g.conv_bn(x, f"{name}_1", filters, 1, s, style=_KERAS)
+            y = g.conv_bn(y, f"{name}_2", filters, 3, style=_KERAS)
+            y = g.conv_bn(y, f"{name}_3", 4 * filters, 1, relu=False, style=_KERAS)
             y = g.add(f"{name}_add", "add", [shortcut, y])
             x = g.add(f"{name}_out", "relu", y)
     x = g.add("avg_pool", "gap", x)

@@ -9,19 +9,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
-from aiperf.arch.compose import Composer
+from aiperf.arch.compose import Composer, ConvStyle
 from aiperf.arch.graph import Network, image_shape
 from aiperf.errors import UserError
 
 BlockKind = Literal["basic", "bottleneck"]
-
-
-class _BatchNormOptions(TypedDict):
-    """The keyword arguments every conv_bn of a spec's network shares."""
-
-    momentum: float
 
 
 @dataclass(frozen=True)
@@ -79,8 +73,10 @@ class ArchSpec:
 
     def to_network(self) -> Network:
         g = Composer()
-        bn: _BatchNormOptions = {"momentum": self.bn_momentum}
-        x = g.conv_bn("input", "stem", self.stem_filters, self.stem_kernel, self.stem_stride, **bn)
+        bn = ConvStyle(momentum=self.bn_momentum)
+        x = g.conv_bn(
+            "input", "stem", self.stem_filters, self.stem_kernel, self.stem_stride, style=bn
+        )
         if self.stem_pool:
             x = g.add("stem_pool", "maxpool", x, pool=3, stride=2, padding="same")
         channels = self.stem_filters
@@ -90,18 +86,20 @@ class ArchSpec:
                 name = f"stage{s}_block{b}"
                 out_channels = stage.filters * (4 if self.block == "bottleneck" else 1)
                 if self.block == "basic":
-                    y = g.conv_bn(x, f"{name}_1", stage.filters, self.kernel_size, stride, **bn)
                     y = g.conv_bn(
-                        y, f"{name}_2", stage.filters, self.kernel_size, relu=False, **bn
+                        x, f"{name}_1", stage.filters, self.kernel_size, stride, style=bn
+                    )
+                    y = g.conv_bn(
+                        y, f"{name}_2", stage.filters, self.kernel_size, relu=False, style=bn
                     )
                 else:
-                    y = g.conv_bn(x, f"{name}_1", stage.filters, 1, stride, **bn)
-                    y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size, **bn)
-                    y = g.conv_bn(y, f"{name}_3", out_channels, 1, relu=False, **bn)
+                    y = g.conv_bn(x, f"{name}_1", stage.filters, 1, stride, style=bn)
+                    y = g.conv_bn(y, f"{name}_2", stage.filters, self.kernel_size, style=bn)
+                    y = g.conv_bn(y, f"{name}_3", out_channels, 1, relu=False, style=bn)
                 shortcut = x
                 if stride != 1 or channels != out_channels:
                     shortcut = g.conv_bn(
-                        x, f"{name}_proj", out_channels, 1, stride, relu=False, **bn
+                        x, f"{name}_proj", out_channels, 1, stride, relu=False, style=bn
                     )
                 y = g.add(f"{name}_add", "add", [shortcut, y])
                 x = g.add(f"{name}_out", "relu", y)

@@ -44,6 +44,7 @@ import math
 import os
 import struct
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,17 +106,27 @@ def index_files(shards: list[str]) -> list[str]:
     return made
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """What every pipeline of one feed makes of a record: an image of image_size x image_size x
+    channels pixels, by the training augmentation or the evaluation crop (`style` as
+    aiperf.data.pipeline.preprocess takes it), and its label from 0 (the stored label less
+    `label_offset`); `seed` seeds the reader's shuffle and the augmentation."""
+
+    image_size: int
+    channels: int
+    training: bool
+    style: str
+    label_offset: int
+    seed: int
+
+
 def _pipeline(
     files: list[str],
     indexes: list[str],
+    decoding: Decoding,
     *,
     batch: int,
-    image_size: int,
-    channels: int,
-    training: bool,
-    style: str,
-    label_offset: int,
-    seed: int,
     threads: int,
     device_id: int | None,
     shard: int = 0,
@@ -132,11 +143,14 @@ def _pipeline(
     fn: Any = nvidia.dali.fn
     types: Any = nvidia.dali.types
     tfrec: Any = nvidia.dali.tfrecord
+    training = decoding.training
 
-    decoder = "cpu" if device_id is None else "mixed"
-    colour = types.GRAY if channels == 1 else types.RGB
-
-    @pipeline_def(batch_size=batch, num_threads=max(1, threads), device_id=device_id, seed=seed)  # type: ignore[arg-type]
+    @pipeline_def(
+        batch_size=batch,
+        num_threads=max(1, threads),
+        device_id=device_id,  # type: ignore[arg-type]
+        seed=decoding.seed,
+    )
     def images_and_labels() -> tuple[Any, Any]:
         record: Any = fn.readers.tfrecord(
             path=files,
@@ -153,25 +167,8 @@ def _pipeline(
             name="reader",
         )
         encoded, label = record["image/encoded"], record["image/class/label"]
-        if style != "imagenet":  # the whole image, resized (digits: a crop changes the digit)
-            image = fn.decoders.image(encoded, device=decoder, output_type=colour)
-            image = fn.resize(image, resize_x=image_size, resize_y=image_size)
-        elif training:
-            image = fn.decoders.image_random_crop(
-                encoded,
-                device=decoder,
-                output_type=colour,
-                random_area=[0.08, 1.0],
-                random_aspect_ratio=[3 / 4, 4 / 3],
-                num_attempts=10,
-            )
-            image = fn.resize(image, resize_x=image_size, resize_y=image_size, antialias=False)
-            image = fn.flip(image, horizontal=fn.random.coin_flip())
-        else:
-            image = fn.decoders.image(encoded, device=decoder, output_type=colour)
-            image = fn.resize(image, resize_shorter=image_size / CENTRE_FRACTION, antialias=False)
-            image = fn.crop(image, crop=(image_size, image_size))
-        label = fn.reshape(fn.cast(label, dtype=types.INT32) - label_offset, shape=[])
+        image = _image(encoded, decoding, "cpu" if device_id is None else "mixed")
+        label = fn.reshape(fn.cast(label, dtype=types.INT32) - decoding.label_offset, shape=[])
         if device_id is not None:
             label = label.gpu()
         return image, label
@@ -179,6 +176,35 @@ def _pipeline(
     pipe = images_and_labels()
     pipe.build()
     return pipe
+
+
+def _image(encoded: Any, decoding: Decoding, decoder: str) -> Any:
+    """A pipeline's image operators: decoded on `decoder` ("cpu", or "mixed": nvJPEG on the GPU),
+    then as aiperf.data.pipeline.preprocess prepares it (the same crops, resizes and flips)."""
+    import nvidia.dali.fn
+    import nvidia.dali.types
+
+    fn: Any = nvidia.dali.fn
+    types: Any = nvidia.dali.types
+    size = decoding.image_size
+    colour = types.GRAY if decoding.channels == 1 else types.RGB
+    if decoding.style != "imagenet":  # the whole image, resized (digits: a crop changes the digit)
+        image = fn.decoders.image(encoded, device=decoder, output_type=colour)
+        return fn.resize(image, resize_x=size, resize_y=size)
+    if decoding.training:
+        image = fn.decoders.image_random_crop(
+            encoded,
+            device=decoder,
+            output_type=colour,
+            random_area=[0.08, 1.0],
+            random_aspect_ratio=[3 / 4, 4 / 3],
+            num_attempts=10,
+        )
+        image = fn.resize(image, resize_x=size, resize_y=size, antialias=False)
+        return fn.flip(image, horizontal=fn.random.coin_flip())
+    image = fn.decoders.image(encoded, device=decoder, output_type=colour)
+    image = fn.resize(image, resize_shorter=size / CENTRE_FRACTION, antialias=False)
+    return fn.crop(image, crop=(size, size))
 
 
 def _host(outputs: Any) -> tuple[Any, Any]:
@@ -301,15 +327,10 @@ def _batches_class() -> type:
 
 def dali_batches(
     files: list[str],
+    decoding: Decoding,
     *,
     images: int,
     batch: int,
-    image_size: int,
-    channels: int,
-    training: bool,
-    style: str,
-    label_offset: int,
-    seed: int,
     threads: int | None,
     passes: bool = False,
 ) -> Any:
@@ -319,26 +340,17 @@ def dali_batches(
     indexes = index_files(files)
     # Training batches stay on the trial's GPUs; evaluation's go to the host, as tf.data's do.
     devices = trial_devices()
+    training = decoding.training
     if not training:
         devices = devices[:1]
     on_device = training and bool(devices)
     cores = threads or os.cpu_count() or 1
-    options: dict[str, Any] = {
-        "image_size": image_size,
-        "channels": channels,
-        "training": training,
-        "style": style,
-        "label_offset": label_offset,
-        "seed": seed,
-    }
 
     def make() -> Any:
         if on_device:  # one pipeline per device, one global array a step, sharded over them
-            return _per_device(files, indexes, devices, batch=batch, cores=cores, **options)
+            return _per_device(files, indexes, devices, decoding, batch=batch, cores=cores)
         device_id = _dali_device(devices[0]) if devices else None
-        return _pipeline(
-            files, indexes, batch=batch, threads=cores, device_id=device_id, **options
-        )
+        return _pipeline(files, indexes, decoding, batch=batch, threads=cores, device_id=device_id)
 
     if training:
         count = None if passes else images // batch
@@ -354,10 +366,10 @@ def _per_device(
     files: list[str],
     indexes: list[str],
     devices: list[Any],
+    decoding: Decoding,
     *,
     batch: int,
     cores: int,
-    **options: Any,
 ) -> Any:
     """A trial's training source on its devices: one pipeline per device, each its shard of the
     files at the per-device batch with its share of the cores, one global array a step sharded over
@@ -370,12 +382,12 @@ def _per_device(
         _pipeline(
             files,
             indexes,
+            decoding,
             batch=per_device,
             threads=max(1, cores // len(devices)),
             device_id=_dali_device(device),
             shard=i,
             shards=len(devices),
-            **options,
         )
         for i, device in enumerate(devices)
     ]

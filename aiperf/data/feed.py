@@ -16,16 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
-
-class _PipelineOptions(TypedDict):
-    """The keyword arguments make_dataset gets for both splits."""
-
-    batch_size: int
-    image_size: int
-    channels: int
-    threads: int | None
+if TYPE_CHECKING:
+    from aiperf.data.pipeline import BatchShape
 
 
 @dataclass(frozen=True)
@@ -66,45 +60,9 @@ def open_feed(
     `devices` validation images (`evaluated`): Keras' DataParallel splits every batch evenly over
     the devices, so a last batch of another size cannot run."""
     if not Path(data_path).is_dir():
-        from aiperf.data.staging_npz import load_staged
-
-        data = load_staged(data_path)
-        # Whole batches only, as from shards: a ragged last batch of some sizes crashes oneDNN's
-        # strided-convolution gradient on these CPUs (5, 29 or 31 samples, seen here).
-        whole = len(data.y_train) // batch_size * batch_size
-        if whole == 0:
-            raise ValueError(
-                f"batch size {batch_size} is larger than the {len(data.y_train)} training "
-                "images; use a smaller search.space.batch_size"
-            )
-        x_train, y_train = data.x_train[:whole], data.y_train[:whole]
-        if _backend() != "tensorflow":
-            in_memory = {"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True}
-            val = evaluated(len(data.y_val), devices)
-            return Feed(
-                train=in_memory,
-                epochs=in_memory,  # Keras slices the arrays itself: no pipeline to keep
-                val={"x": data.x_val[:val], "y": data.y_val[:val], "batch_size": batch_size},
-                train_samples=whole,
-                val_samples=val,
-                kind="arrays",
-            )
-        return Feed(
-            train={
-                "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed),
-                "shuffle": False,
-            },
-            epochs={
-                "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed, passes=True),
-                "steps_per_epoch": whole // batch_size,
-                "shuffle": False,
-            },
-            val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
-            train_samples=whole,
-            val_samples=len(data.y_val),
-        )
+        return _array_feed(data_path, batch_size, seed, devices)
     from aiperf.data.manifest import read_manifest
-    from aiperf.data.pipeline import make_dataset
+    from aiperf.data.pipeline import BatchShape
     from aiperf.data.placement import local_copy
 
     kind = choose_feed(feed)
@@ -118,30 +76,96 @@ def open_feed(
             f"{manifest['name']}; use a smaller search.space.batch_size"
         )
     height, _width, channels = (int(d) for d in input_shape)
+    shape = BatchShape(batch_size=batch_size, image_size=height, channels=channels)
     val_images = evaluated(int(manifest["val_samples"]), devices)
     if kind == "dali":
-        return _dali_feed(
-            data_path, manifest, batch_size, height, channels, seed, threads, val_images
+        return _dali_feed(data_path, manifest, shape, seed, threads, val_images)
+    return _tfdata_feed(data_path, images, shape, seed, threads, (val_images, kind))
+
+
+def _array_feed(data_path: str, batch_size: int, seed: int, devices: int) -> Feed:
+    """The feed of in-memory synthetic data (an .npz): a tf.data pipeline of our own on
+    TensorFlow (the module's docstring says why), the arrays themselves for Keras elsewhere."""
+    from aiperf.data.staging_npz import load_staged
+
+    data = load_staged(data_path)
+    # Whole batches only, as from shards: a ragged last batch of some sizes crashes oneDNN's
+    # strided-convolution gradient on these CPUs (5, 29 or 31 samples, seen here).
+    whole = len(data.y_train) // batch_size * batch_size
+    if whole == 0:
+        raise ValueError(
+            f"batch size {batch_size} is larger than the {len(data.y_train)} training "
+            "images; use a smaller search.space.batch_size"
         )
-    common: _PipelineOptions = {
-        "batch_size": batch_size,
-        "image_size": height,
-        "channels": channels,
-        "threads": threads,
-    }
-    # The dataset shuffles itself (shuffle=False only tells Keras not to warn that it cannot).
+    x_train, y_train = data.x_train[:whole], data.y_train[:whole]
+    if _backend() != "tensorflow":
+        in_memory = {"x": x_train, "y": y_train, "batch_size": batch_size, "shuffle": True}
+        val = evaluated(len(data.y_val), devices)
+        return Feed(
+            train=in_memory,
+            epochs=in_memory,  # Keras slices the arrays itself: no pipeline to keep
+            val={"x": data.x_val[:val], "y": data.y_val[:val], "batch_size": batch_size},
+            train_samples=whole,
+            val_samples=val,
+            kind="arrays",
+        )
     return Feed(
         train={
-            "x": make_dataset(data_path, "train", training=True, seed=seed, **common),
+            "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed),
             "shuffle": False,
         },
         epochs={
-            "x": make_dataset(data_path, "train", training=True, seed=seed, passes=True, **common),
+            "x": array_dataset(x_train, y_train, batch_size, shuffle_seed=seed, passes=True),
+            "steps_per_epoch": whole // batch_size,
+            "shuffle": False,
+        },
+        val={"x": array_dataset(data.x_val, data.y_val, batch_size)},
+        train_samples=whole,
+        val_samples=len(data.y_val),
+    )
+
+
+def _tfdata_feed(
+    data_path: str,
+    images: int,
+    shape: BatchShape,
+    seed: int,
+    threads: int | None,
+    validation: tuple[int, str],
+) -> Feed:
+    """The tf.data feed (aiperf.data.pipeline) of a staged folder of `images` training images;
+    `validation` is the validation images evaluated (`evaluated`) and the feed's kind."""
+    from aiperf.data.pipeline import ReadOptions, make_dataset
+
+    val_images, kind = validation
+    read = ReadOptions(threads=threads)
+    batch_size = shape.batch_size
+    # The dataset shuffles itself (shuffle=False only tells Keras not to warn that it cannot).
+    return Feed(
+        train={
+            "x": make_dataset(data_path, "train", shape, training=True, seed=seed, read=read),
+            "shuffle": False,
+        },
+        epochs={
+            "x": make_dataset(
+                data_path,
+                "train",
+                shape,
+                training=True,
+                seed=seed,
+                read=ReadOptions(threads=threads, passes=True),
+            ),
             "steps_per_epoch": images // batch_size,
             "shuffle": False,
         },
         val={
-            "x": make_dataset(data_path, "validation", training=False, limit=val_images, **common)
+            "x": make_dataset(
+                data_path,
+                "validation",
+                shape,
+                training=False,
+                read=ReadOptions(threads=threads, limit=val_images),
+            )
         },
         train_samples=images // batch_size * batch_size,
         val_samples=val_images,
@@ -162,31 +186,33 @@ def evaluated(images: int, devices: int) -> int:
 def _dali_feed(
     data_path: str,
     manifest: dict[str, Any],
-    batch_size: int,
-    image_size: int,
-    channels: int,
+    shape: BatchShape,
     seed: int,
     threads: int | None,
     val_images: int,
 ) -> Feed:
     """The DALI feed (aiperf.data.dali) of a staged folder: the same batches, counts and crops;
     `val_images` of the validation split (`evaluated`)."""
-    from aiperf.data.dali import dali_batches
+    from aiperf.data.dali import Decoding, dali_batches
     from aiperf.data.pipeline import split_files
 
     images = int(manifest["train_samples"])
+    batch_size = shape.batch_size
 
     def batches(split: str, count: int, *, training: bool, passes: bool = False) -> Any:
-        return dali_batches(
-            split_files(manifest, data_path, split),
-            images=count,
-            batch=batch_size,
-            image_size=image_size,
-            channels=channels,
+        decoding = Decoding(
+            image_size=shape.image_size,
+            channels=shape.channels,
             training=training,
             style=str(manifest.get("preprocess", "imagenet")),
             label_offset=int(manifest.get("label_offset", 0)),
             seed=seed,
+        )
+        return dali_batches(
+            split_files(manifest, data_path, split),
+            decoding,
+            images=count,
+            batch=batch_size,
             threads=threads,
             passes=passes,
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from aiperf.config import DataConfig
 from aiperf.data.pipeline import CENTRE_FRACTION
 from aiperf.data.tfrecord import (
     IMAGENET_LABEL_OFFSET,
@@ -168,28 +169,17 @@ def generate_shard(task: GenerateTask) -> dict[str, Any]:
     return write_shard_with_record(path, records, task.name, task.split, input_digest, stored)
 
 
-def plan(
-    out: Path,
-    key: str,
-    seed: int,
-    *,
-    train_samples: int,
-    val_samples: int,
-    image_size: int,
-    channels: int,
-    classes: int,
-    shard_images: int,
-    noise: float,
-    label_noise: float,
-) -> list[GenerateTask]:
-    """The shards of both splits: every class equally often (to within one image), in an order
-    shuffled by the seed, `shard_images` images or fewer a shard."""
+def plan(out: Path, key: str, seed: int, config: DataConfig) -> list[GenerateTask]:
+    """The shards of both splits of the generated data `config` describes: every class equally
+    often (to within one image), in an order shuffled by the seed, `config.shard_images` images
+    or fewer a shard."""
+    classes = config.classes
     tasks = []
     for number, (split, count) in enumerate(
-        zip(SPLITS, (train_samples, val_samples), strict=True)
+        zip(SPLITS, (config.train_samples, config.val_samples), strict=True)
     ):
         labels = np.random.default_rng([seed, number]).permutation(count) % classes
-        total = -(-count // shard_images)
+        total = -(-count // config.shard_images)
         for index, share in enumerate(np.array_split(labels, total)):
             tasks.append(
                 GenerateTask(
@@ -200,11 +190,11 @@ def plan(
                     index=index,
                     total=total,
                     labels=[int(v) for v in share],
-                    side=stored_side(image_size),
-                    channels=channels,
+                    side=stored_side(config.image_size),
+                    channels=config.channels,
                     classes=classes,
-                    noise=noise,
-                    label_noise=label_noise,
+                    noise=config.noise,
+                    label_noise=config.label_noise,
                 )
             )
     return tasks

@@ -31,7 +31,8 @@ pipeline alone; `numpy_batches()` gives plain NumPy batches for a hand-written t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,44 +125,120 @@ def split_files(manifest: dict[str, Any], folder: str | Path, split: str) -> lis
     return [shard_path(folder, s) for s in manifest["shards"] if s["split"] == split]
 
 
+@dataclass(frozen=True)
+class BatchShape:
+    """What each batch holds: `batch_size` images of image_size x image_size x channels pixels."""
+
+    batch_size: int
+    image_size: int
+    channels: int
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How the pipeline goes through a split, beyond what it yields (see `make_dataset`)."""
+
+    threads: int | None = None
+    cache: bool | None = None
+    repeat: bool = False
+    drop_remainder: bool | None = None
+    passes: bool = False
+    limit: int | None = None
+
+
 def make_dataset(
     path: str | Path,
     split: str,
+    shape: BatchShape,
     *,
-    batch_size: int,
-    image_size: int,
-    channels: int,
     training: bool,
     seed: int | None = None,
-    threads: int | None = None,
     style: str | None = None,
-    cache: bool | None = None,
-    repeat: bool = False,
-    drop_remainder: bool | None = None,
-    passes: bool = False,
-    limit: int | None = None,
+    read: ReadOptions | None = None,
 ):
     """Batches of (images, labels) from a staged folder's `train` or `validation` shards.
 
-    `threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores, so
-    concurrent trials on one node do not fight), with tf.data's autotuner off; None lets tf.data
-    use and tune the machine. `repeat` is for benchmarks only: it mixes passes. `passes` repeats
-    whole passes (each reshuffled, each its whole batches) in one iterator, for a trial's one `fit`
-    over all its epochs: its epochs stay exact passes (steps_per_epoch = images // batch_size) while
-    the iterator, its threads and the prefetch live across them (the next pass's first batch is
-    prepared while this pass's last one trains). `limit`: the first this many images only (an
-    evaluation whose batches must split evenly over a trial's devices: aiperf.data.feed)."""
-    import tensorflow as tf
-
+    `read.threads` caps the pipeline's own thread pool and sets its parallelism (a worker's cores,
+    so concurrent trials on one node do not fight), with tf.data's autotuner off; None lets tf.data
+    use and tune the machine. `read.repeat` is for benchmarks only: it mixes passes. `read.passes`
+    repeats whole passes (each reshuffled, each its whole batches) in one iterator, for a trial's
+    one `fit` over all its epochs: its epochs stay exact passes (steps_per_epoch = images //
+    batch_size) while the iterator, its threads and the prefetch live across them (the next pass's
+    first batch is prepared while this pass's last one trains). `read.limit`: the first this many
+    images only (an evaluation whose batches must split evenly over a trial's devices:
+    aiperf.data.feed). `read.cache` None caches what is small enough (CACHE_LIMIT_BYTES);
+    `read.drop_remainder` None drops a training pass's last partial batch only."""
+    read = read or ReadOptions()
     manifest = read_manifest(path)
     files = split_files(manifest, path, split)
     if not files:
         raise ValueError(f"{path} has no {split} shards")
     style = style or manifest.get("preprocess", "imagenet")
-    # A trial knows its worker's cores: its pipeline then runs at that parallelism, untuned. With
-    # tf.data's autotuner on, a small VM's cores sat idle and concurrent trials trained slower (see
-    # feed.py; docs/performance.md gives the figures).
-    parallel = threads if threads else tf.data.AUTOTUNE
+    shards = [s for s in manifest["shards"] if s["split"] == split]
+    ds = _records(files, training, seed, read.threads)
+    images = sum(s["images"] for s in shards)
+    if read.limit is not None and read.limit < images:
+        ds, images = ds.take(read.limit), read.limit
+    prepare = _preparer(shape, training, style, int(manifest.get("label_offset", 0)))
+    # Without random augmentation (evaluation, digits) the prepared images are the same every
+    # epoch: a small set is decoded once and kept. Otherwise only the encoded bytes are kept.
+    decoded = images * shape.image_size * shape.image_size * shape.channels  # uint8 pixels
+    encoded = sum(s["size_bytes"] for s in shards)
+    same_every_epoch = not training or style != "imagenet"
+    keep_prepared = same_every_epoch and _cached(read, decoded)
+    parallel = _parallel(read.threads)
+    if keep_prepared:
+        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training).cache()
+    elif _cached(read, encoded):
+        ds = ds.cache()
+    if read.repeat:
+        ds = ds.repeat()
+    if training:
+        ds = ds.shuffle(min(images, 10_000), seed=seed, reshuffle_each_iteration=True)
+    if not keep_prepared:
+        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training)
+    return _batched(ds, images, shape.batch_size, training, read)
+
+
+def _preparer(
+    shape: BatchShape, training: bool, style: str, label_offset: int
+) -> Callable[[Any, Any], Any]:
+    """The map from a parsed record to a prepared example (`preprocess`) for this pipeline."""
+
+    def prepare(e, label):
+        return preprocess(
+            e,
+            label,
+            image_size=shape.image_size,
+            channels=shape.channels,
+            training=training,
+            style=style,
+            label_offset=label_offset,
+        )
+
+    return prepare
+
+
+def _parallel(threads: int | None) -> Any:
+    """The parallelism of the pipeline's maps. A trial knows its worker's cores: its pipeline then
+    runs at that parallelism, untuned. With tf.data's autotuner on, a small VM's cores sat idle and
+    concurrent trials trained slower (see feed.py; docs/performance.md gives the figures)."""
+    import tensorflow as tf
+
+    return threads if threads else tf.data.AUTOTUNE
+
+
+def _cached(read: ReadOptions, size_bytes: int) -> bool:
+    """Whether data of this size is kept in memory after its first read: as `read.cache` says,
+    or, when it says nothing, when it is small enough to read from disk once per trial."""
+    return read.cache if read.cache is not None else size_bytes <= CACHE_LIMIT_BYTES
+
+
+def _records(files: list[str], training: bool, seed: int | None, threads: int | None) -> Any:
+    """The split's parsed (encoded image, label) records, read from up to 16 shards at once (a
+    training pass reads its shards in a new order each pass, and its records as they come)."""
+    import tensorflow as tf
+
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
@@ -173,59 +250,33 @@ def make_dataset(
         num_parallel_calls=min(threads, cycle) if threads else tf.data.AUTOTUNE,
         deterministic=not training,
     )
-    ds = ds.map(_parse, num_parallel_calls=parallel)
-    images = sum(s["images"] for s in manifest["shards"] if s["split"] == split)
-    if limit is not None and limit < images:
-        ds, images = ds.take(limit), limit
-    encoded = sum(s["size_bytes"] for s in manifest["shards"] if s["split"] == split)
-    decoded = images * image_size * image_size * channels  # uint8 pixels
+    return ds.map(_parse, num_parallel_calls=_parallel(threads))
 
-    def prepare(e, label):
-        return preprocess(
-            e,
-            label,
-            image_size=image_size,
-            channels=channels,
-            training=training,
-            style=style,
-            label_offset=int(manifest.get("label_offset", 0)),
-        )
 
-    # Without random augmentation (evaluation, digits) the prepared images are the same every
-    # epoch: a small set is decoded once and kept. Otherwise only the encoded bytes are kept.
-    same_every_epoch = not training or style != "imagenet"
-    keep_prepared = same_every_epoch and (
-        cache if cache is not None else decoded <= CACHE_LIMIT_BYTES
-    )
-    if keep_prepared:
-        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training).cache()
-    elif cache if cache is not None else encoded <= CACHE_LIMIT_BYTES:
-        ds = ds.cache()
-    if repeat:
-        ds = ds.repeat()
-    if training:
-        ds = ds.shuffle(min(images, 10_000), seed=seed, reshuffle_each_iteration=True)
-    if not keep_prepared:
-        ds = ds.map(prepare, num_parallel_calls=parallel, deterministic=not training)
-    drop = training if drop_remainder is None else drop_remainder
+def _batched(ds: Any, images: int, batch_size: int, training: bool, read: ReadOptions) -> Any:
+    """Prepared examples to batches: a training pass drops its last partial batch unless told
+    otherwise; the next batch is made ready while this one trains; and a pipeline given threads
+    runs on its own pool of that many, untuned."""
+    import tensorflow as tf
+
+    drop = training if read.drop_remainder is None else read.drop_remainder
     ds = ds.batch(batch_size, drop_remainder=drop)
-    if passes:
+    if read.passes:
         ds = ds.repeat()
-    elif not repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning each epoch)
+    elif not read.repeat:  # Keras then knows an epoch's steps (no "ran out of data" warning)
         ds = ds.apply(
             tf.data.experimental.assert_cardinality(
                 images // batch_size if drop else -(-images // batch_size)
             )
         )
     ds = ds.prefetch(
-        2 if threads else tf.data.AUTOTUNE
+        2 if read.threads else tf.data.AUTOTUNE
     )  # the next batch ready while this one trains
     options = tf.data.Options()
-    if threads:
-        options.threading.private_threadpool_size = max(1, threads)
+    if read.threads:
+        options.threading.private_threadpool_size = max(1, read.threads)
         options.autotune.enabled = False
-    ds = ds.with_options(options)
-    return ds
+    return ds.with_options(options)
 
 
 def numpy_batches(dataset) -> Iterator[tuple[Any, Any]]:

@@ -53,17 +53,27 @@ def _image_shape(config: DataConfig) -> tuple[int, int, int]:
     return (config.image_size, config.image_size, config.channels)
 
 
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """What a sharded kind of staged data says of itself in its manifest: its kind, where it came
+    from (`source`), the offset of its stored labels (a stored label less `label_offset` is the
+    class's index), and how the input pipeline prepares its images (`preprocess`: "imagenet" or
+    "resize", aiperf.data.pipeline.preprocess)."""
+
+    kind: str
+    source: str | None
+    label_offset: int
+    preprocess: str
+
+
 def sharded_manifest(
     *,
     config: DataConfig,
     name: str,
-    kind: str,
+    origin: Origin,
     out: Path,
-    source: str | None,
     class_names: list[str],
     shards: list[dict[str, Any]],
-    label_offset: int,
-    preprocess: str,
 ) -> Manifest:
     """Sum the shard entries into the manifest, write manifest.json last, drop stale files.
 
@@ -76,19 +86,14 @@ def sharded_manifest(
         [(s["name"], s["keys"]) for s in shards if s["split"] == "train"],
         [(s["name"], s["keys"]) for s in shards if s["split"] == "validation"],
     )
-    per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
-    for shard in shards:
-        counts = per_split[shard["split"]]
-        for label, n in shard["per_class"].items():
-            cname = class_names[int(label)]
-            counts[cname] = counts.get(cname, 0) + n
+    per_split = _per_class(shards, class_names)
     entries = [
         {k: s[k] for k in ("split", "name", "file", "images", "size_bytes", "sha256")}
         for s in shards
     ]
     manifest = Manifest(
         name=name,
-        kind=kind,
+        kind=origin.kind,
         path=str(out.resolve()),
         sha256=dataset_digest(entries),
         size_bytes=sum(s["size_bytes"] for s in entries),
@@ -99,23 +104,40 @@ def sharded_manifest(
         images_per_class={c: per_split["train"].get(c, 0) for c in class_names},
         val_images_per_class={c: per_split["validation"].get(c, 0) for c in class_names},
         format="tfrecord",
-        source=source,
+        source=origin.source,
         class_names=class_names,
-        label_offset=label_offset,
-        preprocess=preprocess,
+        label_offset=origin.label_offset,
+        preprocess=origin.preprocess,
         shards=entries,
         overlap=checked,
     )
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
+    _drop_stale(out, entries)
+    return manifest
+
+
+def _per_class(shards: list[dict[str, Any]], class_names: list[str]) -> dict[str, dict[str, int]]:
+    """Images per class name in each split, summed over the shards' scans."""
+    per_split: dict[str, dict[str, int]] = {"train": {}, "validation": {}}
+    for shard in shards:
+        counts = per_split[shard["split"]]
+        for label, n in shard["per_class"].items():
+            cname = class_names[int(label)]
+            counts[cname] = counts.get(cname, 0) + n
+    return per_split
+
+
+def _drop_stale(out: Path, entries: list[dict[str, Any]]) -> None:
+    """Delete the files in `out` that are no part of this staging: shards of an earlier plan
+    (another shard size) and leftovers; the manifest, checks, scan cache and shards stay."""
     keep = (
         {MANIFEST_FILE, "checks", CACHE_FILE}
         | {s["file"] for s in entries}
         | {s["file"] + ".json" for s in entries}
     )
-    for stale in out.iterdir():  # shards of an earlier plan (another shard size) and leftovers
+    for stale in out.iterdir():
         if stale.name not in keep and stale.is_file():
             stale.unlink(missing_ok=True)
-    return manifest
 
 
 def run_tasks(client: Any | None, fn: Callable[[Any], dict], tasks: list[Any]) -> Iterator[dict]:

@@ -19,6 +19,7 @@ from aiperf.data.scan_cache import ScanCache
 from aiperf.data.staging_npz import settings_key
 from aiperf.data.staging_shards import (
     OnProgress,
+    Origin,
     cached_or_read,
     collect,
     intact_shards,
@@ -48,13 +49,15 @@ def stage_digits(config: DataConfig, seed: int, folder: Path) -> Manifest:
     return sharded_manifest(
         config=config,
         name=name,
-        kind="digits",
+        origin=Origin(
+            kind="digits",
+            source="sklearn.datasets.load_digits",
+            label_offset=1,
+            preprocess="resize",
+        ),
         out=out,
-        source="sklearn.datasets.load_digits",
         class_names=digits.CLASS_NAMES,
         shards=scans,
-        label_offset=1,
-        preprocess="resize",
     )
 
 
@@ -79,13 +82,15 @@ def stage_generated(
     return sharded_manifest(
         config=config,
         name=name,
-        kind="generated-imagenet",
+        origin=Origin(
+            kind="generated-imagenet",
+            source=f"aiperf.data.generated, seed {seed}",
+            label_offset=IMAGENET_LABEL_OFFSET,
+            preprocess="imagenet",
+        ),
         out=out,
-        source=f"aiperf.data.generated, seed {seed}",
         class_names=generated.class_names(config.classes),
         shards=scans,
-        label_offset=IMAGENET_LABEL_OFFSET,
-        preprocess="imagenet",
     )
 
 
@@ -97,19 +102,7 @@ def _generate(
     from aiperf.data.tfrecord import IMAGENET_LABEL_OFFSET
 
     out.mkdir(parents=True, exist_ok=True)
-    tasks = generated.plan(
-        out,
-        key,
-        seed,
-        train_samples=config.train_samples,
-        val_samples=config.val_samples,
-        image_size=config.image_size,
-        channels=config.channels,
-        classes=config.classes,
-        shard_images=config.shard_images,
-        noise=config.noise,
-        label_noise=config.label_noise,
-    )
+    tasks = generated.plan(out, key, seed, config)
     shards, _problems = collect(
         run_tasks(client, generated.generate_shard, tasks),
         config.train_samples + config.val_samples,
@@ -170,13 +163,12 @@ def stage_folder(
     return sharded_manifest(
         config=config,
         name=name,
-        kind="folder",
+        origin=Origin(
+            kind="folder", source=str(layout.root), label_offset=1, preprocess="imagenet"
+        ),
         out=out,
-        source=str(layout.root),
         class_names=layout.class_names,
         shards=shards,
-        label_offset=1,
-        preprocess="imagenet",
     )
 
 
@@ -293,11 +285,13 @@ def stage_tfrecord(
     return sharded_manifest(
         config=config,
         name=name,
-        kind="tfrecord",
+        origin=Origin(
+            kind="tfrecord",
+            source=str(source),
+            label_offset=config.label_offset,
+            preprocess="imagenet",
+        ),
         out=out,
-        source=str(source),
         class_names=class_names,
         shards=shards,
-        label_offset=config.label_offset,
-        preprocess="imagenet",
     )

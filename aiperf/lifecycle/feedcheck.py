@@ -13,6 +13,7 @@ from aiperf.config import AUTO, TOKEN_KINDS, BenchmarkConfig, trial_devices
 from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.feedrate import FeedVerdict, rates_on_worker, verdict
+from aiperf.train.seed import SeedModel
 
 # What feeds an LM trial, as runs.data_feed records it: windows of the staged token shards, held in
 # memory and sliced per batch (aiperf.data.tokens).
@@ -66,8 +67,8 @@ def measure_feed(
             client,
             rates_on_worker,
             manifest.path,
+            SeedModel(**seed),
             batch=max(config.search.space.batch_size) * seed["devices"],
-            **seed,
             seconds=peak_seconds()
             / 2,  # each of the two measures: the pair takes about a peak probe
         )

@@ -25,6 +25,7 @@ from aiperf.lifecycle.feedcheck import seed_model
 from aiperf.lifecycle.prepare import record_seed_fit, store_resolved
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.fit import StepRecipe, fit_rule, reductions, seed_fit_on_worker
+from aiperf.train.seed import SeedModel
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = "search.space.batch_size"
@@ -62,11 +63,7 @@ def fit_seed(
         found = on_every_worker(
             client,
             seed_fit_on_worker,
-            input_shape=seed["input_shape"],
-            classes=seed["classes"],
-            seed_architecture=seed["seed_architecture"],
-            devices=seed["devices"],
-            precision=seed["precision"],
+            SeedModel(**seed),
             batches=[max(sizes) for sizes in lists],
             headroom=rule.headroom,
             recipe=StepRecipe.of_train(config.train),

@@ -22,6 +22,7 @@ from aiperf.data.manifest import Manifest
 from aiperf.lifecycle.feedcheck import seed_model
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.train.bare_reference import reference_on_worker
+from aiperf.train.seed import SeedModel
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,8 @@ def _measured(
             client,
             reference_on_worker,
             manifest.path,
+            SeedModel(**seed),
             batch=min(config.search.space.batch_size) * seed["devices"],
-            **seed,
             seconds=seconds,
         )
     except Exception as exc:

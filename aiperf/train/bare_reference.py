@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiperf import settings
+from aiperf.train.seed import SeedModel
 from aiperf.train.watch import stop_loop
 
 TRACE_STEPS = 2  # steps before the clock starts: the first traces and compiles the train step
@@ -76,17 +77,11 @@ def clean_environment(environ: Mapping[str, str], cores: int | None) -> dict[str
 
 def reference_on_worker(
     data_path: str,
+    seed: SeedModel,
     *,
-    input_shape: tuple[int, int, int] | list[int],
-    classes: int,
-    seed_architecture: str,
     batch: int,
-    devices: int,
-    precision: str,
-    jit_compile: bool,
     seconds: float,
     slow_step_s: float = SLOW_STEP_S,
-    feed: str = "auto",
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's bare Keras rate, from a clean process on its node (run on every worker with
@@ -106,17 +101,17 @@ def reference_on_worker(
     cores = worker_cores()
     request = {
         "data_path": data_path,
-        "input_shape": [int(d) for d in input_shape],
-        "classes": int(classes),
-        "seed_architecture": seed_architecture,
+        "input_shape": [int(d) for d in seed.input_shape],
+        "classes": int(seed.classes),
+        "seed_architecture": seed.seed_architecture,
         "batch": int(batch),
-        "devices": int(devices),
-        "precision": precision,
-        "jit_compile": bool(jit_compile),
+        "devices": int(seed.devices),
+        "precision": seed.precision,
+        "jit_compile": bool(seed.jit_compile),
         "seconds": float(seconds),
         "slow_step_s": float(slow_step_s),
         "cores": cores,
-        "feed": feed,
+        "feed": seed.feed,
     }
     done = subprocess.run(
         [sys.executable, "-m", "aiperf.train.bare_reference", json.dumps(request)],
@@ -174,44 +169,12 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
     """Run in the clean process: the seed model's bare `fit` rate on the staged data."""
     import keras
 
-    from aiperf.arch import build_model
-    from aiperf.arch.seeds import seed_spec
-    from aiperf.data.feed import open_feed
-    from aiperf.data.normalise import on_device
-    from aiperf.ops import count_all
-    from aiperf.train.devices import configure_logical_cpus, data_parallel
+    from aiperf.train.devices import configure_logical_cpus
 
     devices = int(request["devices"])
     configure_logical_cpus(devices)  # several CPU devices a worker owns (trials split it so too)
-    height, width, channels = (int(d) for d in request["input_shape"])
-    shape = (height, width, channels)
     batch = int(request["batch"])
-    seconds = float(request["seconds"])
-    keras.utils.set_random_seed(0)
-    keras.mixed_precision.set_global_policy(str(request["precision"]))
-    feed = open_feed(
-        str(request["data_path"]),
-        batch_size=batch,
-        input_shape=shape,
-        seed=0,
-        threads=request.get("cores"),
-        feed=str(request.get("feed", "auto")),
-    )
-    with data_parallel(keras.backend.backend(), devices):
-        model = build_model(
-            seed_spec(str(request["seed_architecture"]), shape, request["classes"])
-        )
-        ops_per_sample = count_all(model)["aiperf"].train_per_sample
-        fed = on_device(model, feed.pixels)
-        fed.compile(
-            optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],  # as a user (and every trial) watches it
-            jit_compile=bool(request["jit_compile"]),
-        )
-        clock = _step_clock(keras, seconds, float(request.get("slow_step_s", SLOW_STEP_S)))
-        # One fit, as a trial's: its iterator lives across passes; the clock stops it.
-        fed.fit(**feed.epochs, epochs=1_000_000, verbose=0, callbacks=[clock])
+    clock, ops_per_sample = _timed_fit(request)
     if clock.first_step_s is not None:
         return {
             "skipped": f"its first step took {clock.first_step_s:.0f} s (tracing included): timing "
@@ -234,6 +197,50 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
         "cores": request.get("cores"),
         "backend": keras.backend.backend(),
     }
+
+
+def _timed_fit(request: Mapping[str, Any]) -> tuple[Any, float]:
+    """The seed model fed by a trial's feed and compiled as a bare Keras user would, fit until its
+    step clock (`_step_clock`) stops it: the clock, and the model's operations per sample."""
+    import keras
+
+    from aiperf.arch import build_model
+    from aiperf.arch.seeds import seed_spec
+    from aiperf.data.feed import open_feed
+    from aiperf.data.normalise import on_device
+    from aiperf.ops import count_all
+    from aiperf.train.devices import data_parallel
+
+    height, width, channels = (int(d) for d in request["input_shape"])
+    shape = (height, width, channels)
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy(str(request["precision"]))
+    feed = open_feed(
+        str(request["data_path"]),
+        batch_size=int(request["batch"]),
+        input_shape=shape,
+        seed=0,
+        threads=request.get("cores"),
+        feed=str(request.get("feed", "auto")),
+    )
+    with data_parallel(keras.backend.backend(), int(request["devices"])):
+        model = build_model(
+            seed_spec(str(request["seed_architecture"]), shape, request["classes"])
+        )
+        ops_per_sample = count_all(model)["aiperf"].train_per_sample
+        fed = on_device(model, feed.pixels)
+        fed.compile(
+            optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],  # as a user (and every trial) watches it
+            jit_compile=bool(request["jit_compile"]),
+        )
+        clock = _step_clock(
+            keras, float(request["seconds"]), float(request.get("slow_step_s", SLOW_STEP_S))
+        )
+        # One fit, as a trial's: its iterator lives across passes; the clock stops it.
+        fed.fit(**feed.epochs, epochs=1_000_000, verbose=0, callbacks=[clock])
+    return clock, ops_per_sample
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiperf.train.messages import EpochReport
@@ -50,27 +51,35 @@ def one_model(model: Any) -> None:
     model.set_weights(model.get_weights())
 
 
+@dataclass(frozen=True)
+class EpochPlan:
+    """What each epoch's end needs to know of its trial: the trial, its deadline, its global batch,
+    the training and validation samples of a pass, the validation feed's `evaluate` arguments, the
+    early stopping patience, and whether MirroredStrategy replicas are made one model again before
+    each evaluation (`one_model`)."""
+
+    trial_key: str
+    deadline: float
+    batch: int
+    samples: tuple[int, int]
+    val: dict[str, Any]
+    patience: int | None
+    gather_replicas: bool
+
+
 def epoch_end(
+    plan: EpochPlan,
     *,
-    trial_key: str,
-    deadline: float,
-    batch: int,
-    samples: tuple[int, int],
-    val: dict[str, Any],
     watch: Any,
     clock: PhaseClock,
     keep: Callable[[EpochReport], Any],
     report: Callable[[EpochReport], None],
-    patience: int | None,
-    gather_replicas: bool,
 ) -> Any:
     """The Keras callback that ends each epoch of a trial's `fit` (see the module's docstring).
-    `watch` is the fit's deadline watch (aiperf.train.watch), `keep` the best weights' offer,
-    `samples` the training and validation samples of a pass. After `fit`, its `epochs` are the
-    reports and `diverged_message` says why a diverged trial stopped (None when it did not)."""
+    `watch` is the fit's deadline watch (aiperf.train.watch), `keep` the best weights' offer.
+    After `fit`, its `epochs` are the reports and `diverged_message` says why a diverged trial
+    stopped (None when it did not)."""
     import keras
-
-    n_train, n_val = samples
 
     class EpochEnd(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -86,37 +95,21 @@ def epoch_end(
 
         def on_epoch_end(self, epoch, logs=None):
             logs = logs or {}
-            trained = min((watch.train_batches - self._batches_before) * batch, n_train)
+            trained = min(
+                (watch.train_batches - self._batches_before) * plan.batch, plan.samples[0]
+            )
             lost = diverged(logs.get("loss"))
             evaluation: dict = {}
             evaluated, cut = 0, watch.hit_deadline
             if not cut and not lost:
-                if gather_replicas:
-                    one_model(self.model)
-                evaluation_watch = deadline_watch(deadline)
-                with clock.steps("evaluate"):
-                    evaluation = self.model.evaluate(
-                        **val,
-                        verbose=0,
-                        callbacks=[evaluation_watch, clock.callback()],
-                        return_dict=True,
-                    )
-                evaluated = min(evaluation_watch.test_batches * batch, n_val)
-                cut = evaluation_watch.hit_deadline
-            complete = not cut and not lost
-            epoch_report = EpochReport(
-                trial_key=trial_key,
-                epoch=epoch,
-                started_at=self._started,
-                ended_at=time.time(),
-                samples_trained=trained,
-                samples_evaluated=evaluated,
-                loss=finite(logs.get("loss")),
-                accuracy=finite(logs.get("accuracy")),
-                # An evaluation the deadline cut short measured only part of the validation set.
-                val_loss=finite(evaluation.get("loss")) if complete else None,
-                val_accuracy=finite(evaluation.get("accuracy")) if complete else None,
-                complete=complete,
+                evaluation, evaluated, cut = _evaluate(self.model, plan, clock)
+            epoch_report = _report(
+                plan,
+                epoch,
+                started=self._started,
+                samples=(trained, evaluated),
+                metrics=(logs, evaluation),
+                complete=not cut and not lost,
             )
             self.epochs.append(epoch_report)
             with clock.outside():  # the weights' file: the worker's time, not training
@@ -124,7 +117,54 @@ def epoch_end(
             report(epoch_report)
             if lost:
                 self.diverged_message = f"loss became {logs.get('loss')} in epoch {epoch}: stopped"
-            if lost or not complete or stalled(self.epochs, patience):
+            if lost or not epoch_report.complete or stalled(self.epochs, plan.patience):
                 self.model.stop_training = True
 
     return EpochEnd()
+
+
+def _evaluate(model: Any, plan: EpochPlan, clock: PhaseClock) -> tuple[dict, int, bool]:
+    """Evaluate an epoch that trained whole and did not diverge, under its own deadline watch:
+    the evaluation's metrics, the validation samples it got through, and whether the deadline cut
+    it (a cut evaluation measured only part of the validation set)."""
+    if plan.gather_replicas:
+        one_model(model)
+    evaluation_watch = deadline_watch(plan.deadline)
+    with clock.steps("evaluate"):
+        evaluation = model.evaluate(
+            **plan.val,
+            verbose=0,
+            callbacks=[evaluation_watch, clock.callback()],
+            return_dict=True,
+        )
+    evaluated = min(evaluation_watch.test_batches * plan.batch, plan.samples[1])
+    return evaluation, evaluated, evaluation_watch.hit_deadline
+
+
+def _report(
+    plan: EpochPlan,
+    epoch: int,
+    *,
+    started: float,
+    samples: tuple[int, int],
+    metrics: tuple[dict, dict],
+    complete: bool,
+) -> EpochReport:
+    """The epoch's report: `samples` are those it trained and evaluated, `metrics` its training
+    logs and its evaluation's (empty when it was not evaluated)."""
+    trained, evaluated = samples
+    logs, evaluation = metrics
+    return EpochReport(
+        trial_key=plan.trial_key,
+        epoch=epoch,
+        started_at=started,
+        ended_at=time.time(),
+        samples_trained=trained,
+        samples_evaluated=evaluated,
+        loss=finite(logs.get("loss")),
+        accuracy=finite(logs.get("accuracy")),
+        # An evaluation the deadline cut short measured only part of the validation set.
+        val_loss=finite(evaluation.get("loss")) if complete else None,
+        val_accuracy=finite(evaluation.get("accuracy")) if complete else None,
+        complete=complete,
+    )

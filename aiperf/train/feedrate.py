@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiperf.train.seed import SeedModel
+
 WARM_UP_STEPS = 1  # device steps before the clock starts: the first traces and compiles
 # On CPU devices the devices' rate is measured at most at this many images per device: a CPU's
 # images/s barely changes with the batch past a few images, and the run's own batch (192-224 for
@@ -168,48 +170,20 @@ def trial_feed_rates(
 
 
 def device_images_per_s(
-    feed_pixels: bool,
-    *,
-    seed_architecture: str,
-    input_shape: tuple[int, int, int],
-    classes: int,
-    batch: int,
-    devices: int,
-    precision: str,
-    jit_compile: bool,
-    seconds: float,
+    feed_pixels: bool, seed: SeedModel, *, batch: int, seconds: float
 ) -> float:
-    """Images per second of the seed model's training steps at `batch` (global) on `devices`
-    devices, on one synthetic batch held in memory."""
+    """Images per second of the seed model's training steps at `batch` (global) on its devices,
+    on one synthetic batch held in memory."""
     import keras
-    import numpy as np
 
-    from aiperf.arch import build_model
-    from aiperf.arch.seeds import seed_spec
-    from aiperf.data.normalise import on_device
     from aiperf.train.devices import data_parallel
 
-    rng = np.random.default_rng(0)
-    if feed_pixels:
-        x = rng.integers(0, 256, (batch, *input_shape), dtype=np.uint8)
-    else:
-        x = rng.standard_normal((batch, *input_shape)).astype("float32")
-    y = rng.integers(0, classes, batch).astype("int32")
+    x, y = _synthetic_batch(feed_pixels, seed, batch)
     before = keras.mixed_precision.global_policy().name
-    keras.mixed_precision.set_global_policy(precision)
+    keras.mixed_precision.set_global_policy(seed.precision)
     try:
-        with data_parallel(keras.backend.backend(), devices):
-            model = on_device(
-                build_model(seed_spec(seed_architecture, input_shape, classes)), feed_pixels
-            )
-            model.compile(
-                optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                loss="sparse_categorical_crossentropy",
-                jit_compile=jit_compile,
-            )
-            # The optimizer's slots made now: a first trace that creates them traces twice (as in
-            # a trial: aiperf.train.trial.build_step_state).
-            model.optimizer.build(model.trainable_variables)
+        with data_parallel(keras.backend.backend(), seed.devices):
+            model = _compiled_seed(feed_pixels, seed)
             for _ in range(WARM_UP_STEPS):
                 model.train_on_batch(x, y)
 
@@ -222,18 +196,48 @@ def device_images_per_s(
         keras.mixed_precision.set_global_policy(before)
 
 
+def _synthetic_batch(feed_pixels: bool, seed: SeedModel, batch: int) -> tuple[Any, Any]:
+    """One batch of random inputs (uint8 pixels, or float model inputs) and labels, the same every
+    time (seeded): the devices' rate is measured without a feed."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if feed_pixels:
+        x = rng.integers(0, 256, (batch, *seed.shape), dtype=np.uint8)
+    else:
+        x = rng.standard_normal((batch, *seed.shape)).astype("float32")
+    y = rng.integers(0, seed.classes, batch).astype("int32")
+    return x, y
+
+
+def _compiled_seed(feed_pixels: bool, seed: SeedModel) -> Any:
+    """The seed model behind the device-side scaling of pixels, compiled, its optimizer's slots
+    made now: a first trace that creates them traces twice (as in a trial:
+    aiperf.train.trial.build_step_state). Build it inside the devices' distribution."""
+    import keras
+
+    from aiperf.arch import build_model
+    from aiperf.arch.seeds import seed_spec
+    from aiperf.data.normalise import on_device
+
+    model = on_device(
+        build_model(seed_spec(seed.seed_architecture, seed.shape, seed.classes)), feed_pixels
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        jit_compile=seed.jit_compile,
+    )
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
 def rates_on_worker(
     data_path: str,
+    seed: SeedModel,
     *,
-    input_shape: tuple[int, int, int] | list[int],
-    classes: int,
-    seed_architecture: str,
     batch: int,
-    devices: int,
-    precision: str,
-    jit_compile: bool,
     seconds: float,
-    feed: str = "auto",
     dask_worker: Any = None,
 ) -> dict[str, Any]:
     """This worker's feed and device rates (run on every worker with Client.run, which passes
@@ -242,27 +246,16 @@ def rates_on_worker(
     from aiperf.train.trial import configure_threads, worker_cores
 
     configure_threads(worker_cores())
-    shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
     fed = trial_feed_rates(
         data_path,
         batch=batch,
-        input_shape=shape,
-        devices=devices,
+        input_shape=seed.shape,
+        devices=seed.devices,
         seconds=seconds,
-        feed=feed,
+        feed=seed.feed,
         threads=worker_cores(),
     )
-    seed = _seed_rate(
-        fed["pixels"],
-        seed_architecture=seed_architecture,
-        input_shape=shape,
-        classes=classes,
-        batch=batch,
-        devices=devices,
-        precision=precision,
-        jit_compile=jit_compile,
-        seconds=seconds,
-    )
+    rate = _seed_rate(fed["pixels"], seed, batch=batch, seconds=seconds)
     return {
         "worker": worker_label(str(dask_worker.name)) if dask_worker is not None else "local",
         "feed": fed["feed"],
@@ -271,23 +264,26 @@ def rates_on_worker(
         "feed_devices": fed["devices"],
         "feed_per_device_images_per_s": fed["per_device_images_per_s"],
         "feed_per_device": fed["per_device"],
-        **seed,
+        **rate,
         "batch": batch,
-        "devices": devices,
+        "devices": seed.devices,
         "cores": worker_cores(),
         "seconds": seconds,
     }
 
 
-def _seed_rate(feed_pixels: bool, *, batch: int, devices: int, **settings: Any) -> dict[str, Any]:
-    """The devices' rate on the seed model (device_images_per_s, with `settings` its other
-    arguments), at the run's global `batch` on accelerators and at most CPU_BATCH_PER_DEVICE a
-    device on CPUs: the rate, the batch it was measured at, and whether the devices accelerate."""
+def _seed_rate(
+    feed_pixels: bool, seed: SeedModel, *, batch: int, seconds: float
+) -> dict[str, Any]:
+    """The devices' rate on the seed model (device_images_per_s), at the run's global `batch` on
+    accelerators and at most CPU_BATCH_PER_DEVICE a device on CPUs: the rate, the batch it was
+    measured at, and whether the devices accelerate."""
     from aiperf.train.peak import device
 
     accelerated = device()[1]
+    devices = seed.devices
     device_batch = batch if accelerated else min(batch, CPU_BATCH_PER_DEVICE * devices)
-    rate = device_images_per_s(feed_pixels, batch=device_batch, devices=devices, **settings)
+    rate = device_images_per_s(feed_pixels, seed, batch=device_batch, seconds=seconds)
     return {
         "device_images_per_s": rate,
         "device_batch": device_batch,

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from aiperf.rules import DEFAULT_RULESET, FitRule, load_ruleset
+from aiperf.train.seed import SeedModel
 
 MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # what JAX reads as it starts
 JAX_DEFAULT_FRACTION = 0.75  # JAX's share of a GPU where the variable is unset
@@ -393,12 +394,8 @@ def reductions(
 
 
 def seed_fit_on_worker(
+    seed: SeedModel,
     *,
-    input_shape: tuple[int, int, int],
-    classes: int,
-    seed_architecture: str,
-    devices: int,
-    precision: str,
     batches: list[int],
     headroom: float,
     recipe: StepRecipe,
@@ -409,7 +406,8 @@ def seed_fit_on_worker(
         step's memory read at each per-device batch of `batches` in turn until one fits. {"worker",
         "fits": the index of the first batch that fits (None: none does; -1: this worker does not
         check), "checked": [StepMemory as a dict, ...]}, the worker named as its peak record names it
-    (aiperf.train.worker.peak_on_worker; Client.run passes `dask_worker`)."""
+    (aiperf.train.worker.peak_on_worker; Client.run passes `dask_worker`). The recipe, not
+    `seed.jit_compile`, says whether the step is XLA-compiled; `seed.feed` plays no part."""
     import keras
 
     from aiperf.arch import build_model
@@ -420,10 +418,11 @@ def seed_fit_on_worker(
     found: dict[str, Any] = {"worker": name, "fits": -1, "checked": []}
     if not checks_fit(recipe.jit_compile):
         return found
+    devices, precision = seed.devices, seed.precision
     keras.mixed_precision.set_global_policy(precision)
     try:
         with data_parallel(keras.backend.backend(), devices):
-            network = build_model(seed_spec(seed_architecture, input_shape, classes))
+            network = build_model(seed_spec(seed.seed_architecture, seed.shape, seed.classes))
             model = trainable(network, recipe, pixels=True, devices=devices)
             found["fits"] = None
             for index, batch in enumerate(batches):

@@ -63,10 +63,39 @@ def plan_trial(
 ) -> SimulatedPlan:
     """The whole trial, decided up front from its seed: operations, epoch times, accuracies."""
     rng = random.Random(request.seed)
+    built = _built(request, worker, model, rng)
+    seconds = (
+        model.train_samples * built.train_ops / model.ops_per_s,
+        model.val_samples * built.eval_ops / model.ops_per_s,
+    )
+    curve = rng.uniform(0.1, 0.3), rng.uniform(0.1, 0.5)
+    epochs: list[EpochReport] = []
+    stepping: list[tuple[float, float]] = []
+    now = started_at
+    for epoch in range(request.epochs):
+        if now >= request.deadline:
+            break
+        report, trained_by = _epoch(request, model, epoch, now, seconds, curve)
+        epochs.append(report)
+        stepping.append((trained_by - now, report.ended_at - trained_by))
+        now = report.ended_at
+        if not report.complete:
+            break
+    done = len(epochs) == request.epochs and all(e.complete for e in epochs)
+    return SimulatedPlan(
+        built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now, tuple(stepping)
+    )
+
+
+def _built(
+    request: TrialRequest, worker: str, model: SimulatedModel, rng: random.Random
+) -> TrialBuilt:
+    """The trial's modelled model: its training operations drawn log-uniformly from the model's
+    range (evaluation a third of them), then its parameters."""
     low, high = model.train_ops_range
     train_ops = int(math.exp(rng.uniform(math.log(low), math.log(high))))
     eval_ops = train_ops // 3
-    built = TrialBuilt(
+    return TrialBuilt(
         trial_key=request.trial_key,
         worker=worker,
         parameters=rng.randint(*model.parameters_range),
@@ -75,51 +104,48 @@ def plan_trial(
         tensor_train_ops=train_ops,
         tensor_eval_ops=eval_ops,
     )
-    train_s = model.train_samples * train_ops / model.ops_per_s
-    eval_s = model.val_samples * eval_ops / model.ops_per_s
-    base, gain = rng.uniform(0.1, 0.3), rng.uniform(0.1, 0.5)
+
+
+def _epoch(
+    request: TrialRequest,
+    model: SimulatedModel,
+    epoch: int,
+    now: float,
+    seconds: tuple[float, float],
+    curve: tuple[float, float],
+) -> tuple[EpochReport, float]:
+    """One modelled epoch begun at `now`, a pass taking `seconds` (train, evaluate), its accuracy
+    on the trial's `curve` (base, gain): its report, and when its training ended. An epoch the
+    deadline cuts counts the batches done by then, as with the Keras trainer."""
+    train_s, eval_s = seconds
+    base, gain = curve
     # Whole batches only, as the Keras trainer trains them.
     batches = model.train_samples // request.batch_size
     epoch_samples = batches * request.batch_size
-    epochs: list[EpochReport] = []
-    stepping: list[tuple[float, float]] = []
-    now = started_at
-    for epoch in range(request.epochs):
-        if now >= request.deadline:
-            break
-        if now + train_s + eval_s <= request.deadline:  # the whole epoch fits
-            trained, evaluated, ended = epoch_samples, model.val_samples, now + train_s + eval_s
-            trained_by = now + train_s
-        else:  # cut at the deadline: the batches done by then count, as with the Keras trainer
-            trained_by = min(request.deadline, now + train_s)
-            trained = int(batches * (trained_by - now) / train_s) * request.batch_size
-            evaluated = int(model.val_samples * max(0.0, request.deadline - trained_by) / eval_s)
-            ended = request.deadline
-        complete = trained == epoch_samples and evaluated == model.val_samples
-        accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
-        epochs.append(
-            EpochReport(
-                trial_key=request.trial_key,
-                epoch=epoch,
-                started_at=now,
-                ended_at=ended,
-                samples_trained=trained,
-                samples_evaluated=evaluated,
-                loss=-math.log(max(accuracy, 1e-3)),
-                accuracy=accuracy,
-                val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
-                val_accuracy=accuracy - 0.02 if complete else None,
-                complete=complete,
-            )
-        )
-        stepping.append((trained_by - now, ended - trained_by))
-        now = ended
-        if not complete:
-            break
-    done = len(epochs) == request.epochs and all(e.complete for e in epochs)
-    return SimulatedPlan(
-        built, epochs, TrialStatus.COMPLETED if done else TrialStatus.STOPPED, now, tuple(stepping)
+    if now + train_s + eval_s <= request.deadline:  # the whole epoch fits
+        trained, evaluated, ended = epoch_samples, model.val_samples, now + train_s + eval_s
+        trained_by = now + train_s
+    else:  # cut at the deadline: the batches done by then count, as with the Keras trainer
+        trained_by = min(request.deadline, now + train_s)
+        trained = int(batches * (trained_by - now) / train_s) * request.batch_size
+        evaluated = int(model.val_samples * max(0.0, request.deadline - trained_by) / eval_s)
+        ended = request.deadline
+    complete = trained == epoch_samples and evaluated == model.val_samples
+    accuracy = min(0.95, base + gain * (1 - math.exp(-(epoch + 1) / 2)))
+    report = EpochReport(
+        trial_key=request.trial_key,
+        epoch=epoch,
+        started_at=now,
+        ended_at=ended,
+        samples_trained=trained,
+        samples_evaluated=evaluated,
+        loss=-math.log(max(accuracy, 1e-3)),
+        accuracy=accuracy,
+        val_loss=-math.log(max(accuracy - 0.02, 1e-3)) if complete else None,
+        val_accuracy=accuracy - 0.02 if complete else None,
+        complete=complete,
     )
+    return report, trained_by
 
 
 def sized_to(data_path: str, model: SimulatedModel = SimulatedModel()) -> SimulatedModel:
