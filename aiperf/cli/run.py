@@ -8,6 +8,7 @@ is one line and exit status 2. The run itself is aiperf.cli.benchmark, a series 
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import typer
 
@@ -15,72 +16,103 @@ from aiperf.cli.benchmark import run_one
 from aiperf.cli.common import fail
 from aiperf.cli.exit_codes import EXIT_VALID, run_exit_code
 from aiperf.cli.series import run_series
-from aiperf.config import BenchmarkConfig, RunRequest
+from aiperf.config import BenchmarkConfig, RunRequest, load_config
 from aiperf.errors import UserError
 from aiperf.urls import DEFAULT_DB_URL, database_url
 
-
-def run(
-    profile: str = typer.Option(
-        "quick", "--profile", "-p", help="Profile name or a YAML profile file."
-    ),
-    budget: str | None = typer.Option(
-        None, "--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h."
-    ),
-    workers: str | None = typer.Option(
-        None, "--workers", "-w", help="Worker count, or 'auto' (one per core)."
-    ),
-    db: str | None = typer.Option(
-        None,
+Profile = Annotated[
+    str, typer.Option("--profile", "-p", help="Profile name or a YAML profile file.")
+]
+Budget = Annotated[
+    str | None, typer.Option("--budget", "-b", help="Wall-clock budget, e.g. 90s, 3m, 1h.")
+]
+Workers = Annotated[
+    str | None,
+    typer.Option("--workers", "-w", help="Worker count, or 'auto' (one per core)."),
+]
+Db = Annotated[
+    str | None,
+    typer.Option(
         "--db",
         help=f"Database URL (default: $AIPERF_DB_URL, else the profile's, else {DEFAULT_DB_URL}).",
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Seed for data, search and weights."),
-    out: str | None = typer.Option(None, "--out", help="Folder for staged data and search state."),
-    cluster: str | None = typer.Option(
-        None,
+]
+Seed = Annotated[int | None, typer.Option("--seed", help="Seed for data, search and weights.")]
+Out = Annotated[str | None, typer.Option("--out", help="Folder for staged data and search state.")]
+Cluster = Annotated[
+    str | None,
+    typer.Option(
         "--cluster",
         help="Where workers run: local, slurm, pbs, lsf or sge (job defaults: aiperf/cluster/jobqueue.yaml), "
         "or scheduler (a running Dask scheduler: --cluster-opt address=tls://HOST:PORT).",
     ),
-    cluster_opt: list[str] | None = typer.Option(
-        None,
+]
+ClusterOpt = Annotated[
+    list[str] | None,
+    typer.Option(
         "--cluster-opt",
         help="A job setting KEY=VALUE, repeatable: queue, account, walltime, cores, memory, "
         "gpus, workers_per_job, prologue (one shell line each), interface; for "
         "--cluster scheduler address, tls_ca_file, tls_cert, tls_key.",
     ),
-    adaptive: bool = typer.Option(
-        False,
+]
+Adaptive = Annotated[
+    bool,
+    typer.Option(
         "--adaptive",
         help="Scale jobs between 1 and --workers with demand "
         "(default: a fixed number of workers).",
     ),
-    settings: list[str] | None = typer.Option(
-        None,
+]
+Settings = Annotated[
+    list[str] | None,
+    typer.Option(
         "--set",
         help="Override a profile setting KEY=VALUE (dotted key, YAML value), repeatable: "
         "e.g. --set data.source=/data/imagenet --set train.epochs=[2,4].",
     ),
-    allow_concurrent: bool = typer.Option(
-        False,
+]
+AllowConcurrent = Annotated[
+    bool,
+    typer.Option(
         "--allow-concurrent",
         help="Run even while another local run is running on this machine "
         "(the two then measure each other's load).",
     ),
-    resume: int | None = typer.Option(
-        None,
+]
+Resume = Annotated[
+    int | None,
+    typer.Option(
         "--resume",
         help="Continue a lost or interrupted run (its own config, seed and remaining "
         "budget); give only --db with it.",
     ),
-    repeat: int = typer.Option(
-        1,
+]
+Repeat = Annotated[
+    int,
+    typer.Option(
         "--repeat",
         min=1,
         help="Run the config N times back to back as one series (a series id on each run), "
         "then print the median, minimum, maximum and CV of OPS and the regulated score.",
     ),
+]
+
+
+def run(
+    profile: Profile = "quick",
+    budget: Budget = None,
+    workers: Workers = None,
+    db: Db = None,
+    seed: Seed = None,
+    out: Out = None,
+    cluster: Cluster = None,
+    cluster_opt: ClusterOpt = None,
+    adaptive: Adaptive = False,
+    settings: Settings = None,
+    allow_concurrent: AllowConcurrent = False,
+    resume: Resume = None,
+    repeat: Repeat = 1,
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score.
 
@@ -88,17 +120,11 @@ def run(
     mistake in the command (nothing recorded); 1 a crash; 130 interrupted. With --repeat, 0 only
     when every run of the series is valid and verified, else the highest of its runs' statuses
     (4 before 3); a crash or an interrupt stops the series there."""
-    from aiperf.config import load_config
-
     machine: int | None = None  # the local-run lock, held while this run (or series) runs
     try:
         if resume is not None:
-            if repeat != 1:
-                raise UserError(
-                    "--repeat starts a series of new runs and --resume continues one run; give "
-                    "one of them"
-                )
             _only_db_with_resume(
+                repeat != 1,
                 profile != "quick",
                 budget,
                 workers,
@@ -117,21 +143,10 @@ def run(
                 **_setting_overrides(settings or []),
                 **_cluster_overrides(cluster, cluster_opt or [], adaptive),
             }
-            config = load_config(
-                RunRequest(profile, budget, workers, db, seed, out, overrides=overrides)
-            )
-        from aiperf.lifecycle.preflight import check_before_recording
-
-        check_before_recording(config)  # --out, the data, a running scheduler: before any record
-        machine = _hold_machine_lock(
-            config.cluster.kind, allow_concurrent
-        )  # refused before anything is written
-        from aiperf.store import Store
-
-        Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
+            request = RunRequest(profile, budget, workers, db, seed, out, overrides=overrides)
+            config = load_config(request)
+        machine = _checked_before_recording(config, allow_concurrent)
     except UserError as exc:
-        if machine is not None:
-            os.close(machine)
         raise fail(str(exc)) from None
     try:
         if repeat == 1:
@@ -141,6 +156,23 @@ def run(
     finally:
         if machine is not None:
             os.close(machine)  # the run is over: the next local run may start
+
+
+def _checked_before_recording(config: BenchmarkConfig, allow_concurrent: bool) -> int | None:
+    """What can be checked before anything is written (--out, the data, a running scheduler,
+    another local run on this machine, the database URL); the local-run lock, held from here."""
+    from aiperf.lifecycle.preflight import check_before_recording
+    from aiperf.store import Store
+
+    check_before_recording(config)
+    machine = _hold_machine_lock(config.cluster.kind, allow_concurrent)
+    try:
+        Store.open(config.db).close()  # a bad database URL fails here, before the flow starts
+    except UserError:
+        if machine is not None:
+            os.close(machine)
+        raise
+    return machine
 
 
 def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
@@ -162,8 +194,12 @@ def _hold_machine_lock(cluster_kind: str, allow_concurrent: bool) -> int | None:
     return hold_local_run_lock()
 
 
-def _only_db_with_resume(*given: object) -> None:
+def _only_db_with_resume(repeated: bool, *given: object) -> None:
     """--resume continues a run with its own config: any other run option is an error, not ignored."""
+    if repeated:
+        raise UserError(
+            "--repeat starts a series of new runs and --resume continues one run; give one of them"
+        )
     if any(bool(option) for option in given):
         raise UserError(
             "--resume continues a run with its own config, seed and remaining budget; give only "
