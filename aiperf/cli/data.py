@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -44,37 +45,44 @@ def guess_kind(source: str) -> str:
     return "folder"
 
 
-def _config(
-    source: str,
-    kind: str | None,
-    stage_to: str | None,
-    classes: int | None,
-    label_offset: int | None,
-    shard_images: int,
-    image_size: int,
-    channels: int,
-    seq_len: int = 128,
-):
+@dataclass(frozen=True)
+class DataOptions:
+    """What `aiperf stage` was told of the data, beside its source (None: the config's default)."""
+
+    kind: str | None
+    stage_to: str | None
+    classes: int | None
+    label_offset: int | None
+    shard_images: int
+    image_size: int
+    channels: int
+    seq_len: int = 128
+
+
+def _config(source: str, given: DataOptions) -> Any:
+    """The data section `aiperf stage` stages: the options given, for the kind of data it is."""
     from pydantic import ValidationError
 
     from aiperf.config import DataConfig
 
-    kind = kind or guess_kind(source)
+    kind = given.kind or guess_kind(source)
     if kind not in KINDS:
         raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    values: dict[str, Any] = {"kind": kind, "stage_to": stage_to}
+    values: dict[str, Any] = {"kind": kind, "stage_to": given.stage_to}
     if kind in TOKEN_KINDS:
-        values["seq_len"] = seq_len
+        values["seq_len"] = given.seq_len
     else:
-        values.update(shard_images=shard_images, image_size=image_size, channels=channels)
+        values.update(
+            shard_images=given.shard_images, image_size=given.image_size, channels=given.channels
+        )
     if kind == "digits":
         values.update(channels=1, train_samples=1437, val_samples=360)
     elif kind != "synthetic-text":
         values["source"] = source
-    if classes is not None:
-        values["classes"] = classes
-    if label_offset is not None:
-        values["label_offset"] = label_offset
+    if given.classes is not None:
+        values["classes"] = given.classes
+    if given.label_offset is not None:
+        values["label_offset"] = given.label_offset
     try:
         return DataConfig.model_validate(values)
     except ValidationError as exc:
@@ -84,60 +92,94 @@ def _config(
         ) from None
 
 
-def stage(
-    source: str = typer.Argument(
-        ...,
+SourceOption = Annotated[
+    str,
+    typer.Argument(
         help="An image folder (ROOT/train/<class>/*, ROOT/val/<class>/*), a folder "
         "of ImageNet-format TFRecord shards, 'digits' (scikit-learn's digits), a folder of "
         "UTF-8 text files (--kind text), 'synthetic-text', or enwik8.zip (or the unzipped "
         "enwik8, or a stand-in in its format).",
     ),
-    to: str = typer.Option(
-        "aiperf-out/data",
+]
+ToOption = Annotated[
+    str,
+    typer.Option(
         "--to",
         help="Folder the staged shards and manifest go to "
         "(a run with --out X stages into X/data).",
     ),
-    kind: str | None = typer.Option(
-        None,
+]
+KindOption = Annotated[
+    str | None,
+    typer.Option(
         "--kind",
         help="folder, tfrecord, digits, text, synthetic-text or enwik8; guessed from SOURCE "
         "(a folder of text files needs --kind text; a file is enwik8).",
     ),
-    stage_to: str | None = typer.Option(
-        None,
+]
+StageToOption = Annotated[
+    str | None,
+    typer.Option(
         "--stage-to",
         help="Node-local folder every worker copies the shards to, checksums verified there.",
     ),
-    workers: int | None = typer.Option(
-        None,
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
         "--workers",
         "-w",
         min=1,
         help="Dask workers that convert shards (default: one per core).",
     ),
-    classes: int | None = typer.Option(
-        None, "--classes", help="tfrecord: number of classes (labels must be in range)."
-    ),
-    label_offset: int | None = typer.Option(
-        None,
+]
+ClassesOption = Annotated[
+    int | None,
+    typer.Option("--classes", help="tfrecord: number of classes (labels must be in range)."),
+]
+LabelOffsetOption = Annotated[
+    int | None,
+    typer.Option(
         "--label-offset",
         help="tfrecord: label of the first class (1 in ImageNet shards, the default).",
     ),
-    shard_images: int = typer.Option(
-        1024, "--shard-images", min=1, help="folder: images per shard."
+]
+ShardImagesOption = Annotated[
+    int, typer.Option("--shard-images", min=1, help="folder: images per shard.")
+]
+ImageSizeOption = Annotated[
+    int, typer.Option("--image-size", min=8, help="Size the input pipeline crops to.")
+]
+ChannelsOption = Annotated[int, typer.Option("--channels", min=1, max=4)]
+SeqLenOption = Annotated[
+    int,
+    typer.Option(
+        "--seq-len", min=2, help="text, synthetic-text, enwik8: tokens a model reads at once."
     ),
-    image_size: int = typer.Option(
-        224, "--image-size", min=8, help="Size the input pipeline crops to."
+]
+SeedOption = Annotated[
+    int,
+    typer.Option(
+        "--seed", help="digits, text: seed of the train/val split; synthetic-text: the text's."
     ),
-    channels: int = typer.Option(3, "--channels", min=1, max=4),
-    seq_len: int = typer.Option(
-        128, "--seq-len", min=2, help="text, synthetic-text, enwik8: tokens a model reads at once."
-    ),
-    seed: int = typer.Option(
-        0, "--seed", help="digits, text: seed of the train/val split; synthetic-text: the text's."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+]
+AsJsonOption = Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")]
+
+
+def stage(
+    source: SourceOption,
+    to: ToOption = "aiperf-out/data",
+    kind: KindOption = None,
+    stage_to: StageToOption = None,
+    workers: WorkersOption = None,
+    classes: ClassesOption = None,
+    label_offset: LabelOffsetOption = None,
+    shard_images: ShardImagesOption = 1024,
+    image_size: ImageSizeOption = 224,
+    channels: ChannelsOption = 3,
+    seq_len: SeqLenOption = 128,
+    seed: SeedOption = 0,
+    as_json: AsJsonOption = False,
     db: str = db_option("Database URL the manifest is recorded in."),
 ) -> None:
     """Check a dataset, convert it to TFRecord shards and record it in the database.
@@ -147,17 +189,10 @@ def stage(
 
     with open_store(db) as store:  # a bad database URL fails before any work
         try:
-            config = _config(
-                source,
-                kind,
-                stage_to,
-                classes,
-                label_offset,
-                shard_images,
-                image_size,
-                channels,
-                seq_len,
+            given = DataOptions(
+                kind, stage_to, classes, label_offset, shard_images, image_size, channels, seq_len
             )
+            config = _config(source, given)
             manifest = _stage_with_progress(config, seed, Path(to), workers, err)
             store.record_dataset(None, manifest.to_dict())
         except UserError as exc:
@@ -166,15 +201,19 @@ def stage(
         typer.echo(json.dumps(manifest.to_dict(), indent=1))
         return
     _print_manifest(manifest)
+    _print_next_step(manifest, Path(to))
+
+
+def _print_next_step(manifest: Any, to: Path) -> None:
+    """How to run on what was staged, reusing its shards."""
+    out = f" --out {to.parent}" if to.name == "data" else ""
     if manifest.kind == "enwik8":
         Console().print(
             f"run on it with `aiperf run --profile enwik8 --set data.source={manifest.source}"
-            + (f" --out {Path(to).parent}" if Path(to).name == "data" else "")
-            + "`, which reuses these shards",
+            f"{out}`, which reuses these shards",
             highlight=False,
         )
     if manifest.kind in ("folder", "tfrecord"):
-        out = f" --out {Path(to).parent}" if Path(to).name == "data" else ""
         Console().print(
             f"run on it with a profile whose data section says kind: {manifest.kind}, source: "
             f"{manifest.source}; `aiperf run{out}` then reuses these shards",
