@@ -48,26 +48,25 @@ def package(
     The event log, the system description, the effective config and its ruleset, the
     verification, the HTML report and a README; `aiperf verify --package DIR` checks it. With
     --series, each run's package and the series' summary (series.json)."""
-    from aiperf.report.package import write_package
-    from aiperf.store import RecordNotFound
-
     if (run_id is None) == (series is None):
         raise fail("give a RUN_ID to package one run, or --series SERIES_ID to package a series")
     if series is not None:
         _package_series(series, Path(to), db, log)
         return
     assert run_id is not None  # one of the two was given, and it was not --series
+    _package_run(run_id, Path(to), db, Path(log) if log else None, submitter, status)
+
+
+def _package_run(
+    run_id: int, to: Path, db: str, log: Path | None, submitter: str | None, status: str | None
+) -> None:
+    """`aiperf package RUN_ID`: the run's package."""
+    from aiperf.report.package import write_package
+    from aiperf.store import RecordNotFound
 
     with open_existing(db) as store:
         try:
-            folder = write_package(
-                store,
-                run_id,
-                Path(to),
-                Path(log) if log else None,
-                submitter=submitter,
-                status=status,
-            )
+            folder = write_package(store, run_id, to, log, submitter=submitter, status=status)
         except RecordNotFound:
             raise fail(
                 f"run {run_id} is not in {safe_url(db)}; list runs with `aiperf runs --db {safe_url(db)}`"

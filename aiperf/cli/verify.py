@@ -45,23 +45,7 @@ def verify(
             "give a RUN_ID to verify from the database, or --package DIR to verify a result package"
         )
     if package is not None:
-        from aiperf.report.package import verify_package
-        from aiperf.report.series_package import is_series_package
-
-        if is_series_package(Path(package)):
-            _verify_series(Path(package), as_json)
-            return
-        try:
-            logged, checks = verify_package(Path(package))
-        except UserError as exc:
-            raise fail(str(exc)) from None
-        run = "?" if logged is None else logged.run.id  # None: a log too big to read
-        _print_checks(
-            f"verification of run {run} (recomputed from the event log in {package})",
-            f"package {package} (run {run})",
-            checks,
-            as_json,
-        )
+        _verify_package(Path(package), as_json)
         return
     assert run_id is not None  # one of the two was given, and it was not --package
     with open_existing(db) as store:
@@ -76,6 +60,27 @@ def verify(
     _print_checks(
         f"verification of run {run_id} (recomputed from its records)",
         f"run {run_id}",
+        checks,
+        as_json,
+    )
+
+
+def _verify_package(package: Path, as_json: bool) -> None:
+    """`aiperf verify --package`: a run's package from its event log alone, or a series'."""
+    from aiperf.report.package import verify_package
+    from aiperf.report.series_package import is_series_package
+
+    if is_series_package(package):
+        _verify_series(package, as_json)
+        return
+    try:
+        logged, checks = verify_package(package)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    run = "?" if logged is None else logged.run.id  # None: a log too big to read
+    _print_checks(
+        f"verification of run {run} (recomputed from the event log in {package})",
+        f"package {package} (run {run})",
         checks,
         as_json,
     )
