@@ -41,6 +41,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from aiperf.store import RunStart
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -217,12 +219,14 @@ def simulate(
     clock = _Clock()
     try:
         claim = store.create_run(
+            RunStart(
+                profile=config.profile,
+                config=config.model_dump(mode="json"),
+                seed=seed,
+                budget_s=budget_s,
+                workers=workers,
+            ),
             system_id=store.upsert_system(fingerprint()),
-            profile=config.profile,
-            config=config.model_dump(mode="json"),
-            seed=seed,
-            budget_s=budget_s,
-            workers=workers,
         )
         run_id = claim.run_id
         recorder = RunRecorder(store, claim, EventLog(None))

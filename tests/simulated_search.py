@@ -16,7 +16,7 @@ from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.mllog import EventLog
 from aiperf.search.oracles import make_oracle
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 
 SHAPE = (16, 16, 3)
 
@@ -50,12 +50,8 @@ def simulated_orchestrator(
     )
     store = Store.open(config.db)
     claim = store.create_run(
+        RunStart(profile="quick", config={}, seed=0, budget_s=3, workers=workers),
         system_id=store.upsert_system(system_facts()),
-        profile="quick",
-        config={},
-        seed=0,
-        budget_s=3,
-        workers=workers,
     )
     return Orchestrator(
         config=config,

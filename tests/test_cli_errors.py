@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 
 SYSTEM = {
     "fingerprint": "0" * 64,
@@ -53,12 +53,8 @@ def recorded_db(tmp_path):
     url = f"sqlite:///{tmp_path / 'history.db'}"
     store = Store.open(url)
     store.create_run(
+        RunStart(profile="quick", config={}, seed=0, budget_s=1, workers=1),
         system_id=store.upsert_system(SYSTEM),
-        profile="quick",
-        config={},
-        seed=0,
-        budget_s=1,
-        workers=1,
     )
     store.close()
     return url

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from aiperf.cli.main import app
 from aiperf.status import RunStatus
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 from aiperf.store.records import TrialPhases
 from aiperf.units import format_ops
 
@@ -98,7 +98,8 @@ def db(tmp_path_factory) -> tuple[str, dict[str, int]]:
         ids["short"] = plant_run(store, facts, profile="quick", started=NIGHT + timedelta(days=2))
         system_id = store.upsert_system(facts)
         ids["lost"] = store.create_run(
-            system_id=system_id, profile="nightly", config={}, seed=0, budget_s=3600, workers=16
+            RunStart(profile="nightly", config={}, seed=0, budget_s=3600, workers=16),
+            system_id=system_id,
         ).run_id
         store.finish_run(claim_of(store, ids["lost"]), status=RunStatus.INTERRUPTED)
     return url, ids

@@ -20,7 +20,7 @@ from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.config import load_config
 from aiperf.paths import try_hold
 from aiperf.status import RunStatus
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 
 
 def _first_run(db_url: str, barrier, results) -> None:
@@ -31,12 +31,8 @@ def _first_run(db_url: str, barrier, results) -> None:
             system_id = store.upsert_system(system_facts("node-a"))
             results.put(
                 store.create_run(
+                    RunStart(profile="quick", config={}, seed=1, budget_s=60.0, workers=1),
                     system_id=system_id,
-                    profile="quick",
-                    config={},
-                    seed=1,
-                    budget_s=60.0,
-                    workers=1,
                 ).run_id
             )
     except Exception as exc:  # noqa: BLE001 - reported by the test

@@ -23,7 +23,7 @@ from test_history_data import system_facts
 from aiperf.config import load_config
 from aiperf.lifecycle import run
 from aiperf.status import RunStatus
-from aiperf.store import EpochReport, RunClaim, Store, TrialStart, WriteBatch
+from aiperf.store import EpochReport, RunClaim, RunStart, Store, TrialStart, WriteBatch
 from aiperf.store.retry import is_transient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
 def _new_run(store: Store) -> int:
     system_id = store.upsert_system(system_facts("node-a"))
     return store.create_run(
-        system_id=system_id, profile="quick", config={}, seed=1, budget_s=60.0, workers=1
+        RunStart(profile="quick", config={}, seed=1, budget_s=60.0, workers=1), system_id=system_id
     ).run_id
 
 

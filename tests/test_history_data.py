@@ -17,7 +17,7 @@ from aiperf.config import ValidityConfig
 from aiperf.lifecycle.recorder import Turn
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import EpochReport, Store, TrialBuilt, TrialEnd
+from aiperf.store import EpochReport, RunStart, Store, TrialBuilt, TrialEnd
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
@@ -132,14 +132,16 @@ def plant_run(
     )
     system_id = store.upsert_system(facts)
     run_id = store.create_run(
+        RunStart(
+            profile=profile,
+            config=config or {"profile": profile},
+            seed=seed,
+            budget_s=elapsed_s,
+            workers=len({t.worker for t in trials}),
+            division=division,
+            config_hash=config_hash,
+        ),
         system_id=system_id,
-        profile=profile,
-        config=config or {"profile": profile},
-        seed=seed,
-        budget_s=elapsed_s,
-        workers=len({t.worker for t in trials}),
-        division=division,
-        config_hash=config_hash,
     ).run_id
     backdate = text("UPDATE runs SET created_at = :created WHERE id = :run_id").bindparams(
         bindparam("created", type_=DateTime(timezone=True))

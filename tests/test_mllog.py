@@ -21,6 +21,7 @@ from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import (
     CheckRecord,
     EpochReport,
+    RunStart,
     Store,
     TrialBuilt,
     TrialEnd,
@@ -32,12 +33,24 @@ T0 = 1_796_000_000.123456  # a Unix time with microseconds
 ARCH = {"name": "tiny", "layers": []}
 
 
+def logged_start(config: dict, **judged) -> RunStart:
+    """A run's start as a test's log tells it: its config's fields, and how it is judged."""
+    fields = {k: config[k] for k in ("profile", "seed", "budget_s", "workers")}
+    return RunStart(config=config, **fields, **judged)
+
+
 def write_run(path: Path, *, stop: str | None = "completed") -> mllog.EventLog:
     """A small run as the hooks write it: two trials (the second a child of the first), three epochs."""
     log = mllog.EventLog(path)
     log.run_started(
-        run_id=7,
-        config={"profile": "quick", "budget_s": 60.0, "workers": 2, "seed": 5},
+        7,
+        logged_start(
+            {"profile": "quick", "budget_s": 60.0, "workers": 2, "seed": 5},
+            division="open",
+            ruleset="aiperf-rules-1.0",
+            deviations=("seed: 0 -> 5",),
+            config_hash="c" * 64,
+        ),
         system_id=3,
         system={
             "fingerprint": "f" * 64,
@@ -52,10 +65,6 @@ def write_run(path: Path, *, stop: str | None = "completed") -> mllog.EventLog:
             "keras_version": "3",
             "keras_backend": "tensorflow",
         },
-        division="open",
-        ruleset="aiperf-rules-1.0",
-        deviations=["seed: 0 -> 5"],
-        config_hash="c" * 64,
     )
     log.dataset(
         {
@@ -356,8 +365,14 @@ def test_run_resources_merge_field_by_field_and_the_latest_stands(tmp_path):
 def test_the_rows_own_times_and_flow_run_are_rebuilt_exactly(tmp_path):
     logged = tmp_path / "events.log"
     mllog.EventLog(logged).run_started(
-        run_id=1,
-        config={"profile": "quick", "budget_s": 60.0, "workers": 1, "seed": 0},
+        1,
+        logged_start(
+            {"profile": "quick", "budget_s": 60.0, "workers": 1, "seed": 0},
+            division="closed",
+            ruleset="aiperf-rules-1.0",
+            config_hash="c" * 64,
+            flow_run_id="flow-1",
+        ),
         system_id=2,
         system={
             "fingerprint": "f" * 64,
@@ -372,12 +387,7 @@ def test_the_rows_own_times_and_flow_run_are_rebuilt_exactly(tmp_path):
             "keras_version": "3",
             "keras_backend": "tensorflow",
         },
-        division="closed",
-        ruleset="aiperf-rules-1.0",
-        deviations=[],
-        config_hash="c" * 64,
         created_at=T0,
-        flow_run_id="flow-1",
         system_first_seen_at=T0 - 86400,
     )
     run_record = mllog.read_run(logged).run

@@ -14,7 +14,7 @@ from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP
 from aiperf.search.oracles import make_oracle
 from aiperf.search.resume import restore, stored_state
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 
 SHAPE, CLASSES = (16, 16, 3), 10
 
@@ -115,7 +115,7 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
         }
     )
     run = store.create_run(
-        system_id=system, profile="quick", config={}, seed=5, budget_s=1, workers=2
+        RunStart(profile="quick", config={}, seed=5, budget_s=1, workers=2), system_id=system
     ).run_id
     rng = random.Random(2)
     for i in range(7):

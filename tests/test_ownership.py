@@ -27,7 +27,7 @@ from aiperf.cli.main import app
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
 from aiperf.status import HEARTBEAT_S, RunStatus, TrialStatus, heartbeat_timeout_s
-from aiperf.store import EpochReport, RunClaim, RunTakenOver, Store, TrialEnd, WriteBatch
+from aiperf.store import EpochReport, RunClaim, RunStart, RunTakenOver, Store, TrialEnd, WriteBatch
 from aiperf.store.database import clock
 from aiperf.store.models import Run
 
@@ -46,12 +46,8 @@ def age_heartbeat(store: Store, run_id: int, seconds: float) -> None:
 def _owned_run(store: Store) -> RunClaim:
     """A run this process created with its token, as a run's process does (record_run)."""
     return store.create_run(
+        RunStart(profile="quick", config={"profile": "quick"}, seed=1, budget_s=60.0, workers=1),
         system_id=store.upsert_system(system_facts("node-a")),
-        profile="quick",
-        config={"profile": "quick"},
-        seed=1,
-        budget_s=60.0,
-        workers=1,
         owner=liveness.new_owner(),
     )
 

@@ -19,7 +19,7 @@ from aiperf.lifecycle.proposals import OracleThread, proposals_ahead
 from aiperf.search.oracles import make_oracle
 from aiperf.search.resume import restore, trial_values
 from aiperf.status import TrialStatus
-from aiperf.store import EpochReport, RecordNotFound, Store, TrialEnd, WriteBatch
+from aiperf.store import EpochReport, RecordNotFound, RunStart, Store, TrialEnd, WriteBatch
 from aiperf.train.messages import TrialResult
 from aiperf.train.simulated import SimulatedModel, plan_trial
 
@@ -155,12 +155,8 @@ def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_i
 def test_a_turn_is_one_transaction_and_writing_it_again_duplicates_nothing(tmp_path):
     with Store.open(f"sqlite:///{tmp_path / 'a.db'}") as store:
         run_id = store.create_run(
+            RunStart(profile="quick", config={}, seed=0, budget_s=3, workers=1),
             system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=3,
-            workers=1,
         ).run_id
         trial_id = add_trial(store, run_id, "0", started_at=time.time())
         batch = WriteBatch()

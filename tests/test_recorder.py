@@ -27,6 +27,7 @@ from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import (
     CheckRecord,
     EpochReport,
+    RunStart,
     RunTakenOver,
     Store,
     TrialBuilt,
@@ -87,12 +88,8 @@ def _recorder(store: Store, log: Path) -> tuple[RunRecorder, int]:
     """A run with a window, a trial with one epoch and a score, as its own process recorded them;
     its recorder, and the trial's id."""
     claim = store.create_run(
+        RunStart(profile="quick", config={"profile": "quick"}, seed=1, budget_s=60.0, workers=1),
         system_id=store.upsert_system(system_facts("node-a")),
-        profile="quick",
-        config={"profile": "quick"},
-        seed=1,
-        budget_s=60.0,
-        workers=1,
         owner=liveness.new_owner(),
     )
     recorder = RunRecorder(store, claim, EventLog(log))

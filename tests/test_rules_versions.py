@@ -28,7 +28,7 @@ from aiperf.results import record_checks, verify
 from aiperf.results.division import CLOSED, OPEN, classify, judging_rules, with_recipe_of
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
-from aiperf.store import Store
+from aiperf.store import RunStart, Store
 
 V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
 V13, V14, V16 = "aiperf-rules-1.3", "aiperf-rules-1.4", "aiperf-rules-1.6"
@@ -202,17 +202,19 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
     division = classify(config)
     with Store.open(f"sqlite:///{tmp_path / 'a.db'}") as store:
         run_id = store.create_run(
+            RunStart(
+                profile=config.profile,
+                config=config.model_dump(mode="json"),
+                seed=config.seed,
+                budget_s=config.budget_s,
+                workers=config.workers,
+                ruleset=division.ruleset,
+                division=division.name,
+                deviations=division.deviations,
+                config_hash=division.config_hash,
+                precision=config.train.precision,
+            ),
             system_id=store.upsert_system(system_facts()),
-            profile=config.profile,
-            config=config.model_dump(mode="json"),
-            seed=config.seed,
-            budget_s=config.budget_s,
-            workers=config.workers,
-            ruleset=division.ruleset,
-            division=division.name,
-            deviations=division.deviations,
-            config_hash=division.config_hash,
-            precision=config.train.precision,
         ).run_id
         stored_config = BenchmarkConfig.model_validate(store.get_run(run_id).config)
         rules = judging_rules(stored_config)

@@ -22,7 +22,7 @@ from aiperf.cli.main import app
 from aiperf.report.series_package import SERIES_FILE
 from aiperf.results import mllog
 from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, summarise
-from aiperf.store import Store, database
+from aiperf.store import RunStart, Store, database
 
 # --- the migration ---------------------------------------------------------------------------------
 
@@ -51,19 +51,22 @@ def test_the_store_records_and_reads_a_series(db_url):
         system = store.upsert_system(_SYSTEM)
         ids = [
             store.create_run(
+                RunStart(
+                    profile="quick",
+                    config={},
+                    seed=1,
+                    budget_s=60.0,
+                    workers=1,
+                    series=series,
+                    series_index=index,
+                ),
                 system_id=system,
-                profile="quick",
-                config={},
-                seed=1,
-                budget_s=60.0,
-                workers=1,
-                series=series,
-                series_index=index,
             ).run_id
             for index in (2, 1, 3)
         ]
         alone = store.create_run(
-            system_id=system, profile="quick", config={}, seed=1, budget_s=60.0, workers=1
+            RunStart(profile="quick", config={}, seed=1, budget_s=60.0, workers=1),
+            system_id=system,
         ).run_id
         runs = store.series_runs(series)
         assert [(r.id, r.series, r.series_index) for r in runs] == [
@@ -75,14 +78,16 @@ def test_the_store_records_and_reads_a_series(db_url):
         assert store.series_runs(uuid.uuid4().hex) == []
         with pytest.raises(ValueError, match="index from 1"):
             store.create_run(
+                RunStart(
+                    profile="quick",
+                    config={},
+                    seed=1,
+                    budget_s=60.0,
+                    workers=1,
+                    series=series,
+                    series_index=0,
+                ),
                 system_id=system,
-                profile="quick",
-                config={},
-                seed=1,
-                budget_s=60.0,
-                workers=1,
-                series=series,
-                series_index=0,
             )
 
 

@@ -26,6 +26,7 @@ from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import (
     RecordNotFound,
     RunRecord,
+    RunStart,
     Store,
     SystemRecord,
     TrialBuilt,
@@ -45,13 +46,15 @@ def store(db_url):
 def new_run(store: Store, *, profile: str = "quick", host: str = "node-a") -> int:
     system_id = store.upsert_system(system_facts(host))
     return store.create_run(
+        RunStart(
+            profile=profile,
+            config={"profile": profile, "seed": 4},
+            seed=4,
+            budget_s=60.0,
+            workers=2,
+            flow_run_id="flow-1",
+        ),
         system_id=system_id,
-        profile=profile,
-        config={"profile": profile, "seed": 4},
-        seed=4,
-        budget_s=60.0,
-        workers=2,
-        flow_run_id="flow-1",
     ).run_id
 
 

@@ -27,7 +27,7 @@ from aiperf.report.system import system_section
 from aiperf.report.tree import generations, search_tree_html
 from aiperf.results.division import classify
 from aiperf.status import TrialStatus
-from aiperf.store import RunRecord, TrialRecord
+from aiperf.store import RunRecord, RunStart, TrialRecord
 from aiperf.system import description as system_description
 from aiperf.system import nvidia_gpus
 from aiperf.system.fingerprint import cpu_model
@@ -266,12 +266,8 @@ def test_the_description_is_stored_with_the_run(db_url):
     )
     with Store.open(db_url) as store:
         run_id = store.create_run(
+            RunStart(profile="quick", config={}, seed=0, budget_s=1, workers=1),
             system_id=store.upsert_system(system_facts()),
-            profile="quick",
-            config={},
-            seed=0,
-            budget_s=1,
-            workers=1,
         ).run_id
         assert store.get_run(run_id).system_description is None
         store.save_system_description(claim_of(store, run_id), description)

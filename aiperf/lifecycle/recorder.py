@@ -27,8 +27,8 @@ from aiperf.results.mllog import EventLog
 from aiperf.results.score import ScoreResult
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store import CheckRecord, RunClaim, Store, WriteBatch
+from aiperf.store.fact_records import EpochReport, RunStart, TrialBuilt, TrialEnd, TrialStart
 from aiperf.store.records import TrialPhases
-from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 class Turn:
@@ -108,60 +108,26 @@ class RunRecorder:
         cls,
         store: Store,
         config: BenchmarkConfig,
+        start: RunStart,
         *,
         system: Mapping[str, Any],
-        ruleset: str,
-        division: str,
-        deviations: Sequence[str],
-        config_hash: str,
         owner: str,
-        flow_run_id: str | None = None,
-        series: str | None = None,
-        series_index: int | None = None,
     ) -> RunRecorder:
-        """The system and a new run, owned by `owner`, and its start in the event log. A log that
-        cannot be written fails the run at once (`run_failed`): a running row without a search
-        could not be recovered or resumed."""
+        """The system and a new run (`start`, a run of `config`), owned by `owner`, and its start
+        in the event log. A log that cannot be written fails the run at once (`run_failed`): a
+        running row without a search could not be recovered or resumed."""
         system_id = store.upsert_system(system)
-        settings = config.model_dump(mode="json")
-        claim = store.create_run(
-            system_id=system_id,
-            profile=config.profile,
-            config=settings,
-            seed=config.seed,
-            budget_s=config.budget_s,
-            workers=config.workers,
-            flow_run_id=flow_run_id,
-            ruleset=ruleset,
-            division=division,
-            deviations=list(deviations),
-            config_hash=config_hash,
-            precision=config.train.precision,
-            backend=config.train.backend,
-            jit_compile=config.train.jit_compile,
-            owner=owner,
-            series=series,
-            series_index=series_index,
-        )
+        claim = store.create_run(start, system_id=system_id, owner=owner)
         recorder = cls.of_run(store, claim, config)
         with recorder.failed_on_error():
-            row = store.get_run(
-                claim.run_id
-            )  # the row's own times, so the log rebuilds them exactly
+            row = store.get_run(claim.run_id)  # the row's own times: the log rebuilds them exactly
             recorder.events.run_started(
-                run_id=claim.run_id,
-                created_at=row.created_at.timestamp(),
-                flow_run_id=flow_run_id,
-                system_first_seen_at=row.system.first_seen_at.timestamp(),
-                config=settings,
+                claim.run_id,
+                start,
                 system_id=system_id,
                 system=system,
-                division=division,
-                ruleset=ruleset,
-                deviations=deviations,
-                config_hash=config_hash,
-                series=series,
-                series_index=series_index,
+                created_at=row.created_at.timestamp(),
+                system_first_seen_at=row.system.first_seen_at.timestamp(),
             )
             # What the row starts with, nothing measured yet: a later write of a fact logs it again
             # (the latest stands), and a run that never measures one (simulated trials, a feed

@@ -62,7 +62,7 @@ from aiperf.results.score import (
 )
 from aiperf.search.oracles import make_oracle
 from aiperf.status import RunStatus
-from aiperf.store import CheckRecord, RunClaim, RunTakenOver, Store
+from aiperf.store import CheckRecord, RunClaim, RunStart, RunTakenOver, Store
 from aiperf.system.fingerprint import fingerprint
 from aiperf.train.worker import received
 from aiperf.urls import safe_url
@@ -126,21 +126,19 @@ def record_run(
     `series`, as run `series_index` of that series of repeated runs (aiperf run --repeat). Its
     recorder, which writes it as this process's until another takes it over."""
     division = classify(config)
-    return RunRecorder.new_run(
-        store,
+    start = RunStart.of(
         config,
-        system=fingerprint(
-            backend=config.train.backend
-        ),  # the workers' backend: they start with it
         ruleset=division.ruleset,
         division=division.name,
-        deviations=division.deviations,
+        deviations=tuple(division.deviations),
         config_hash=division.config_hash,
-        owner=liveness.new_owner(),
         flow_run_id=flow_run_id,
         series=series,
         series_index=series_index,
     )
+    # The workers' backend: they start with it.
+    system = fingerprint(backend=config.train.backend)
+    return RunRecorder.new_run(store, config, start, system=system, owner=liveness.new_owner())
 
 
 # --- the story ------------------------------------------------------------------------------------

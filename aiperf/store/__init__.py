@@ -5,6 +5,7 @@ outside this package reads the frozen records of aiperf.store.records, never the
 """
 
 from aiperf.store.batch import WriteBatch
+from aiperf.store.fact_records import EpochReport, RunStart, TrialBuilt, TrialEnd, TrialStart
 from aiperf.store.ownership import RunClaim
 from aiperf.store.reads import RunWork
 from aiperf.store.records import (
@@ -24,7 +25,6 @@ from aiperf.store.records import (
 )
 from aiperf.store.repository import Store
 from aiperf.store.results_models import ResultRecord
-from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 __all__ = [
     "CheckRecord",
@@ -36,6 +36,7 @@ __all__ = [
     "RunClaim",
     "RunRecord",
     "RunScoreRow",
+    "RunStart",
     "RunTakenOver",
     "RunWork",
     "Store",

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from aiperf.status import TrialStatus
 from aiperf.store.conversion import now, utc
+from aiperf.store.fact_records import EpochReport, TrialBuilt, TrialEnd, TrialStart
 from aiperf.store.models import Epoch, SearchState, Trial
 from aiperf.store.records import TRIAL_PHASE_COLUMNS, RecordNotFound, TrialPhases
-from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 class WriteBatch:

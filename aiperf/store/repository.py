@@ -21,6 +21,7 @@ records in aiperf.store.conversion.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import func, select
@@ -32,6 +33,7 @@ from aiperf.store import ownership
 from aiperf.store.base import retried
 from aiperf.store.batch import WriteBatch
 from aiperf.store.conversion import now, utc
+from aiperf.store.fact_records import RunStart
 from aiperf.store.facts import RunFacts
 from aiperf.store.models import Dataset, Epoch, Run, Score, SearchWindow, System, Trial
 from aiperf.store.ownership import RunClaim
@@ -96,39 +98,11 @@ class Store(StoreReads, RunFacts):
                 assert system_id is not None
             return system_id
 
-    def create_run(
-        self,
-        *,
-        system_id: int,
-        profile: str,
-        config: dict[str, Any],
-        seed: int,
-        budget_s: float,
-        workers: int,
-        flow_run_id: str | None = None,
-        ruleset: str | None = None,
-        division: str | None = None,
-        deviations: list[str] | tuple[str, ...] = (),
-        config_hash: str | None = None,
-        precision: str | None = None,
-        backend: str | None = None,
-        jit_compile: bool | None = None,
-        owner: str | None = None,
-        series: str | None = None,
-        series_index: int | None = None,
-    ) -> RunClaim:
+    def create_run(self, start: RunStart, *, system_id: int, owner: str | None = None) -> RunClaim:
         """A new run, and the claim to write it with. Its creation time, taken once, identifies it
-        if a retry must find it.
-        `series`, `series_index`: the series of repeated runs it is run `series_index` (1..N) of.
-        `precision`, `backend`, `jit_compile`: how its trials train (the config's train section).
-        `owner`: the creating process's token (aiperf.lifecycle.liveness.new_owner); the claim
-        writes the run only while the row still carries it (see `take_over`)."""
-        if (series is None) != (series_index is None) or (
-            series_index is not None and series_index < 1
-        ):
-            raise ValueError(
-                f"a run in a series needs its id and an index from 1; got {series!r}, {series_index!r}"
-            )
+        if a retry must find it. `owner`: the creating process's token
+        (aiperf.lifecycle.liveness.new_owner); the claim writes the run only while the row still
+        carries it (see `take_over`)."""
         created_at = now()
 
         def create_run(s: Session, maybe_committed: bool) -> int:
@@ -137,33 +111,19 @@ class Store(StoreReads, RunFacts):
                     select(Run.id).where(
                         Run.system_id == system_id,
                         Run.created_at == created_at,
-                        Run.seed == seed,
-                        Run.profile == profile,
+                        Run.seed == start.seed,
+                        Run.profile == start.profile,
                     )
                 )
                 if done is not None:
                     return done
             run = Run(
+                **{**asdict(start), "deviations": list(start.deviations)},
                 system_id=system_id,
-                profile=profile,
-                config=config,
-                seed=seed,
-                budget_s=budget_s,
-                workers=workers,
                 status=RunStatus.RUNNING,
                 created_at=created_at,
                 heartbeat_at=self._clock(),
                 owner=owner,
-                flow_run_id=flow_run_id,
-                ruleset=ruleset,
-                division=division,
-                deviations=list(deviations),
-                config_hash=config_hash,
-                precision=precision,
-                backend=backend,
-                jit_compile=jit_compile,
-                series=series,
-                series_index=series_index,
             )
             s.add(run)
             s.flush()

@@ -3,7 +3,7 @@
 The worker sends `TrialBuilt` once it has built the model and `EpochReport` after every epoch,
 as Dask events, the moment they happen; the same facts come back again in `TrialResult`, so an
 event lost in transit is recovered when the trial ends (the store ignores repeats). Both are the
-trial's typed facts (aiperf.store.trial_facts), which the orchestrator records whole.
+trial's typed facts (aiperf.store.fact_records), which the orchestrator records whole.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from aiperf.rules import FitRule
 from aiperf.status import TrialStatus
-from aiperf.store.trial_facts import EpochReport, TrialBuilt
+from aiperf.store.fact_records import EpochReport, TrialBuilt
 from aiperf.train.fit import StepRecipe
 
 __all__ = ["EpochReport", "TrialBuilt", "TrialRequest", "TrialResult", "from_event", "to_event"]

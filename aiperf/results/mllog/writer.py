@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from aiperf.results.mllog import keys
+from aiperf.store.fact_records import EpochReport, RunStart, TrialBuilt, TrialEnd, TrialStart
 from aiperf.store.records import CheckRecord, ScoreResult, TrialPhases, WindowRecord
-from aiperf.store.trial_facts import EpochReport, TrialBuilt, TrialEnd, TrialStart
 
 
 def _ms(time_s: float) -> int:
@@ -61,56 +61,49 @@ class EventLog:
 
     def run_started(
         self,
-        *,
         run_id: int,
-        config: Mapping[str, Any],
+        start: RunStart,
+        *,
         system_id: int,
         system: Mapping[str, Any],
-        division: str,
-        ruleset: str,
-        deviations: Iterable[str],
-        config_hash: str,
-        series: str | None = None,
-        series_index: int | None = None,
         created_at: float | None = None,
-        flow_run_id: str | None = None,
         system_first_seen_at: float | None = None,
     ) -> None:
         """The run was recorded: what it is, where it runs and by which rules it is judged, and
         the series of repeated runs it is run `series_index` of (aiperf run --repeat), if any.
-        `created_at`, `flow_run_id` and `system_first_seen_at` (Unix seconds) are the runs row's and
-        the systems row's own, so the log rebuilds them exactly; without them the run starts now
-        and the log has no flow run nor the system's first sighting (logs before issue 34)."""
+        `created_at` and `system_first_seen_at` (Unix seconds) are the runs row's and the systems
+        row's own, so the log rebuilds them exactly; without them the run starts now and the log
+        has no system's first sighting (logs before issue 34)."""
         from aiperf import __version__
 
         now = time.time() if created_at is None else created_at
         exact: dict[str, Any] = {} if created_at is None else {"time_s": created_at}
-        if flow_run_id is not None:
-            exact["flow_run_id"] = flow_run_id
+        if start.flow_run_id is not None:
+            exact["flow_run_id"] = start.flow_run_id
         self.emit(
             keys.RUN_START,
             event_type=keys.INTERVAL_START,
             at=now,
             run_id=run_id,
-            profile=config["profile"],
-            budget_s=config["budget_s"],
-            workers=config["workers"],
+            profile=start.config["profile"],
+            budget_s=start.config["budget_s"],
+            workers=start.config["workers"],
             resumed=False,
             **exact,
         )
         self.emit(keys.SUBMISSION_BENCHMARK, keys.BENCHMARK, at=now, version=__version__)
         self.emit(
             keys.SUBMISSION_DIVISION,
-            division,
+            start.division,
             at=now,
-            deviations=list(deviations),
-            config_hash=config_hash,
+            deviations=list(start.deviations),
+            config_hash=start.config_hash,
         )
-        self.emit(keys.RULESET, ruleset, at=now)
-        if series is not None:
-            self.emit(keys.SERIES, series, at=now, index=series_index)
-        self.emit(keys.SEED, config["seed"], at=now)
-        self.emit(keys.CONFIG, dict(config), at=now)
+        self.emit(keys.RULESET, start.ruleset, at=now)
+        if start.series is not None:
+            self.emit(keys.SERIES, start.series, at=now, index=start.series_index)
+        self.emit(keys.SEED, start.config["seed"], at=now)
+        self.emit(keys.CONFIG, dict(start.config), at=now)
         first_seen = {} if system_first_seen_at is None else {"first_seen_s": system_first_seen_at}
         self.emit(keys.SYSTEM_FINGERPRINT, {"id": system_id, **system, **first_seen}, at=now)
 

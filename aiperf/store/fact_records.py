@@ -1,7 +1,7 @@
-"""The facts of a trial as they arise: one typed record each, made once where the fact arises and
-passed whole to whoever keeps it.
+"""The facts of a run and its trials as they arise: one typed record each, made once where the
+fact arises and passed whole to whoever keeps it.
 
-A trial's start is made by the orchestrator's admission, its build and its epochs by the worker
+A run's start is made by the run's first step (aiperf.lifecycle.run.record_run). A trial's start is made by the orchestrator's admission, its build and its epochs by the worker
 that trains it (they travel back as Dask events and again in the trial's result), its end by the
 orchestrator. Each record then goes, unchanged, through the recorder's turn (aiperf.lifecycle.
 recorder), the write batch (aiperf.store.batch) and the event log writer (aiperf.results.mllog),
@@ -14,9 +14,58 @@ The records are plain, frozen and picklable, and know nothing of the database.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiperf.status import TrialStatus
+
+if TYPE_CHECKING:
+    from aiperf.config import BenchmarkConfig
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A new run: its effective config (and the fields of it the runs table keeps as columns), the
+    rules it is judged by, and the series of repeated runs it is run `series_index` (1..N) of."""
+
+    profile: str
+    config: dict[str, Any]
+    seed: int
+    budget_s: float
+    workers: int
+    ruleset: str | None = None
+    division: str | None = None
+    deviations: tuple[str, ...] = ()
+    config_hash: str | None = None
+    precision: str | None = None  # how its trials train (the config's train section)
+    backend: str | None = None
+    jit_compile: bool | None = None
+    flow_run_id: str | None = None  # the Prefect flow run that runs it
+    series: str | None = None
+    series_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.series is None) != (self.series_index is None) or (
+            self.series_index is not None and self.series_index < 1
+        ):
+            raise ValueError(
+                "a run in a series needs its id and an index from 1; "
+                f"got {self.series!r}, {self.series_index!r}"
+            )
+
+    @classmethod
+    def of(cls, config: BenchmarkConfig, **judged: Any) -> RunStart:
+        """The start of a run of `config`; `judged`: the other fields (ruleset, division, ...)."""
+        return cls(
+            profile=config.profile,
+            config=config.model_dump(mode="json"),
+            seed=config.seed,
+            budget_s=config.budget_s,
+            workers=config.workers,
+            precision=config.train.precision,
+            backend=config.train.backend,
+            jit_compile=config.train.jit_compile,
+            **judged,
+        )
 
 
 @dataclass(frozen=True)
