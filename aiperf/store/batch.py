@@ -13,7 +13,13 @@ from sqlalchemy.orm import Session
 
 from aiperf.status import TrialStatus
 from aiperf.store.conversion import now, utc
-from aiperf.store.fact_records import EpochReport, TrialBuilt, TrialEnd, TrialStart
+from aiperf.store.fact_records import (
+    TRIAL_START_COLUMNS,
+    EpochReport,
+    TrialBuilt,
+    TrialEnd,
+    TrialStart,
+)
 from aiperf.store.models import Epoch, SearchState, Trial
 from aiperf.store.records import TRIAL_PHASE_COLUMNS, RecordNotFound, TrialPhases
 
@@ -46,6 +52,7 @@ class WriteBatch:
     def create_trial(self, run_id: int, start: TrialStart) -> None:
         """A new trial (its id is the write's result), unique by (run, trial_key)."""
         trial_key = start.trial_key
+        columns = {name: getattr(start, name) for name in TRIAL_START_COLUMNS}
 
         def create_trial(s: Session, maybe_committed: bool) -> int:
             if maybe_committed:
@@ -59,15 +66,12 @@ class WriteBatch:
                 .execute(
                     insert(Trial)
                     .values(
-                        run_id=run_id,
-                        trial_key=trial_key,
-                        number=start.number,
-                        architecture=start.architecture,
-                        hyperparameters=start.hyperparameters,
-                        status=TrialStatus.RUNNING,
-                        started_at=utc(start.started_at),
-                        parent_trial_id=start.parent_trial_id,
-                        operator=start.operator,
+                        {
+                            **columns,
+                            "run_id": run_id,
+                            "status": TrialStatus.RUNNING,
+                            "started_at": utc(start.started_at),
+                        }
                     )
                     .returning(Trial.id)
                 )

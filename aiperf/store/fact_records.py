@@ -141,4 +141,5 @@ class TrialEnd:
     message: str | None = None
 
 
-EPOCH_COLUMNS = tuple(f.name for f in fields(EpochReport) if f.name != "trial_key")
+# The trials table's columns a start fills as they are (epochs and seed are the log's).
+TRIAL_START_COLUMNS = tuple(f.name for f in fields(TrialStart) if f.name not in ("epochs", "seed"))
