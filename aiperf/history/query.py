@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiperf.errors import UserError
-from aiperf.store import RunScoreRow, Store
+from aiperf.store import RunReads, RunScoreRow
 
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def resolve_system(store: Store, term: str | None) -> int | None:
+def resolve_system(store: RunReads, term: str | None) -> int | None:
     """A system id from an id, a hostname or a fingerprint prefix; None means every system."""
     if term is None:
         return None
@@ -38,7 +38,7 @@ def resolve_system(store: Store, term: str | None) -> int | None:
 
 
 def history(
-    store: Store, *, system: str | None = None, profile: str | None = None
+    store: RunReads, *, system: str | None = None, profile: str | None = None
 ) -> list[RunScoreRow]:
     """Scored runs, oldest first, for one system and/or profile (all when not given)."""
     return store.run_scores(system_id=resolve_system(store, system), profile=profile)
@@ -107,7 +107,7 @@ class RunPair:
     figures: list[Comparison]
 
 
-def compare(store: Store, run_a: int, run_b: int) -> RunPair:
+def compare(store: RunReads, run_a: int, run_b: int) -> RunPair:
     """Two scored runs side by side, with B's percent difference from A for every figure."""
     rows = {r.run_id: r for r in store.run_scores(run_ids=[run_a, run_b])}
     for run_id in (run_a, run_b):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiperf.results.score import is_verification_reason
 from aiperf.status import RunStatus
-from aiperf.store import RunScoreRow, Store
+from aiperf.store import RunReads, RunScoreRow
 from aiperf.units import format_ops
 
 DEFAULT_WINDOW = 5
@@ -219,7 +219,7 @@ def judge(
 
 
 def check_run(
-    store: Store,
+    store: RunReads,
     run_id: int,
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,

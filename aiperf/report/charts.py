@@ -28,7 +28,7 @@ from aiperf.report.timeline import (
     window,
 )
 from aiperf.results.score import validity_label
-from aiperf.store import RunRecord, Store
+from aiperf.store import RunReads, RunRecord
 from aiperf.units import operations, ops_per_sample, ops_rate
 
 
@@ -257,7 +257,7 @@ def worker_phases_plot(run: RunRecord) -> str:
     )
 
 
-def history_plot(store: Store, run: RunRecord) -> str:
+def history_plot(store: RunReads, run: RunRecord) -> str:
     rows = [
         r
         for r in store.run_scores(system_id=run.system_id, profile=run.profile)

@@ -47,7 +47,7 @@ from aiperf.report.system import system_section
 from aiperf.report.timeline import aiperf_checkpoints, counted_seconds, judge_of, score_over_time
 from aiperf.report.tree import CSS as TREE_CSS
 from aiperf.report.tree import search_tree_html
-from aiperf.store import RunRecord, Store
+from aiperf.store import RunReads, RunRecord
 from aiperf.units import ops_rate
 
 CSS = """
@@ -116,7 +116,7 @@ def _headline(run: RunRecord) -> str:
     )
 
 
-def build_report(store: Store, run_id: int) -> str:
+def build_report(store: RunReads, run_id: int) -> str:
     """The whole page as a string."""
     run = store.get_run(run_id)
     score = run.score
@@ -153,7 +153,7 @@ def build_report(store: Store, run_id: int) -> str:
     )
 
 
-def write_report(store: Store, run_id: int, path: Path) -> Path:
+def write_report(store: RunReads, run_id: int, path: Path) -> Path:
     """Write the page; a folder that does not exist is the user's to fix."""
     path = Path(path)
     if not path.parent.is_dir():
@@ -164,7 +164,7 @@ def write_report(store: Store, run_id: int, path: Path) -> Path:
     return path
 
 
-def markdown_summary(store: Store, run_id: int, path: Path) -> str:
+def markdown_summary(store: RunReads, run_id: int, path: Path) -> str:
     """What the flow publishes beside the page: where it is, and the score over time as AIPerf prints it."""
     run = store.get_run(run_id)
     judge = judge_of(store, run)

@@ -19,7 +19,7 @@ from aiperf import quality
 from aiperf.config import ValidityConfig
 from aiperf.results.division import recorded_rules
 from aiperf.results.score import judged_by_loss, regulated
-from aiperf.store import RunRecord, Store
+from aiperf.store import RunReads, RunRecord
 from aiperf.store.records import WindowRecord
 
 CHECKPOINT_INTERVAL_S = 360.0  # 0.1 h
@@ -52,7 +52,7 @@ class Judge:
         )
 
 
-def judge_of(store: Store, run: RunRecord) -> Judge:
+def judge_of(store: RunReads, run: RunRecord) -> Judge:
     """The run's judge from its records: its stored config's rules (recorded_rules), the validation
     samples its score counted, its dataset's classes (a token dataset's vocabulary)."""
     dataset = store.run_dataset(run.id)

@@ -60,7 +60,14 @@ from aiperf.results.record_checks import (
 from aiperf.results.remeasure import ACCURACY_REMEASURED, check_accuracy_remeasured
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import CheckRecord, DatasetRecord, RunRecord, Store, TrialRecord, window_seconds
+from aiperf.store import (
+    CheckRecord,
+    DatasetRecord,
+    RunReads,
+    RunRecord,
+    TrialRecord,
+    window_seconds,
+)
 
 
 def count_architecture(architecture: dict) -> Counts:
@@ -86,7 +93,7 @@ def count_architecture(architecture: dict) -> Counts:
 
 
 def verify_run(
-    store: Store,
+    store: RunReads,
     run_id: int,
     counter: Counter = count_architecture,
     out: str | None = None,
@@ -114,7 +121,7 @@ def verify_records(
 
 
 def gather(
-    store: Store, run_id: int, counter: Counter = count_architecture, out: str | None = None
+    store: RunReads, run_id: int, counter: Counter = count_architecture, out: str | None = None
 ) -> Evidence:
     """A run of the database, its files where its stored config says (its folder under --out),
     or under `out` when given."""

@@ -7,7 +7,7 @@ outside this package reads the frozen records of aiperf.store.records, never the
 from aiperf.store.batch import WriteBatch
 from aiperf.store.fact_records import EpochReport, RunStart, TrialBuilt, TrialEnd, TrialStart
 from aiperf.store.ownership import RunClaim
-from aiperf.store.reads import RunWork
+from aiperf.store.reads import RunReads, RunWork
 from aiperf.store.records import (
     CheckRecord,
     DatasetRecord,
@@ -25,6 +25,7 @@ from aiperf.store.records import (
 )
 from aiperf.store.repository import Store
 from aiperf.store.results_models import ResultRecord
+from aiperf.store.run_writes import RunWrites
 
 __all__ = [
     "CheckRecord",
@@ -34,11 +35,13 @@ __all__ = [
     "RecordNotFound",
     "ResultRecord",
     "RunClaim",
+    "RunReads",
     "RunRecord",
     "RunScoreRow",
     "RunStart",
     "RunTakenOver",
     "RunWork",
+    "RunWrites",
     "Store",
     "SystemRecord",
     "WriteBatch",

@@ -1,9 +1,7 @@
 """The Store's core: its engine, its sessions, and the retry every transaction runs under.
 
-The Store (aiperf.store.repository) is one class made of parts, each a module under 500 lines:
-this core, its reads (aiperf.store.reads), a run's facts (aiperf.store.facts) and the run's life
-and search (aiperf.store.repository); a turn's writes are a WriteBatch (aiperf.store.batch), and
-rows become records in aiperf.store.conversion.
+Under both of the Store's roles (aiperf.store.repository): what a run writes
+(aiperf.store.run_writes) and what readers read (aiperf.store.reads).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The facts of a run and its trials as they arise: one typed record each, made once where the
 fact arises and passed whole to whoever keeps it.
 
-A run's start is made by the run's first step (aiperf.lifecycle.run.record_run). A trial's start is made by the orchestrator's admission, its build and its epochs by the worker
-that trains it (they travel back as Dask events and again in the trial's result), its end by the
-orchestrator. Each record then goes, unchanged, through the recorder's turn (aiperf.lifecycle.
-recorder), the write batch (aiperf.store.batch) and the event log writer (aiperf.results.mllog),
-each of which reads the fields it keeps from it. A new field is one edit here, plus its migration
-where the database keeps it, instead of one per layer that nothing checked against the others.
+A run's start is made by the run's first step (aiperf.lifecycle.run.record_run); a trial's start
+by the orchestrator's admission; its build and its epochs by the worker that trains it (they
+travel back as Dask events and again in the trial's result); its end by the orchestrator. Each
+record then goes, unchanged, through the recorder (aiperf.lifecycle.recorder), the write batch or
+the Store (aiperf.store), and the event log writer (aiperf.results.mllog), each of which reads
+the fields it keeps from it. A new field is one edit here, plus its migration where the database
+keeps it, instead of one per layer that nothing checked against the others.
 
 The records are plain, frozen and picklable, and know nothing of the database.
 """

@@ -1,5 +1,11 @@
-"""The Store's reads: frozen records and the SQL views' rows, never ORM objects; no claim needed
-(part of aiperf.store.repository.Store; see aiperf.store.base)."""
+"""What every reader of the records reads (`show`, `history`, `compare`, `verify`, the report, a
+resume, the run's recorder checking its own row).
+
+The contract: frozen records (aiperf.store.records) and the SQL views' rows, never ORM objects, so
+nothing can lazy-load after its session closed or write by accident; committed data only; no claim
+needed. Each read is one transaction, retried through transient faults. Safe from any thread: each
+call opens its own session from the engine's pool.
+"""
 
 from __future__ import annotations
 
@@ -45,8 +51,8 @@ class RunWork:
     stepping_s: tuple[float, ...] | None = None  # per trial with phases: train + evaluate seconds
 
 
-class StoreReads(StoreBase):
-    """Every read of the Store."""
+class RunReads(StoreBase):
+    """Every read of the records (this module's contract)."""
 
     @retried
     def search_state(self, run_id: int) -> dict[str, Any] | None:
