@@ -15,7 +15,7 @@ from aiperf.arch import ArchSpec, StageSpec
 from aiperf.config import ValidityConfig
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import Store
+from aiperf.store import RunWork, Store
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
@@ -178,17 +178,19 @@ def plant_run(
         entropy_floor=validity.entropy_floor,
     )
     score = compute_score(
-        work,
-        elapsed_s=elapsed_s,
-        best_val_accuracy=best,
-        val_samples=128,
-        trials_completed=len(trials),
-        budget_s=elapsed_s,
+        RunWork(
+            epochs=work,
+            elapsed_s=elapsed_s,
+            best_val_accuracy=best,
+            val_samples=128,
+            best_val_loss=None
+            if rules.loss_ceiling is None
+            else min((t.val_loss for t in trials), default=None),
+            vocab_size=classes,
+            trials_completed=len(trials),
+            budget_s=elapsed_s,
+        ),
         rules=rules,
-        best_val_loss=None
-        if rules.loss_ceiling is None
-        else min((t.val_loss for t in trials), default=None),
-        vocab_size=classes,
     )
     store.save_score(claim_of(store, run_id), score)
     store.finish_run(claim_of(store, run_id), status=RunStatus.COMPLETED)

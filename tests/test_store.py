@@ -14,7 +14,7 @@ from test_history_data import plant_run, system_facts
 from aiperf.config import ValidityConfig
 from aiperf.results.score import EpochWork, ScoreResult, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import RecordNotFound, RunRecord, Store, SystemRecord, TrialRecord
+from aiperf.store import RecordNotFound, RunRecord, RunWork, Store, SystemRecord, TrialRecord
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC).timestamp()
 
@@ -433,21 +433,29 @@ def test_save_score_stores_every_figure_and_replaces_an_older_one(store):
     run_id = new_run(store)
     rules = ValidityConfig(min_budget_s=0.0, accuracy_floor=0.0)
     older = compute_score(
-        [EpochWork(1, 1, 1, 1, 1, 1)],
-        elapsed_s=1.0,
-        best_val_accuracy=0.1,
-        val_samples=10,
-        trials_completed=1,
-        budget_s=1.0,
+        RunWork(
+            epochs=[EpochWork(1, 1, 1, 1, 1, 1)],
+            elapsed_s=1.0,
+            best_val_accuracy=0.1,
+            val_samples=10,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=1.0,
+        ),
         rules=rules,
     )
     score = compute_score(
-        [EpochWork(64, 32, 300, 100, 30, 10)] * 3,
-        elapsed_s=60.0,
-        best_val_accuracy=0.8,
-        val_samples=32,
-        trials_completed=2,
-        budget_s=60.0,
+        RunWork(
+            epochs=[EpochWork(64, 32, 300, 100, 30, 10)] * 3,
+            elapsed_s=60.0,
+            best_val_accuracy=0.8,
+            val_samples=32,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=2,
+            budget_s=60.0,
+        ),
         rules=ValidityConfig(),
     )
     store.save_score(claim_of(store, run_id), older)
