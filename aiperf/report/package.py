@@ -195,6 +195,7 @@ def _verifications(
 def _write_verification(
     to: Path, record: RunRecord, from_records: list[CheckRecord], from_log: list[CheckRecord]
 ) -> None:
+    """verification.json: both verifications, the stored one, and what ran on the workers."""
     _write_json(
         to / VERIFICATION_FILE,
         {
@@ -209,6 +210,7 @@ def _write_verification(
 
 
 def _write_package_file(to: Path, run_id: int, files: list[str]) -> None:
+    """package.json: the format, the aiperf that wrote it, the run, and every file, sorted."""
     _write_json(
         to / PACKAGE_FILE,
         {
