@@ -19,12 +19,14 @@ def utc(seconds: Any) -> datetime:
 
 
 def whole(value: Any, what: str) -> int:
+    """A count or id: an int of at least 0 (not a bool, which Python counts as one)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} {value!r} is not a whole number of at least 0")
     return value
 
 
 def number(value: Any, what: str) -> float | None:
+    """A figure that may be absent: None, or an int or float (not a bool)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -40,6 +42,7 @@ def present(value: float | None, what: str) -> float:
 
 
 def checked_best_weights(value: Any) -> dict[str, Any] | None:
+    """The best_weights event's value: none, or an object naming the trial, epoch, file and sha256."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -53,12 +56,11 @@ def checked_best_weights(value: Any) -> dict[str, Any] | None:
 
 
 def checked_score(value: Any) -> ScoreResult:
+    """The score event's value as a ScoreResult; a figure a later aiperf adds is left out."""
     if not isinstance(value, dict):
         raise ValueError("the score is not an object")
     names = {f.name for f in fields(ScoreResult)}
-    known = {
-        k: v for k, v in value.items() if k in names
-    }  # a figure a later aiperf adds is left out
+    known = {k: v for k, v in value.items() if k in names}
     try:
         return ScoreResult(**known)
     except TypeError as exc:
