@@ -191,9 +191,11 @@ class _Axes:
     y_ticks: list[float]
 
     def px(self, x: float) -> float:
+        """x's pixel, left to right."""
         return LEFT + x / self.x_ticks[-1] * (WIDTH - LEFT - RIGHT)
 
     def py(self, y: float) -> float:
+        """y's pixel: SVG's y grows downwards, so 0 is at the bottom."""
         return HEIGHT - BOTTOM - y / self.y_ticks[-1] * (HEIGHT - TOP - BOTTOM)
 
 
