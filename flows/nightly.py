@@ -20,9 +20,9 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed, Failed
+from prefect.states import Completed, Failed, State
 
-from aiperf.config import load_config
+from aiperf.config import BenchmarkConfig, load_config
 from aiperf.errors import UserError
 from aiperf.history.regression import (
     DEFAULT_THRESHOLDS,
@@ -96,23 +96,43 @@ def nightly(
     """
     try:
         check_parameters(db, overrides)
-        try:
-            thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
-        except ValueError as error:
-            raise UserError(str(error)) from None
-        if baseline_runs < 1:
-            raise UserError(f"baseline_runs must be at least 1, got {baseline_runs}")
+        thresholds = _thresholds(ops_threshold, regulated_threshold, baseline_runs)
         config = load_config(
             flow_request(profile, budget, workers, db, seed, out, "profile", overrides)
         )
-        night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
-        try:
-            result = benchmark_config.with_options(flow_run_name=night)(config=config)
-        except ResultNotValid as not_valid:  # its regression check says so, as for any invalid run
-            result = not_valid.outcome
+        result = _night(config)
     except UserError as mistake:  # a bad parameter: its one line, no traceback
         return refused(mistake)
     verdict = compare_with_baseline(config.db, result["run_id"], thresholds, baseline_runs)
+    return _ended(verdict)
+
+
+def _thresholds(
+    ops_threshold: float, regulated_threshold: float, baseline_runs: int
+) -> Thresholds:
+    """The night's thresholds and baseline size, checked: a bad one is the user's mistake."""
+    try:
+        thresholds = Thresholds(ops=ops_threshold, regulated_score=regulated_threshold)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if baseline_runs < 1:
+        raise UserError(f"baseline_runs must be at least 1, got {baseline_runs}")
+    return thresholds
+
+
+def _night(config: BenchmarkConfig) -> dict[str, Any]:
+    """The benchmark subflow's outcome, named for the night in the UI; an invalid result's too: its
+    regression check says so, as for any invalid run."""
+    night = f"nightly-{datetime.now(tz=UTC):%Y-%m-%d}"  # the subflow run's name, in the UI
+    try:
+        return benchmark_config.with_options(flow_run_name=night)(config=config)
+    except ResultNotValid as not_valid:
+        return not_valid.outcome
+
+
+def _ended(verdict: RegressionVerdict) -> State:
+    """Completed with the night's summary, or Failed carrying it when the score fell (or the result
+    is not valid)."""
     summary = {
         "run_id": verdict.run_id,
         "ops": verdict.ops,

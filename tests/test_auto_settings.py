@@ -32,7 +32,7 @@ from aiperf.results.division import (
 from aiperf.results.mllog import read_run
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import load_ruleset
-from aiperf.store import Store
+from aiperf.store import RunWork, Store
 from aiperf.train.auto import (
     DeviceFacts,
     batch_sizes,
@@ -336,12 +336,16 @@ def test_a_run_stores_what_it_resolved_and_verifies(tmp_path):
         record = store.get_run(run_id)
         stored = BenchmarkConfig.model_validate(record.config)
         score = compute_score(
-            [EpochWork(1000, 100, 10**9, 3 * 10**8, 10**9, 3 * 10**8)],
-            elapsed_s=config.budget_s,
-            best_val_accuracy=0.75,
-            val_samples=50000,
-            trials_completed=1,
-            budget_s=config.budget_s,
+            RunWork(
+                epochs=[EpochWork(1000, 100, 10**9, 3 * 10**8, 10**9, 3 * 10**8)],
+                elapsed_s=config.budget_s,
+                best_val_accuracy=0.75,
+                val_samples=50000,
+                best_val_loss=None,
+                vocab_size=0,
+                trials_completed=1,
+                budget_s=config.budget_s,
+            ),
             rules=stored.validity,
         )
         store.save_score(recorder.claim, score, ruleset=record.ruleset)

@@ -17,7 +17,7 @@ from aiperf.config import ValidityConfig
 from aiperf.lifecycle.recorder import Turn
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.status import RunStatus, TrialStatus
-from aiperf.store import EpochReport, RunStart, Store, TrialBuilt, TrialEnd
+from aiperf.store import EpochReport, RunStart, RunWork, Store, TrialBuilt, TrialEnd
 
 
 def system_facts(name: str = "node-a", fingerprint: str | None = None) -> dict:
@@ -197,17 +197,19 @@ def plant_run(
         entropy_floor=validity.entropy_floor,
     )
     score = compute_score(
-        work,
-        elapsed_s=elapsed_s,
-        best_val_accuracy=best,
-        val_samples=128,
-        trials_completed=len(trials),
-        budget_s=elapsed_s,
+        RunWork(
+            epochs=work,
+            elapsed_s=elapsed_s,
+            best_val_accuracy=best,
+            val_samples=128,
+            best_val_loss=None
+            if rules.loss_ceiling is None
+            else min((t.val_loss for t in trials), default=None),
+            vocab_size=classes,
+            trials_completed=len(trials),
+            budget_s=elapsed_s,
+        ),
         rules=rules,
-        best_val_loss=None
-        if rules.loss_ceiling is None
-        else min((t.val_loss for t in trials), default=None),
-        vocab_size=classes,
     )
     store.save_score(claim_of(store, run_id), score)
     store.finish_run(claim_of(store, run_id), status=RunStatus.COMPLETED)

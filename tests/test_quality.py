@@ -11,6 +11,7 @@ import pytest
 from aiperf import quality
 from aiperf.config import ValidityConfig, load_config
 from aiperf.results.score import compute_score, known_in_advance, verdict
+from aiperf.store import RunWork
 from aiperf.store.records import EpochWork
 
 LM_RULES = ValidityConfig(min_budget_s=60.0, accuracy_floor=0.0, loss_ceiling=3.0)
@@ -63,28 +64,32 @@ def test_an_lm_result_is_judged_by_its_loss_ceiling_not_by_accuracy():
 def test_an_lm_score_is_regulated_by_its_loss_and_vocabulary():
     work = [EpochWork(100, 50, 10, 5, 30, 10)]
     score = compute_score(
-        work,
-        elapsed_s=10.0,
-        best_val_accuracy=0.4,
-        val_samples=50,
-        trials_completed=1,
-        budget_s=60.0,
+        RunWork(
+            epochs=work,
+            elapsed_s=10.0,
+            best_val_accuracy=0.4,
+            val_samples=50,
+            best_val_loss=2.0,
+            vocab_size=256,
+            trials_completed=1,
+            budget_s=60.0,
+        ),
         rules=LM_RULES,
-        best_val_loss=2.0,
-        vocab_size=256,
     )
     assert score.valid and score.best_val_loss == 2.0
     assert score.regulated_score == pytest.approx(score.ops * (math.log(256) - 2.0))
     cnn = compute_score(
-        work,
-        elapsed_s=10.0,
-        best_val_accuracy=0.4,
-        val_samples=50,
-        trials_completed=1,
-        budget_s=60.0,
+        RunWork(
+            epochs=work,
+            elapsed_s=10.0,
+            best_val_accuracy=0.4,
+            val_samples=50,
+            best_val_loss=2.0,
+            vocab_size=256,
+            trials_completed=1,
+            budget_s=60.0,
+        ),
         rules=CNN_RULES,
-        best_val_loss=2.0,
-        vocab_size=256,
     )
     assert cnn.best_val_loss is None
     assert cnn.regulated_score == pytest.approx(cnn.ops * abs(math.log(1 - 0.4)))

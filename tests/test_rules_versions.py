@@ -28,7 +28,7 @@ from aiperf.results import record_checks, verify
 from aiperf.results.division import CLOSED, OPEN, classify, judging_rules, with_recipe_of
 from aiperf.results.score import EpochWork, compute_score
 from aiperf.rules import available_rulesets, load_ruleset
-from aiperf.store import RunStart, Store
+from aiperf.store import RunStart, RunWork, Store
 
 V10, V11, V12 = "aiperf-rules-1.0", "aiperf-rules-1.1", "aiperf-rules-1.2"
 V13, V14, V16 = "aiperf-rules-1.3", "aiperf-rules-1.4", "aiperf-rules-1.6"
@@ -219,12 +219,16 @@ def test_a_stored_1_0_run_is_judged_by_1_0(tmp_path, precision):
         stored_config = BenchmarkConfig.model_validate(store.get_run(run_id).config)
         rules = judging_rules(stored_config)
         score = compute_score(
-            [EpochWork(1000, 100, 10**9, 3 * 10**8, 10**9, 3 * 10**8)],
-            elapsed_s=config.budget_s,
-            best_val_accuracy=0.15,
-            val_samples=50000,
-            trials_completed=1,
-            budget_s=config.budget_s,
+            RunWork(
+                epochs=[EpochWork(1000, 100, 10**9, 3 * 10**8, 10**9, 3 * 10**8)],
+                elapsed_s=config.budget_s,
+                best_val_accuracy=0.15,
+                val_samples=50000,
+                best_val_loss=None,
+                vocab_size=0,
+                trials_completed=1,
+                budget_s=config.budget_s,
+            ),
             rules=rules,
         )
         store.save_score(claim_of(store, run_id), score, ruleset=division.ruleset)

@@ -12,18 +12,22 @@ from aiperf.results.score import (
     validity_label,
     verified_score,
 )
-from aiperf.store import CheckRecord
+from aiperf.store import CheckRecord, RunWork
 
 
 def test_ops_is_every_counted_sample_over_elapsed():
     work = [EpochWork(100, 50, 30, 10, 20, 7), EpochWork(40, 0, 30, 10, 20, 7)]
     score = compute_score(
-        work,
-        elapsed_s=10.0,
-        best_val_accuracy=0.5,
-        val_samples=50,
-        trials_completed=1,
-        budget_s=100,
+        RunWork(
+            epochs=work,
+            elapsed_s=10.0,
+            best_val_accuracy=0.5,
+            val_samples=50,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=100,
+        ),
         rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.1),
     )
     assert score.total_ops == 100 * 30 + 50 * 10 + 40 * 30
@@ -41,12 +45,16 @@ def test_accuracy_is_capped_by_the_validation_set_size():
 
 def test_verdict_names_every_broken_rule():
     score = compute_score(
-        [],
-        elapsed_s=5,
-        best_val_accuracy=0.05,
-        val_samples=10,
-        trials_completed=0,
-        budget_s=5,
+        RunWork(
+            epochs=[],
+            elapsed_s=5,
+            best_val_accuracy=0.05,
+            val_samples=10,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=0,
+            budget_s=5,
+        ),
         rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.2),
     )
     assert not score.valid
@@ -57,12 +65,16 @@ def test_verdict_names_every_broken_rule():
 
 def _valid_score():
     return compute_score(
-        [EpochWork(100, 50, 30, 10, 20, 7)],
-        elapsed_s=10.0,
-        best_val_accuracy=0.5,
-        val_samples=50,
-        trials_completed=1,
-        budget_s=100,
+        RunWork(
+            epochs=[EpochWork(100, 50, 30, 10, 20, 7)],
+            elapsed_s=10.0,
+            best_val_accuracy=0.5,
+            val_samples=50,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=100,
+        ),
         rules=ValidityConfig(min_budget_s=60, accuracy_floor=0.1),
     )
 

@@ -14,6 +14,7 @@ from conftest import TINY, scored
 
 from aiperf.config import ValidityConfig, load_config
 from aiperf.results.score import compute_score
+from aiperf.store import RunWork
 from aiperf.train.messages import TrialRequest
 from aiperf.train.simulated import (
     SimulatedLauncher,
@@ -90,23 +91,31 @@ def test_run_simulated_trial_reports_each_epoch_as_it_ends():
 
 def test_a_simulated_result_is_always_invalid():
     score = compute_score(
-        [],
-        elapsed_s=10.0,
-        best_val_accuracy=0.9,
-        val_samples=1000,
-        trials_completed=5,
-        budget_s=1e6,
+        RunWork(
+            epochs=[],
+            elapsed_s=10.0,
+            best_val_accuracy=0.9,
+            val_samples=1000,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=5,
+            budget_s=1e6,
+        ),
         rules=ValidityConfig(),
         simulated=True,
     )
     assert not score.valid and any("simulated" in r for r in score.reasons)
     real = compute_score(
-        [],
-        elapsed_s=10.0,
-        best_val_accuracy=0.9,
-        val_samples=1000,
-        trials_completed=5,
-        budget_s=1e6,
+        RunWork(
+            epochs=[],
+            elapsed_s=10.0,
+            best_val_accuracy=0.9,
+            val_samples=1000,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=5,
+            budget_s=1e6,
+        ),
         rules=ValidityConfig(),
     )
     assert real.valid

@@ -27,6 +27,7 @@ from aiperf.store import (
     RecordNotFound,
     RunRecord,
     RunStart,
+    RunWork,
     Store,
     SystemRecord,
     TrialBuilt,
@@ -430,21 +431,29 @@ def test_save_score_stores_every_figure_and_replaces_an_older_one(store):
     run_id = new_run(store)
     rules = ValidityConfig(min_budget_s=0.0, accuracy_floor=0.0)
     older = compute_score(
-        [EpochWork(1, 1, 1, 1, 1, 1)],
-        elapsed_s=1.0,
-        best_val_accuracy=0.1,
-        val_samples=10,
-        trials_completed=1,
-        budget_s=1.0,
+        RunWork(
+            epochs=[EpochWork(1, 1, 1, 1, 1, 1)],
+            elapsed_s=1.0,
+            best_val_accuracy=0.1,
+            val_samples=10,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=1.0,
+        ),
         rules=rules,
     )
     score = compute_score(
-        [EpochWork(64, 32, 300, 100, 30, 10)] * 3,
-        elapsed_s=60.0,
-        best_val_accuracy=0.8,
-        val_samples=32,
-        trials_completed=2,
-        budget_s=60.0,
+        RunWork(
+            epochs=[EpochWork(64, 32, 300, 100, 30, 10)] * 3,
+            elapsed_s=60.0,
+            best_val_accuracy=0.8,
+            val_samples=32,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=2,
+            budget_s=60.0,
+        ),
         rules=ValidityConfig(),
     )
     store.save_score(claim_of(store, run_id), older)

@@ -28,7 +28,7 @@ from aiperf.results.score import (
 )
 from aiperf.search.space import architecture
 from aiperf.status import TrialStatus
-from aiperf.store import Store, window_seconds
+from aiperf.store import RunWork, Store, window_seconds
 from aiperf.store.records import TRIAL_PHASE_COLUMNS, TrialPhases
 from aiperf.train import phases as phases_module
 from aiperf.train.messages import TrialRequest
@@ -237,27 +237,35 @@ def test_mfu_and_utilisation_are_plain_arithmetic():
     work = [EpochWork(64, 32, 300, 100, 30, 10)]
     rules = ValidityConfig(min_budget_s=0.0, accuracy_floor=0.0)
     score = compute_score(
-        work,
-        elapsed_s=10.0,
-        best_val_accuracy=0.5,
-        val_samples=32,
-        trials_completed=1,
-        budget_s=10.0,
+        RunWork(
+            epochs=work,
+            elapsed_s=10.0,
+            best_val_accuracy=0.5,
+            val_samples=32,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=10.0,
+            workers=2,
+            peak_flops=100.0,
+            stepping_s=[4.0],
+        ),
         rules=rules,
-        peak_flops=100.0,
-        stepping_s=[4.0],
-        workers=2,
     )
     assert score.mfu == pytest.approx(
         score.tensor_ops / 100.0
     ) and score.utilisation == pytest.approx(0.2)
     older = compute_score(
-        work,
-        elapsed_s=10.0,
-        best_val_accuracy=0.5,
-        val_samples=32,
-        trials_completed=1,
-        budget_s=10.0,
+        RunWork(
+            epochs=work,
+            elapsed_s=10.0,
+            best_val_accuracy=0.5,
+            val_samples=32,
+            best_val_loss=None,
+            vocab_size=0,
+            trials_completed=1,
+            budget_s=10.0,
+        ),
         rules=rules,
     )
     assert older.mfu is None and older.utilisation is None
@@ -300,16 +308,20 @@ def test_store_records_phases_peaks_and_the_new_figures(db_url):
         work = store.run_work(run_id)
         assert (work.workers, work.peak_flops, work.stepping_s) == (2, 4e11, (36.0,))
         score = compute_score(
-            work.epochs,
-            elapsed_s=work.elapsed_s,
-            best_val_accuracy=work.best_val_accuracy,
-            val_samples=work.val_samples,
-            trials_completed=work.trials_completed,
-            budget_s=work.budget_s,
+            RunWork(
+                epochs=work.epochs,
+                elapsed_s=work.elapsed_s,
+                best_val_accuracy=work.best_val_accuracy,
+                val_samples=work.val_samples,
+                best_val_loss=None,
+                vocab_size=0,
+                trials_completed=work.trials_completed,
+                budget_s=work.budget_s,
+                workers=work.workers,
+                peak_flops=work.peak_flops,
+                stepping_s=work.stepping_s,
+            ),
             rules=ValidityConfig(),
-            peak_flops=work.peak_flops,
-            stepping_s=work.stepping_s,
-            workers=work.workers,
         )
         store.save_score(claim_of(store, run_id), score)
         record = store.get_run(run_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -19,7 +19,7 @@ from aiperf.history.query import RunPair
 from aiperf.report.summary import for_review, verdict_text
 from aiperf.results.overhead import overhead
 from aiperf.results.score import validity_label
-from aiperf.results.trial_figures import run_trial_figures
+from aiperf.results.trial_figures import TrialFigures, run_trial_figures
 from aiperf.store import CheckRecord, RunRecord, RunScoreRow
 
 
@@ -63,10 +63,15 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
     }
     if not with_trials:
         return out
+    return out | _run_details(record)
+
+
+def _run_details(record: RunRecord) -> dict[str, Any]:
+    """What `aiperf show` adds to a run's line: its verdict, score, settings, feed, checks and
+    every trial."""
+    score = record.score
     figures = run_trial_figures(record)
-    # a trial's parent by its number, as the trials themselves are named
-    numbers: dict[int | None, int] = {t.id: t.number for t in record.trials}
-    out |= {
+    return {
         "verdict": verdict_text(record),
         "message": record.message,
         "score": score.to_dict() if score else None,
@@ -81,26 +86,31 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "reference_rates": [dict(r) for r in record.reference_rates],
         "trials_vs_bare_keras": overhead(record).to_dict(),
         "verification": checks_json(record.verification or ()),
-        "trials": [
-            {
-                "number": t.number,
-                "status": str(t.status),
-                "worker": t.worker,
-                "operator": t.operator,
-                "parent": numbers.get(t.parent_trial_id),
-                "inherited_epoch": t.inherited_epoch,
-                "parameters": t.parameters,
-                "best_val_accuracy": t.best_val_accuracy,
-                "best_val_loss": t.best_val_loss,
-                "epochs": len(t.epochs),
-                "train_ops_per_sample": t.train_ops_per_sample,
-                "devices": t.devices,
-                **figures[t.id].to_dict(),  # samples_per_s, tokens_per_s, mfu, compile_share
-            }
-            for t in record.trials
-        ],
+        "trials": _trials_json(record, figures),
     }
-    return out
+
+
+def _trials_json(record: RunRecord, figures: Mapping[int, TrialFigures]) -> list[dict[str, Any]]:
+    """Each trial of the run, its parent by number, as the trials themselves are named."""
+    numbers: dict[int | None, int] = {t.id: t.number for t in record.trials}
+    return [
+        {
+            "number": t.number,
+            "status": str(t.status),
+            "worker": t.worker,
+            "operator": t.operator,
+            "parent": numbers.get(t.parent_trial_id),
+            "inherited_epoch": t.inherited_epoch,
+            "parameters": t.parameters,
+            "best_val_accuracy": t.best_val_accuracy,
+            "best_val_loss": t.best_val_loss,
+            "epochs": len(t.epochs),
+            "train_ops_per_sample": t.train_ops_per_sample,
+            "devices": t.devices,
+            **figures[t.id].to_dict(),  # samples_per_s, tokens_per_s, mfu, compile_share
+        }
+        for t in record.trials
+    ]
 
 
 def recipe_json(record: RunRecord) -> dict[str, Any]:

@@ -143,13 +143,26 @@ def user_prologue(config: BenchmarkConfig) -> list[str]:
     return [*site, *config.cluster.prologue]
 
 
-def job_plan(
-    config: BenchmarkConfig, prefect_api_url: str | None, log_directory: str | None = None
-) -> JobPlan:
-    """Jobs, workers and the dask-jobqueue arguments for a run on a batch queue."""
-    c: ClusterConfig = config.cluster
-    queue_kind = QUEUES[c.kind]
-    settings = jobqueue_defaults(c.kind)
+@dataclass(frozen=True)
+class _JobShape:
+    """The numbers a run's jobs are cut to: decided once, then read by the prologue and the arguments."""
+
+    cores: int  # per job
+    memory: str  # per job
+    devices: int  # per trial, so per worker
+    per_job: int  # workers
+    walltime_s: float
+    lifetime_s: float
+    stagger_s: float
+
+    @property
+    def cores_per_worker(self) -> int:
+        return max(1, self.cores // self.per_job)
+
+
+def _job_shape(c: ClusterConfig, settings: dict[str, Any]) -> _JobShape:
+    """Cores, memory, workers per job and the walltime, from the profile over the site's settings;
+    a job too small for its workers, or a walltime that does not parse, is the user's to fix."""
     cores = int(c.cores or settings.get("cores") or 1)
     memory = str(c.memory or settings.get("memory") or "2GB")
     devices = trial_devices(c)  # a worker owns what one trial trains across
@@ -165,37 +178,58 @@ def job_plan(
     except ValueError as exc:
         raise UserError(f"cluster.walltime: {exc}") from None
     lifetime, stagger = worker_lifetime(walltime_s)
-    cores_per_worker = max(1, cores // per_job)
-    resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}={devices}" if c.gpus else "")
+    return _JobShape(cores, memory, devices, per_job, walltime_s, lifetime, stagger)
 
+
+def _job_prologue(
+    config: BenchmarkConfig, shape: _JobShape, prefect_api_url: str | None
+) -> list[str]:
+    """The shell lines a job runs before its workers start, in an order that decides who wins.
+
+    Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
+    run's Keras backend comes last: it is recorded with the run, so no site line may change it.
+    The very first line drops the database's secrets, which a batch system copies from the
+    submitting shell by default (sbatch --export=ALL, qsub -V): workers never connect to it.
+    """
+    c = config.cluster
     env = worker_environment(
-        cores_per_worker,
+        shape.cores_per_worker,
         prefect_api_url,
         gpus=c.gpus,
-        devices=devices,
+        devices=shape.devices,
         on_cpus=config.train.device == "cpu",
     )
-    # Ours first, then the site's and the profile's lines, so a user's PREFECT_API_URL wins; the
-    # run's Keras backend comes last: it is recorded with the run, so no site line may change it.
-    # The very first line drops the database's secrets, which a batch system copies from the
-    # submitting shell by default (sbatch --export=ALL, qsub -V): workers never connect to it.
     prologue = [f"unset {' '.join(SECRET_ENVIRONMENT)}"]
-    if queue_kind.workdir_line:
-        prologue.append(queue_kind.workdir_line)  # relative data paths resolve
+    workdir_line = QUEUES[c.kind].workdir_line
+    if workdir_line:
+        prologue.append(workdir_line)  # relative data paths resolve
     prologue += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     prologue.append(f"export {JOB_STARTED_ENV}=$(date +%s)")
-    prologue.append(f"export {LIFETIME_ENV}={lifetime:.0f},{stagger:.0f}")
+    prologue.append(f"export {LIFETIME_ENV}={shape.lifetime_s:.0f},{shape.stagger_s:.0f}")
     prologue += user_prologue(config)
     prologue.append(f"export {BACKEND_ENV}={shlex.quote(config.train.backend)}")
+    return prologue
+
+
+def _cluster_kwargs(
+    config: BenchmarkConfig,
+    settings: dict[str, Any],
+    shape: _JobShape,
+    prologue: list[str],
+) -> dict[str, Any]:
+    """The arguments every dask-jobqueue cluster of a run gets, whatever the site set."""
+    c = config.cluster
+    queue_kind = QUEUES[c.kind]
     directives = list(settings.get("job-extra-directives") or [])
     if c.gpus:
         directives.append(queue_kind.gpu_directive.format(gpus=c.gpus))
-
-    kwargs: dict[str, Any] = {
-        "cores": cores,
-        "memory": memory,
-        "processes": per_job,
-        "walltime": format_walltime(walltime_s, queue_kind.walltime_fields),
+    resources = f"{TRIAL_RESOURCE}=1" + (f",{GPU_RESOURCE}={shape.devices}" if c.gpus else "")
+    backstop_s = (shape.lifetime_s + shape.stagger_s + shape.walltime_s) / 2
+    return {
+        "cores": shape.cores,
+        "memory": shape.memory,
+        "processes": shape.per_job,
+        "walltime": format_walltime(shape.walltime_s, queue_kind.walltime_fields),
         "job_name": settings.get("name") or "aiperf-worker",
         "job_script_prologue": prologue,
         "job_extra_directives": directives,
@@ -205,12 +239,23 @@ def job_plan(
             "--resources",
             resources,
             "--lifetime",
-            f"{(lifetime + stagger + walltime_s) / 2:.0f}s",
+            f"{backstop_s:.0f}s",
             "--preload",
             PRELOAD,
         ],
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # any free port
     }
+
+
+def _add_site_kwargs(
+    kwargs: dict[str, Any],
+    c: ClusterConfig,
+    settings: dict[str, Any],
+    log_directory: str | None,
+) -> None:
+    """The arguments only some sites set (queue, account, interface, ...), and the jobs' log folder,
+    added to `kwargs` where given."""
+    queue_kind = QUEUES[c.kind]
     for key in ("death-timeout", "local-directory"):
         if settings.get(key) is not None:
             kwargs[key.replace("-", "_")] = settings[key]
@@ -226,24 +271,35 @@ def job_plan(
         kwargs["scheduler_options"]["interface"] = interface
     if log_directory:
         if any(
-            c.isspace() for c in log_directory
+            ch.isspace() for ch in log_directory
         ):  # a directive's words would become options of their own
             raise UserError(
                 f"out folder {log_directory!r}: batch job directives cannot hold a path with spaces; "
                 "choose --out without them"
             )
         kwargs["log_directory"] = log_directory
-    jobs = max(1, math.ceil(config.workers / per_job))
+
+
+def job_plan(
+    config: BenchmarkConfig, prefect_api_url: str | None, log_directory: str | None = None
+) -> JobPlan:
+    """Jobs, workers and the dask-jobqueue arguments for a run on a batch queue."""
+    c: ClusterConfig = config.cluster
+    settings = jobqueue_defaults(c.kind)
+    shape = _job_shape(c, settings)
+    prologue = _job_prologue(config, shape, prefect_api_url)
+    kwargs = _cluster_kwargs(config, settings, shape, prologue)
+    _add_site_kwargs(kwargs, c, settings, log_directory)
     return JobPlan(
         kind=c.kind,
-        jobs=jobs,
-        workers_per_job=per_job,
-        cores=cores,
-        memory=memory,
+        jobs=max(1, math.ceil(config.workers / shape.per_job)),
+        workers_per_job=shape.per_job,
+        cores=shape.cores,
+        memory=shape.memory,
         gpus=c.gpus,
         walltime=kwargs["walltime"],
-        lifetime_s=lifetime,
-        stagger_s=stagger,
+        lifetime_s=shape.lifetime_s,
+        stagger_s=shape.stagger_s,
         adaptive=c.adaptive,
         kwargs=kwargs,
     )

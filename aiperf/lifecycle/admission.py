@@ -21,7 +21,7 @@ import keras_tuner as kt
 from aiperf import paths
 from aiperf.config import BenchmarkConfig, trial_devices
 from aiperf.lifecycle.proposals import OracleThread, retrain
-from aiperf.lifecycle.recorder import RunRecorder
+from aiperf.lifecycle.recorder import RunRecorder, Turn
 from aiperf.search import space
 from aiperf.search.schedule import epochs_for
 from aiperf.status import TrialStatus
@@ -73,6 +73,16 @@ class Launch:
     trial: kt.engine.trial.Trial
     values: dict[str, Any]
     seed_number: int | None = None  # a retrained trial keeps the weight seed of the one it repeats
+
+
+@dataclass(frozen=True)
+class _Numbered:
+    """A trial as its creation numbered it: the key the oracle gave it, its number, epochs and seed."""
+
+    key: str
+    number: int
+    epochs: int
+    seed: int
 
 
 class Admission:
@@ -154,83 +164,8 @@ class Admission:
         turn = self.recorder.turn()
         if state is not None:
             turn.search_state(self.config.search.oracle, state)
-        requests: list[tuple[Launch, TrialRequest, str | None]] = []
         started_at = time.time()
-        for launch in launches:
-            values = launch.values
-            proposal = space.decode(values, self.image_shape, self.num_classes)
-            number = self.created
-            self.created += 1
-            epochs = proposal.epochs or epochs_for(
-                number, self.config.workers, self.config.train.epochs
-            )
-            architecture = proposal.architecture
-            hyperparameters = {k: v for k, v in values.items() if k != space.ARCHITECTURE}
-            parent_trial_id = self.trial_ids.get(proposal.parent_key or "")
-            seed = trial_seed(
-                self.config.seed, number if launch.seed_number is None else launch.seed_number
-            )
-            key = launch.trial.trial_id
-            turn.trial_created(
-                TrialStart(
-                    trial_key=key,
-                    number=number,
-                    started_at=started_at,
-                    parent_trial_id=parent_trial_id,
-                    operator=proposal.operator,
-                    architecture=architecture,
-                    hyperparameters=hyperparameters,
-                    epochs=epochs,
-                    seed=seed,
-                )
-            )
-            requests.append(
-                (
-                    launch,
-                    TrialRequest(
-                        run_id=self.run_id,
-                        trial_key=key,
-                        architecture=architecture,
-                        learning_rate=scaled_rate(
-                            proposal.learning_rate,
-                            proposal.batch_size * trial_devices(self.config.cluster),
-                            self.config.train.lr_reference_batch,
-                        ),
-                        batch_size=proposal.batch_size,
-                        epochs=epochs,
-                        deadline=deadline,
-                        data_path=self.data_path,
-                        seed=seed,
-                        optimizer=self.config.train.optimizer,
-                        momentum=self.config.train.momentum,
-                        dropout=proposal.dropout,
-                        early_stopping_patience=self.config.train.early_stopping_patience,
-                        events_topic=self.events_topic,
-                        precision=self.config.train.precision,
-                        jit_compile=self.config.train.jit_compile,
-                        lr_schedule=self.config.train.lr_schedule,
-                        # searched per trial on the LM track (None: the profile's train settings)
-                        warmup_epochs=_either(
-                            proposal.warmup_epochs, self.config.train.warmup_epochs
-                        ),
-                        weight_decay=_either(
-                            proposal.weight_decay, self.config.train.weight_decay
-                        ),
-                        label_smoothing=self.config.train.label_smoothing,
-                        devices=trial_devices(self.config.cluster),
-                        fit_headroom=fit_rule(self.config.ruleset).headroom,
-                        weights_path=self._weights_path(number),
-                        feed=self.config.data.feed,
-                        attention=self.config.train.attention,
-                        beta_2=self.config.train.beta_2,
-                        clip_norm=self.config.train.clip_norm,
-                        lr_floor=self.config.train.lr_floor,
-                        **self._inheritance(proposal.parent_key),
-                    ),
-                    proposal.operator,
-                )
-            )
-            self.lineage[key] = (number, architecture)
+        requests = [self._record(turn, launch, started_at, deadline) for launch in launches]
         trial_ids = self.recorder.commit(turn)
         for (launch, request, operator), trial_id in zip(requests, trial_ids, strict=True):
             key = launch.trial.trial_id
@@ -241,6 +176,84 @@ class Admission:
                 trial_id, launch.trial, handle, request.global_batch, operator=operator
             )
             log.info("trial %s started: %s", key, operator or launch.values)
+
+    def _record(
+        self, turn: Turn, launch: Launch, started_at: float, deadline: float
+    ) -> tuple[Launch, TrialRequest, str | None]:
+        """Number one trial, add its creation to the turn and make its request (sent only once the
+        turn is committed); its operator comes back for the line its start logs."""
+        values = launch.values
+        proposal = space.decode(values, self.image_shape, self.num_classes)
+        number = self.created
+        self.created += 1
+        epochs = proposal.epochs or epochs_for(
+            number, self.config.workers, self.config.train.epochs
+        )
+        seed = trial_seed(
+            self.config.seed, number if launch.seed_number is None else launch.seed_number
+        )
+        key = launch.trial.trial_id
+        turn.trial_created(
+            TrialStart(
+                trial_key=key,
+                number=number,
+                started_at=started_at,
+                parent_trial_id=self.trial_ids.get(proposal.parent_key or ""),
+                operator=proposal.operator,
+                architecture=proposal.architecture,
+                hyperparameters={k: v for k, v in values.items() if k != space.ARCHITECTURE},
+                epochs=epochs,
+                seed=seed,
+            )
+        )
+        request = self._request(
+            proposal, _Numbered(key=key, number=number, epochs=epochs, seed=seed), deadline
+        )
+        self.lineage[key] = (number, proposal.architecture)
+        return launch, request, proposal.operator
+
+    def _request(
+        self, proposal: space.Proposal, trial: _Numbered, deadline: float
+    ) -> TrialRequest:
+        """What a worker needs to train the trial: the proposal's choices over the profile's
+        train settings, and where a grown child finds its parent."""
+        train = self.config.train
+        return TrialRequest(
+            run_id=self.run_id,
+            trial_key=trial.key,
+            architecture=proposal.architecture,
+            learning_rate=scaled_rate(
+                proposal.learning_rate,
+                proposal.batch_size * trial_devices(self.config.cluster),
+                train.lr_reference_batch,
+            ),
+            batch_size=proposal.batch_size,
+            epochs=trial.epochs,
+            deadline=deadline,
+            data_path=self.data_path,
+            seed=trial.seed,
+            optimizer=train.optimizer,
+            momentum=train.momentum,
+            dropout=proposal.dropout,
+            early_stopping_patience=train.early_stopping_patience,
+            events_topic=self.events_topic,
+            precision=train.precision,
+            jit_compile=train.jit_compile,
+            lr_schedule=train.lr_schedule,
+            # searched per trial on the LM track (None: the profile's train settings)
+            warmup_epochs=_either(proposal.warmup_epochs, train.warmup_epochs),
+            weight_decay=_either(proposal.weight_decay, train.weight_decay),
+            label_smoothing=train.label_smoothing,
+            devices=trial_devices(self.config.cluster),
+            fit_headroom=fit_rule(self.config.ruleset).headroom,
+            weights_path=self._weights_path(trial.number),
+            feed=self.config.data.feed,
+            attention=train.attention,
+            beta_2=train.beta_2,
+            clip_norm=train.clip_norm,
+            lr_floor=train.lr_floor,
+            **self._inheritance(proposal.parent_key),
+        )
 
     def _inheritance(self, parent_key: str | None) -> dict[str, Any]:
         """What a grown child needs to continue its parent (search.inherit): the parent's

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from aiperf import paths
 from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
+from aiperf.data.staging import Manifest
 from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.fitcheck import fit_seed
@@ -172,51 +173,87 @@ def run_benchmark(
             "recorded" if resume is None else "resumed",
             safe_url(config.db),
         )
-        foreseen = known_in_advance(
-            budget_s=config.budget_s,
-            rules=config.validity,
-            simulated=config.train.trainer == "simulated",
-        )
-        if foreseen:
-            logger.warning(
-                "run %d: its result will be INVALID whatever it measures: %s",
-                run_id,
-                "; ".join(foreseen),
-            )
+        _warn_foreseen(config, run_id, logger)
         with recorder.failed_on_error():
             stages.recorded(
                 config, run_id, paths.event_log_path(config.out, config.db, run_id).resolve()
             )
-        # The heartbeat shows the run alive; SIGTERM and SIGINT end it interrupted, not failed.
-        with liveness.heartbeat(recorder), liveness.stop_on_signals():
-            try:
-                scored = search_until_deadline(
-                    config,
-                    recorder,
-                    stages,
-                    logger,
-                    resumed=resume is not None,
-                    then=partial(score_and_verify, config, recorder.claim, stages),
-                )
-                assert scored is not None  # `then` ran, with the workers up
-                score, checks = scored
-            except RunTakenOver:  # another process writes the run now: not one more record
-                raise
-            except BaseException as exc:
-                ended = (
-                    RunStatus.INTERRUPTED
-                    if isinstance(exc, (KeyboardInterrupt, SystemExit))
-                    else RunStatus.FAILED
-                )
-                try:
-                    recorder.run_stopped(ended, f"{type(exc).__name__}: {exc}")
-                except OSError as log_error:  # a full disk: the database has the run's end
-                    logger.warning("run %d: its event log was not closed: %s", run_id, log_error)
-                raise
-            recorder.run_stopped(RunStatus.COMPLETED)
+        score, checks = _search_and_score(
+            config, recorder, stages, logger, resumed=resume is not None
+        )
         score = verified_score(score, checks)  # as verify_and_record stored it
     log_outcome(run_id, score, checks, logger)
-    try:  # the run is scored and completed: a report that fails to publish does not undo that
+    _publish(config, stages, run_id, score, logger)
+    return RunOutcome(run_id, score, all(c.passed for c in checks))
+
+
+def _warn_foreseen(
+    config: BenchmarkConfig, run_id: int, logger: logging.Logger | logging.LoggerAdapter
+) -> None:
+    """A result the config makes INVALID whatever the run measures is said before it starts."""
+    foreseen = known_in_advance(
+        budget_s=config.budget_s,
+        rules=config.validity,
+        simulated=config.train.trainer == "simulated",
+    )
+    if foreseen:
+        logger.warning(
+            "run %d: its result will be INVALID whatever it measures: %s",
+            run_id,
+            "; ".join(foreseen),
+        )
+
+
+def _search_and_score(
+    config: BenchmarkConfig,
+    recorder: RunRecorder,
+    stages: Stages,
+    logger: logging.Logger | logging.LoggerAdapter,
+    *,
+    resumed: bool,
+) -> tuple[ScoreResult, list[CheckRecord]]:
+    """The search, then the score and checks, with the run recorded as it ends: completed, or
+    interrupted or failed by what stopped it (that error goes on up). The heartbeat shows the run
+    alive; SIGTERM and SIGINT end it interrupted, not failed."""
+    with liveness.heartbeat(recorder), liveness.stop_on_signals():
+        try:
+            scored = search_until_deadline(
+                config,
+                recorder,
+                stages,
+                logger,
+                resumed=resumed,
+                then=partial(score_and_verify, config, recorder.claim, stages),
+            )
+            assert scored is not None  # `then` ran, with the workers up
+        except RunTakenOver:  # another process writes the run now: not one more record
+            raise
+        except BaseException as exc:
+            ended = (
+                RunStatus.INTERRUPTED
+                if isinstance(exc, (KeyboardInterrupt, SystemExit))
+                else RunStatus.FAILED
+            )
+            try:
+                recorder.run_stopped(ended, f"{type(exc).__name__}: {exc}")
+            except OSError as log_error:  # a full disk: the database has the run's end
+                logger.warning(
+                    "run %d: its event log was not closed: %s", recorder.run_id, log_error
+                )
+            raise
+        recorder.run_stopped(RunStatus.COMPLETED)
+    return scored
+
+
+def _publish(
+    config: BenchmarkConfig,
+    stages: Stages,
+    run_id: int,
+    score: ScoreResult,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """The run is scored and completed: a report that fails to publish does not undo that."""
+    try:
         stages.publish(config, run_id, score)
     except Exception as exc:
         logger.warning(
@@ -225,7 +262,6 @@ def run_benchmark(
             type(exc).__name__,
             exc,
         )
-    return RunOutcome(run_id, score, all(c.passed for c in checks))
 
 
 def log_outcome(
@@ -268,19 +304,7 @@ def search_until_deadline(
         manifest = stages.stage_dataset(
             config, recorder.claim, cluster.scheduler_address, cluster.security
         )
-        # Warm-up and peaks come before anything reads what the profile leaves to the devices
-        # (train.precision auto, search.space.batch_per_gib): the system description, the oracle
-        # and the trials see the settings the run resolved from them.
-        listed = config.search.space.batch_size
-        config = prepare_workers(config, recorder, trials.client, logger, resumed=resumed)
-        if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
-            refuse_batch_beyond_data(config, manifest)
-        if not resumed:  # fit before paying: the seed's step against the devices' memory
-            config = fit_seed(config, recorder, trials.client, manifest, logger)
-        measure_feed(config, recorder, trials.client, manifest, logger)  # feed-bound?
-        measure_reference(config, recorder, trials.client, manifest, logger)  # bare Keras
-        describe_workers(config, recorder, trials.client, logger)
-        record_provenance(config, recorder, trials.client, logger)
+        config = _prepare(config, recorder, trials, manifest, logger, resumed=resumed)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         orchestrator = Orchestrator(
@@ -299,28 +323,64 @@ def search_until_deadline(
             logger=logger,
         )
         budget_s = resume_search(config, recorder, orchestrator) if resumed else config.budget_s
-        # The timed window opens once the workers are up and warm (prepare_workers): the budget
-        # measures training, not start-up.
-        started = time.time()
-        deadline = started + budget_s
-        recorder.search_started(started, deadline)
-        logger.info("search started on %d workers, budget %g s", config.workers, budget_s)
-        try:
-            summary = orchestrator.run(started, deadline)
-        except KeyboardInterrupt:  # stopped: the segment ends now, every reported epoch recorded
-            stopped = time.time()
-            recorder.search_stopped(stopped)
-            raise
-        recorder.search_stopped(summary.ended_at)
-        logger.info(
-            "search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)",
-            summary.trials,
-            summary.completed,
-            summary.stopped,
-            summary.failed,
-            summary.diverged,
-        )
+        _timed_search(config, recorder, orchestrator, budget_s, logger)
         return None if then is None else then(trials)
+
+
+def _prepare(
+    config: BenchmarkConfig,
+    recorder: RunRecorder,
+    trials: TrialRunner,
+    manifest: Manifest,
+    logger: logging.Logger | logging.LoggerAdapter,
+    *,
+    resumed: bool,
+) -> BenchmarkConfig:
+    """The workers warmed up and measured, and what they tell recorded; the config as resolved
+    from them. Warm-up and peaks come before anything reads what the profile leaves to the devices
+    (train.precision auto, search.space.batch_per_gib): the system description, the oracle and the
+    trials see the settings the run resolved from them."""
+    listed = config.search.space.batch_size
+    config = prepare_workers(config, recorder, trials.client, logger, resumed=resumed)
+    if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
+        refuse_batch_beyond_data(config, manifest)
+    if not resumed:  # fit before paying: the seed's step against the devices' memory
+        config = fit_seed(config, recorder, trials.client, manifest, logger)
+    measure_feed(config, recorder, trials.client, manifest, logger)  # feed-bound?
+    measure_reference(config, recorder, trials.client, manifest, logger)  # bare Keras
+    describe_workers(config, recorder, trials.client, logger)
+    record_provenance(config, recorder, trials.client, logger)
+    return config
+
+
+def _timed_search(
+    config: BenchmarkConfig,
+    recorder: RunRecorder,
+    orchestrator: Orchestrator,
+    budget_s: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """The timed window, recorded as it opens and ends. It opens once the workers are up and warm
+    (prepare_workers): the budget measures training, not start-up."""
+    started = time.time()
+    deadline = started + budget_s
+    recorder.search_started(started, deadline)
+    logger.info("search started on %d workers, budget %g s", config.workers, budget_s)
+    try:
+        summary = orchestrator.run(started, deadline)
+    except KeyboardInterrupt:  # stopped: the segment ends now, every reported epoch recorded
+        stopped = time.time()
+        recorder.search_stopped(stopped)
+        raise
+    recorder.search_stopped(summary.ended_at)
+    logger.info(
+        "search ended: %d trials (%d completed, %d stopped, %d failed, %d diverged)",
+        summary.trials,
+        summary.completed,
+        summary.stopped,
+        summary.failed,
+        summary.diverged,
+    )
 
 
 def score_and_verify(

@@ -23,22 +23,11 @@ def score_run(config: BenchmarkConfig, claim: RunClaim, recovered: bool = False)
     run is scored after a crash or a stop (aiperf recover), so it is never valid."""
     run_id = claim.run_id
     with RunRecorder.opened(config, claim) as recorder:
-        work = recorder.store.run_work(run_id)
         score = compute_score(
-            work.epochs,
-            elapsed_s=work.elapsed_s,
-            best_val_accuracy=work.best_val_accuracy,
-            val_samples=work.val_samples,
-            trials_completed=work.trials_completed,
-            budget_s=work.budget_s,
+            recorder.store.run_work(run_id),
             rules=config.validity,
             simulated=config.train.trainer == "simulated",
             recovered=recovered,
-            peak_flops=work.peak_flops,
-            stepping_s=work.stepping_s,
-            workers=work.workers,
-            best_val_loss=work.best_val_loss,
-            vocab_size=work.vocab_size,
         )
         recorder.score(score, classify(config).ruleset)
         record = recorder.store.get_run(run_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,60 +136,24 @@ def scaling_plot(group: Group, plot_id: str) -> str:
     )
     if not ranked:
         return unranked_note
-    with_accelerators = [s for s in ranked if s.accelerators]
-    if with_accelerators:
-        points = [(float(s.accelerators), s) for s in with_accelerators]
-        x_label = "accelerators (all nodes)"
-        left_off = len(ranked) - len(with_accelerators)
-    else:
-        points = [(float(s.cores or s.nodes), s) for s in ranked]
-        counted_cores = all(s.cores for s in ranked)
-        x_label = (
-            "physical CPU cores (all nodes; CPU-only systems)"
-            if counted_cores
-            else "nodes (CPU-only systems; cores not described)"
-        )
-        left_off = 0
-    x_ticks = nice_ticks(max((x for x, _ in points), default=1.0) * 1.05, whole=True)
-    y_ticks = nice_ticks(max((s.ops.ranked for _, s in points), default=1.0) * 1.05)
-    x_hi, y_hi = x_ticks[-1], y_ticks[-1]
-
-    def px(x: float) -> float:
-        return LEFT + x / x_hi * (WIDTH - LEFT - RIGHT)
-
-    def py(y: float) -> float:
-        return HEIGHT - BOTTOM - y / y_hi * (HEIGHT - TOP - BOTTOM)
-
+    points, x_label, left_off = _plot_points(ranked)
+    axes = _Axes(
+        nice_ticks(max((x for x, _ in points), default=1.0) * 1.05, whole=True),
+        nice_ticks(max((s.ops.ranked for _, s in points), default=1.0) * 1.05),
+    )
     title = f"OPS against {x_label.split(' (')[0]}: {group.key.heading()}"
     parts = [
         f'<svg class="plot" id="{esc(plot_id)}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
         f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">'
-        f"<title>{esc(title)}</title>"
+        f"<title>{esc(title)}</title>",
+        *_axes_svg(axes, x_label),
     ]
-    for v in y_ticks:
-        parts.append(
-            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py(v):.1f}" y2="{py(v):.1f}"/>'
-            f'<text x="{LEFT - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{esc(ops_rate(v))}</text>'
-        )
-    for v in x_ticks:
-        parts.append(
-            f'<line x1="{px(v):.1f}" x2="{px(v):.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 5}"/>'
-            f'<text x="{px(v):.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{v:g}</text>'
-        )
-    parts.append(
-        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM}"/>'
-        f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{HEIGHT - BOTTOM}"/>'
-        f'<text class="x-label" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 10}" '
-        f'text-anchor="middle">{esc(x_label)}</text>'
-        f'<text transform="translate(14 {(TOP + HEIGHT - BOTTOM) / 2}) rotate(-90)" '
-        'text-anchor="middle">OPS</text>'
-    )
     for x, s in points:
+        px, py = axes.px(x), axes.py(s.ops.ranked)
         parts.append(
-            f'<circle class="point" data-system="{esc(s.system)}" cx="{px(x):.1f}" '
-            f'cy="{py(s.ops.ranked):.1f}" r="5" fill="#1f77b4"><title>#{s.rank} {esc(s.system)}: '
-            f"{esc(ops_rate(s.ops.ranked))} at {x:g}</title></circle>"
-            + _label(px(x), py(s.ops.ranked), s.system)
+            f'<circle class="point" data-system="{esc(s.system)}" cx="{px:.1f}" '
+            f'cy="{py:.1f}" r="5" fill="#1f77b4"><title>#{s.rank} {esc(s.system)}: '
+            f"{esc(ops_rate(s.ops.ranked))} at {x:g}</title></circle>" + _label(px, py, s.system)
         )
     parts.append("</svg>")
     note = (
@@ -198,6 +163,66 @@ def scaling_plot(group: Group, plot_id: str) -> str:
         else ""
     )
     return "".join(parts) + note + unranked_note
+
+
+def _plot_points(ranked: list[Standing]) -> tuple[list[tuple[float, Standing]], str, int]:
+    """(x, standing) per system on the plot, the x axis's label, and how many CPU-only systems are
+    left off: with any accelerators in the group the axis counts them, and CPU-only systems have no
+    place on it; else it counts physical cores (nodes, where cores are not described)."""
+    with_accelerators = [s for s in ranked if s.accelerators]
+    if with_accelerators:
+        points = [(float(s.accelerators), s) for s in with_accelerators]
+        return points, "accelerators (all nodes)", len(ranked) - len(with_accelerators)
+    points = [(float(s.cores or s.nodes), s) for s in ranked]
+    counted_cores = all(s.cores for s in ranked)
+    x_label = (
+        "physical CPU cores (all nodes; CPU-only systems)"
+        if counted_cores
+        else "nodes (CPU-only systems; cores not described)"
+    )
+    return points, x_label, 0
+
+
+@dataclass(frozen=True)
+class _Axes:
+    """A plot's ticks, and where a value falls on it in SVG pixels."""
+
+    x_ticks: list[float]
+    y_ticks: list[float]
+
+    def px(self, x: float) -> float:
+        """x's pixel, left to right."""
+        return LEFT + x / self.x_ticks[-1] * (WIDTH - LEFT - RIGHT)
+
+    def py(self, y: float) -> float:
+        """y's pixel: SVG's y grows downwards, so 0 is at the bottom."""
+        return HEIGHT - BOTTOM - y / self.y_ticks[-1] * (HEIGHT - TOP - BOTTOM)
+
+
+def _axes_svg(axes: _Axes, x_label: str) -> list[str]:
+    """The plot's grid lines and OPS labels, x ticks, both axes and their labels."""
+    parts = []
+    for v in axes.y_ticks:
+        y = axes.py(v)
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(ops_rate(v))}</text>'
+        )
+    for v in axes.x_ticks:
+        x = axes.px(v)
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 5}"/>'
+            f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 18}" text-anchor="middle">{v:g}</text>'
+        )
+    parts.append(
+        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM}"/>'
+        f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{HEIGHT - BOTTOM}"/>'
+        f'<text class="x-label" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 10}" '
+        f'text-anchor="middle">{esc(x_label)}</text>'
+        f'<text transform="translate(14 {(TOP + HEIGHT - BOTTOM) / 2}) rotate(-90)" '
+        'text-anchor="middle">OPS</text>'
+    )
+    return parts
 
 
 def build_page(

@@ -14,6 +14,7 @@ from aiperf.report.svg import (
     COLORS,
     MARGIN,
     STATUS_COLORS,
+    Axis,
     Plot,
     add_line,
     esc,
@@ -69,10 +70,8 @@ def score_over_time_plot(run: RunRecord, judge: Judge) -> str:
         "Score over time",
         [c.t_s for c in curve],
         [c.ops for c in curve] + [c.regulated_score for c in curve],
-        x_label="time into the timed window",
-        y_label="OPS, regulated score",
-        x_time=True,
-        y_unit="OPS",
+        x=Axis("time into the timed window", time=True),
+        y=Axis("OPS, regulated score", unit="OPS"),
     )
     add_line(plot, [(c.t_s, c.ops) for c in curve], COLORS[0], "OPS", _at)
     add_line(plot, [(c.t_s, c.regulated_score) for c in curve], COLORS[1], "regulated score", _at)
@@ -111,11 +110,8 @@ def quality_vs_ops_plot(run: RunRecord, metric: str) -> str:
         quality_heading(metric),
         [float(ops) for _, ops in built],
         [floor if v is None else v for v in measured.values()] + [floor if present else 1.0],
-        x_label="training operations per sample",
-        y_label="best " + label,
-        x_unit="OPS/sample",
-        y_format=lambda v: f"{v:.2f}",
-        x_pad=0.08,
+        x=Axis("training operations per sample", unit="OPS/sample", pad=0.08),
+        y=Axis("best " + label, format=lambda v: f"{v:.2f}"),
     )
     for t, ops in built:
         color = STATUS_COLORS.get(t.status, "#333")
@@ -156,10 +152,8 @@ def worker_timeline_plot(run: RunRecord) -> str:
         "Trials on each worker",
         begins + ends + [0.0, span[1]] + ([deadline] if deadline is not None else []),
         [0, len(workers)],
-        x_label="time into the timed window",
-        y_label="",
-        x_time=True,
-        y_format=lambda v: "",
+        x=Axis("time into the timed window", time=True),
+        y=Axis("", format=lambda v: ""),
         height=height,
     )
     for i, name in enumerate(workers):
@@ -213,10 +207,8 @@ def worker_phases_plot(run: RunRecord) -> str:
         "Where each worker's time went",
         [0.0, window_s],
         [0, len(workers)],
-        x_label="the worker's share of the timed window",
-        y_label="",
-        x_time=True,
-        y_format=lambda v: "",
+        x=Axis("the worker's share of the timed window", time=True),
+        y=Axis("", format=lambda v: ""),
         height=height,
     )
     for i, w in enumerate(workers):
@@ -271,12 +263,13 @@ def history_plot(store: RunReads, run: RunRecord) -> str:
         f"History of {run.profile} on this system",
         xs,
         [r.ops for r in rows] + [r.regulated_score for r in rows],
-        x_label="run (oldest to newest)",
-        y_label="OPS, regulated score",
-        x_format=lambda v: str(rows[int(v)].run_id),
-        y_unit="OPS",
-        x_pad=0.05,
-        x_ticks=xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)],
+        x=Axis(
+            "run (oldest to newest)",
+            format=lambda v: str(rows[int(v)].run_id),
+            pad=0.05,
+            ticks=xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)],
+        ),
+        y=Axis("OPS, regulated score", unit="OPS"),
     )
 
     def of_run(i: float, y: float) -> str:

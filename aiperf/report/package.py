@@ -44,6 +44,7 @@ from aiperf.report.package_files import CONFIG_FILE, PACKAGE_FILE, VERIFICATION_
 from aiperf.report.summary import feed_text, for_review, reference_text, verdict_text
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
+from aiperf.store.records import ScoreResult
 from aiperf.system.description import FILE_NAME as SYSTEM_DESCRIPTION
 from aiperf.units import exact, ops_rate
 
@@ -99,33 +100,12 @@ def write_package(
     `submitter` and `status` go into the MLPerf system description over the run's config and the
     site file (aiperf.system.mlperf)."""
     from aiperf.report.html import build_report
-    from aiperf.results.verify import count_architecture, verify_run
-    from aiperf.system.mlperf import mlperf_description, owner_facts
+    from aiperf.system.mlperf import mlperf_description
 
     to = Path(to)
-    if to.exists() and (not to.is_dir() or any(to.iterdir())):
-        raise UserError(
-            f"--to {to} exists and is not an empty folder; give a new folder for the package"
-        )
-    record = store.get_run(run_id)
-    if record.score is None:
-        raise UserError(
-            f"run {run_id} ({record.status}) has no score: only a scored run can be packaged"
-        )
-    owner_facts(record.config, submitter=submitter, status=status)  # a bad status: before any work
-    log = Path(log) if log is not None else default_log_path(record)
-    if not log.is_file():
-        raise UserError(
-            f"run {run_id}'s event log is not at {log} (its folder under the run's --out, relative to "
-            "where the run was started); give it with --log PATH"
-        )
-    logged = read_run(log)
-    if logged.run.id != run_id:
-        raise UserError(f"{log} is the event log of run {logged.run.id}, not of run {run_id}")
-    counter = _memo(count_architecture)
-    from_records = verify_run(store, run_id, counter)
-    data = Path(record.config.get("out") or ".") / "data"
-    from_log = _verify(logged, str(log), counter, log.parent, data)
+    record = _packageable(store, run_id, to, submitter=submitter, status=status)
+    log, logged = _run_log(record, log)
+    from_records, from_log = _verifications(store, record, logged, log)
     report = build_report(store, run_id)
 
     to.mkdir(parents=True, exist_ok=True)
@@ -151,17 +131,7 @@ def write_package(
     ruleset = _copy_ruleset(record.ruleset, to)
     if ruleset is not None:
         files.append(ruleset)
-    _write_json(
-        to / VERIFICATION_FILE,
-        {
-            "run_id": run_id,
-            "verified": all(c.passed for c in from_records + from_log),
-            "from_records": _checks(from_records),
-            "from_event_log": _checks(from_log),
-            "stored": None if record.verification is None else _checks(list(record.verification)),
-            "review": for_review(record),  # what ran on the workers, for a person to look at
-        },
-    )
+    _write_verification(to, record, from_records, from_log)
     files.append(VERIFICATION_FILE)
     (to / REPORT_FILE).write_text(report, encoding="utf-8")
     files.append(REPORT_FILE)
@@ -169,6 +139,78 @@ def write_package(
         _readme(record, files, from_records, from_log, ruleset), encoding="utf-8"
     )
     files.append(README_FILE)
+    _write_package_file(to, run_id, files)
+    return to
+
+
+def _packageable(
+    store: Store, run_id: int, to: Path, *, submitter: str | None, status: str | None
+) -> RunRecord:
+    """The run's record, once nothing stands in the way of packaging it: a folder to write into, a
+    score to ship, and an MLPerf status that exists (refused before any work)."""
+    from aiperf.system.mlperf import owner_facts
+
+    if to.exists() and (not to.is_dir() or any(to.iterdir())):
+        raise UserError(
+            f"--to {to} exists and is not an empty folder; give a new folder for the package"
+        )
+    record = store.get_run(run_id)
+    if record.score is None:
+        raise UserError(
+            f"run {run_id} ({record.status}) has no score: only a scored run can be packaged"
+        )
+    owner_facts(record.config, submitter=submitter, status=status)  # a bad status: before any work
+    return record
+
+
+def _run_log(record: RunRecord, log: Path | None) -> tuple[Path, LoggedRun]:
+    """The run's event log (given, or where the run wrote it), read: it must be this run's."""
+    run_id = record.id
+    log = Path(log) if log is not None else default_log_path(record)
+    if not log.is_file():
+        raise UserError(
+            f"run {run_id}'s event log is not at {log} (its folder under the run's --out, relative to "
+            "where the run was started); give it with --log PATH"
+        )
+    logged = read_run(log)
+    if logged.run.id != run_id:
+        raise UserError(f"{log} is the event log of run {logged.run.id}, not of run {run_id}")
+    return log, logged
+
+
+def _verifications(
+    store: Store, record: RunRecord, logged: LoggedRun, log: Path
+) -> tuple[list[CheckRecord], list[CheckRecord]]:
+    """Every check of `aiperf verify`, from the database's records and from the event log alone,
+    as the package is written; each architecture recounted once for both."""
+    from aiperf.results.verify import count_architecture, verify_run
+
+    counter = _memo(count_architecture)
+    from_records = verify_run(store, record.id, counter)
+    data = Path(record.config.get("out") or ".") / "data"
+    from_log = _verify(logged, str(log), counter, log.parent, data)
+    return from_records, from_log
+
+
+def _write_verification(
+    to: Path, record: RunRecord, from_records: list[CheckRecord], from_log: list[CheckRecord]
+) -> None:
+    """verification.json: both verifications, the stored one, and what ran on the workers."""
+    _write_json(
+        to / VERIFICATION_FILE,
+        {
+            "run_id": record.id,
+            "verified": all(c.passed for c in from_records + from_log),
+            "from_records": _checks(from_records),
+            "from_event_log": _checks(from_log),
+            "stored": None if record.verification is None else _checks(list(record.verification)),
+            "review": for_review(record),  # what ran on the workers, for a person to look at
+        },
+    )
+
+
+def _write_package_file(to: Path, run_id: int, files: list[str]) -> None:
+    """package.json: the format, the aiperf that wrote it, the run, and every file, sorted."""
     _write_json(
         to / PACKAGE_FILE,
         {
@@ -179,7 +221,6 @@ def write_package(
             "files": sorted(files),
         },
     )
-    return to
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -347,21 +388,70 @@ def _readme(
     checks: list[CheckRecord],
     ruleset: str | None,
 ) -> str:
-    """The package's README. Its `valid` line is the stored verdict (aiperf.report.summary.
-    verdict_text), unless a check run as the package was written fails: a result is valid only
-    while every check passes, and records changed since the run would otherwise ship as valid."""
+    """The package's README: the run's figures and verdict, what each file is, and how to check it."""
     score = record.score
     assert score is not None
-    if score.best_val_loss is not None:  # the LM track's quality (aiperf.quality)
-        judged_by = f"best validation loss {score.best_val_loss:.4f} nats/token"
-    else:
-        accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
-        judged_by = f"best validation accuracy {accuracy} on {score.val_samples} samples"
     passed = sum(c.passed for c in checks)
+    described = _described(files, ruleset)
+    lines = [
+        f"# aiperf result package: run {record.id}",
+        "",
+        f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
+        f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
+        "",
+        f"- OPS: {ops_rate(score.ops)} ({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
+        f"- regulated score: {ops_rate(score.regulated_score)} ({_judged_by(score)})",
+        f"- verdict: {_verdict(record, from_records, checks)}",
+        f"- feed, measured before the window: {feed_text(record)}",
+        f"- trials vs bare Keras: {reference_text(record)}",
+        f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "
+        f"of {len(from_records)} checks pass, from the event log {passed} of {len(checks)}",
+        "",
+        "## What is here",
+        "",
+        *[f"- `{name}`: {described.get(name, '')}" for name in files],
+        "- `package.json`: the package's format, run id and files.",
+        "",
+        "## Checking it",
+        "",
+        "With aiperf installed, and no database:",
+        "",
+        "    aiperf verify --package .",
+        "",
+        "rebuilds the run's records from `events.log` alone and runs the same checks as `aiperf verify RUN_ID`: "
+        "each trial's operations per sample recounted from its architecture, every epoch's samples within the "
+        "dataset and inside the timed window, no two epochs at once on a worker, the elapsed time, total "
+        "operations, OPS, best accuracy, regulated score, division and validity recomputed, and the best "
+        "trial's weights evaluated again on the run's data (generated data is generated again from the "
+        "seed). It exits 0 when every check passes, 1 naming each check that fails.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _judged_by(score: ScoreResult) -> str:
+    """The quality the regulated score was judged by: the LM track's loss, else accuracy."""
+    if score.best_val_loss is not None:  # the LM track's quality (aiperf.quality)
+        return f"best validation loss {score.best_val_loss:.4f} nats/token"
+    accuracy = "-" if score.best_val_accuracy is None else f"{score.best_val_accuracy:.4f}"
+    return f"best validation accuracy {accuracy} on {score.val_samples} samples"
+
+
+def _verdict(record: RunRecord, from_records: list[CheckRecord], checks: list[CheckRecord]) -> str:
+    """The stored verdict (aiperf.report.summary.verdict_text), unless a check run as the package
+    was written fails: a result is valid only while every check passes, and records changed since
+    the run would otherwise ship as valid."""
+    score = record.score
+    assert score is not None
     failed = sorted({c.check for c in [*from_records, *checks] if not c.passed})
     verdict = verdict_text(record)
     if failed and score.valid and record.verified:
         verdict = "invalid: verification failed when packaged: " + ", ".join(failed)
+    return verdict
+
+
+def _described(files: list[str], ruleset: str | None) -> dict[str, str]:
+    """What each file of the package is, for the README's list."""
     described = {
         EVENT_LOG: "the run's event log, one `:::MLLOG {json}` line per event (MLPerf's format), written as "
         "the run went: run start and stop, ruleset, division, config, system, dataset, the timed "
@@ -389,37 +479,4 @@ def _readme(
                 "the weights of the best trial's best epoch (Keras' .weights.h5); their sha256 is in "
                 "`events.log`, and `aiperf verify --package` evaluates them again."
             )
-    lines = [
-        f"# aiperf result package: run {record.id}",
-        "",
-        f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
-        f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
-        "",
-        f"- OPS: {ops_rate(score.ops)} ({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
-        f"- regulated score: {ops_rate(score.regulated_score)} ({judged_by})",
-        f"- verdict: {verdict}",
-        f"- feed, measured before the window: {feed_text(record)}",
-        f"- trials vs bare Keras: {reference_text(record)}",
-        f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "
-        f"of {len(from_records)} checks pass, from the event log {passed} of {len(checks)}",
-        "",
-        "## What is here",
-        "",
-        *[f"- `{name}`: {described.get(name, '')}" for name in files],
-        "- `package.json`: the package's format, run id and files.",
-        "",
-        "## Checking it",
-        "",
-        "With aiperf installed, and no database:",
-        "",
-        "    aiperf verify --package .",
-        "",
-        "rebuilds the run's records from `events.log` alone and runs the same checks as `aiperf verify RUN_ID`: "
-        "each trial's operations per sample recounted from its architecture, every epoch's samples within the "
-        "dataset and inside the timed window, no two epochs at once on a worker, the elapsed time, total "
-        "operations, OPS, best accuracy, regulated score, division and validity recomputed, and the best "
-        "trial's weights evaluated again on the run's data (generated data is generated again from the "
-        "seed). It exits 0 when every check passes, 1 naming each check that fails.",
-        "",
-    ]
-    return "\n".join(lines)
+    return described

@@ -66,10 +66,51 @@ class Scale:
         return self.px_lo + (value - self.lo) / (self.hi - self.lo) * (self.px_hi - self.px_lo)
 
 
+@dataclass(frozen=True)
+class Axis:
+    """How one axis of a Plot reads: its label, and how its ticks are written. `time`: seconds, read
+    in s, min or h; `unit`: one SI prefix for every tick, named in the label (both x only where
+    noted). x only: `pad`, the share of the data's span added on each side, and `ticks` the caller
+    chose (a padded scale around them). y only: `zero`, whether the axis starts at 0."""
+
+    label: str
+    format: Callable[[float], str] | None = None
+    time: bool = False  # x only
+    unit: str | None = None
+    pad: float = 0.0  # x only
+    ticks: Sequence[float] | None = None  # x only
+    zero: bool = True  # y only
+
+    def reading(self, ticks: Sequence[float]) -> tuple[str, Callable[[float], str]]:
+        """(label, format) for these ticks: the unit a time or an SI prefix reads in, in the label."""
+        label = self.label
+        written: Callable[[float], str] = self.format or (lambda v: f"{v:.12g}")
+        if self.time:
+            unit, scale = time_unit(ticks)
+            written = lambda v: f"{v / scale:.12g}"  # noqa: E731
+            label = f"{label} ({unit})"
+        if self.unit:
+            unit_label, written = si_axis(ticks, self.unit)
+            label = f"{label} ({unit_label})"
+        return label, written
+
+
+def _x_scale(xs: list[float], x: Axis) -> tuple[list[float], Scale]:
+    """The x ticks and scale: round ticks over the padded data, or the caller's ticks (runs by
+    number) on a padded scale around the data."""
+    if x.ticks is not None:
+        return list(x.ticks), Scale.fit(xs, MARGIN["left"], WIDTH - MARGIN["right"], pad=x.pad)
+    lo, hi = min(xs), max(xs)
+    margin = (hi - lo) * x.pad
+    lo = lo - margin if lo - margin >= 0 or lo < 0 else 0.0
+    ticks = round_ticks(lo, hi + margin, time=x.time)
+    return ticks, Scale(ticks[0], ticks[-1], MARGIN["left"], WIDTH - MARGIN["right"])
+
+
 class Plot:
     """An SVG chart: axes with round ticks (aiperf.report.axes) and labels; marks are added by the
-    caller. An axis of seconds (`x_time`) reads in s, min or h, whichever its step is round in; an
-    axis with a unit (`x_unit`, `y_unit`: OPS, OPS/sample) shares one SI prefix, named in its label
+    caller. An axis of seconds (`Axis.time`) reads in s, min or h, whichever its step is round in; an
+    axis with a unit (`Axis.unit`: OPS, OPS/sample) shares one SI prefix, named in its label
     ("OPS (GOPS)": 0, 25, 50, 75)."""
 
     def __init__(
@@ -79,48 +120,17 @@ class Plot:
         xs: Sequence[float],
         ys: Sequence[float],
         *,
-        x_label: str,
-        y_label: str,
-        x_format: Callable[[float], str] | None = None,
-        y_format: Callable[[float], str] | None = None,
-        x_time: bool = False,
-        x_unit: str | None = None,
-        y_unit: str | None = None,
-        y_zero: bool = True,
+        x: Axis,
+        y: Axis,
         height: int = HEIGHT,
-        x_pad: float = 0.0,
-        x_ticks: Sequence[float] | None = None,
     ) -> None:
         self.id, self.title, self.height = plot_id, title, height
         xs, ys = list(xs) or [0.0, 1.0], list(ys) or [0.0, 1.0]
-        if (
-            x_ticks is not None
-        ):  # ticks the caller chose (runs by number): a padded scale around them
-            self.x_ticks = list(x_ticks)
-            self.x = Scale.fit(xs, MARGIN["left"], WIDTH - MARGIN["right"], pad=x_pad)
-        else:
-            lo, hi = min(xs), max(xs)
-            margin = (hi - lo) * x_pad
-            lo = lo - margin if lo - margin >= 0 or lo < 0 else 0.0
-            self.x_ticks = round_ticks(lo, hi + margin, time=x_time)
-            self.x = Scale(
-                self.x_ticks[0], self.x_ticks[-1], MARGIN["left"], WIDTH - MARGIN["right"]
-            )
-        self.y_ticks = round_ticks(min(min(ys), 0.0) if y_zero else min(ys), max(ys))
+        self.x_ticks, self.x = _x_scale(xs, x)
+        self.y_ticks = round_ticks(min(min(ys), 0.0) if y.zero else min(ys), max(ys))
         self.y = Scale(self.y_ticks[0], self.y_ticks[-1], height - MARGIN["bottom"], MARGIN["top"])
-        self.x_format = x_format or (lambda v: f"{v:.12g}")
-        self.y_format = y_format or (lambda v: f"{v:.12g}")
-        if x_time:
-            unit, scale = time_unit(self.x_ticks)
-            self.x_format = lambda v: f"{v / scale:.12g}"
-            x_label = f"{x_label} ({unit})"
-        if x_unit:
-            unit_label, self.x_format = si_axis(self.x_ticks, x_unit)
-            x_label = f"{x_label} ({unit_label})"
-        if y_unit:
-            unit_label, self.y_format = si_axis(self.y_ticks, y_unit)
-            y_label = f"{y_label} ({unit_label})"
-        self.x_label, self.y_label = x_label, y_label
+        self.x_label, self.x_format = x.reading(self.x_ticks)
+        self.y_label, self.y_format = y.reading(self.y_ticks)
         self.marks: list[str] = []
 
     def add(self, svg: str) -> None:

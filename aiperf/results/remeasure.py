@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -164,18 +165,37 @@ def check_accuracy_remeasured(ev: Evidence, ruleset: Ruleset | None = None) -> C
     return CheckRecord(ACCURACY_REMEASURED, problem is None, problem or detail)
 
 
+@dataclass(frozen=True)
+class _KeptWeights:
+    """The best trial's kept weights, matched to its records, their file's sha256 checked: what is
+    evaluated again."""
+
+    trial: TrialRecord
+    epoch: EpochRecord
+    recorded: (
+        Any  # the figure the weights record (val_loss or val_accuracy), equal to the run's best
+    )
+    path: Path
+
+
 def _remeasure(ev: Evidence, best: float, tolerance: float, lm: bool) -> tuple[str | None, str]:
     """(what is wrong, or None; what was measured). `lm`: the figure is the validation loss."""
+    kept = _kept_weights(ev, best, lm)
+    if isinstance(kept, str):
+        return kept, ""
+    return _evaluate_kept(ev, kept, tolerance, lm)
+
+
+def _kept_weights(ev: Evidence, best: float, lm: bool) -> _KeptWeights | str:
+    """The kept weights, once they are the best trial's best epoch's as the records tell it and
+    their file is the one recorded; else what is wrong."""
     figure = "val_loss" if lm else "val_accuracy"
     kept = ev.run.best_weights
     if not kept:
-        return "the run kept no weights of its best trial to evaluate again", ""
+        return "the run kept no weights of its best trial to evaluate again"
     trial = next((t for t in ev.run.trials if t.number == kept.get("trial")), None)
     if trial is None:
-        return (
-            f"the kept weights name trial number {kept.get('trial')!r}, not one of the run's",
-            "",
-        )
+        return f"the kept weights name trial number {kept.get('trial')!r}, not one of the run's"
     epoch = best_epoch(trial)
     recorded = kept.get(figure)
     found = None if epoch is None else getattr(epoch, figure)
@@ -183,34 +203,45 @@ def _remeasure(ev: Evidence, best: float, tolerance: float, lm: bool) -> tuple[s
         return (
             f"the kept weights say trial {trial.number} epoch {kept.get('epoch')} at "
             f"{recorded!r}, its records say epoch {None if epoch is None else epoch.epoch} at "
-            f"{found!r}",
-            "",
+            f"{found!r}"
         )
     if recorded != best:
         word = "loss" if lm else "accuracy"
-        return f"the kept weights are of {word} {recorded!r}, the run's best is {best!r}", ""
+        return f"the kept weights are of {word} {recorded!r}, the run's best is {best!r}"
+    path = _weights_file(ev, kept)
+    if isinstance(path, str):
+        return path
+    return _KeptWeights(trial, epoch, recorded, path)
+
+
+def _weights_file(ev: Evidence, kept: Mapping[str, Any]) -> Path | str:
+    """The kept weights' file inside the run's folder, with the recorded sha256; else what is wrong."""
     if ev.folder is None:
-        return "the run's folder is not known: its weights file cannot be found", ""
+        return "the run's folder is not known: its weights file cannot be found"
     path = inside_folder(ev.folder, str(kept.get("file")))
     if path is None:
-        return f"the weights file {kept.get('file')!r} is not a path inside the run's folder", ""
+        return f"the weights file {kept.get('file')!r} is not a path inside the run's folder"
     if not path.is_file():
         return (
             f"the weights file {path} is missing (the run's folder is under its --out, relative "
-            "to where the run was started)",
-            "",
+            "to where the run was started)"
         )
     digest = sha256_file(path)
     if digest != kept.get("sha256"):
-        return (
-            f"{path} has sha256 {digest[:12]}, the records say {str(kept.get('sha256'))[:12]}",
-            "",
-        )
+        return f"{path} has sha256 {digest[:12]}, the records say {str(kept.get('sha256'))[:12]}"
+    return path
+
+
+def _evaluate_kept(
+    ev: Evidence, kept: _KeptWeights, tolerance: float, lm: bool
+) -> tuple[str | None, str]:
+    """The kept weights evaluated again, on a worker when the run's are still up, and compared
+    with the recorded figure within the ruleset's tolerance."""
     data_path = _staged_data(ev)
     evaluator = ev.evaluator or IN_THIS_PROCESS
     measured, samples, on = evaluator.evaluate(
-        trial,
-        path,
+        kept.trial,
+        kept.path,
         data_path,
         precision=ev.run.precision or _precision(ev),
         label_smoothing=ev.config.train.label_smoothing,
@@ -218,12 +249,12 @@ def _remeasure(ev: Evidence, best: float, tolerance: float, lm: bool) -> tuple[s
         # accuracy by more than the tolerance allows for rounding.
         feed="dali" if ev.run.data_feed == "dali" else "tf.data",
     )
-    difference = abs(measured - recorded)
+    difference = abs(measured - kept.recorded)
     unit = "val_loss " if lm else ""
     detail = (
-        f"trial {trial.number} epoch {epoch.epoch}: {unit}{measured!r} on {samples} samples, recorded "
-        f"{recorded!r} (difference {difference:.6f}, tolerance {tolerance:g}), evaluated "
-        f"{evaluator.where} on {on}"
+        f"trial {kept.trial.number} epoch {kept.epoch.epoch}: {unit}{measured!r} on {samples} "
+        f"samples, recorded {kept.recorded!r} (difference {difference:.6f}, tolerance "
+        f"{tolerance:g}), evaluated {evaluator.where} on {on}"
     )
     if not math.isfinite(difference) or difference > tolerance:  # NaN is never within
         return detail, ""

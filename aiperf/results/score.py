@@ -12,7 +12,9 @@ from collections.abc import Iterable, Sequence
 
 from aiperf import quality
 from aiperf.config import ValidityConfig
-from aiperf.store.records import CheckRecord, EpochWork, ScoreResult
+from aiperf.store.reads import RunWork
+from aiperf.store.records import CheckRecord, ScoreResult
+from aiperf.store.records import EpochWork as EpochWork  # callers import it from here
 
 
 def capped_accuracy(accuracy: float, val_samples: int) -> float:
@@ -174,63 +176,56 @@ def validity_label(valid: bool, verified: bool | None, review: bool = False) -> 
 
 
 def compute_score(
-    work: Iterable[EpochWork],
+    work: RunWork,
     *,
-    elapsed_s: float,
-    best_val_accuracy: float | None,
-    val_samples: int,
-    trials_completed: int,
-    budget_s: float,
     rules: ValidityConfig,
     simulated: bool = False,
     recovered: bool = False,
-    peak_flops: float | None = None,
-    stepping_s: Iterable[float] | None = None,
-    workers: int = 1,
-    best_val_loss: float | None = None,
-    vocab_size: int = 0,
 ) -> ScoreResult:
-    """`peak_flops`: the sum of the workers' measured peaks (MFU's divisor); `stepping_s`: each
-    trial's seconds in training and evaluation steps (window utilisation's numerator), over
-    `workers` x `elapsed_s`. A profile judged by loss (the LM track) is regulated by
-    `best_val_loss` over its `vocab_size` (aiperf.quality.loss_gain), not by accuracy."""
+    """The score of what a run recorded (`work`: its epochs' work, its window's seconds, its best
+    quality and the figures its verdict reads). `work.peak_flops`: the sum of the workers' measured
+    peaks (MFU's divisor); `work.stepping_s`: each trial's seconds in training and evaluation steps
+    (window utilisation's numerator), over `work.workers` x `work.elapsed_s`. A profile judged by
+    loss (the LM track) is regulated by `best_val_loss` over its `vocab_size`
+    (aiperf.quality.loss_gain), not by accuracy."""
+    elapsed_s = work.elapsed_s
     if elapsed_s <= 0:
         raise ValueError(f"elapsed time must be positive, got {elapsed_s}")
-    epochs = list(work)
+    epochs = list(work.epochs)
     total = sum(e.ops for e in epochs)
     tensor_total = sum(e.tensor_ops for e in epochs)
     ops = total / elapsed_s
     broken = verdict(
-        budget_s=budget_s,
-        best_val_accuracy=best_val_accuracy,
-        trials_completed=trials_completed,
+        budget_s=work.budget_s,
+        best_val_accuracy=work.best_val_accuracy,
+        trials_completed=work.trials_completed,
         rules=rules,
         simulated=simulated,
         recovered=recovered,
-        best_val_loss=best_val_loss,
+        best_val_loss=work.best_val_loss,
     )
     regulated_ops = regulated(
         ops,
         rules,
-        best_val_accuracy=best_val_accuracy,
-        val_samples=val_samples,
-        best_val_loss=best_val_loss,
-        vocab_size=vocab_size,
+        best_val_accuracy=work.best_val_accuracy,
+        val_samples=work.val_samples,
+        best_val_loss=work.best_val_loss,
+        vocab_size=work.vocab_size,
     )
     return ScoreResult(
         elapsed_s=elapsed_s,
         total_ops=total,
         ops=ops,
         tensor_ops=tensor_total / elapsed_s,
-        best_val_accuracy=best_val_accuracy,
-        val_samples=val_samples,
+        best_val_accuracy=work.best_val_accuracy,
+        val_samples=work.val_samples,
         regulated_score=regulated_ops,
-        best_val_loss=best_val_loss if judged_by_loss(rules) else None,
-        trials_completed=trials_completed,
+        best_val_loss=work.best_val_loss if judged_by_loss(rules) else None,
+        trials_completed=work.trials_completed,
         samples_trained=sum(e.samples_trained for e in epochs),
         samples_evaluated=sum(e.samples_evaluated for e in epochs),
         valid=not broken,
         reasons=broken,
-        mfu=model_flops_utilisation(tensor_total / elapsed_s, peak_flops),
-        utilisation=window_utilisation(stepping_s, workers, elapsed_s),
+        mfu=model_flops_utilisation(tensor_total / elapsed_s, work.peak_flops),
+        utilisation=window_utilisation(work.stepping_s, work.workers, elapsed_s),
     )

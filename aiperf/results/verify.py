@@ -65,6 +65,7 @@ from aiperf.store import (
     DatasetRecord,
     RunReads,
     RunRecord,
+    RunWork,
     TrialRecord,
     window_seconds,
 )
@@ -161,21 +162,25 @@ def gather_records(
         for e in t.epochs
     ]
     complete = [e for t in run.trials for e in t.epochs if e.complete]
+    rules = judging_rules(config)
     recomputed = compute_score(
-        work,
-        elapsed_s=elapsed,
-        best_val_accuracy=quality.best(quality.ACCURACY, (e.val_accuracy for e in complete)),
-        val_samples=dataset.val_samples if dataset else 0,
-        trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials),
-        budget_s=run.budget_s,
-        rules=judging_rules(config),
+        RunWork(
+            epochs=work,
+            elapsed_s=elapsed,
+            best_val_accuracy=quality.best(quality.ACCURACY, (e.val_accuracy for e in complete)),
+            val_samples=dataset.val_samples if dataset else 0,
+            best_val_loss=quality.best(quality.LOSS, (e.val_loss for e in complete)),
+            vocab_size=dataset.classes if dataset else 0,
+            trials_completed=sum(t.status == TrialStatus.COMPLETED for t in run.trials),
+            budget_s=run.budget_s,
+            workers=run.workers,
+            peak_flops=peak_flops(run),
+            stepping_s=tuple(t.phases.stepping_s for t in run.trials if t.phases is not None)
+            or None,
+        ),
+        rules=rules,
         simulated=config.train.trainer == "simulated",
         recovered=run.stored_status == RunStatus.INTERRUPTED,
-        peak_flops=peak_flops(run),
-        stepping_s=[t.phases.stepping_s for t in run.trials if t.phases is not None] or None,
-        workers=run.workers,
-        best_val_loss=quality.best(quality.LOSS, (e.val_loss for e in complete)),
-        vocab_size=dataset.classes if dataset else 0,
     )
     return Evidence(run, config, dataset, counts, elapsed, recomputed, folder, data_folder)
 

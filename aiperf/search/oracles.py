@@ -44,7 +44,25 @@ def make_oracle(
             f"search.oracle {search.oracle} cannot search transformers (seed "
             f"{search.seed_architecture!r}): use search.oracle morphism, which grows them"
         )
-    # What aiperf's two growing oracles share: the first round, the acquisition and the limits.
+    if search.oracle == "morphism":
+        oracle = _growing_oracle(config, input_shape, num_classes, objective, seed)
+    else:
+        oracle = _tuner_oracle(config, objective, seed)
+    oracle.verbose = 0
+    _without_files(oracle)
+    return oracle
+
+
+def _growing_oracle(
+    config: BenchmarkConfig,
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    objective: kt.Objective,
+    seed: int,
+) -> kt.Oracle:
+    """aiperf's own oracle, growing the seed: a transformer seed by growth.py, a CNN's by
+    morphism.py. Both share the first round, the acquisition and the limits."""
+    search = config.search
     growing: dict[str, Any] = {
         "search_space": search.space,
         "first_round": config.workers,
@@ -55,8 +73,8 @@ def make_oracle(
         "beta": search.ucb_beta,
     }
     bounds = {"max_layers": search.limits.max_layers, "max_params": search.limits.max_params}
-    if transformer:
-        oracle: kt.Oracle = GrowthOracle(
+    if search.seed_architecture in transformer_seed_names():
+        return GrowthOracle(
             seed_spec=transformer_seed(
                 search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
             ),
@@ -64,22 +82,26 @@ def make_oracle(
             inherit=search.inherit,
             **growing,
         )
-    elif search.oracle == "morphism":
-        oracle = MorphismOracle(
-            seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
-            limits=Limits(**bounds),
-            **growing,
-        )
-    elif search.oracle == "random":
-        oracle = kt.oracles.RandomSearchOracle(
+    return MorphismOracle(
+        seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
+        limits=Limits(**bounds),
+        **growing,
+    )
+
+
+def _tuner_oracle(config: BenchmarkConfig, objective: kt.Objective, seed: int) -> kt.Oracle:
+    """One of keras-tuner's oracles, searching the ResNet family's hyperparameters."""
+    search = config.search
+    if search.oracle == "random":
+        return kt.oracles.RandomSearchOracle(
             objective=objective,
             max_trials=MAX_TRIALS,
             seed=seed,
             hyperparameters=space.family_hyperparameters(search.space),
             max_consecutive_failed_trials=MAX_TRIALS,
         )
-    elif search.oracle == "bayesian":
-        oracle = kt.oracles.BayesianOptimizationOracle(
+    if search.oracle == "bayesian":
+        return kt.oracles.BayesianOptimizationOracle(
             objective=objective,
             max_trials=MAX_TRIALS,
             seed=seed,
@@ -87,8 +109,8 @@ def make_oracle(
             hyperparameters=space.family_hyperparameters(search.space),
             max_consecutive_failed_trials=MAX_TRIALS,
         )
-    elif search.oracle == "hyperband":
-        oracle = kt.oracles.HyperbandOracle(
+    if search.oracle == "hyperband":
+        return kt.oracles.HyperbandOracle(
             objective=objective,
             max_epochs=max(config.train.epochs),
             factor=3,
@@ -97,11 +119,8 @@ def make_oracle(
             hyperparameters=space.family_hyperparameters(search.space),
             max_consecutive_failed_trials=MAX_TRIALS,
         )
-    else:  # pragma: no cover - config validation admits only the oracles above
-        raise ValueError(f"unknown oracle {search.oracle!r}")
-    oracle.verbose = 0
-    _without_files(oracle)
-    return oracle
+    # pragma: no cover - config validation admits only the oracles above
+    raise ValueError(f"unknown oracle {search.oracle!r}")
 
 
 def _without_files(oracle: kt.Oracle) -> None:

@@ -232,6 +232,38 @@ def describe_system(
 ) -> dict[str, Any]:
     """The system description: MLPerf's top-level fields (one value when the nodes agree) and one
     entry per node with its own, its workers and its jobs."""
+    nodes = _nodes(by_worker)
+    listed = list(nodes.values())
+    if not listed:
+        return {"number_of_nodes": 0, "nodes": []}
+    backend = _summary([n["keras_backend"] for n in listed])
+    versions = listed[0]["framework_versions"]
+    framework = f"Keras {versions.get('keras', '?')} ({backend}" + (
+        f" {versions[backend]})" if isinstance(backend, str) and backend in versions else ")"
+    )
+    return {
+        "system_name": ", ".join(nodes),
+        "division": division,
+        "number_of_nodes": len(listed),
+        **_host_fields(listed),
+        **_accelerator_fields(listed),
+        "host_networking": _summary(
+            [", ".join(_link(link) for link in n["host_networking"]) or "unknown" for n in listed]
+        ),
+        "operating_system": _summary([n["operating_system"] for n in listed]),
+        "python_version": _summary([n["python_version"] for n in listed]),
+        "framework": framework,
+        "keras_backend": backend,
+        "other_software_stack": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "precision": precision,
+        "workers": sum(len(n["workers"]) for n in listed),
+        "nodes": listed,
+    }
+
+
+def _nodes(by_worker: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The workers' descriptions gathered per node (by hostname): the node's own fields, then its
+    workers' addresses and names and the jobs they run in."""
     nodes: dict[str, dict[str, Any]] = {}
     for worker, node in sorted(by_worker.items()):
         entry = nodes.setdefault(
@@ -249,25 +281,24 @@ def describe_system(
         job = node.get("job")
         if job and job not in entry["jobs"]:
             entry["jobs"].append(job)
-    listed = list(nodes.values())
-    if not listed:
-        return {"number_of_nodes": 0, "nodes": []}
-    first = listed[0]
-    backend = _summary([n["keras_backend"] for n in listed])
-    versions = first["framework_versions"]
-    framework = f"Keras {versions.get('keras', '?')} ({backend}" + (
-        f" {versions[backend]})" if isinstance(backend, str) and backend in versions else ")"
-    )
+    return nodes
+
+
+def _host_fields(listed: list[dict[str, Any]]) -> dict[str, Any]:
+    """MLPerf's host processor and memory fields, then the host facts aiperf adds (HOSTFACTS)."""
     return {
-        "system_name": ", ".join(nodes),
-        "division": division,
-        "number_of_nodes": len(listed),
         "host_processors_per_node": _summary([n["host_processors_per_node"] for n in listed]),
         "host_processor_model_name": _summary([n["host_processor_model_name"] for n in listed]),
         "host_processor_core_count": _summary([n["host_processor_core_count"] for n in listed]),
         "host_processor_vcpu_count": _summary([n["host_processor_vcpu_count"] for n in listed]),
         "host_memory_capacity": _summary([n["host_memory_capacity"] for n in listed]),
         **{field: _summary([n.get(field, hostfacts.NA) for n in listed]) for field in HOSTFACTS},
+    }
+
+
+def _accelerator_fields(listed: list[dict[str, Any]]) -> dict[str, Any]:
+    """MLPerf's accelerator fields, and the CUDA driver and toolkit ("n/a" where a node has none)."""
+    return {
         "accelerators_per_node": _summary([n["accelerators_per_node"] for n in listed]),
         "accelerator_model_name": _summary([n["accelerator_model_name"] for n in listed]),
         "accelerator_memory_capacity": _summary(
@@ -278,17 +309,6 @@ def describe_system(
         ),
         "cuda_driver_version": _summary([n.get("cuda_driver_version", "n/a") for n in listed]),
         "cuda_version": _summary([n.get("cuda_version", "n/a") for n in listed]),
-        "host_networking": _summary(
-            [", ".join(_link(link) for link in n["host_networking"]) or "unknown" for n in listed]
-        ),
-        "operating_system": _summary([n["operating_system"] for n in listed]),
-        "python_version": _summary([n["python_version"] for n in listed]),
-        "framework": framework,
-        "keras_backend": backend,
-        "other_software_stack": ", ".join(f"{k} {v}" for k, v in versions.items()),
-        "precision": precision,
-        "workers": sum(len(n["workers"]) for n in listed),
-        "nodes": listed,
     }
 
 
