@@ -186,7 +186,8 @@ def simulate(
     from sqlalchemy import event, text
 
     from aiperf.config import load_config
-    from aiperf.lifecycle.orchestrator import Orchestrator
+    from aiperf.lifecycle.admission import Admission, TrialData
+    from aiperf.lifecycle.orchestrator import Orchestrator, Pacing
     from aiperf.lifecycle.recorder import RunRecorder
     from aiperf.results.mllog import EventLog
     from aiperf.search.oracles import make_oracle
@@ -247,17 +248,9 @@ def simulate(
             planned.extend((request.trial_key, e.epoch) for e in played.plan.epochs)
             return _Returning(played, clock)
 
+        admission = Admission(config, recorder, TrialData("simulated", shape, classes), launch)
         orchestrator = Orchestrator(
-            config=config,
-            recorder=recorder,
-            oracle=search,
-            data_path="simulated",
-            image_shape=shape,
-            num_classes=classes,
-            launch=launch,
-            events=events,
-            poll_s=poll_s,
-            grace_s=10.0,
+            admission, search, events, pacing=Pacing(poll_s=poll_s, grace_s=10.0)
         )
         event.listen(store.engine, "before_cursor_execute", count)
         started = time.time()

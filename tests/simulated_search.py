@@ -11,8 +11,8 @@ from conftest import TINY
 from test_history_data import system_facts
 
 from aiperf.config import load_config
-from aiperf.lifecycle.admission import Launcher
-from aiperf.lifecycle.orchestrator import Orchestrator
+from aiperf.lifecycle.admission import Admission, Launcher, TrialData
+from aiperf.lifecycle.orchestrator import Orchestrator, Pacing
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.results.mllog import EventLog
 from aiperf.search.oracles import make_oracle
@@ -53,17 +53,17 @@ def simulated_orchestrator(
         RunStart(profile="quick", config={}, seed=0, budget_s=3, workers=workers),
         system_id=store.upsert_system(system_facts()),
     )
+    pacing = Pacing(poll_s=poll_s, grace_s=grace_s, ahead=options.pop("ahead", None))
+    admission = Admission(
+        config,
+        RunRecorder(store, claim, EventLog(None)),
+        TrialData("simulated", SHAPE, 10, (384, 128)),
+        launch,
+    )
     return Orchestrator(
-        config=config,
-        recorder=RunRecorder(store, claim, EventLog(None)),
-        oracle=make_oracle(config, SHAPE, 10),
-        data_path="simulated",
-        image_shape=SHAPE,
-        num_classes=10,
-        launch=launch,
-        events=queue.Queue() if events is None else events,
-        poll_s=poll_s,
-        grace_s=grace_s,
-        dataset_samples=(384, 128),
+        admission,
+        make_oracle(config, SHAPE, 10),
+        queue.Queue() if events is None else events,
+        pacing=pacing,
         **options,
     )

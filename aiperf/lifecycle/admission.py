@@ -85,26 +85,45 @@ class _Numbered:
     seed: int
 
 
+@dataclass(frozen=True)
+class TrialData:
+    """What every trial trains on: the staged data's folder, the shape models see and the classes
+    (a token dataset's vocabulary), and the most samples one epoch can train and evaluate."""
+
+    path: str
+    image_shape: tuple[int, int, int]
+    classes: int
+    samples: tuple[int, int] | None = None  # (train, val); None: not checked
+
+    @classmethod
+    def of(cls, manifest: Any) -> TrialData:
+        """From a staged dataset's manifest (aiperf.data.manifest.Manifest, or a token one)."""
+        return cls(
+            manifest.path,
+            tuple(manifest.image_shape),
+            manifest.classes,
+            (manifest.train_samples, manifest.val_samples),
+        )
+
+
 class Admission:
     """The worker slots of one run's search and the trials running on them."""
 
     def __init__(
         self,
-        *,
         config: BenchmarkConfig,
         recorder: RunRecorder,
-        data_path: str,
-        image_shape: tuple[int, int, int],
-        num_classes: int,
+        data: TrialData,
         launch: Launcher,
-        events_topic: str | None,
-        ended: threading.Event,
+        events_topic: str | None = None,
     ) -> None:
-        """`ended`: set the moment a trial's handle reports it is done (the loop waits on it)."""
+        """`events_topic`: the Dask topic the trials' workers report on, live (None: only in
+        their results)."""
         self.config, self.recorder, self.run_id = config, recorder, recorder.run_id
-        self.data_path, self.image_shape, self.num_classes = data_path, image_shape, num_classes
+        self.data = data
         self.launch, self.events_topic = launch, events_topic
-        self._ended = ended
+        # Set the moment a trial's handle reports it is done: the orchestrator's loop waits on it.
+        self.ended = threading.Event()
         self.running: dict[str, Running] = {}
         self.trial_ids: dict[str, int] = {}  # oracle trial id -> trials.id, for parent links
         # oracle trial id -> (number, architecture): where a child finds its parent's weights
@@ -128,7 +147,7 @@ class Admission:
     def _wake_when_done(self, handle: TrialHandle) -> None:
         add = getattr(handle, "add_done_callback", None)
         if callable(add):
-            add(lambda *_: self._ended.set())
+            add(lambda *_: self.ended.set())
 
     def fill(self, proposals: OracleThread, slots: int, deadline: float) -> bool:
         """Start trials on free slots: interrupted trials of a resumed run first, then the oracle's
@@ -183,7 +202,7 @@ class Admission:
         """Number one trial, add its creation to the turn and make its request (sent only once the
         turn is committed); its operator comes back for the line its start logs."""
         values = launch.values
-        proposal = space.decode(values, self.image_shape, self.num_classes)
+        proposal = space.decode(values, self.data.image_shape, self.data.classes)
         number = self.created
         self.created += 1
         epochs = proposal.epochs or epochs_for(
@@ -230,7 +249,7 @@ class Admission:
             batch_size=proposal.batch_size,
             epochs=trial.epochs,
             deadline=deadline,
-            data_path=self.data_path,
+            data_path=self.data.path,
             seed=trial.seed,
             optimizer=train.optimizer,
             momentum=train.momentum,

@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,13 +44,11 @@ from dataclasses import dataclass
 import keras_tuner as kt
 
 from aiperf import quality, settings
-from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
-from aiperf.lifecycle.admission import Admission, Launcher, Running
+from aiperf.lifecycle.admission import Admission, Running
 from aiperf.lifecycle.live import LiveFigures
 from aiperf.lifecycle.proposals import OracleThread, end_trial, proposals_ahead, score
-from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.lifecycle.worker_reports import FROM_RESULT, UNSTAMPED, RefusedReport, admissible
 from aiperf.status import TrialStatus
 from aiperf.store import TrialEnd, TrialRecord
@@ -87,57 +84,53 @@ class SearchSummary:
     ended_at: float
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How the search's loop paces itself: `poll_s`, the longest it waits for a report;
+    `grace_s`, how long past the deadline a trial may take to notice it (one batch, one evaluation
+    step; default: max(30 s, a quarter of the budget)); `ahead`, proposals kept ready beyond the
+    next (default: proposals_ahead(workers))."""
+
+    poll_s: float = 0.2
+    grace_s: float | None = None
+    ahead: int | None = None
+
+
 class Orchestrator:
     def __init__(
         self,
-        *,
-        config: BenchmarkConfig,
-        recorder: RunRecorder,
+        admission: Admission,
         oracle: kt.Oracle,
-        data_path: str,
-        image_shape: tuple[int, int, int],
-        num_classes: int,
-        launch: Launcher,
-        events: queue.Queue,
-        events_topic: str | None = None,
+        reports: queue.Queue,
+        *,
+        pacing: Pacing | None = None,
         on_figures: Callable[[LiveFigures], None] | None = None,
         on_progress: Callable[[LiveFigures], None] | None = None,
-        poll_s: float = 0.2,
-        grace_s: float | None = None,
-        dataset_samples: tuple[int, int] | None = None,
-        ahead: int | None = None,
         logger: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
-        """`ahead`: proposals kept ready beyond the next (default: proposals_ahead(workers)).
-        `logger`: where each trial's end is told in one line (the flow's run logger, so the Prefect
-        UI shows the search's progress; this module's logger otherwise). `on_progress`: the
-        figures as the search starts, as each trial ends, at each PROGRESS_STEP of the budget,
-        and as it ends (a failure there is logged: a display never stops a run)."""
-        self.config, self.recorder, self.oracle = config, recorder, oracle
-        self.run_id = recorder.run_id
-        self.events = events
+        """The search of `admission`'s run (its config, recorder, data and worker slots), proposed
+        by `oracle`; `reports`: the queue the workers' live reports arrive on. `logger`: where
+        each trial's end is told in one line (the flow's run logger, so the Prefect UI shows the
+        search's progress; this module's logger otherwise). `on_progress`: the figures as the
+        search starts, as each trial ends, at each PROGRESS_STEP of the budget, and as it ends (a
+        failure there is logged: a display never stops a run)."""
+        config, pacing = admission.config, pacing or Pacing()
+        self.config, self.recorder, self.oracle = config, admission.recorder, oracle
+        self.run_id = admission.run_id
+        self.reports = reports
         self.on_figures = on_figures or (lambda _figures: None)
         self.on_progress = on_progress
         self._progress_step = -1  # the last PROGRESS_STEP published (-1: none yet)
         self.logger = logger or log
         self.deadline: float | None = None  # set by run(): the budget left, in each trial's line
-        self.dataset_samples = dataset_samples  # (train, val): the most one epoch can use
-        self.poll_s = poll_s
-        self._ended = threading.Event()  # set when a trial's handle reports it is done
-        # How long past the deadline a trial may take to notice it (one batch, one evaluation step).
-        self.grace_s = grace_s if grace_s is not None else max(30.0, 0.25 * config.budget_s)
-        # The worker slots and the trials on them (which trial runs where and when).
-        self.admission = Admission(
-            config=config,
-            recorder=recorder,
-            data_path=data_path,
-            image_shape=image_shape,
-            num_classes=num_classes,
-            launch=launch,
-            events_topic=events_topic,
-            ended=self._ended,
+        self.dataset_samples = admission.data.samples  # (train, val): the most one epoch can use
+        self.poll_s = pacing.poll_s
+        self.grace_s = (
+            pacing.grace_s if pacing.grace_s is not None else max(30.0, 0.25 * config.budget_s)
         )
-        self.running = self.admission.running  # the same dict: the loop reads, admission fills
+        self.admission = admission  # the worker slots and the trials on them
+        self._ended = admission.ended  # set when a trial's handle reports it is done
+        self.running = admission.running  # the same dict: the loop reads, admission fills
         self.counts: dict[TrialStatus, int] = {
             status: 0 for status in TrialStatus if status != TrialStatus.RUNNING
         }
@@ -149,10 +142,10 @@ class Orchestrator:
             None  # its first line: what `aiperf run` prints when nothing trains
         )
         self.max_failures = max_consecutive_failures(config.workers)
-        self.ahead = proposals_ahead(config.workers) if ahead is None else ahead
+        self.ahead = proposals_ahead(config.workers) if pacing.ahead is None else pacing.ahead
         self.proposals: OracleThread | None = None  # the oracle's thread, while run() runs
         # This turn's writes and their events, committed by _recording.
-        self._turn = recorder.turn()
+        self._turn = self.recorder.turn()
 
     def resume_from(self, trials: list[TrialRecord]) -> None:
         """Continue a resumed run (Admission.resume_from): new trials numbered after the recorded
@@ -252,7 +245,7 @@ class Orchestrator:
     def _drain_events(self) -> None:
         while True:
             try:
-                event = self.events.get_nowait()
+                event = self.reports.get_nowait()
             except queue.Empty:
                 return
             try:

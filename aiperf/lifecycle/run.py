@@ -43,6 +43,7 @@ from aiperf.cluster import start_cluster, trial_resources
 from aiperf.config import BenchmarkConfig
 from aiperf.data.staging import Manifest
 from aiperf.lifecycle import live, liveness
+from aiperf.lifecycle.admission import Admission, TrialData
 from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.fitcheck import fit_seed
 from aiperf.lifecycle.orchestrator import Orchestrator
@@ -307,19 +308,13 @@ def search_until_deadline(
         config = _prepare(config, recorder, trials, manifest, logger, resumed=resumed)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
+        admission = Admission(config, recorder, TrialData.of(manifest), trials.launch, topic)
         orchestrator = Orchestrator(
-            config=config,
-            recorder=recorder,
-            oracle=oracle,
-            data_path=manifest.path,
-            image_shape=manifest.image_shape,
-            num_classes=manifest.classes,
-            launch=trials.launch,
-            events=events,
-            events_topic=topic,
+            admission,
+            oracle,
+            events,
             on_figures=live.show,
             on_progress=partial(stages.progress, run_id),
-            dataset_samples=(manifest.train_samples, manifest.val_samples),
             logger=logger,
         )
         budget_s = resume_search(config, recorder, orchestrator) if resumed else config.budget_s
