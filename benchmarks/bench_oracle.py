@@ -72,6 +72,7 @@ def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[f
     from aiperf.arch.spec import network_from_dict
     from aiperf.config import load_config
     from aiperf.search import space
+    from aiperf.search.growing import Growing
     from aiperf.search.morphism import MorphismOracle
 
     config = load_config(
@@ -82,17 +83,17 @@ def measure(seed: str, trials: int, proposals: int) -> tuple[list[float], list[f
     shape = (config.data.image_size, config.data.image_size, config.data.channels)
     seed_network = seed_spec(seed, shape, config.data.classes)
     limits = config.search.limits
-    oracle = MorphismOracle(
-        seed_network=seed_network,
+    growing = Growing(
         search_space=config.search.space,
         first_round=1,
-        limits=Limits(max_layers=limits.max_layers, max_params=limits.max_params),
         objective=kt.Objective("val_accuracy", "max"),
         seed=1,
         max_trials=10**7,
         candidates=config.search.candidates,
         beta=config.search.ucb_beta,
     )
+    bounds = Limits(max_layers=limits.max_layers, max_params=limits.max_params)
+    oracle = MorphismOracle(seed_network, bounds, growing)
     rng = random.Random(7)
     grow_history(oracle, seed_network, trials, rng)
     latencies, cpu = [], []

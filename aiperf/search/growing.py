@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import keras_tuner as kt
@@ -38,6 +39,22 @@ IDLE = kt.engine.trial.TrialStatus.IDLE
 LimitsT = TypeVar("LimitsT")
 
 
+@dataclass(frozen=True)
+class Growing:
+    """What every growing oracle is given besides its seed and limits: the searched values'
+    space, the first round's size (one seed per worker), the objective, the seed of its draws,
+    and its acquisition (candidates scored per proposal, UCB's beta, parents considered)."""
+
+    search_space: SpaceConfig
+    first_round: int
+    objective: kt.Objective
+    seed: int
+    max_trials: int
+    candidates: int = 24
+    beta: float = 2.0
+    top_parents: int = 5
+
+
 class GrowingOracle(kt.Oracle, Generic[LimitsT]):
     """The first round, the seed's values, the seed count and the random state; subclasses say
     how a child is grown (`_grow`), which values are drawn (`_sample_hyperparameters`), what the
@@ -47,29 +64,20 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
     STATE_KEY: ClassVar[str]
 
     def __init__(
-        self,
-        *,
-        hyperparameters: kt.HyperParameters,
-        search_space: SpaceConfig,
-        first_round: int,
-        limits: LimitsT,
-        objective: kt.Objective,
-        seed: int,
-        max_trials: int,
-        candidates: int,
-        beta: float,
-        top_parents: int,
+        self, hyperparameters: kt.HyperParameters, limits: LimitsT, growing: Growing
     ) -> None:
         super().__init__(
-            objective=objective,
-            max_trials=max_trials,
+            objective=growing.objective,
+            max_trials=growing.max_trials,
             hyperparameters=hyperparameters,
-            seed=seed,
-            max_consecutive_failed_trials=max_trials,
+            seed=growing.seed,
+            max_consecutive_failed_trials=growing.max_trials,
         )
-        self.search_space, self.first_round, self.limits = search_space, first_round, limits
-        self.candidates, self.beta, self.top_parents = candidates, beta, top_parents
-        self._rng = random.Random(seed)
+        self.search_space, self.first_round = growing.search_space, growing.first_round
+        self.limits = limits
+        self.candidates, self.beta = growing.candidates, growing.beta
+        self.top_parents = growing.top_parents
+        self._rng = random.Random(growing.seed)
         self._forget()
 
     # --- what subclasses say --------------------------------------------------------------------

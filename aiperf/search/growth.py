@@ -41,11 +41,10 @@ import numpy as np
 from aiperf.arch import grow
 from aiperf.arch.morph import Morphism
 from aiperf.arch.transformer import TransformerSpec
-from aiperf.config import SpaceConfig
 from aiperf.config.workload import windows_in
 from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.growing import IDLE, RUNNING, GrowingOracle
+from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle
 from aiperf.search.memory import best, training_set
 
 __all__ = ["IDLE", "RUNNING", "WIDENINGS", "GrowthOracle"]
@@ -69,32 +68,14 @@ class GrowthOracle(GrowingOracle[grow.Limits]):
 
     def __init__(
         self,
-        *,
         seed_spec: TransformerSpec,
-        search_space: SpaceConfig,
-        first_round: int,
         limits: grow.Limits,
-        objective: kt.Objective,
-        seed: int,
-        max_trials: int,
-        candidates: int = 24,
-        beta: float = 2.0,
-        top_parents: int = 5,
+        growing: Growing,
         inherit: bool = False,
     ) -> None:
         self.seed_spec, self.inherit = seed_spec, inherit
-        super().__init__(
-            hyperparameters=space.growth_hyperparameters(search_space, seed_spec.seq_len),
-            search_space=search_space,
-            first_round=first_round,
-            limits=limits,
-            objective=objective,
-            seed=seed,
-            max_trials=max_trials,
-            candidates=candidates,
-            beta=beta,
-            top_parents=top_parents,
-        )
+        hyperparameters = space.growth_hyperparameters(growing.search_space, seed_spec.seq_len)
+        super().__init__(hyperparameters, limits, growing)
         # +1 where higher scores are better, -1 where lower are (val_loss): quality = sign x score.
         self._sign = -1.0 if self.objective.direction == "min" else 1.0
 

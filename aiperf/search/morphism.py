@@ -26,11 +26,10 @@ import numpy as np
 from aiperf.arch.graph import Network
 from aiperf.arch.morph import Limits, random_morphism
 from aiperf.arch.spec import network_from_dict
-from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.distance import describe
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.growing import IDLE, RUNNING, GrowingOracle
+from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle
 from aiperf.search.memory import best, training_set
 from aiperf.search.tried import TriedArchitectures
 
@@ -43,33 +42,9 @@ class MorphismOracle(GrowingOracle[Limits]):
 
     STATE_KEY = "morphism"
 
-    def __init__(
-        self,
-        *,
-        seed_network: Network,
-        search_space: SpaceConfig,
-        first_round: int,
-        limits: Limits,
-        objective: kt.Objective,
-        seed: int,
-        max_trials: int,
-        candidates: int = 24,
-        beta: float = 2.0,
-        top_parents: int = 5,
-    ) -> None:
+    def __init__(self, seed_network: Network, limits: Limits, growing: Growing) -> None:
         self.seed_network = seed_network
-        super().__init__(
-            hyperparameters=space.morphism_hyperparameters(search_space),
-            search_space=search_space,
-            first_round=first_round,
-            limits=limits,
-            objective=objective,
-            seed=seed,
-            max_trials=max_trials,
-            candidates=candidates,
-            beta=beta,
-            top_parents=top_parents,
-        )
+        super().__init__(space.morphism_hyperparameters(growing.search_space), limits, growing)
 
     def _forget(self) -> None:
         super()._forget()  # the memory keeps parsed networks and edit distances between proposals

@@ -9,8 +9,6 @@ transformer space).
 
 from __future__ import annotations
 
-from typing import Any
-
 import keras_tuner as kt
 
 from aiperf import quality
@@ -21,6 +19,7 @@ from aiperf.arch.transformer import transformer_seed, transformer_seed_names
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.search import space, tuner_internals
+from aiperf.search.growing import Growing
 from aiperf.search.growth import GrowthOracle
 from aiperf.search.morphism import MorphismOracle
 
@@ -63,30 +62,23 @@ def _growing_oracle(
     """aiperf's own oracle, growing the seed: a transformer seed by growth.py, a CNN's by
     morphism.py. Both share the first round, the acquisition and the limits."""
     search = config.search
-    growing: dict[str, Any] = {
-        "search_space": search.space,
-        "first_round": config.workers,
-        "objective": objective,
-        "seed": seed,
-        "max_trials": MAX_TRIALS,
-        "candidates": search.candidates,
-        "beta": search.ucb_beta,
-    }
+    growing = Growing(
+        search_space=search.space,
+        first_round=config.workers,
+        objective=objective,
+        seed=seed,
+        max_trials=MAX_TRIALS,
+        candidates=search.candidates,
+        beta=search.ucb_beta,
+    )
     bounds = {"max_layers": search.limits.max_layers, "max_params": search.limits.max_params}
     if search.seed_architecture in transformer_seed_names():
-        return GrowthOracle(
-            seed_spec=transformer_seed(
-                search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
-            ),
-            limits=grow.Limits(**bounds),
-            inherit=search.inherit,
-            **growing,
+        seed_transformer = transformer_seed(
+            search.seed_architecture, vocab_size=num_classes, seq_len=input_shape[0]
         )
-    return MorphismOracle(
-        seed_network=seed_spec(search.seed_architecture, input_shape, num_classes),
-        limits=Limits(**bounds),
-        **growing,
-    )
+        return GrowthOracle(seed_transformer, grow.Limits(**bounds), growing, search.inherit)
+    seed_network = seed_spec(search.seed_architecture, input_shape, num_classes)
+    return MorphismOracle(seed_network, Limits(**bounds), growing)
 
 
 def _tuner_oracle(config: BenchmarkConfig, objective: kt.Objective, seed: int) -> kt.Oracle:
