@@ -33,6 +33,7 @@ from aiperf.config import SpaceConfig
 from aiperf.search import space
 from aiperf.search.memory import SearchMemory
 
+Trials = list[kt.engine.trial.Trial]  # a search's trials, in creation order
 RUNNING = kt.engine.trial.TrialStatus.RUNNING
 IDLE = kt.engine.trial.TrialStatus.IDLE
 # The subclass's limits on what it grows (aiperf.arch.morph.Limits, aiperf.arch.grow.Limits).
@@ -92,11 +93,7 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
         raise NotImplementedError
 
     def _grow(
-        self,
-        scored: list[kt.engine.trial.Trial],
-        scores: np.ndarray,
-        ranks: np.ndarray,
-        values: dict[str, Any],
+        self, scored: Trials, scores: np.ndarray, ranks: np.ndarray, values: dict[str, Any]
     ) -> dict[str, Any] | None:
         """A child's values (`values`, the hyperparameters just drawn, or others, with the
         architecture, parent and operator), grown from the scored trials (creation order, their

@@ -44,7 +44,7 @@ from aiperf.arch.transformer import TransformerSpec
 from aiperf.config.workload import windows_in
 from aiperf.search import space
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle
+from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle, Trials
 from aiperf.search.memory import best, training_set
 
 __all__ = ["IDLE", "RUNNING", "WIDENINGS", "GrowthOracle"]
@@ -94,11 +94,7 @@ class GrowthOracle(GrowingOracle[grow.Limits]):
     # --- proposals ------------------------------------------------------------------------------
 
     def _grow(
-        self,
-        scored: list[kt.engine.trial.Trial],
-        scores: np.ndarray,
-        ranks: np.ndarray,
-        values: dict[str, Any],
+        self, scored: Trials, scores: np.ndarray, ranks: np.ndarray, values: dict[str, Any]
     ) -> dict[str, Any] | None:
         proposal = self._propose(scored, self._sign * scores, ranks)
         if proposal is None:

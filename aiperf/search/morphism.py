@@ -29,7 +29,7 @@ from aiperf.arch.spec import network_from_dict
 from aiperf.search import space
 from aiperf.search.distance import describe
 from aiperf.search.gp import ArchitectureGP, upper_confidence_bound
-from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle
+from aiperf.search.growing import IDLE, RUNNING, Growing, GrowingOracle, Trials
 from aiperf.search.memory import best, training_set
 from aiperf.search.tried import TriedArchitectures
 
@@ -82,11 +82,7 @@ class MorphismOracle(GrowingOracle[Limits]):
         }
 
     def _grow(
-        self,
-        scored: list[kt.engine.trial.Trial],
-        scores: np.ndarray,
-        ranks: np.ndarray,
-        values: dict[str, Any],
+        self, scored: Trials, scores: np.ndarray, ranks: np.ndarray, values: dict[str, Any]
     ) -> dict[str, Any] | None:
         proposal = self._propose(scored, scores, ranks, int(values[space.KERNEL_SIZE]))
         if proposal is None:
