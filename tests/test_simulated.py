@@ -82,7 +82,7 @@ def test_run_simulated_trial_reports_each_epoch_as_it_ends():
         model=FAST,
     )
     assert result.status == "completed" and len(result.epochs) == 2
-    assert [m.kind for _t, m in seen] == ["built", "epoch", "epoch"]
+    assert [m.KIND for _t, m in seen] == ["built", "epoch", "epoch"]
     for reported_at, message in seen[1:]:
         assert reported_at >= message.ended_at - 0.01, (
             "an epoch is reported when its modelled end comes"
