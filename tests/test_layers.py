@@ -4,9 +4,11 @@ aiperf/ keeps at most 8 modules of its own beside its packages."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,72 @@ def test_a_cycle_between_two_modules_of_one_package_fails(tree: Path) -> None:
     result = _lint(tree)
     assert result.returncode != 0
     assert "No cycles are allowed in aiperf.lifecycle" in result.stdout
+
+
+# --- the import diagram in docs/design.md, generated from the code -----------------------------
+
+DIAGRAM_START = "<!-- imports: generated from the code; tests/test_layers.py holds it -->"
+
+
+def _part(module: str) -> str | None:
+    """The part of aiperf (a package or top-level module, or flows) a module name is in."""
+    names = module.split(".")
+    if names[0] == "aiperf_flows":
+        return "flows"
+    if names[0] != "aiperf" or len(names) < 2 or names[1].startswith("__"):
+        return None
+    return names[1]
+
+
+def _imported(path: Path) -> set[str]:
+    """The modules `path` imports, at its top or inside its functions (absolute imports only)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def imports_of_parts(root: Path = ROOT) -> dict[str, set[str]]:
+    """Each part of aiperf (and flows) -> the other parts its code imports."""
+    edges: dict[str, set[str]] = {}
+    for path in sorted((root / "aiperf").rglob("*.py")) + sorted((root / "flows").rglob("*.py")):
+        inside = path.relative_to(root).parts
+        me = "flows" if inside[0] == "flows" else _part(".".join(inside[:2]).removesuffix(".py"))
+        if me is None:
+            continue
+        targets = {_part(module) for module in _imported(path)} - {None, me}
+        edges.setdefault(me, set()).update(t for t in targets if t is not None)
+    return edges
+
+
+def diagram(edges: dict[str, set[str]]) -> str:
+    """One entry per part: what it imports, wrapped at 100 columns; the parts that import most
+    first."""
+    order = sorted(edges, key=lambda part: (-len(edges[part]), part))
+    width = max(map(len, order))
+    lines = []
+    for part in order:
+        head = f"    {part:<{width}} -> "
+        lines += textwrap.wrap(
+            ", ".join(sorted(edges[part])) or "(nothing of aiperf)",
+            width=100,
+            initial_indent=head,
+            subsequent_indent=" " * len(head),
+        )
+    return "\n".join(lines)
+
+
+def test_the_design_docs_import_diagram_is_the_codes() -> None:
+    """docs/design.md's diagram of which part imports which is regenerated here: a new import
+    between two parts fails this test until the diagram shows it (paste the printed one)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    assert DIAGRAM_START in text, "docs/design.md has lost its import diagram"
+    shown = text.split(DIAGRAM_START, 1)[1].split("\n\n", 2)[1]
+    expected = diagram(imports_of_parts())
+    assert shown == expected, (
+        f"docs/design.md's import diagram is out of date; it is now:\n{expected}"
+    )
