@@ -4,7 +4,6 @@ the database is enough to resume the search."""
 import json
 import random
 
-import pytest
 from claims import add_epoch, add_trial, end_trial, save_search_state
 
 from aiperf.arch import Network, seed_spec
@@ -80,23 +79,7 @@ def test_gp_prefers_the_neighbourhood_of_good_architectures():
     assert (std >= 0).all()
 
 
-@pytest.mark.parametrize("stored", ["as stored now", "whole, as earlier versions stored it"])
-def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
-    state_of = (
-        stored_state
-        if stored == "as stored now"
-        else (
-            lambda oracle: (
-                oracle.get_state()
-                | {
-                    "morphism": {
-                        **oracle.get_state()["morphism"],
-                        "tried": sorted(oracle._tried.keys()),
-                    }
-                }
-            )
-        )
-    )
+def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url):
     original = new_oracle(tmp_path, seed=5)
     store = Store.open(sqlite_url)
     system = store.upsert_system(
@@ -146,7 +129,7 @@ def test_state_in_the_database_resumes_the_search(tmp_path, sqlite_url, stored):
             complete=True,
         )
         end_trial(store, trial_id, "completed", 1.0)
-        save_search_state(store, run, "morphism", state_of(original))
+        save_search_state(store, run, "morphism", stored_state(original))
 
     resumed = restore(
         new_oracle(tmp_path, seed=5),

@@ -132,13 +132,6 @@ def test_the_tried_set_answers_as_topology_keys_do(seed, held):
     assert a not in TriedArchitectures(hold([b])) and a in TriedArchitectures(hold([b, a]))
 
 
-def test_keys_stored_by_earlier_versions_are_still_tried():
-    child = deepen(MINI, "stage2_block1_out", 5)
-    tried = TriedArchitectures([MINI], keys=[MINI.topology_key(), child.topology_key()])
-    assert child in tried and MINI in tried and widen(MINI, "stage2_block1_1_conv") not in tried
-    assert tried.keys() == {MINI.topology_key(), child.topology_key()} and len(tried) == 2
-
-
 def test_the_best_few_are_the_first_of_the_full_ranking():
     rng = np.random.default_rng(4)
     for n in (1, 7, 100, 3000):

@@ -61,7 +61,7 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
     how a child is grown (`_grow`), which values are drawn (`_sample_hyperparameters`), what the
     seed is (`_seed_json`) and what they derive from the trials (`_forget`, `_restore`)."""
 
-    # The key of the subclass's own part of get_state(): states stored by earlier runs use it.
+    # The key of the subclass's own part of get_state().
     STATE_KEY: ClassVar[str]
 
     def __init__(
@@ -113,7 +113,7 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
 
     def _restore(self, own: dict[str, Any]) -> None:
         """Derive again from the trials what _forget() emptied; `own` is the stored state's part
-        under STATE_KEY (states stored by earlier versions may carry more than the random state)."""
+        under STATE_KEY."""
 
     # --- proposals ------------------------------------------------------------------------------
 

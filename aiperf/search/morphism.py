@@ -10,8 +10,7 @@ in their base, aiperf/search/growing.py; here is what is its own:
 - Hyperparameters (learning rate, batch size, kernel size of added convolutions, dropout) are
   drawn from the space for each proposal.
 
-Which architectures were tried is derived from the trials (set_state); states stored by earlier
-versions also list their keys, which are still read.
+Which architectures were tried is derived from the trials (set_state).
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ class MorphismOracle(GrowingOracle[Limits]):
 
     def _restore(self, own: dict[str, Any]) -> None:
         """Every architecture proposed is a trial's. Parsed one at a time and let go (held as the
-        trials' own JSON): the memory keeps only what proposals need. States stored by earlier
-        versions also list the tried keys."""
+        trials' own JSON): the memory keeps only what proposals need."""
         specs = [
             t.hyperparameters.values[space.ARCHITECTURE]
             for t in self.trials.values()
@@ -64,7 +62,6 @@ class MorphismOracle(GrowingOracle[Limits]):
                 [(self.seed_network, self.seed_network.to_json())],
                 ((network_from_dict(json.loads(spec)), spec) for spec in specs),
             ),
-            keys=own.get("tried", []),
         )
 
     # --- proposals ------------------------------------------------------------------------------

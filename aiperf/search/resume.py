@@ -78,8 +78,8 @@ def _objective_value(record: TrialRecord, objective: str) -> float | None:
 def restore(
     oracle: kt.Oracle, state: dict[str, Any], records: Iterable[TrialRecord], objective: str
 ) -> kt.Oracle:
-    """`oracle` (fresh) given the stored state and the run's trials. States stored whole (by
-    earlier versions) work too: their per-trial lists are derived again like the others."""
+    """`oracle` (fresh) given the stored state and the run's trials: the per-trial lists
+    keras-tuner keeps are derived again from the records, whatever the state holds of them."""
     records = sorted(records, key=lambda r: r.number)
     direction = quality.direction(objective)
     for record in records:

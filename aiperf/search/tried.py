@@ -34,20 +34,13 @@ class TriedArchitectures:
     trial's, and 10,000 parsed ResNet-50 children would be gigabytes), else the network itself
     (a proposal's candidates, which live for one proposal). Once computed, the key replaces it."""
 
-    def __init__(
-        self, networks: Iterable[Network | tuple[Network, str]] = (), keys: Iterable[str] = ()
-    ) -> None:
-        """`networks`: networks, or (network, its JSON) pairs. `keys`: architectures known by their
-        topology key alone (earlier versions stored the key of every network they proposed); those of
-        `networks` are dropped, and while any are left every question computes the candidate's key."""
+    def __init__(self, networks: Iterable[Network | tuple[Network, str]] = ()) -> None:
+        """`networks`: networks, or (network, its JSON) pairs."""
         # fingerprint -> the architectures with it: their keys, networks or JSON
         self._by_fingerprint: dict[Fingerprint, list[str | Network | _Json]] = {}
         for item in networks:
             net, spec = item if isinstance(item, tuple) else (item, None)
             self.add(net, spec)
-        self._keys_alone: set[str] = set()
-        if keys:
-            self._keys_alone = set(keys) - self.keys()
 
     def add(self, net: Network, spec: str | None = None) -> None:
         """`spec`: the network's JSON, held instead of the network when given."""
@@ -57,21 +50,21 @@ class TriedArchitectures:
 
     def __contains__(self, net: Network) -> bool:
         same = self._by_fingerprint.get(fingerprint(net), [])
-        if not same and not self._keys_alone:
+        if not same:
             return False
         key = net.topology_key()
-        return key in self._keys_alone or any(self._key(same, i) == key for i in range(len(same)))
+        return any(self._key(same, i) == key for i in range(len(same)))
 
     def __len__(self) -> int:
-        return sum(map(len, self._by_fingerprint.values())) + len(self._keys_alone)
+        return sum(map(len, self._by_fingerprint.values()))
 
     def keys(self) -> set[str]:
-        """Every architecture's topology key (what earlier versions stored)."""
+        """Every architecture's topology key."""
         return {
             self._key(group, i)
             for group in self._by_fingerprint.values()
             for i in range(len(group))
-        } | self._keys_alone
+        }
 
     @staticmethod
     def _key(group: list[str | Network | _Json], i: int) -> str:
