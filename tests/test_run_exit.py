@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import TINY
@@ -55,8 +56,13 @@ def tampering_aiperf(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        # The session's Prefect API (conftest.prefect_api): no server of its own to start.
-        env={**os.environ, "COLUMNS": "250", "PREFECT_API_URL": str(PREFECT_API_URL.value())},
+        # The session's Prefect API (conftest.prefect_api): no server of its own to start; and
+        # TensorFlow's C++ lines not silenced, as where a user runs aiperf without the Makefile.
+        env={
+            **{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+            "COLUMNS": "250",
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        },
     )
 
 
@@ -80,7 +86,30 @@ def test_a_run_whose_verification_fails_exits_4_and_is_listed_invalid(prefect_ap
     vetoed = record.score.reasons[-1]
     assert vetoed.startswith("verification failed: ") and "total_operations" in vetoed
 
+    _only_aiperfs_lines_on_the_console(result, record)
+
     listing = CliRunner().invoke(app, ["runs", "--db", db], env={"COLUMNS": "200"})
     assert listing.exit_code == 0, listing.output
     (row,) = [line for line in listing.output.splitlines() if line.strip().startswith("1 ")]
     assert row.split()[-1] == "no", row
+
+
+def _only_aiperfs_lines_on_the_console(result: subprocess.CompletedProcess, record) -> None:
+    """Every line the run printed is aiperf's: its live line, the result's title and figures
+    (a figure's value wrapped onto lines of its own), the verdict's line and the log's name. What
+    the libraries wrote (Prefect, TensorFlow, Dask) is in that log instead."""
+    from aiperf.report.summary import score_rows, title
+
+    figures = tuple(row["figure"] for row in score_rows(record))
+    wrapped = " " * len(max(figures, key=len))  # a value's next line, under the values
+
+    def aiperfs(line: str) -> bool:
+        return (
+            line.startswith(("log: ", "run 1: ", title(record), *figures, wrapped))
+            or ("elapsed" in line and "trials" in line)  # the live line
+        )
+
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert [line for line in lines if not aiperfs(line)] == []
+    (named,) = [line.removeprefix("log: ") for line in lines if line.startswith("log: ")]
+    assert "Beginning flow run" in Path(named).read_text(), "Prefect's lines are in the log"

@@ -8,6 +8,7 @@ run of a series.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -54,11 +55,45 @@ def run_one(
     resume: int | None,
     series: str | None = None,
     series_index: int | None = None,
+    verbose: bool = False,
 ) -> RunRecord:
     """The benchmark flow with a live line on the terminal, then the score, and the line saying
-    why a result is not valid; the run's record. A mistake or an interrupt is typer.Exit."""
+    why a result is not valid; the run's record. A mistake or an interrupt is typer.Exit. What the
+    libraries write while the flow runs goes to a log file named at the end (aiperf.cli.
+    console_log), unless `verbose`."""
+    from aiperf.cli.console_log import console_log_path
+
+    log = None if verbose else console_log_path(config.out)
+    try:
+        result = _flow_with_live_line(config, resume, series, series_index, log)
+    except BaseException:
+        _name_the_log(log)
+        raise
+    record = load_run(result["run_id"], config.db)
+    print_score(record)
+    _name_the_log(log)
+    code = run_exit_code(record)
+    if code != EXIT_VALID:
+        err.print(
+            f"[bold red]run {record.id}:[/] {why_not_valid(record)} (exit status {code})",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return record
+
+
+def _flow_with_live_line(
+    config: BenchmarkConfig,
+    resume: int | None,
+    series: str | None,
+    series_index: int | None,
+    log: Path | None,
+) -> dict[str, Any]:
+    """The flow's outcome, its live line on the console and, with `log`, the libraries' output in
+    that file; a mistake or an interrupt said in one line, as typer.Exit."""
     from prefect.flows import Flow, load_flow_from_entrypoint
 
+    from aiperf.cli.console_log import stderr_to
     from aiperf.lifecycle import live
     from aiperf.lifecycle.run import ResultNotValid
 
@@ -66,14 +101,18 @@ def run_one(
         BENCHMARK_FLOW, use_placeholder_flow=False
     )
     render = _live_view()
-    with Live(console=console, refresh_per_second=1, transient=False) as display:
+    # Rich's own redirection of stderr would bring the libraries' lines back above the live line.
+    with Live(
+        console=console, refresh_per_second=1, transient=False, redirect_stderr=log is None
+    ) as display:
         live.set_display(lambda figures: display.update(render(figures)))
         try:
-            result = benchmark(
-                config=config, resume=resume, series=series, series_index=series_index
-            )
+            with stderr_to(log):
+                return benchmark(
+                    config=config, resume=resume, series=series, series_index=series_index
+                )
         except ResultNotValid as exc:  # scored; its exit status and reason are printed below
-            result = exc.outcome
+            return exc.outcome
         except UserError as exc:
             from aiperf.store import RunTakenOver
 
@@ -92,13 +131,9 @@ def run_one(
             raise typer.Exit(130) from None
         finally:
             live.set_display(None)
-    record = load_run(result["run_id"], config.db)
-    print_score(record)
-    code = run_exit_code(record)
-    if code != EXIT_VALID:
-        err.print(
-            f"[bold red]run {record.id}:[/] {why_not_valid(record)} (exit status {code})",
-            highlight=False,
-            soft_wrap=True,
-        )
-    return record
+
+
+def _name_the_log(log: Path | None) -> None:
+    """Where the libraries' output of the run went (nothing when it went to the console)."""
+    if log is not None and log.exists():
+        console.print(f"log: {log}", highlight=False, soft_wrap=True)

@@ -88,6 +88,15 @@ Resume = Annotated[
         "budget); give only --db with it.",
     ),
 ]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Show what the libraries write during the run (Prefect's log, TensorFlow's, Dask's) "
+        "on the console, instead of in the log file named at the end.",
+    ),
+]
 Repeat = Annotated[
     int,
     typer.Option(
@@ -113,6 +122,7 @@ def run(
     allow_concurrent: AllowConcurrent = False,
     resume: Resume = None,
     repeat: Repeat = 1,
+    verbose: Verbose = False,
 ) -> None:
     """Run the benchmark for a fixed wall-clock budget on every worker and print its score.
 
@@ -150,9 +160,9 @@ def run(
         raise fail(str(exc)) from None
     try:
         if repeat == 1:
-            _run_flow(config, resume)
+            _run_flow(config, resume, verbose)
         else:
-            run_series(config, repeat)
+            run_series(config, repeat, verbose)
     finally:
         if machine is not None:
             os.close(machine)  # the run is over: the next local run may start
@@ -175,9 +185,9 @@ def _checked_before_recording(config: BenchmarkConfig, allow_concurrent: bool) -
     return machine
 
 
-def _run_flow(config: BenchmarkConfig, resume: int | None) -> None:
+def _run_flow(config: BenchmarkConfig, resume: int | None, verbose: bool) -> None:
     """One run: its score, then its exit status."""
-    record = run_one(config, resume)
+    record = run_one(config, resume, verbose=verbose)
     code = run_exit_code(record)
     if code != EXIT_VALID:
         raise typer.Exit(code)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from aiperf.store import RunRecord
 
 
-def run_series(config: BenchmarkConfig, repeat: int) -> None:
+def run_series(config: BenchmarkConfig, repeat: int, verbose: bool = False) -> None:
     """`repeat` runs of one config back to back, recorded as one series (a new uuid4 hex id, and
     each run's place in it), then the series' figures. A run that crashes, is interrupted or is
     refused stops the series with one line: the runs before it stay recorded."""
@@ -34,7 +34,7 @@ def run_series(config: BenchmarkConfig, repeat: int) -> None:
     for index in range(1, repeat + 1):
         console.print(f"[bold]series run {index} of {repeat}[/]", highlight=False)
         try:
-            records.append(run_one(config, None, series, index))
+            records.append(run_one(config, None, series, index, verbose))
         except (typer.Exit, KeyboardInterrupt) as exc:
             code = exc.exit_code if isinstance(exc, typer.Exit) else 130
             why = {130: "interrupted", 2: "refused", EXIT_TAKEN_OVER: "taken over"}.get(
