@@ -6,38 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiperf.results.mllog import values
-from aiperf.results.mllog.keys import (
-    BEST_WEIGHTS,
-    CONFIG,
-    DATASET,
-    EPOCH_START,
-    EPOCH_STOP,
-    EVAL_ACCURACY,
-    EVAL_SAMPLES,
-    OPS_PER_SAMPLE,
-    PROVENANCE,
-    RULESET,
-    RUN_RESOURCES,
-    RUN_START,
-    RUN_STOP,
-    SCORE,
-    SEARCH_START,
-    SEARCH_STOP,
-    SEED,
-    SERIES,
-    STAGING_STOP,
-    SUBMISSION_DIVISION,
-    SYSTEM_DESCRIPTION,
-    SYSTEM_FINGERPRINT,
-    TRAIN_SAMPLES,
-    TRIAL_PHASES,
-    TRIAL_PLACEMENT,
-    TRIAL_START,
-    TRIAL_STOP,
-    VERIFICATION,
-    Event,
-)
+from aiperf.results.mllog import keys, values
 from aiperf.status import RunStatus, TrialStatus
 from aiperf.store.records import (
     CheckRecord,
@@ -66,7 +35,7 @@ class RunState:
         self.best_weights: dict[str, Any] | None = None
         self.checks: tuple[CheckRecord, ...] | None = None
 
-    def apply(self, e: Event) -> None:
+    def apply(self, e: keys.Event) -> None:
         """One event into the state: a fact kept as it came, an epoch's part, or the kind's own step."""
         if e.key in _FACT_KEYS:
             self.facts[e.key] = (e.value, e.metadata)
@@ -75,7 +44,7 @@ class RunState:
         elif e.key in _STEPS:
             _STEPS[e.key](self, e)
 
-    def _run_start(self, e: Event) -> None:
+    def _run_start(self, e: keys.Event) -> None:
         """A run starts or resumes: a resumed run keeps what its first start said."""
         md = e.metadata
         self.starts += 1
@@ -92,18 +61,18 @@ class RunState:
                 flow_run_id=None if md.get("flow_run_id") is None else str(md["flow_run_id"]),
             )
 
-    def _run_stop(self, e: Event) -> None:
+    def _run_stop(self, e: keys.Event) -> None:
         """The run's end as logged: its status and message (a resumed run's later start reopens it)."""
         self.status, self.message = RunStatus(e.value), e.metadata.get("message")
 
-    def _run_resources(self, e: Event) -> None:
+    def _run_resources(self, e: keys.Event) -> None:
         """Emitted as each is recorded, some fields at a time: merged in order, later wins per field."""
         if not isinstance(e.value, dict):
             raise ValueError("run_resources is not an object")
-        merged, _ = self.facts.get(RUN_RESOURCES, ({}, {}))
+        merged, _ = self.facts.get(keys.RUN_RESOURCES, ({}, {}))
         self.facts[e.key] = ({**merged, **e.value}, e.metadata)
 
-    def _dataset(self, e: Event) -> None:
+    def _dataset(self, e: keys.Event) -> None:
         """The dataset's record, from the manifest the run staged."""
         value = e.value
         self.dataset = DatasetRecord(
@@ -116,11 +85,11 @@ class RunState:
             manifest=dict(value),
         )
 
-    def _staging_stop(self, e: Event) -> None:
+    def _staging_stop(self, e: keys.Event) -> None:
         """The wall seconds staging took, before the timed window."""
         self.staging_s = values.number(e.metadata["staging_s"], "staging_s")
 
-    def _search_start(self, e: Event) -> None:
+    def _search_start(self, e: keys.Event) -> None:
         """A segment of the timed window opens (a resumed run opens another)."""
         md = e.metadata
         self.segments.append(
@@ -131,11 +100,11 @@ class RunState:
             }
         )
 
-    def _search_stop(self, e: Event) -> None:
+    def _search_stop(self, e: keys.Event) -> None:
         """A segment ends: the one it names, else the open one."""
         self._segment(e.metadata.get("segment"))["ended"] = values.utc(e.metadata["time_s"])
 
-    def _trial_start(self, e: Event) -> None:
+    def _trial_start(self, e: keys.Event) -> None:
         """A trial's state, with what later events fill in (placement, ops, stop, phases) still empty."""
         md = e.metadata
         self.trials[str(md["trial_key"])] = {
@@ -159,7 +128,7 @@ class RunState:
             "inherited_epoch": None,
         }
 
-    def _trial_placement(self, e: Event) -> None:
+    def _trial_placement(self, e: keys.Event) -> None:
         """Where the trial ran (worker, devices), its size, and the epoch it inherited weights from."""
         md = e.metadata
         trial = self._trial(md)
@@ -168,7 +137,7 @@ class RunState:
         trial["placement"] = tuple(str(d) for d in md.get("placement") or ())
         trial["inherited_epoch"] = md.get("inherited_epoch")
 
-    def _ops_per_sample(self, e: Event) -> None:
+    def _ops_per_sample(self, e: keys.Event) -> None:
         """The trial's operations per sample, train and eval, in both conventions (aiperf, tensor)."""
         self._trial(e.metadata)["ops"] = tuple(
             values.whole(e.value[convention][phase], f"{convention} {phase} ops per sample")
@@ -176,7 +145,7 @@ class RunState:
             for phase in ("train", "eval")
         )
 
-    def _trial_stop(self, e: Event) -> None:
+    def _trial_stop(self, e: keys.Event) -> None:
         """The trial's end: its status, time and message."""
         md = e.metadata
         self._trial(md).update(
@@ -185,21 +154,21 @@ class RunState:
             message=md.get("message"),
         )
 
-    def _trial_phases(self, e: Event) -> None:
+    def _trial_phases(self, e: keys.Event) -> None:
         """Where the trial's seconds went on its worker."""
         self._trial(e.metadata)["phases"] = TrialPhases(
             **{k: float(values.number(v, k) or 0.0) for k, v in e.value.items()}
         )
 
-    def _set_score(self, e: Event) -> None:
+    def _set_score(self, e: keys.Event) -> None:
         """The score; the latest stands (a failed verification logs it again, invalid)."""
         self.score = values.checked_score(e.value)
 
-    def _set_best_weights(self, e: Event) -> None:
+    def _set_best_weights(self, e: keys.Event) -> None:
         """The kept weights of the best trial, which verify evaluates again."""
         self.best_weights = values.checked_best_weights(e.value)
 
-    def _verification(self, e: Event) -> None:
+    def _verification(self, e: keys.Event) -> None:
         """The checks the run verified itself with."""
         self.checks = tuple(
             CheckRecord(str(c["check"]), bool(c["passed"]), str(c["detail"]))
@@ -223,7 +192,7 @@ class RunState:
             raise ValueError(f"trial {key} has no trial_start before it")
         return self.trials[key]
 
-    def _epoch(self, e: Event) -> None:
+    def _epoch(self, e: keys.Event) -> None:
         """One part of an epoch (start, samples, accuracy, stop) into that epoch's state."""
         key, number = (
             str(e.metadata["trial_key"]),
@@ -232,13 +201,13 @@ class RunState:
         self._trial(e.metadata)
         epoch = self.epochs.setdefault((key, number), {})
         md = e.metadata
-        if e.key == EPOCH_START:
+        if e.key == keys.EPOCH_START:
             epoch["started_at"] = values.utc(md["time_s"])
-        elif e.key == TRAIN_SAMPLES:
+        elif e.key == keys.TRAIN_SAMPLES:
             epoch["samples_trained"] = values.whole(e.value, "train_samples")
-        elif e.key == EVAL_SAMPLES:
+        elif e.key == keys.EVAL_SAMPLES:
             epoch["samples_evaluated"] = values.whole(e.value, "eval_samples")
-        elif e.key == EVAL_ACCURACY:
+        elif e.key == keys.EVAL_ACCURACY:
             epoch["val_accuracy"] = values.number(e.value, "eval_accuracy")
         else:
             if not isinstance(md["complete"], bool):
@@ -255,32 +224,34 @@ class RunState:
 # Kept as they came (value, metadata), the latest of each standing.
 _FACT_KEYS = frozenset(
     (
-        SUBMISSION_DIVISION,
-        RULESET,
-        SERIES,
-        SEED,
-        CONFIG,
-        SYSTEM_FINGERPRINT,
-        SYSTEM_DESCRIPTION,
-        PROVENANCE,
+        keys.SUBMISSION_DIVISION,
+        keys.RULESET,
+        keys.SERIES,
+        keys.SEED,
+        keys.CONFIG,
+        keys.SYSTEM_FINGERPRINT,
+        keys.SYSTEM_DESCRIPTION,
+        keys.PROVENANCE,
     )
 )
-_EPOCH_KEYS = frozenset((EPOCH_START, TRAIN_SAMPLES, EVAL_SAMPLES, EVAL_ACCURACY, EPOCH_STOP))
+_EPOCH_KEYS = frozenset(
+    (keys.EPOCH_START, keys.TRAIN_SAMPLES, keys.EVAL_SAMPLES, keys.EVAL_ACCURACY, keys.EPOCH_STOP)
+)
 # Every other kind the rebuild reads, and its step; a kind not named here is not a record's.
-_STEPS: dict[str, Callable[[RunState, Event], None]] = {
-    RUN_START: RunState._run_start,
-    RUN_STOP: RunState._run_stop,
-    RUN_RESOURCES: RunState._run_resources,
-    DATASET: RunState._dataset,
-    STAGING_STOP: RunState._staging_stop,
-    SEARCH_START: RunState._search_start,
-    SEARCH_STOP: RunState._search_stop,
-    TRIAL_START: RunState._trial_start,
-    TRIAL_PLACEMENT: RunState._trial_placement,
-    OPS_PER_SAMPLE: RunState._ops_per_sample,
-    TRIAL_STOP: RunState._trial_stop,
-    TRIAL_PHASES: RunState._trial_phases,
-    SCORE: RunState._set_score,
-    BEST_WEIGHTS: RunState._set_best_weights,
-    VERIFICATION: RunState._verification,
+_STEPS: dict[str, Callable[[RunState, keys.Event], None]] = {
+    keys.RUN_START: RunState._run_start,
+    keys.RUN_STOP: RunState._run_stop,
+    keys.RUN_RESOURCES: RunState._run_resources,
+    keys.DATASET: RunState._dataset,
+    keys.STAGING_STOP: RunState._staging_stop,
+    keys.SEARCH_START: RunState._search_start,
+    keys.SEARCH_STOP: RunState._search_stop,
+    keys.TRIAL_START: RunState._trial_start,
+    keys.TRIAL_PLACEMENT: RunState._trial_placement,
+    keys.OPS_PER_SAMPLE: RunState._ops_per_sample,
+    keys.TRIAL_STOP: RunState._trial_stop,
+    keys.TRIAL_PHASES: RunState._trial_phases,
+    keys.SCORE: RunState._set_score,
+    keys.BEST_WEIGHTS: RunState._set_best_weights,
+    keys.VERIFICATION: RunState._verification,
 }
