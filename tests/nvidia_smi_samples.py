@@ -71,3 +71,10 @@ def standin_node_run(folder: Path, **env: str) -> tuple[subprocess.CompletedProc
         cwd=folder,
     )
     return done, db
+
+
+def said_and_logged(done: subprocess.CompletedProcess) -> str:
+    """What a run printed, and its console log (aiperf.cli.console_log): its info lines are there."""
+    said = done.stdout + done.stderr
+    named = [line.removeprefix("log: ") for line in said.splitlines() if line.startswith("log: ")]
+    return said + "".join(Path(path).read_text() for path in named)

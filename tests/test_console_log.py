@@ -44,3 +44,25 @@ def test_each_run_gets_a_log_of_its_own_under_its_out_folder(tmp_path):
     path = console_log_path(str(tmp_path))
     assert path.parent == tmp_path / "logs" and path.suffix == ".log"
     assert not path.exists(), "made when the run writes to it"
+
+
+def test_aiperfs_own_warnings_are_said_and_nothing_else(tmp_path):
+    """A warning logged by aiperf's code reaches the console; its info lines, and a warning from
+    anyone else's code on the same loggers (Prefect's engine writes to the run loggers), do not."""
+    import logging
+
+    from aiperf.cli.console_log import warnings_to
+    from aiperf.config import load_config
+    from aiperf.lifecycle.run import _warn_foreseen
+
+    said: list[str] = []
+    config = load_config("quick", budget="12s", out=str(tmp_path))
+    run_logger = logging.getLogger("prefect.flow_runs")
+    with warnings_to(said.append):
+        _warn_foreseen(config, 7, run_logger)  # aiperf's code, through a run logger
+        _warn_foreseen(config, 8, logging.getLogger("aiperf.lifecycle.run"))  # its module's
+        run_logger.warning("Prefect's engine warns")  # this file's: not aiperf's
+        logging.getLogger("aiperf.lifecycle.run").info("run 9: an info line")
+    _warn_foreseen(config, 10, run_logger)  # after the block
+    assert [line.split(":")[0] for line in said] == ["run 7", "run 8"]
+    assert "INVALID whatever it measures: too short" in said[0]

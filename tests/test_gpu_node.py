@@ -18,6 +18,7 @@ from nvidia_smi_samples import (
     calls,
     h200_node,
     put_first_on_path,
+    said_and_logged,
     stand_in,
     standin_node_run,
 )
@@ -244,7 +245,7 @@ def test_the_standin_node_trains_imagenet_shaped_on_its_8_devices(standin_run):
     assert "trials of run" in done.stdout  # aiperf show's table
     # Fit before paying (aiperf.lifecycle.fitcheck): the seed's step was compiled for the 8
     # devices and its memory read from XLA against the declared 1 GiB, before the window.
-    assert "the seed's step needs" in done.stdout + done.stderr, done.stderr[-3000:]
+    assert "the seed's step needs" in said_and_logged(done), done.stderr[-3000:]
     # The feed that ran, and whether it kept the 8 devices busy, measured before the window: data.feed
     # auto takes DALI on a GPU node where it is installed (the dev install has it), and DALI's CPU
     # operators decode on the stand-in, whose devices are the CPU's

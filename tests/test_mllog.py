@@ -427,8 +427,8 @@ class _StopAfterSomeEpochs(Stages):
 
                 def launch(request):
                     with Store.open_existing(self.db) as store:
-                        trials = store.get_run(request.run_id).trials
-                        done = sum(t.status != TrialStatus.RUNNING for t in trials)
+                        recorded = store.get_run(request.run_id).trials
+                        done = sum(t.status != TrialStatus.RUNNING for t in recorded)
                     if done >= 2:
                         raise KeyboardInterrupt("stopped by the test")
                     return trials.launch(request)

@@ -95,21 +95,28 @@ def test_a_run_whose_verification_fails_exits_4_and_is_listed_invalid(prefect_ap
 
 
 def _only_aiperfs_lines_on_the_console(result: subprocess.CompletedProcess, record) -> None:
-    """Every line the run printed is aiperf's: its live line, the result's title and figures
-    (a figure's value wrapped onto lines of its own), the verdict's line and the log's name. What
-    the libraries wrote (Prefect, TensorFlow, Dask) is in that log instead."""
+    """Every line the run printed is aiperf's: its live line, its own warnings (each also in the
+    log), the result's title and figures (a figure's value wrapped onto lines of its own), the
+    verdict's line and the log's name. What the libraries wrote (Prefect, TensorFlow, Dask) is in
+    that log instead."""
     from aiperf.report.summary import score_rows, title
 
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    (named,) = [line.removeprefix("log: ") for line in lines if line.startswith("log: ")]
+    logged = Path(named).read_text()
+    assert "Beginning flow run" in logged, "Prefect's lines are in the log"
+    warned = {line.split(" - ", 1)[-1] for line in logged.splitlines() if "| WARNING |" in line}
+    assert any("INVALID whatever it measures" in line for line in warned), "its 3 s budget"
     figures = tuple(row["figure"] for row in score_rows(record))
     wrapped = " " * len(max(figures, key=len))  # a value's next line, under the values
 
     def aiperfs(line: str) -> bool:
         return (
-            line.startswith(("log: ", "run 1: ", title(record), *figures, wrapped))
+            line in warned
+            or line.startswith(("log: ", title(record), *figures, wrapped))
+            or (line.startswith("run 1: ") and line.endswith(")"))  # the verdict
             or ("elapsed" in line and "trials" in line)  # the live line
         )
 
-    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert [line for line in lines if not aiperfs(line)] == []
-    (named,) = [line.removeprefix("log: ") for line in lines if line.startswith("log: ")]
-    assert "Beginning flow run" in Path(named).read_text(), "Prefect's lines are in the log"
+    assert any("INVALID whatever it measures" in line for line in lines), "said on the console"

@@ -8,6 +8,7 @@ run of a series.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,7 @@ def _flow_with_live_line(
     that file; a mistake or an interrupt said in one line, as typer.Exit."""
     from prefect.flows import Flow, load_flow_from_entrypoint
 
-    from aiperf.cli.console_log import stderr_to
+    from aiperf.cli.console_log import stderr_to, warnings_to
     from aiperf.lifecycle import live
     from aiperf.lifecycle.run import ResultNotValid
 
@@ -106,8 +107,9 @@ def _flow_with_live_line(
         console=console, refresh_per_second=1, transient=False, redirect_stderr=log is None
     ) as display:
         live.set_display(lambda figures: display.update(render(figures)))
+        say = None if log is None else _warning_above(display)
         try:
-            with stderr_to(log):
+            with stderr_to(log), warnings_to(say):
                 return benchmark(
                     config=config, resume=resume, series=series, series_index=series_index
                 )
@@ -131,6 +133,15 @@ def _flow_with_live_line(
             raise typer.Exit(130) from None
         finally:
             live.set_display(None)
+
+
+def _warning_above(display: Live) -> Callable[[str], None]:
+    """One of aiperf's warnings on the console, above the live line, in one line."""
+
+    def say(line: str) -> None:
+        display.console.print(line, style="yellow", highlight=False, soft_wrap=True, markup=False)
+
+    return say
 
 
 def _name_the_log(log: Path | None) -> None:

@@ -7,15 +7,20 @@ screen. They all write to file descriptor 2, directly or through Python's sys.st
 processes the run starts inherit it: so while the flow runs, descriptor 2 is the log file, and
 the console is given back before anything of aiperf's own is printed. The file is named after the
 result (`log: PATH`). `aiperf run -v` leaves the console as it was.
+
+aiperf's own warnings (a result foreseen invalid, an open run's data, a trial that failed) are the
+run's, not the libraries': they are in the log, and said on the console too, above the live line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
 
 
@@ -44,3 +49,41 @@ def stderr_to(path: Path | None) -> Iterator[None]:
         os.dup2(console, 2)
         os.close(console)
         os.close(log)
+
+
+# Where aiperf's lines are logged: its modules' loggers, and the flow's run loggers, which Prefect's
+# engine writes to as well (a record's source file tells aiperf's from Prefect's).
+_LOGGERS = ("aiperf", "prefect.flow_runs", "prefect.task_runs")
+
+
+class _AiperfsWarnings(logging.Handler):
+    """Each warning (or worse) that aiperf's own code logs, as one line to `say`."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.say = say
+        # Found, not imported: the CLI loads the flows by entrypoint only (aiperf.cli.benchmark).
+        packages = (find_spec(name) for name in ("aiperf", "aiperf_flows"))
+        self.sources = tuple(
+            str(Path(spec.origin).parent) + os.sep for spec in packages if spec and spec.origin
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.pathname.startswith(self.sources):
+            self.say(record.getMessage())
+
+
+@contextmanager
+def warnings_to(say: Callable[[str], None] | None) -> Iterator[None]:
+    """aiperf's warnings also said through `say` until the block ends; None: nothing added."""
+    if say is None:
+        yield
+        return
+    handler = _AiperfsWarnings(say)
+    for name in _LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+    try:
+        yield
+    finally:
+        for name in _LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
