@@ -184,6 +184,12 @@ def test_cli_lists_and_shows_the_run(finished_run):
     )
     assert as_json.exit_code == 0, as_json.output
     shown_json = json.loads(as_json.output)
+    # Its figures' 95% intervals, from its trials' spread (two seeds at least: one a worker).
+    low, high = shown_json["ops_interval"]
+    assert low < shown_json["ops"] < high
+    low, high = shown_json["regulated_score_interval"]
+    assert low < shown_json["regulated_score"] < high
+    assert "95% interval" in shown.output
     rates = shown_json["feed_rates"]
     assert shown_json["data_feed"] == "tf.data" and len(rates) == 2  # one per worker
     assert all(r["feed_images_per_s"] > 0 and r["device_images_per_s"] > 0 for r in rates)

@@ -56,6 +56,7 @@ def result(
     days: int = 0,
     submitter: str | None = None,
     nodes: int = 1,
+    interval: tuple[float, float] | None = None,
 ) -> ResultRecord:
     """A results row made directly, for the ranking's own tests."""
     return ResultRecord(
@@ -87,6 +88,8 @@ def result(
         imported_at=T0,
         system_description=None,
         reasons=reasons if reasons is not None else ([] if valid else ["no trial completed"]),
+        ops_low=None if interval is None else interval[0],
+        ops_high=None if interval is None else interval[1],
     )
 
 
@@ -139,6 +142,32 @@ def test_one_row_per_system_its_best_and_ties_share_a_rank():
     # Equal OPS share rank 1, listed by earlier date; the next rank is 3.
     assert _rows(group) == [(1, "beta"), (1, "alpha"), (3, "gamma")]
     assert group.standings[1].result_ids == (2,)
+
+
+def test_results_whose_intervals_overlap_are_tied_and_those_apart_are_not(sqlite_url):
+    """Four imported results, each with its OPS's 95% interval: alpha's and beta's overlap, so they
+    share rank 1, marked tied; gamma's lies wholly under both (3), delta's under gamma's (4)."""
+    rows = [
+        result(1, "alpha", 10.0e9, interval=(9.0e9, 11.0e9)),
+        result(2, "beta", 9.5e9, interval=(8.5e9, 10.5e9)),
+        result(3, "gamma", 6.0e9, interval=(5.5e9, 6.5e9)),
+        result(4, "delta", 4.0e9, interval=(3.8e9, 4.2e9)),
+    ]
+    with Store.open(sqlite_url) as store:
+        add_results(store, [_row(r) for r in rows])
+    (group,) = _listed(sqlite_url)
+    assert [(r["system"], r["rank"], r["tied"]) for r in group["rows"]] == [
+        ("alpha", 1, True),
+        ("beta", 1, True),
+        ("gamma", 3, False),
+        ("delta", 4, False),
+    ]
+    assert group["rows"][1]["ops_interval"] == [8.5e9, 10.5e9]
+    done = _aiperf("results", "list", "--db", sqlite_url)
+    ranked = [line.split()[:2] for line in done.output.splitlines() if "GOPS" in line]
+    assert ranked == [["=1", "alpha"], ["=1", "beta"], ["3", "gamma"], ["4", "delta"]]
+    assert "±10%" in done.output  # alpha's: 1 GOPS either side of 10
+    assert "=N: tied, their 95% intervals overlap" in done.output
 
 
 def test_a_system_is_its_submitter_name_and_hardware():
@@ -209,9 +238,11 @@ def test_a_series_is_summarised_by_its_rule_with_its_spread(monkeypatch):
     # In the open division the rule's count does not hold a series back.
     open_results = [r.__class__(**{**vars(r), "division": "open"}) for r in results]
     (opened,) = standings.rank(open_results)
-    assert [(s.rank, s.system, s.reason) for s in opened.standings] == [
-        (1, "beta", None),
-        (2, "alpha", None),
+    # alpha's five runs spread so widely (CV over 100%) that its series' 95% interval takes in
+    # beta's 50 GOPS: they tie, beta first by its higher ranked figure.
+    assert [(s.rank_text, s.system, s.reason) for s in opened.standings] == [
+        ("=1", "beta", None),
+        ("=1", "alpha", None),
     ]
 
 
@@ -361,7 +392,7 @@ def test_results_list_at_80_columns(listed):
         assert value in done.output, value
     # The unranked row is last of its group, its rank "-", and why is said under the group (the
     # open group, all ranked, says nothing): no column for it crowds the figures out at 80 columns
-    # (one had taken the place of the spread).
+    # (one had taken the place of the interval).
     (short, why) = [line for line in lines if "too-short" in line]
     assert short.split()[:2] == ["-", "too-short"], short
     assert why == "not ranked: too-short (invalid: too short)"
@@ -371,8 +402,8 @@ def test_results_list_at_80_columns(listed):
         "system",
         "accelerators",
         "OPS",
+        "95%",  # the interval, before the spread a wider terminal shows too
         "runs",
-        "spread",
     ]
     assert "not ranked" not in open_
 
@@ -397,6 +428,8 @@ def test_results_list_json_and_csv(listed, tmp_path):
         "maximum",
         "cv",
         "ranked",
+        "low",  # the mean's 95% interval
+        "high",
     }
     only_open = json.loads(
         _aiperf("results", "list", "--json", "--division", "open", "--db", listed).output
@@ -627,6 +660,13 @@ def test_two_machines_packages_make_one_ranked_list(two_packages, sqlite_url, tm
     assert series["runs"] == 2 and series["series"] and series["submitter"] is None
     summary = series["ops_summary"]
     assert summary["minimum"] <= series["ops"] <= summary["maximum"] and summary["cv"] >= 0
+    # The series' 95% interval across its two runs; the single run's, as its own trials gave it.
+    low, high = series["ops_interval"]
+    assert low <= summary["median"] <= high
+    single = by_system["machine-a"]
+    assert single["ops_interval"] is None or (
+        single["ops_interval"][0] <= single["ops"] <= single["ops_interval"][1]
+    )
     before = _listed(sqlite_url)
 
     # Either package again, from anywhere, or one run of the series alone: refused, list unchanged.

@@ -119,6 +119,9 @@ def test_summarise_known_values():
         maximum=30.0,
         cv=pytest.approx(statistics.stdev(values) / 14.4),
         ranked=11.0,  # no rule: the median
+        # the mean's 95% interval: 14.4 +- t(4 freedoms) 2.776 x sqrt(77.3 / 5)
+        low=pytest.approx(14.4 - 2.776 * (77.3 / 5) ** 0.5),
+        high=pytest.approx(14.4 + 2.776 * (77.3 / 5) ** 0.5),
     )
     # squared deviations from 14.4 sum to 309.2; / (5 - 1) = 77.3
     assert summary.cv == pytest.approx(77.3**0.5 / 14.4)

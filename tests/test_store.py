@@ -412,7 +412,8 @@ def test_run_work_is_what_the_score_is_computed_from(store):
     end_trial(store, trial_id, TrialStatus.COMPLETED, T0 + 20)
     store.finish_search(claim_of(store, run_id), T0 + 60)
     work = store.run_work(run_id)
-    assert work.epochs == [EpochWork(64, 32, 300, 100, 30, 10)] * 2
+    # Each epoch's trial and seconds too: the score's interval weighs each trial's rate by them.
+    assert work.epochs == [EpochWork(64, 32, 300, 100, 30, 10, trial=trial_id, seconds=9.0)] * 2
     assert (
         work.elapsed_s,
         work.best_val_accuracy,

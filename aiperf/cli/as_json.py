@@ -36,6 +36,11 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def _interval(low: float | None, high: float | None) -> list[float] | None:
+    """A 95% interval as [low, high] (None: the run measured too little to give one)."""
+    return None if low is None or high is None else [low, high]
+
+
 def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
     """One run: what `aiperf runs` lists, and with `with_trials` what `aiperf show` adds."""
     score = record.score
@@ -50,6 +55,10 @@ def run_json(record: RunRecord, *, with_trials: bool = False) -> dict[str, Any]:
         "ruleset": record.ruleset,
         "ops": score.ops if score else None,
         "regulated_score": score.regulated_score if score else None,
+        "ops_interval": _interval(score.ops_low, score.ops_high) if score else None,
+        "regulated_score_interval": _interval(score.regulated_low, score.regulated_high)
+        if score
+        else None,
         "best_val_accuracy": score.best_val_accuracy if score else None,
         "best_val_loss": score.best_val_loss if score else None,
         "valid": validity_label(score.valid, record.verified, bool(for_review(record)))

@@ -113,7 +113,7 @@ def list_(
 
 
 def _print_groups(groups) -> None:
-    from aiperf.ranking.page import spread
+    from aiperf.ranking.page import plus_minus, spread
     from aiperf.report.phases import percent
     from aiperf.report.tables import Col, FitTable
     from aiperf.units import ops_rate
@@ -128,6 +128,7 @@ def _print_groups(groups) -> None:
         Col("nodes", "right", rank=5),
         Col("accelerators", wrap=True),
         Col("OPS", "right"),
+        Col("95%", "right", rank=1),
         Col("regulated", "right", rank=3),
         Col("MFU", "right", rank=4),
         Col("runs", "right"),
@@ -146,6 +147,7 @@ def _print_groups(groups) -> None:
                 str(s.nodes),
                 s.accelerators_text(),
                 ops_rate(s.ops.ranked),
+                plus_minus(s.ops_interval, s.ops.ranked),
                 ops_rate(s.regulated_score.ranked),
                 percent(s.mfu),
                 str(s.runs),
@@ -155,7 +157,9 @@ def _print_groups(groups) -> None:
             for s in g.standings
         ]
         console.print(FitTable(columns, rows, title=g.key.heading()), soft_wrap=False)
-        console.print(f"ranked by OPS of {rule}", highlight=False)
+        console.print(
+            f"ranked by OPS of {rule}; =N: tied, their 95% intervals overlap", highlight=False
+        )
         # Why a row has no rank: a line under its group, not a column that would crowd out the
         # figures at 80 columns.
         for s in g.standings:

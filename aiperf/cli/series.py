@@ -93,6 +93,7 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
         Col("maximum", "right"),
         Col("CV", "right"),
         Col("ranked", "right"),
+        Col("mean's 95% interval", "right"),
     )
     rows = [
         [
@@ -100,6 +101,7 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
             *(ops_rate(v) for v in (s.median, s.minimum, s.maximum)),
             f"{100 * s.cv:.1f}%",
             ops_rate(s.ranked),
+            "-" if s.low is None or s.high is None else f"{ops_rate(s.low)} to {ops_rate(s.high)}",
         ]
         for measure, s in summaries.items()
     ]

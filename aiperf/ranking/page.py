@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiperf.ranking.standings import Group, Standing
 from aiperf.report.phases import percent
+from aiperf.results.uncertainty import Interval
 from aiperf.units import ops_rate
 
 WIDTH, HEIGHT = 640, 300
@@ -45,6 +46,7 @@ HEADERS = (
     "nodes",
     "accelerators",
     "OPS",
+    "OPS 95% interval",
     "regulated",
     "MFU",
     "runs",
@@ -69,6 +71,21 @@ def spread(s: Standing, *, full: bool = True) -> str:
     return f"{ops_rate(s.ops.minimum)} to {ops_rate(s.ops.maximum)}, {cv}"
 
 
+def interval_text(interval: Interval | None) -> str:
+    """OPS's 95% interval, "LOW to HIGH"; "-" where the result has none."""
+    if interval is None:
+        return "-"
+    return f"{ops_rate(interval.low)} to {ops_rate(interval.high)}"
+
+
+def plus_minus(interval: Interval | None, figure: float) -> str:
+    """OPS's 95% interval in a narrow column: its half-width as a share of the figure, "±4.8%";
+    "-" where the result has none."""
+    if interval is None or figure <= 0:
+        return "-"
+    return f"±{50 * (interval.high - interval.low) / figure:.2g}%"
+
+
 def _cell_class(kind: bool | str) -> str:
     """True: a figure (right-aligned, on one line); a word: that class; False: none."""
     if kind is True:
@@ -84,6 +101,7 @@ def _row(s: Standing) -> str:
         (str(s.nodes), True),
         (s.accelerators_text(), False),
         (ops_rate(s.ops.ranked), True),
+        (interval_text(s.ops_interval), False),
         (ops_rate(s.regulated_score.ranked), True),
         (percent(s.mfu), True),
         (str(s.runs), True),

@@ -8,8 +8,11 @@ manner from rulesets 1.3, else the median).
 
 Only a qualified unit gets a rank, as MLPerf and TOP500 rank only results that meet their rules:
 every run valid and verified, and in the closed division as many runs as the rule asks. Qualified
-rows are ranked by the unit's ranked OPS from 1 (equal figures share a rank: 1, 1, 3, the earlier
-first, then by name). Every other row stays listed below them, with no rank and the reason it has
+rows are ranked by their OPS's 95% intervals (aiperf.results.uncertainty: a run's own from what it
+measured, a series' across its runs): a row ranks above another only when its whole interval lies
+above the other's, so rows whose intervals overlap are tied and share a rank (1, 1, 3); a row
+without an interval is its one figure, so equal figures tie too. Within a rank, the higher ranked
+OPS first, then the earlier, then by name. Every other row stays listed below them, with no rank and the reason it has
 none (`invalid: too short`, `unverified`, `closed: 1 of 5 runs`), so a site sees why.
 
 A system is its submitter, its name and its hardware (nodes, accelerators, cores), as MLPerf lists
@@ -30,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, series_rule, summarise
+from aiperf.results.uncertainty import Interval, ranks
 from aiperf.store.results_models import ResultRecord
 
 
@@ -65,6 +69,8 @@ class Standing:
     cores: int | None
     ops: SeriesSummary
     regulated_score: SeriesSummary
+    ops_interval: Interval | None  # 95%: a run's own, a series' across its runs (None: unknown)
+    regulated_interval: Interval | None
     mfu: float | None  # the median of its runs' MFU (None where none was measured)
     key: GroupKey
     date: datetime  # its latest run's
@@ -77,6 +83,7 @@ class Standing:
     result_ids: tuple[int, ...]
     run_ids: tuple[int, ...]
     description: dict[str, Any] | None
+    tied: bool = False  # another ranked row's interval overlaps: they share a rank
 
     @property
     def system_key(self) -> tuple[Any, ...]:
@@ -92,7 +99,9 @@ class Standing:
     @property
     def rank_text(self) -> str:
         """Its rank, or "-" for a row that is not ranked."""
-        return "-" if self.rank is None else str(self.rank)
+        if self.rank is None:
+            return "-"
+        return f"={self.rank}" if self.tied else str(self.rank)
 
     @property
     def runs(self) -> int:
@@ -171,6 +180,8 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
     verified = all(r.verified for r in unit)
     reasons = tuple(dict.fromkeys(x for r in unit if not r.valid for x in r.reasons or ()))
     closed = key.division == "closed"
+    ops = summarise([r.ops for r in unit], rule)
+    regulated = summarise([r.regulated_score for r in unit], rule)
     return Standing(
         rank=None,
         system=first.system_name,
@@ -180,8 +191,10 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
         accelerator_model=first.accelerator_model,
         accelerators=max(r.accelerators for r in unit),
         cores=first.cores,
-        ops=summarise([r.ops for r in unit], rule),
-        regulated_score=summarise([r.regulated_score for r in unit], rule),
+        ops=ops,
+        regulated_score=regulated,
+        ops_interval=_unit_interval(unit, "ops", ops),
+        regulated_interval=_unit_interval(unit, "regulated", regulated),
         mfu=statistics.median(mfus) if mfus else None,
         key=key,
         date=max(r.run_date for r in unit),
@@ -202,6 +215,30 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
         run_ids=tuple(r.run_id for r in unit),
         description=first.system_description,
     )
+
+
+def _unit_interval(
+    unit: Sequence[ResultRecord], measure: str, summary: SeriesSummary
+) -> Interval | None:
+    """A unit's 95% interval of `measure` (ops, regulated): a series' across its runs (its
+    summary's), a single run's own as it measured it (None where it has none)."""
+    if len(unit) > 1:
+        low, high = summary.low, summary.high
+    else:
+        low, high = getattr(unit[0], f"{measure}_low"), getattr(unit[0], f"{measure}_high")
+    return None if low is None or high is None else Interval(low, high)
+
+
+def _ranked(qualified: Sequence[Standing]) -> list[Standing]:
+    """The qualified rows with their ranks by interval (aiperf.results.uncertainty.ranks), tied
+    where they share one, in rank order."""
+    intervals = [s.ops_interval or Interval(s.ops.ranked, s.ops.ranked) for s in qualified]
+    given = ranks(intervals)
+    ranked = [
+        replace(s, rank=rank, tied=given.count(rank) > 1)
+        for s, rank in zip(qualified, given, strict=True)
+    ]
+    return sorted(ranked, key=lambda s: (s.rank, *_order(s)))
 
 
 def _order(s: Standing) -> tuple[Any, ...]:
@@ -235,11 +272,7 @@ def rank(
             standing = _standing(unit, key, rule)
             by_system[standing.system_key].append(standing)
         best = sorted((min(units, key=_order) for units in by_system.values()), key=_order)
-        ranked: list[Standing] = []
-        for i, s in enumerate(q for q in best if q.qualified):
-            previous = ranked[-1] if ranked else None
-            tied = previous is not None and previous.ops.ranked == s.ops.ranked
-            ranked.append(replace(s, rank=previous.rank if tied and previous else i + 1))
+        ranked = _ranked([q for q in best if q.qualified])
         unranked = tuple(s for s in best if not s.qualified)
         groups.append(Group(key, rule, (*ranked, *unranked)))
     return groups
@@ -250,6 +283,10 @@ def rank(
 
 def _summary_json(summary: SeriesSummary) -> dict[str, Any]:
     return summary.to_dict()
+
+
+def _interval_json(interval: Interval | None) -> list[float] | None:
+    return None if interval is None else [interval.low, interval.high]
 
 
 def standing_json(s: Standing) -> dict[str, Any]:
@@ -273,6 +310,9 @@ def standing_json(s: Standing) -> dict[str, Any]:
         "date": s.date,
         "runs": s.runs,
         "series": s.series,
+        "ops_interval": _interval_json(s.ops_interval),
+        "regulated_score_interval": _interval_json(s.regulated_interval),
+        "tied": s.tied,
         "ops_summary": _summary_json(s.ops),
         "regulated_score_summary": _summary_json(s.regulated_score),
         "valid": s.valid_word,
@@ -327,6 +367,8 @@ CSV_COLUMNS = (
     "ops_min",
     "ops_max",
     "ops_cv",
+    "ops_low",
+    "ops_high",
     "date",
     "valid",
     "verified",
@@ -385,6 +427,8 @@ def to_csv(groups: Sequence[Group]) -> str:
                     repr(s.ops.minimum),
                     repr(s.ops.maximum),
                     repr(s.ops.cv),
+                    "" if s.ops_interval is None else repr(s.ops_interval.low),
+                    "" if s.ops_interval is None else repr(s.ops_interval.high),
                     s.date.isoformat(),
                     s.valid_word,
                     "yes" if s.verified else "no",

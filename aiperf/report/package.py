@@ -41,7 +41,13 @@ from aiperf import __version__, paths
 from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
 from aiperf.report.package_files import CONFIG_FILE, PACKAGE_FILE, VERIFICATION_FILE
-from aiperf.report.summary import feed_text, for_review, reference_text, verdict_text
+from aiperf.report.summary import (
+    feed_text,
+    for_review,
+    interval_text,
+    reference_text,
+    verdict_text,
+)
 from aiperf.results.mllog import LoggedRun, read_run
 from aiperf.store import CheckRecord, RunRecord, Store
 from aiperf.store.records import ScoreResult
@@ -399,8 +405,10 @@ def _readme(
         f"Profile `{record.profile}`, {record.division or '-'} division under {record.ruleset or '-'}, "
         f"{record.workers} workers, budget {record.budget_s:g} s, seed {record.seed}; status {record.status}.",
         "",
-        f"- OPS: {ops_rate(score.ops)} ({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
-        f"- regulated score: {ops_rate(score.regulated_score)} ({_judged_by(score)})",
+        f"- OPS: {ops_rate(score.ops)}{interval_text(score.ops_low, score.ops_high)} "
+        f"({exact(score.total_ops)} operations in {score.elapsed_s:.3f} s)",
+        f"- regulated score: {ops_rate(score.regulated_score)}"
+        f"{interval_text(score.regulated_low, score.regulated_high)} ({_judged_by(score)})",
         f"- verdict: {_verdict(record, from_records, checks)}",
         f"- feed, measured before the window: {feed_text(record)}",
         f"- trials vs bare Keras: {reference_text(record)}",

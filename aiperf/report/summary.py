@@ -163,6 +163,13 @@ def quality_row(best_val_loss: float | None, accuracy: str) -> dict[str, str]:
     }
 
 
+def interval_text(low: float | None, high: float | None) -> str:
+    """ ", 95% interval LOW to HIGH" after a figure (aiperf.results.uncertainty); nothing without."""
+    if low is None or high is None:
+        return ""
+    return f", 95% interval {ops_rate(low)} to {ops_rate(high)}"
+
+
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
     """The figures of a scored run, with its division, rules and verification: the score, OPS, the
     verdict and the verification first (a Prefect table shows ten rows a page, and a reader stops
@@ -175,11 +182,14 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
     rows = [
         {
             "figure": "regulated score",
-            "value": f"{ops_rate(score.regulated_score)} ({exact(score.regulated_score)} operations/s)",
+            "value": f"{ops_rate(score.regulated_score)}"
+            f"{interval_text(score.regulated_low, score.regulated_high)} "
+            f"({exact(score.regulated_score)} operations/s)",
         },
         {
             "figure": "OPS (aiperf convention)",
-            "value": f"{ops_rate(score.ops)} ({exact(score.ops)} operations/s)",
+            "value": f"{ops_rate(score.ops)}{interval_text(score.ops_low, score.ops_high)} "
+            f"({exact(score.ops)} operations/s)",
         },
         {"figure": "verdict", "value": verdict_text(run)},
         {"figure": "verification", "value": verification_text(run)},

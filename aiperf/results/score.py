@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from aiperf import quality
 from aiperf.config import ValidityConfig
+from aiperf.results import uncertainty
 from aiperf.store.reads import RunWork
 from aiperf.store.records import CheckRecord, ScoreResult
 from aiperf.store.records import EpochWork as EpochWork  # callers import it from here
@@ -212,6 +213,7 @@ def compute_score(
         best_val_loss=work.best_val_loss,
         vocab_size=work.vocab_size,
     )
+    bounds = intervals(epochs, ops, regulated_ops, rules, work)
     return ScoreResult(
         elapsed_s=elapsed_s,
         total_ops=total,
@@ -228,4 +230,36 @@ def compute_score(
         reasons=broken,
         mfu=model_flops_utilisation(tensor_total / elapsed_s, work.peak_flops),
         utilisation=window_utilisation(work.stepping_s, work.workers, elapsed_s),
+        **bounds,
     )
+
+
+def intervals(
+    epochs: Sequence[EpochWork],
+    ops: float,
+    regulated_ops: float,
+    rules: ValidityConfig,
+    work: RunWork,
+) -> dict[str, float | None]:
+    """The 95% intervals of OPS and of the regulated score, as ScoreResult's fields: from the spread
+    of the trials' rates, and the best accuracy's over its validation samples (the CNN track)."""
+    rates = uncertainty.trial_rates((e.trial, e.ops, e.seconds) for e in epochs)
+    around = uncertainty.ops_interval(ops, rates)
+
+    def factor_of(accuracy: float) -> float:
+        return regulated_score(1.0, accuracy, work.val_samples)
+
+    regulated_bounds = uncertainty.regulated_interval(
+        around,
+        regulated_ops,
+        ops,
+        None if judged_by_loss(rules) else factor_of,
+        work.best_val_accuracy,
+        work.val_samples,
+    )
+    return {
+        "ops_low": None if around is None else around.low,
+        "ops_high": None if around is None else around.high,
+        "regulated_low": None if regulated_bounds is None else regulated_bounds.low,
+        "regulated_high": None if regulated_bounds is None else regulated_bounds.high,
+    }

@@ -4,7 +4,8 @@ list show of N runs of one config.
 One run's OPS on a shared machine moves by a few percent from the next, so a single figure says
 little about where a machine ranks; N runs say it with their spread. The summary gives the median,
 extremes and coefficient of variation (what a reader judges the noise by) and the `ranked` figure,
-the one a ranking orders by: by the ruleset's series rule (aiperf.rules.SeriesRule: drop the
+the one a ranking orders by, and the 95% interval of the runs' mean (aiperf.results.uncertainty):
+by the ruleset's series rule (aiperf.rules.SeriesRule: drop the
 highest and lowest, mean of the rest, in MLPerf HPC's manner) or, without a rule, the median.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiperf.errors import UserError
+from aiperf.results.uncertainty import series_interval
 from aiperf.rules import SeriesRule, available_rulesets, load_ruleset
 from aiperf.store.records import RunRecord
 
@@ -47,6 +49,10 @@ class SeriesSummary:
     # every figure is 0). A fraction: 0.03 is 3%.
     cv: float
     ranked: float  # the figure a ranking orders by (see ranked_value)
+    # The 95% interval of the runs' mean (aiperf.results.uncertainty.series_interval; None for
+    # one run, which measures no spread).
+    low: float | None = None
+    high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +83,10 @@ def summarise(values: Sequence[float], rule: SeriesRule | None = None) -> Series
         cv = 0.0
     else:
         cv = statistics.stdev(checked) / abs(mean)
+    interval = series_interval(checked)
     return SeriesSummary(
+        low=None if interval is None else interval.low,
+        high=None if interval is None else interval.high,
         runs=len(checked),
         median=float(statistics.median(checked)),
         minimum=float(min(checked)),

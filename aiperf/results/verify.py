@@ -156,7 +156,13 @@ def gather_records(
             counts[trial.id] = cache[key]
     elapsed = window_seconds(run.windows)  # the sum of its segments, as the score's seconds are
     work = [
-        EpochWork(e.samples_trained, e.samples_evaluated, *counts[t.id])
+        EpochWork(
+            e.samples_trained,
+            e.samples_evaluated,
+            *counts[t.id],
+            trial=t.id,
+            seconds=(e.ended_at - e.started_at).total_seconds(),
+        )
         for t in run.trials
         if t.id in counts
         for e in t.epochs

@@ -316,6 +316,10 @@ class Score(Base):
     utilisation: Mapped[float | None] = mapped_column(
         Float, doc="seconds in training and evaluation steps / (workers x window seconds)"
     )
+    ops_low: Mapped[float | None] = mapped_column(Float, doc="OPS's 95% interval, its low end")
+    ops_high: Mapped[float | None] = mapped_column(Float, doc="OPS's 95% interval, its high end")
+    regulated_low: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, low")
+    regulated_high: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, high")
 
     run: Mapped[Run] = relationship(back_populates="score")
 

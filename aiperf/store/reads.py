@@ -34,6 +34,22 @@ from aiperf.store.records import (
 Row = TypeVar("Row")
 
 
+def epoch_work(row: Any) -> EpochWork:
+    """An epoch's work from run_work's row: its samples and its trial's four per-sample counts,
+    then its trial's id, start and end."""
+    trained, evaluated, train_ops, eval_ops, tensor_train, tensor_eval, trial, started, ended = row
+    return EpochWork(
+        int(trained or 0),
+        int(evaluated or 0),
+        int(train_ops or 0),
+        int(eval_ops or 0),
+        int(tensor_train or 0),
+        int(tensor_eval or 0),
+        trial=int(trial),
+        seconds=(ended - started).total_seconds(),
+    )
+
+
 @dataclass(frozen=True)
 class RunWork:
     """What a run's score is computed from, read back from the records."""
@@ -82,6 +98,9 @@ class RunReads(StoreBase):
                     Trial.eval_ops_per_sample,
                     Trial.tensor_train_ops_per_sample,
                     Trial.tensor_eval_ops_per_sample,
+                    Epoch.trial_id,
+                    Epoch.started_at,
+                    Epoch.ended_at,
                 )
                 .join(Trial, Epoch.trial_id == Trial.id)
                 .where(Trial.run_id == run_id)
@@ -121,7 +140,7 @@ class RunReads(StoreBase):
                 workers=run.workers,
                 peak_flops=run.peak_flops,
                 stepping_s=tuple(stepping) if stepping else None,
-                epochs=[EpochWork(*(int(v or 0) for v in row)) for row in rows],
+                epochs=[epoch_work(row) for row in rows],
                 elapsed_s=elapsed,
                 best_val_accuracy=best,
                 val_samples=dataset.val_samples if dataset else 0,

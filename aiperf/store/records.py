@@ -25,6 +25,10 @@ class EpochWork:
     eval_ops_per_sample: int
     tensor_train_ops_per_sample: int
     tensor_eval_ops_per_sample: int
+    # Which trial, and the seconds the epoch took: the run's interval weighs each trial's rate
+    # (aiperf.results.uncertainty).
+    trial: int = 0
+    seconds: float = 0.0
 
     @property
     def ops(self) -> int:
@@ -62,6 +66,12 @@ class ScoreResult:
     # The LM track's quality: the best complete epoch's validation loss, nats per token (None on
     # the CNN track, judged by best_val_accuracy; aiperf.quality).
     best_val_loss: float | None = None
+    # 95% intervals of OPS and of the regulated score from what the run measured (None: fewer than
+    # two trials measured; aiperf.results.uncertainty).
+    ops_low: float | None = None
+    ops_high: float | None = None
+    regulated_low: float | None = None
+    regulated_high: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -76,6 +76,10 @@ class Result(Base):
     ops: Mapped[float] = mapped_column(Float, doc="operations per second ('aiperf' convention)")
     regulated_score: Mapped[float] = mapped_column(Float, doc="ops * |ln(1 - capped accuracy)|")
     mfu: Mapped[float | None] = mapped_column(Float, doc="model FLOPs utilisation")
+    ops_low: Mapped[float | None] = mapped_column(Float, doc="OPS's 95% interval, its low end")
+    ops_high: Mapped[float | None] = mapped_column(Float, doc="OPS's 95% interval, its high end")
+    regulated_low: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, low")
+    regulated_high: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, high")
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     valid: Mapped[bool] = mapped_column(Boolean, doc="valid by its ruleset")
     reasons: Mapped[list[str] | None] = mapped_column(
@@ -136,6 +140,12 @@ class ResultRecord:
     # Every rule the run breaks, as its score names them ("too short: budget 8 s is under ...");
     # the list shows why an invalid result is not ranked.
     reasons: list[str] | None = None
+    # The run's 95% intervals (aiperf.results.uncertainty; None: fewer than two trials measured,
+    # or imported before results kept them).
+    ops_low: float | None = None
+    ops_high: float | None = None
+    regulated_low: float | None = None
+    regulated_high: float | None = None
 
 
 class AlreadyImported(Exception):
