@@ -135,15 +135,54 @@ def test_a_two_device_reference_is_compared_per_device():
     assert found.seed_trials == 1 and found.ratio == pytest.approx(1.0) and not found.other_batch
 
 
-def test_a_ratio_below_090_is_a_verdict_on_the_benchmark():
-    run = _run([_trial(0, "seed", samples=2000, train_s=4.0)], [_measured("w0", 1.0e6)])
-    found = overhead(run)
-    assert found.ratio == pytest.approx(0.5) and found.ratio < BELOW and found.below
+def _bursts(worker: str, *rates: float) -> dict:
+    """A worker's reference with its bursts' rates (aiperf.train.bare_reference.burst_rates)."""
+    return {**_measured(worker, sum(rates) / len(rates)), "burst_ops_per_s": list(rates)}
+
+
+def test_a_ratio_below_090_is_a_verdict_on_the_benchmark_when_its_interval_is_under_it_too():
+    seeds = [
+        _trial(0, "seed", samples=2000, train_s=4.0),  # 500 kOPS
+        _trial(1, "seed", samples=2100, train_s=4.0),  # 525 kOPS
+    ]
+    found = overhead(_run(seeds, [_bursts("w0", 1.0e6, 1.02e6, 0.99e6, 1.01e6)]))
+    assert found.ratio == pytest.approx(0.5125 / 1.005, rel=1e-3) and found.below
+    assert found.interval is not None and found.interval.high < BELOW
     assert found.line().startswith(
-        "seed trials trained at 500 kOPS, bare Keras 1 MOPS per worker on the same nodes: "
-        "0.50 - BELOW 0.90: the benchmark's own cost"
+        "seed trials trained at 512 kOPS, bare Keras 1 MOPS per worker on the same nodes: "
+        "0.51 (95% interval "
     ), found.line()
-    assert found.to_dict()["below"] is True and found.to_dict()["ratio"] == pytest.approx(0.5)
+    assert "- BELOW 0.90: the benchmark's own cost" in found.line()
+    assert found.to_dict()["below"] is True and found.to_dict()["interval"][1] < BELOW
+
+
+def test_a_ratio_below_090_within_its_spread_or_without_one_gets_no_verdict():
+    """Two seed trials 50% apart, or one seed trial (no spread to judge by): a ratio of about
+    0.6 is said with its interval, or that it has none, and is not called BELOW."""
+    apart = [
+        _trial(0, "seed", samples=2000, train_s=4.0),  # 500 kOPS
+        _trial(1, "seed", samples=4000, train_s=4.0),  # 1 MOPS
+    ]
+    wide = overhead(_run(apart, [_bursts("w0", 1.0e6, 1.02e6, 0.99e6, 1.01e6)]))
+    assert wide.ratio is not None and wide.ratio < BELOW and not wide.below
+    assert wide.interval is not None and wide.interval.high > BELOW
+    assert "BELOW" not in wide.line() and "(95% interval " in wide.line(), wide.line()
+    one = overhead(_run(apart[:1], [_bursts("w0", 1.0e6, 1.02e6, 0.99e6, 1.01e6)]))
+    assert one.ratio == pytest.approx(0.5 / 1.005, rel=1e-3) and one.interval is None
+    assert not one.below and one.line().endswith(
+        "(no interval: too few seed trials or reference bursts to tell it from noise)"
+    )
+    no_bursts = overhead(_run(apart, [_measured("w0", 1.0e6)]))  # recorded before bursts were
+    assert no_bursts.interval is None and not no_bursts.below
+
+
+def test_a_references_bursts_are_its_timed_steps_in_consecutive_runs():
+    from aiperf.train.bare_reference import burst_rates
+
+    # Eight steps of 32 samples: 0.1 s each, then the last four 0.2 s each.
+    marks = [0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.2]
+    assert burst_rates(marks, 32) == pytest.approx([320.0, 320.0, 160.0, 160.0])
+    assert burst_rates(marks[:4], 32) == []  # three steps: fewer than the four bursts
 
 
 def test_without_a_seed_trial_that_trained_there_is_no_ratio():
@@ -240,6 +279,8 @@ def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_agai
     for rate in rates:
         assert rate["samples_per_s"] > 0 and rate["ops_per_s"] > 0 and rate["steps"] >= 2, rate
         assert rate["seconds"] >= 1 and rate["batch"] == min(TINY["search.space.batch_size"])
+        # Its timed steps rated in four bursts too: the comparison's interval reads their spread.
+        assert len(rate["burst_ops_per_s"]) == 4 and min(rate["burst_ops_per_s"]) > 0, rate
         # The score's own convention: the seed model's counted operations per sample.
         assert rate["ops_per_s"] == pytest.approx(
             rate["samples_per_s"] * rate["train_ops_per_sample"]

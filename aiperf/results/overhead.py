@@ -12,8 +12,14 @@ sample) compare directly:
 - bare Keras: the mean of the workers' rates (each worker one clean process, as a trial is one
   worker's).
 
-A ratio under BELOW (0.90) says the benchmark's machinery, not the model or the node, costs its
-trials: the verdict names it. Without seed trials that trained, or without a reference, it says
+The ratio carries its 95% interval, from both sides' own spread: the seed trials' rates (one per
+trial, aiperf.results.uncertainty.ops_interval) and the reference's bursts (each worker's timed
+steps rated in consecutive bursts, aiperf.train.bare_reference), their relative half-widths added
+in quadrature. A ratio whose whole interval lies under BELOW (0.90) says the benchmark's
+machinery, not the model or the node, costs its trials: the verdict names it. A ratio under 0.90
+whose interval reaches above it gets no verdict, only its interval: two seed trials, or a reference
+whose bursts differ widely, cannot tell a 15% cost from noise (issue 52 measured ratios of 0.77 to
+1.82 from one build on one machine). Without seed trials that trained, or without a reference, it says
 which and gives no ratio. The reference trains at the smallest of search.space.batch_size; a seed
 trial's batch is the one the search drew. Only the seed trials at the reference's batch (per device,
 as a trial records it) are compared when there are any; otherwise all of them are, and the line says
@@ -25,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aiperf.results.uncertainty import Interval, ops_interval, series_interval
 from aiperf.store import RunRecord
 from aiperf.units import ops_rate
 
@@ -44,6 +51,7 @@ class Overhead:
     reference_workers: int
     reason: str | None = None  # why there is no ratio
     other_batch: bool = False  # no seed trial trained at the reference's batch: all were compared
+    interval: Interval | None = None  # the ratio's 95% interval (None: a side has no spread)
 
     @property
     def ratio(self) -> float | None:
@@ -53,7 +61,8 @@ class Overhead:
 
     @property
     def below(self) -> bool:
-        return self.ratio is not None and self.ratio < BELOW
+        """The verdict: the ratio's whole 95% interval under BELOW."""
+        return self.interval is not None and self.interval.high < BELOW
 
     def line(self) -> str:
         """e.g. "seed trials trained at 52.1 GOPS, bare Keras 53.0 GOPS per worker on the same
@@ -64,6 +73,10 @@ class Overhead:
             f"seed trials trained at {ops_rate(self.seed_ops_per_s)}, bare Keras "
             f"{ops_rate(self.reference_ops_per_s)} per worker on the same nodes: {self.ratio:.2f}"
         )
+        if self.interval is not None:
+            said += f" (95% interval {self.interval.low:.2f} to {self.interval.high:.2f})"
+        elif self.ratio < BELOW:
+            said += " (no interval: too few seed trials or reference bursts to tell it from noise)"
         if self.other_batch:
             said += " (no seed trial at bare Keras's batch: compared at other batches)"
         if self.below:
@@ -80,6 +93,7 @@ class Overhead:
             "reference_ops_per_s": self.reference_ops_per_s,
             "reference_workers": self.reference_workers,
             "ratio": self.ratio,
+            "interval": None if self.interval is None else [self.interval.low, self.interval.high],
             "below": self.below,
             "reason": self.reason,
             "other_batch": self.other_batch,
@@ -123,7 +137,40 @@ def overhead(run: RunRecord) -> Overhead:
     elif seed is None:
         reason = "no seed trial trained (none recorded its samples and training seconds)"
     other_batch = bool(compared) and not same and reference is not None
-    return Overhead(seed, trials, reference, len(rates), reason, other_batch)
+    seed_rates = [
+        (
+            float(sum(e.samples_trained for e in t.epochs) * (t.train_ops_per_sample or 0)),
+            t.phases.train_s,
+        )
+        for t in compared
+        if t.phases is not None
+    ]
+    bursts = [float(b) for r in measured for b in r.get("burst_ops_per_s") or ()]
+    interval = _ratio_interval(seed, seed_rates, bursts, reference)
+    return Overhead(seed, trials, reference, len(rates), reason, other_batch, interval)
+
+
+def _ratio_interval(
+    seed: float | None,
+    seed_rates: list[tuple[float, float]],
+    bursts: list[float],
+    reference: float | None,
+) -> Interval | None:
+    """The ratio's 95% interval: each side's relative half-width (the seed trials' by their rates,
+    the reference's by its bursts), added in quadrature; None when either side has no spread."""
+    if not seed or not reference:
+        return None
+    seed_side = ops_interval(seed, seed_rates)
+    reference_side = series_interval(bursts)
+    if seed_side is None or reference_side is None:
+        return None
+    mean_burst = sum(bursts) / len(bursts)
+    half = (
+        ((seed_side.high - seed) / seed) ** 2
+        + ((reference_side.high - mean_burst) / mean_burst) ** 2
+    ) ** 0.5
+    ratio = seed / reference
+    return Interval(max(0.0, ratio * (1 - half)), ratio * (1 + half))
 
 
 def _why_not(rates: tuple[dict[str, Any], ...]) -> str:

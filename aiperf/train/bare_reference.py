@@ -34,6 +34,9 @@ from aiperf.train.seed import SeedModel
 from aiperf.train.watch import stop_loop
 
 TRACE_STEPS = 2  # steps before the clock starts: the first traces and compiles the train step
+# The timed steps are also rated in this many consecutive bursts: their spread is the reference's
+# own (aiperf.results.overhead gives the comparison's interval from it).
+BURSTS = 4
 MIN_TIMED_STEPS = 2  # at least this many timed steps, however slow one is
 # A first step (tracing included) slower than this skips the reference: whole steps of a large
 # model at a large batch on a CPU (ResNet-50 at 192 images) take minutes each, which would hold up
@@ -145,6 +148,7 @@ def _step_clock(keras: Any, seconds: float, slow_step_s: float) -> Any:
             self.steps = 0
             self.began = self.started = self.ended = 0.0
             self.first_step_s: float | None = None
+            self.marks: list[float] = []  # when each timed step ended, the clock's start first
 
         def on_train_begin(self, logs: Any = None) -> None:
             self.began = time.perf_counter()
@@ -157,12 +161,28 @@ def _step_clock(keras: Any, seconds: float, slow_step_s: float) -> Any:
                 stop_loop(self)
             elif self.seen == TRACE_STEPS:
                 self.started = now
+                self.marks = [now]
             elif self.seen > TRACE_STEPS:
                 self.steps, self.ended = self.seen - TRACE_STEPS, now
+                self.marks.append(now)
                 if now - self.started >= seconds and self.steps >= MIN_TIMED_STEPS:
                     stop_loop(self)
 
     return StepClock()
+
+
+def burst_rates(marks: list[float], batch: int, bursts: int = BURSTS) -> list[float]:
+    """Samples per second in `bursts` consecutive runs of whole timed steps (`marks`: the clock's
+    start, then each timed step's end); none when there are fewer steps than bursts."""
+    steps = len(marks) - 1
+    if steps < bursts:
+        return []
+    edges = [round(i * steps / bursts) for i in range(bursts + 1)]
+    return [
+        (end - start) * batch / (marks[end] - marks[start])
+        for start, end in zip(edges, edges[1:], strict=False)
+        if marks[end] > marks[start]
+    ]
 
 
 def measure(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +214,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
         "devices": devices,
         "steps": clock.steps,
         "seconds": timed_s,
+        "burst_ops_per_s": [rate * ops_per_sample for rate in burst_rates(clock.marks, batch)],
         "cores": request.get("cores"),
         "backend": keras.backend.backend(),
     }
