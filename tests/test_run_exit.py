@@ -47,33 +47,37 @@ main()
 """
 
 
-def tampering_aiperf(*args: str) -> subprocess.CompletedProcess:
+def tampering_aiperf(*args: str, prefect_home: Path) -> subprocess.CompletedProcess:
     """`aiperf ARGS` in its own process, as a user runs it, with the tampering hook."""
-    from prefect.settings import PREFECT_API_URL
-
     return subprocess.run(
         [sys.executable, "-c", TAMPERING_AIPERF, *args],
         capture_output=True,
         text=True,
         timeout=300,
-        # The session's Prefect API (conftest.prefect_api): no server of its own to start; and
-        # TensorFlow's C++ lines not silenced, as where a user runs aiperf without the Makefile.
+        # As a newcomer's first `aiperf run`: no Prefect server (the run starts a temporary one,
+        # which says so as it starts and as the process exits), and TensorFlow's C++ lines not
+        # silenced, as where a user runs aiperf without the Makefile.
         env={
-            **{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k not in ("TF_CPP_MIN_LOG_LEVEL", "PREFECT_API_URL")
+            },
             "COLUMNS": "250",
-            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            "PREFECT_HOME": str(prefect_home),
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         },
     )
 
 
-def test_a_run_whose_verification_fails_exits_4_and_is_listed_invalid(prefect_api, tmp_path):
+def test_a_run_whose_verification_fails_exits_4_and_is_listed_invalid(tmp_path):
     db = f"sqlite:///{tmp_path / 'aiperf.db'}"
     settings = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
     # Keras trials: the simulated trainer's modelled operations never match a recount, so its
     # runs fail verification without any tampering.
     args = ["run", "--budget", "3s", "--workers", "1", "--seed", "3", "--db", db]
     args += ["--out", str(tmp_path / "out"), *settings]
-    result = tampering_aiperf(*args)
+    result = tampering_aiperf(*args, prefect_home=tmp_path / "prefect")
     assert result.returncode == EXIT_VERIFICATION_FAILED, result.stdout + result.stderr
     (said,) = [line for line in result.stderr.splitlines() if "verification FAILED" in line]
     assert said.startswith("run 1: ") and "total_operations" in said, said

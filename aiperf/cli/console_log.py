@@ -51,6 +51,13 @@ def stderr_to(path: Path | None) -> Iterator[None]:
         os.close(log)
 
 
+def quiet_at_exit() -> None:
+    """Prefect's info lines left to come after the run (its temporary server's "Stopping temporary
+    server", logged as the interpreter exits, once the console is the console again) not said: the
+    console ends with the result. Its warnings still are."""
+    logging.getLogger("prefect").setLevel(logging.WARNING)
+
+
 # Where aiperf's lines are logged: its modules' loggers, and the flow's run loggers, which Prefect's
 # engine writes to as well (a record's source file tells aiperf's from Prefect's).
 _LOGGERS = ("aiperf", "prefect.flow_runs", "prefect.task_runs")

@@ -14,6 +14,7 @@ import typer
 
 from aiperf.cli.benchmark import run_one
 from aiperf.cli.common import fail
+from aiperf.cli.console_log import quiet_at_exit
 from aiperf.cli.exit_codes import EXIT_VALID, run_exit_code
 from aiperf.cli.series import run_series
 from aiperf.config import BenchmarkConfig, RunRequest, load_config
@@ -166,6 +167,8 @@ def run(
     finally:
         if machine is not None:
             os.close(machine)  # the run is over: the next local run may start
+        if not verbose:
+            quiet_at_exit()
 
 
 def _checked_before_recording(config: BenchmarkConfig, allow_concurrent: bool) -> int | None:
