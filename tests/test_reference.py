@@ -1,23 +1,16 @@
 """Bare Keras on every run's nodes (issue 33 item 2): the clean process's environment, the
-comparison of a run's seed trials against it (aiperf.results.overhead), and a real short run that
-measures it on each of its workers and shows its trials against it."""
+comparison of a run's seed trials against it (aiperf.results.overhead). A real run measures it on
+its worker and shows its trials against it in tests/test_run_exit.py (one real CLI run for both)."""
 
 from __future__ import annotations
 
-import html
-import json
-import os
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
 from claims import claim_of
-from conftest import TINY
 from records import T0, run_record
 
 from aiperf import settings
-from aiperf.cli.exit_codes import EXIT_INVALID
 from aiperf.results.overhead import BELOW, overhead
 from aiperf.status import TrialStatus
 from aiperf.store import EpochRecord, RunRecord, Store, TrialRecord
@@ -224,100 +217,6 @@ def test_the_reference_is_stored_and_read_back(sqlite_url):
             _measured("w0", 3.0e6),
             _measured("w1", 1.0e6),
         )
-
-
-# --- a real run -----------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_real_run_measures_bare_keras_on_each_worker_and_shows_its_trials_against_it(
-    prefect_api, tmp_path
-):
-    from prefect.settings import PREFECT_API_URL
-
-    db = f"sqlite:///{tmp_path / 'aiperf.db'}"
-    overrides = [f"--set={key}={json.dumps(value)}" for key, value in TINY.items()]
-    # 16 s: the worker's seed trial (traced in 1-2 s here, 6 s on a 2-core Zen 3) trains epochs;
-    # reproduced as a Zen 3 (benchmarks/slow_machine.sh) the first completed 6-8 s in. One worker:
-    # the reference is a broadcast to every worker, as the peak's is (tests/conftest.py's short
-    # real run records two workers' peaks), and the per-worker mean is
-    # test_seed_trials_are_compared_with_the_mean_per_worker_reference's.
-    args = ["run", "--budget", "16s", "--workers", "1", "--seed", "3", "--db", db]
-    env = {
-        **os.environ,
-        settings.REFERENCE_SECONDS.name: "1",  # the head's environment reaches its workers
-        "COLUMNS": "250",
-        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-    }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aiperf.cli.main",
-            *args,
-            "--out",
-            str(tmp_path / "out"),
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    said = done.stdout + done.stderr
-    assert done.returncode == EXIT_INVALID, said  # scored and verified; too short to be valid
-
-    from aiperf.results import mllog
-
-    with Store.open_existing(db) as store:
-        record = store.get_run(1)
-    # A fact of the run: in the event log as in the database.
-    (log,) = (tmp_path / "out").glob("run-*-1/events.log")
-    assert list(mllog.read_run(log).run.reference_rates) == list(record.reference_rates)
-    rates = list(record.reference_rates)
-    assert len(rates) == 1 and rates[0]["worker"] is not None, rates
-    for rate in rates:
-        assert rate["samples_per_s"] > 0 and rate["ops_per_s"] > 0 and rate["steps"] >= 2, rate
-        assert rate["seconds"] >= 1 and rate["batch"] == min(TINY["search.space.batch_size"])
-        # Its timed steps rated in four bursts too: the comparison's interval reads their spread.
-        assert len(rate["burst_ops_per_s"]) == 4 and min(rate["burst_ops_per_s"]) > 0, rate
-        # The score's own convention: the seed model's counted operations per sample.
-        assert rate["ops_per_s"] == pytest.approx(
-            rate["samples_per_s"] * rate["train_ops_per_sample"]
-        )
-
-    shown = subprocess.run(
-        [sys.executable, "-m", "aiperf.cli.main", "show", "1", "--db", db, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert shown.returncode == 0, shown.stderr
-    compared = json.loads(shown.stdout)["trials_vs_bare_keras"]
-    assert compared["reference_workers"] == 1 and compared["reference_ops_per_s"] > 0
-    assert compared["seed_trials"] >= 1 and compared["ratio"] > 0, compared
-    assert compared["line"].startswith("seed trials trained at "), compared
-
-    # The same line in show's table, the HTML report and the package's summary, and the package's
-    # event log rebuilds the reference the run recorded.
-    from aiperf.report.html import build_report
-    from aiperf.report.package import verify_package, write_package
-
-    table = subprocess.run(
-        [sys.executable, "-m", "aiperf.cli.main", "show", "1", "--db", db],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert "trials vs bare Keras" in table.stdout and "seed trials trained at" in table.stdout
-    with Store.open_existing(db) as store:
-        assert html.escape(compared["line"], quote=True) in build_report(store, 1)
-        package = write_package(store, 1, tmp_path / "package", log)
-    assert f"- trials vs bare Keras: {compared['line']}" in (package / "README.md").read_text()
-    logged, _checks = verify_package(package)
-    assert logged is not None and list(logged.run.reference_rates) == rates
 
 
 # --- the clean process on real shards --------------------------------------------------------------
