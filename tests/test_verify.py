@@ -147,6 +147,25 @@ def test_each_tamper_is_caught_by_name(real_run, tmp_path, check):
     assert check in failed, f"{check} did not catch its tamper (failed: {failed})"
 
 
+def test_a_narrowed_interval_fails_the_checks_of_its_figures(real_run, tmp_path):
+    """The score's 95% intervals are recomputed with it: OPS's narrowed by 1% fails OPS's check, the
+    regulated score's its own (the high ends: a short run's low end may be 0)."""
+    with Store.open_existing(f"sqlite:///{real_run}") as store:
+        score = store.get_run(1).score
+    assert score is not None and score.ops_high is not None and score.regulated_high is not None
+    narrowed = tampered(
+        real_run,
+        tmp_path,
+        lambda sql: sql.execute(
+            "UPDATE scores SET ops_high = ops_high * 0.99, regulated_high = regulated_high * 0.99"
+        ),
+    )
+    assert failed_checks(narrowed) == {
+        record_checks.OPERATIONS_PER_SECOND,
+        record_checks.REGULATED_SCORE,
+    }
+
+
 @pytest.mark.parametrize(
     "check, failed",
     [
@@ -335,8 +354,15 @@ def _forged(real_run: Path, tmp_path: Path) -> Path:
         again = verify.gather(store, 1).recomputed
     with sqlite3.connect(copy) as sql:
         sql.execute(
-            "UPDATE scores SET regulated_score = ?, valid = ?, reasons = ?",
-            (again.regulated_score, again.valid, json.dumps({"invalid": again.reasons})),
+            "UPDATE scores SET regulated_score = ?, regulated_low = ?, regulated_high = ?, "
+            "valid = ?, reasons = ?",
+            (
+                again.regulated_score,
+                again.regulated_low,
+                again.regulated_high,
+                again.valid,
+                json.dumps({"invalid": again.reasons}),
+            ),
         )
     return copy
 

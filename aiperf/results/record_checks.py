@@ -18,6 +18,7 @@ from aiperf.results.evidence import Evidence
 from aiperf.results.score import rules_reasons
 from aiperf.rules import load_ruleset
 from aiperf.store import CheckRecord, RunRecord, TrialRecord
+from aiperf.store.records import ScoreResult
 
 OPERATIONS_PER_SAMPLE = "operations_per_sample"
 SAMPLES_WITHIN_DATASET = "samples_within_dataset"
@@ -35,6 +36,10 @@ WINDOW_UTILISATION = "window_utilisation"
 
 RELATIVE = 1e-9  # rates must agree to this
 CLOCK_SKEW_S = 1.0  # workers on other nodes stamp epochs with their own clocks
+# A 95% interval's ends must agree to this: they rest on the spread of the trials' rates over
+# their epochs' seconds, which the database keeps to the microsecond and the event log as float
+# Unix seconds, so a recount from either moves them in the last digits, where rates do not move.
+INTERVAL_RELATIVE = 1e-3
 
 
 def simulated(config: BenchmarkConfig) -> bool:
@@ -54,6 +59,21 @@ def peak_flops(run: RunRecord) -> float | None:
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=RELATIVE, abs_tol=0.0) or a == b
+
+
+def _interval_problems(stored: ScoreResult, again: ScoreResult, figure: str) -> list[str]:
+    """Where the stored 95% interval of `figure` ("ops", "regulated") differs from the recomputed
+    one; a score recorded before scores kept intervals (None) has nothing to compare."""
+    problems = []
+    for end in ("low", "high"):
+        said, found = getattr(stored, f"{figure}_{end}"), getattr(again, f"{figure}_{end}")
+        if said is None:
+            continue
+        if found is None or not math.isclose(said, found, rel_tol=INTERVAL_RELATIVE):
+            problems.append(
+                f"{figure} interval's {end} end: score says {said!r}, recomputed {found!r}"
+            )
+    return problems
 
 
 # --- the checkers ---------------------------------------------------------------------------------
@@ -195,7 +215,7 @@ def check_operations_per_second(ev: Evidence) -> CheckRecord:
             ("tensor FLOP/s", stored.tensor_ops, again.tensor_ops),
         )
         if not _close(a, b)
-    ]
+    ] + _interval_problems(stored, again, "ops")
     return CheckRecord.of(
         OPERATIONS_PER_SECOND, problems, f"OPS {again.ops:.6g}, within {RELATIVE:g} relative"
     )
@@ -230,9 +250,10 @@ def check_best_accuracy(ev: Evidence) -> CheckRecord:
 
 def check_regulated_score(ev: Evidence) -> CheckRecord:
     stored, again = ev.stored.regulated_score, ev.recomputed.regulated_score
+    problems = [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"]
     return CheckRecord.of(
         REGULATED_SCORE,
-        [] if _close(stored, again) else [f"score says {stored!r}, recomputed {again!r}"],
+        problems + _interval_problems(ev.stored, ev.recomputed, "regulated"),
         f"{again:.6g}, within {RELATIVE:g} relative",
     )
 
