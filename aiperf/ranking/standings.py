@@ -12,8 +12,9 @@ rows are ranked by their OPS's 95% intervals (aiperf.results.uncertainty: a run'
 measured, a series' across its runs): a row ranks above another only when its whole interval lies
 above the other's, so rows whose intervals overlap are tied and share a rank (1, 1, 3); a row
 without an interval is its one figure, so equal figures tie too. Within a rank, the higher ranked
-OPS first, then the earlier, then by name. Every other row stays listed below them, with no rank and the reason it has
-none (`invalid: too short`, `unverified`, `closed: 1 of 5 runs`), so a site sees why.
+OPS first, then the earlier, then by name. Every other row stays listed below them, with no rank
+and the reason it has none (`invalid: too short`, `unverified`, `closed: 1 of 5 runs`), so a site
+sees why.
 
 A system is its submitter, its name and its hardware (nodes, accelerators, cores), as MLPerf lists
 a submitter's system at each scale: two sites' machines that both fall back to the hostname `node1`,
