@@ -34,6 +34,20 @@ from aiperf.store.records import (
 Row = TypeVar("Row")
 
 
+# An epoch's work as run_work reads it: epoch_work's row.
+_EPOCH_WORK = select(
+    Epoch.samples_trained,
+    Epoch.samples_evaluated,
+    Trial.train_ops_per_sample,
+    Trial.eval_ops_per_sample,
+    Trial.tensor_train_ops_per_sample,
+    Trial.tensor_eval_ops_per_sample,
+    Epoch.trial_id,
+    Epoch.started_at,
+    Epoch.ended_at,
+).join(Trial, Epoch.trial_id == Trial.id)
+
+
 def epoch_work(row: Any) -> EpochWork:
     """An epoch's work from run_work's row: its samples and its trial's four per-sample counts,
     then its trial's id, start and end."""
@@ -90,21 +104,7 @@ class RunReads(StoreBase):
         """Everything the score needs, from the records alone."""
         with self.session() as s:
             run = self._get(s, Run, run_id, "run")
-            rows = s.execute(
-                select(
-                    Epoch.samples_trained,
-                    Epoch.samples_evaluated,
-                    Trial.train_ops_per_sample,
-                    Trial.eval_ops_per_sample,
-                    Trial.tensor_train_ops_per_sample,
-                    Trial.tensor_eval_ops_per_sample,
-                    Epoch.trial_id,
-                    Epoch.started_at,
-                    Epoch.ended_at,
-                )
-                .join(Trial, Epoch.trial_id == Trial.id)
-                .where(Trial.run_id == run_id)
-            ).all()
+            rows = s.execute(_EPOCH_WORK.where(Trial.run_id == run_id)).all()
             best = s.scalar(
                 select(func.max(Trial.best_val_accuracy)).where(Trial.run_id == run_id)
             )
