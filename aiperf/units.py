@@ -80,6 +80,13 @@ def ops_rate(value: float) -> str:
     return si(value, "OPS")
 
 
+def ops_span(low: float | None, high: float | None) -> str:
+    """A range of OPS, a 95% interval's: "19.9 GOPS to 35.3 GOPS"; "-" without both ends."""
+    if low is None or high is None:
+        return "-"
+    return f"{ops_rate(low)} to {ops_rate(high)}"
+
+
 def ops_per_sample(value: float) -> str:
     """A model's operations per sample (trained or evaluated): "4.12 MOPS/sample"."""
     return si(value, "OPS/sample")

@@ -78,7 +78,7 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
     uses (by the ruleset's series rule), then whether it has the runs a ranked result needs."""
     from aiperf.report.tables import Col, FitTable
     from aiperf.results.series import MEASURES, enough_runs, series_rule, summarise_runs
-    from aiperf.units import ops_rate
+    from aiperf.units import ops_rate, ops_span
 
     ruleset = records[0].ruleset or "its ruleset"
     rule = series_rule(records[0].ruleset)
@@ -101,7 +101,7 @@ def _print_series(series: str, records: list[RunRecord]) -> None:
             *(ops_rate(v) for v in (s.median, s.minimum, s.maximum)),
             f"{100 * s.cv:.1f}%",
             ops_rate(s.ranked),
-            "-" if s.low is None or s.high is None else f"{ops_rate(s.low)} to {ops_rate(s.high)}",
+            ops_span(s.low, s.high),
         ]
         for measure, s in summaries.items()
     ]

@@ -22,7 +22,7 @@ from pathlib import Path
 from aiperf.ranking.standings import Group, Standing
 from aiperf.report.phases import percent
 from aiperf.results.uncertainty import Interval
-from aiperf.units import ops_rate
+from aiperf.units import ops_rate, ops_span
 
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 80, 30, 20, 50
@@ -71,13 +71,6 @@ def spread(s: Standing, *, full: bool = True) -> str:
     return f"{ops_rate(s.ops.minimum)} to {ops_rate(s.ops.maximum)}, {cv}"
 
 
-def interval_text(interval: Interval | None) -> str:
-    """OPS's 95% interval, "LOW to HIGH"; "-" where the result has none."""
-    if interval is None:
-        return "-"
-    return f"{ops_rate(interval.low)} to {ops_rate(interval.high)}"
-
-
 def plus_minus(interval: Interval | None, figure: float) -> str:
     """OPS's 95% interval in a narrow column: its half-width as a share of the figure, "±4.8%";
     "-" where the result has none."""
@@ -94,6 +87,7 @@ def _cell_class(kind: bool | str) -> str:
 
 
 def _row(s: Standing) -> str:
+    interval = s.ops_interval
     cells: list[tuple[str, bool | str]] = [
         (s.rank_text, True),
         (s.system, False),
@@ -101,7 +95,7 @@ def _row(s: Standing) -> str:
         (str(s.nodes), True),
         (s.accelerators_text(), False),
         (ops_rate(s.ops.ranked), True),
-        (interval_text(s.ops_interval), False),
+        (ops_span(interval.low, interval.high) if interval else "-", False),
         (ops_rate(s.regulated_score.ranked), True),
         (percent(s.mfu), True),
         (str(s.runs), True),

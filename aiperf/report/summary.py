@@ -8,7 +8,7 @@ from aiperf.results.division import CLOSED
 from aiperf.store import RunRecord
 from aiperf.system.description import system_name as described_name
 from aiperf.system.provenance import review_reasons
-from aiperf.units import exact, flop_rate, operations, ops_rate
+from aiperf.units import exact, flop_rate, operations, ops_rate, ops_span
 
 
 def verification_text(run: RunRecord) -> str:
@@ -167,7 +167,7 @@ def interval_text(low: float | None, high: float | None) -> str:
     """ ", 95% interval LOW to HIGH" after a figure (aiperf.results.uncertainty); nothing without."""
     if low is None or high is None:
         return ""
-    return f", 95% interval {ops_rate(low)} to {ops_rate(high)}"
+    return f", 95% interval {ops_span(low, high)}"
 
 
 def score_rows(run: RunRecord) -> list[dict[str, str]]:
