@@ -36,19 +36,21 @@ def test_first_round_is_the_seed_on_every_worker(tmp_path):
     oracle = new_oracle(tmp_path, workers=2)
     trials = [oracle.create_trial(f"w{i}") for i in range(2)]
     assert [t.hyperparameters.values[space.OPERATOR] for t in trials] == ["seed"] * 2
-    assert (
-        len(
-            {
-                (
-                    t.hyperparameters.values[space.LEARNING_RATE],
-                    t.hyperparameters.values[space.BATCH_SIZE],
-                )
-                for t in trials
-            }
-        )
-        > 1
-    ), "seeds train with different hyperparameters"
+    rates = {t.hyperparameters.values[space.LEARNING_RATE] for t in trials}
+    assert len(rates) == 2, "seeds train with different hyperparameters"
     assert oracle.create_trial("w2").status == "IDLE", "nothing to grow until a seed has a score"
+
+
+def test_the_first_round_trains_at_bare_keras_s_batch_and_later_trials_draw_theirs(tmp_path):
+    """Issue 52: every first-round seed at the space's smallest batch, the one the bare Keras
+    reference trains at, so each compares with it; the children's batches are drawn."""
+    oracle = new_oracle(tmp_path, workers=2)
+    smallest = min(oracle.search_space.batch_size)
+    rng = random.Random(2)
+    trials = [step(oracle, f"s{i}", rng.random()) for i in range(24)]
+    first, later = trials[:2], trials[2:]
+    assert {t.hyperparameters.values[space.BATCH_SIZE] for t in first} == {smallest}
+    assert len({t.hyperparameters.values[space.BATCH_SIZE] for t in later}) > 1
 
 
 def test_children_differ_from_their_parent_by_exactly_one_morphism(tmp_path):

@@ -20,10 +20,11 @@ machinery, not the model or the node, costs its trials: the verdict names it. A 
 whose interval reaches above it gets no verdict, only its interval: two seed trials, or a reference
 whose bursts differ widely, cannot tell a 15% cost from noise (issue 52 measured ratios of 0.77 to
 1.82 from one build on one machine). Without seed trials that trained, or without a reference, it
-says which and gives no ratio. The reference trains at the smallest of search.space.batch_size; a seed
-trial's batch is the one the search drew. Only the seed trials at the reference's batch (per device,
-as a trial records it) are compared when there are any; otherwise all of them are, and the line says
-the batches differ.
+says which and gives no ratio. The reference trains at the smallest of search.space.batch_size, and so
+does every seed trial of the first round (aiperf.search.morphism); a seed trained again later has a
+drawn batch. Only the seed trials at the reference's batch (per device, as a trial records it) are
+compared when there are any; otherwise all of them are (a run recorded before the first round was
+pinned), and the line says the batches differ.
 """
 
 from __future__ import annotations

@@ -127,6 +127,8 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
             # The first round is still training: nothing to grow yet, and nothing random is drawn.
             return {"status": IDLE}
         values = self._sample_hyperparameters()
+        if seeds < self.first_round:
+            values = self._first_round(values)
         if seeds < self.first_round or not scored:
             # The first round, or a first round that failed: the seed again, with other
             # hyperparameters and weights (the orchestrator stops a run where nothing trains).
@@ -156,6 +158,11 @@ class GrowingOracle(kt.Oracle, Generic[LimitsT]):
         differ by orders of magnitude spends as many draws on each order."""
         low, high = self.search_space.learning_rate
         return math.exp(self._rng.uniform(math.log(low), math.log(high)))
+
+    def _first_round(self, values: dict[str, Any]) -> dict[str, Any]:
+        """A first-round seed's hyperparameters from the ones drawn (drawn all the same, so the
+        random state moves as it always did); a subclass pins what its first round holds fixed."""
+        return values
 
     def _seed_values(self) -> dict[str, Any]:
         """A seed trial's architecture, parent and operator."""

@@ -8,7 +8,8 @@ in their base, aiperf/search/growing.py; here is what is its own:
   candidate's score and the upper confidence bound picks one (AIPerf and Auto-Keras do the same).
   Architectures already tried are not proposed again.
 - Hyperparameters (learning rate, batch size, kernel size of added convolutions, dropout) are
-  drawn from the space for each proposal.
+  drawn from the space for each proposal; the first round's seeds train at the smallest batch,
+  bare Keras's (`_first_round`).
 
 Which architectures were tried is derived from the trials (set_state).
 """
@@ -77,6 +78,14 @@ class MorphismOracle(GrowingOracle[Limits]):
             space.KERNEL_SIZE: rng.choice(s.kernel_size),
             space.DROPOUT: rng.choice(s.dropout),
         }
+
+    def _first_round(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The first round trains at the space's smallest batch, the one each worker's bare Keras
+        reference trains at (aiperf.lifecycle.reference): the seed trials then compare with it
+        like for like, every one of them (aiperf.results.overhead). At a drawn batch, a run of two
+        workers compared one seed trial or none, and its ratio moved by a quarter from run to
+        run (issue 52). Their learning rates and dropout stay drawn."""
+        return {**values, space.BATCH_SIZE: min(self.search_space.batch_size)}
 
     def _grow(
         self, scored: Trials, scores: np.ndarray, ranks: np.ndarray, values: dict[str, Any]
