@@ -6,15 +6,20 @@ the interrupted trials queued again).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiperf import settings
 from aiperf.config import BenchmarkConfig
 from aiperf.errors import UserError
 from aiperf.lifecycle import liveness
-from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.recorder import RunRecorder
 from aiperf.status import RunStatus
 from aiperf.store import RecordNotFound, RunRecord, Store, window_seconds
 from aiperf.urls import safe_url
+
+if TYPE_CHECKING:  # the orchestrator imports the search (keras-tuner, so TensorFlow): `aiperf
+    # recover`, which closes a run and trains nothing, would pay that import for a type
+    from aiperf.lifecycle.orchestrator import Orchestrator
 
 CLOSABLE = (RunStatus.LOST, RunStatus.INTERRUPTED)
 
