@@ -339,3 +339,23 @@ def test_an_lm_trial_s_rate_is_in_tokens(db):
     assert figures.tokens_per_s == pytest.approx(64 * 2 * 384 / 1500.5)
     assert figures.mfu is not None and figures.compile_share is not None
     assert trial_figures(lm, {}).mfu is None  # no peak recorded for its worker: no MFU
+
+
+def test_closing_a_run_imports_no_search():
+    """`aiperf recover` closes a run and trains nothing: its code loads neither keras-tuner nor a
+    framework (about 11 s of a Zen 3-speed core, each time a crashed run is closed)."""
+    import subprocess
+    import sys
+
+    check = (
+        "import json, sys; import aiperf.lifecycle.recovery; "
+        "print(json.dumps([m for m in sys.argv[1:] if m in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", check, "keras_tuner", *FRAMEWORKS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == []
