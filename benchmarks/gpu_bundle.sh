@@ -33,16 +33,21 @@ quiet() { grep -v "^WARNING: Location" || true; } # this machine's pip config na
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# 1. The requirements: pyproject.toml's dependencies, TensorFlow and TensorBoard left out.
+# 1. The requirements: pyproject.toml's dependencies, TensorFlow and TensorBoard left out, and the
+#    cuda extra's NVML binding (the node's GPU energy meters; the extra's JAX and DALI are not brought).
 "$PYTHON" - "$SKIPPED" >"$work/wanted.txt" <<'EOF'
 import re, sys, tomllib
 
 skipped = set(sys.argv[1].split())
 with open("pyproject.toml", "rb") as handle:
-    for requirement in tomllib.load(handle)["project"]["dependencies"]:
-        name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
-        if name not in skipped:
-            print(requirement.split(";")[0].strip())
+    project = tomllib.load(handle)["project"]
+for requirement in project["dependencies"]:
+    name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
+    if name not in skipped:
+        print(requirement.split(";")[0].strip())
+for requirement in project["optional-dependencies"]["cuda"]:
+    if requirement.startswith("nvidia-ml-py"):
+        print(requirement)
 EOF
 
 # 2. Resolved for CPython 3.12 on manylinux, whatever Python runs this (nothing is installed).

@@ -211,6 +211,29 @@ def test_package_holds_what_a_reviewer_needs(packaged, quick_run):
     assert json.loads((packaged / "package.json").read_text())["run_id"] == run_id
 
 
+def test_a_run_without_a_meter_says_so_in_show_and_its_package(packaged, quick_run):
+    """Issue 51: this machine has no meter; the run says so, node by node, with why, and its energy
+    figures are null, never zero; its verdict and score are its speed's alone."""
+    from in_process import aiperf_here
+
+    config, run_id, _ = quick_run
+    shown = aiperf_here("show", str(run_id), "--db", config.db, "--json")
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert (found["energy_joules"], found["ops_per_watt"], found["energy_level"]) == (None,) * 3
+    [node] = found["energy"]["nodes"]
+    assert node["meters"] == [] and {"bmc", "nvml", "rapl"} <= set(node["absent"])
+    line = found["energy"]["line"]
+    assert line.startswith("not measured: no node had a meter (") and node["node"] in line
+    assert not any("energy" in reason for reason in found["reasons"])
+    table = aiperf_here("show", str(run_id), "--db", config.db)
+    assert "not measured: no node had a meter" in table.stdout
+    readme = (packaged / "README.md").read_text()
+    assert f"- energy: {line}" in readme
+    described = json.loads((packaged / "system_description.json").read_text())
+    assert described["nodes"][0]["energy_meters"]["absent"] == node["absent"]
+
+
 def test_verify_package_passes_on_a_clean_copy(packaged, tmp_path):
     copy = shutil.copytree(packaged, tmp_path / "elsewhere")
     result = aiperf("verify", "--package", str(copy))

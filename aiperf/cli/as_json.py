@@ -17,6 +17,7 @@ from typing import Any
 
 from aiperf.history.query import RunPair
 from aiperf.report.summary import for_review, verdict_text
+from aiperf.results.energy import energy
 from aiperf.results.overhead import overhead
 from aiperf.results.score import validity_label
 from aiperf.results.trial_figures import TrialFigures, run_trial_figures
@@ -94,6 +95,7 @@ def _run_details(record: RunRecord) -> dict[str, Any]:
         "feed": _feed_json(record),
         "reference_rates": [dict(r) for r in record.reference_rates],
         "trials_vs_bare_keras": overhead(record).to_dict(),
+        **_energy_json(record),
         "verification": checks_json(record.verification or ()),
         "trials": _trials_json(record, figures),
     }
@@ -142,6 +144,18 @@ def _feed_json(record: RunRecord) -> dict[str, Any] | None:
 
     judged = verdict(record.data_feed, record.feed_rates)
     return None if judged is None else judged.to_dict()
+
+
+def _energy_json(record: RunRecord) -> dict[str, Any]:
+    """The window's energy (aiperf.results.energy): the three figures a script ranks by, null
+    where nothing was metered, and each node's meters or why it had none."""
+    found = energy(record)
+    return {
+        "energy_joules": found.joules,
+        "ops_per_watt": found.ops_per_watt,
+        "energy_level": found.level,
+        "energy": found.to_dict(),
+    }
 
 
 def checks_json(checks: Iterable[CheckRecord]) -> list[dict[str, Any]]:

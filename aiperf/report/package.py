@@ -42,6 +42,7 @@ from aiperf.errors import UserError
 from aiperf.paths import EVENT_LOG
 from aiperf.report.package_files import CONFIG_FILE, PACKAGE_FILE, VERIFICATION_FILE
 from aiperf.report.summary import (
+    energy_text,
     feed_text,
     for_review,
     interval_text,
@@ -412,6 +413,7 @@ def _readme(
         f"- verdict: {_verdict(record, from_records, checks)}",
         f"- feed, measured before the window: {feed_text(record)}",
         f"- trials vs bare Keras: {reference_text(record)}",
+        f"- energy: {energy_text(record)}",
         f"- verification when packaged: from the records {sum(c.passed for c in from_records)} "
         f"of {len(from_records)} checks pass, from the event log {passed} of {len(checks)}",
         "",

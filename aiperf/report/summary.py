@@ -96,6 +96,14 @@ def reference_text(run: RunRecord) -> str:
     return overhead(run).line()
 
 
+def energy_text(run: RunRecord) -> str:
+    """The window's energy and operations per watt (aiperf.results.energy), or why the run has
+    none, node by node: "not measured: no node had a meter (vm: bmc: ...; nvml: ...; rapl: ...)"."""
+    from aiperf.results.energy import energy
+
+    return energy(run).line()
+
+
 def staging_text(run: RunRecord) -> str:
     """The data's staging time, shown beside the window it precedes and is not part of."""
     if run.staging_s is None:
@@ -208,6 +216,7 @@ def score_rows(run: RunRecord) -> list[dict[str, str]]:
         {"figure": "feed (before the window)", "value": feed_text(run)},
         {"figure": "feed per device", "value": feed_devices_text(run)},
         {"figure": "trials vs bare Keras", "value": reference_text(run)},
+        {"figure": "energy", "value": energy_text(run)},
         {"figure": "window utilisation", "value": percent(score.utilisation)},
         {
             "figure": "total operations",

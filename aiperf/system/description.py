@@ -5,9 +5,10 @@ workers, which on a job queue are other machines. So `describe_node` runs on eve
 the workers are up (`collect`: client.run), and `describe_system` groups what they say by host into
 nodes: per node the CPU model, sockets, cores, memory, accelerators with model, count, memory,
 driver and CUDA version and the links between them (aiperf.system.nvidia_gpus), the network
-interconnect where it can be read, the OS, Python, framework versions and Keras backend, and
-the batch job each worker is. Stored with the run (runs.system_description), written as
-system_description.json in the run's folder, and shown in the report.
+interconnect where it can be read, the OS, Python, framework versions and Keras backend, the
+energy meters it has (aiperf.system.meters), and the batch job each worker is. Stored with the
+run (runs.system_description), written as system_description.json in the run's folder, and shown
+in the report.
 
 Nothing here imports a framework: versions are read from package metadata, accelerators from
 nvidia-smi, so describing a node costs milliseconds.
@@ -26,7 +27,7 @@ from typing import Any
 import psutil
 
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.system import hostfacts, nvidia_gpus
+from aiperf.system import hostfacts, meters, nvidia_gpus
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
@@ -193,6 +194,7 @@ def describe_node(dask_worker: Any = None, folder: str | None = None) -> dict[st
             name: v for name in FRAMEWORKS if (v := package_version(name)) is not None
         },
         "keras_backend": keras_backend(),
+        "energy_meters": meters.describe_meters(len(gpus)),
         "job": _job(),
         "worker": _worker_name(dask_worker),
     }

@@ -18,9 +18,10 @@ from typing import Any
 # The parts, in the order they run: the most valuable figures first. part0-2, feed and fit run in
 # the child process that holds the devices (compare.py); part3 is the `aiperf run` (run.py).
 PARTS = ("part0", "part1", "feed", "fit", "part2", "part3")
-# The energy counter belongs here, after the run, once issue 51 (energy) has landed: nothing in
-# this checkout reads one, so the table says so instead of a figure.
-ENERGY = "not measured: the node's energy counter is issue 51's, not in this checkout"
+# The node's energy meters (aiperf.system.meters): this checkout finds them but reads none over a
+# window yet (issue 51), so the table says which the node has, e.g. whether each GPU's driver
+# serves its energy counter through NVML, instead of a figure.
+ENERGY = "not measured: this checkout reads no meter over a window (issue 51)"
 EXPECTED_GPU = "H200"  # the check is sized for one NVIDIA H200 (141 GB); docs/performance.md
 SUMMARY, TABLE = "gpu_check.json", "gpu_check.txt"
 RUN_DATA_WHY = "not the profile's TFRecord shards: decoding them needs TensorFlow"
@@ -53,7 +54,7 @@ class Record:
         return {
             "settings": self.settings,
             "parts": self.parts(),
-            "energy": ENERGY,
+            "energy": node_meters(),
             "stopped": stopped,
             "total_s": time.time() - self.began,
         }
@@ -101,6 +102,16 @@ def _not_measured(part: dict[str, Any]) -> str | None:
     if "failed" in part:
         return f"failed: {part['failed']}"
     return None
+
+
+def node_meters() -> str:
+    """ENERGY, and the meters this node has, or why it has none of each kind."""
+    from aiperf.system import meters, nvidia_gpus
+
+    found = meters.describe_meters(len(nvidia_gpus.describe()["gpus"]))
+    has = ", ".join(f"{m['kind']} {m.get('zone', m.get('gpu'))}" for m in found["meters"])
+    lacks = "; ".join(f"{kind}: {why}" for kind, why in sorted(found["absent"].items()))
+    return f"{ENERGY}; meters: {has or 'none'}" + (f" (none of {lacks})" if lacks else "")
 
 
 def table(summary: dict[str, Any]) -> str:
