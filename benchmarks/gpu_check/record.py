@@ -8,6 +8,7 @@ figures on disk before the next begins, whoever kills the check afterwards.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import textwrap
@@ -104,6 +105,7 @@ def _not_measured(part: dict[str, Any]) -> str | None:
     return None
 
 
+@functools.cache  # the node's meters do not change within a check; nvidia-smi runs once
 def node_meters() -> str:
     """ENERGY, and the meters this node has, or why it has none of each kind."""
     from aiperf.system import meters, nvidia_gpus
