@@ -59,17 +59,14 @@ serve: install
 
 ## make test: every test, the slow integration tests included, with the services they need, on
 ##   TEST_WORKERS pytest-xdist workers (2: a test file, or the tests sharing one `make serve`, stays on
-##   one worker; most slow tests wait on a service or a deadline half their time, so two overlap well).
-##   The slow files are handed out first, as tests/conftest.py orders them, so that the suite ends
-##   on short unit tests rather than with one worker idle while the other runs a minute-long test.
+##   one worker; most slow tests wait on a service or a deadline half their time, so two overlap well)
 TEST_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: install-dev
-	infra/with-services.sh $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	infra/with-services.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## make test-fast: the unit tests only (no service, no real training run)
 test-fast: install-dev
-	$(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 ## make lint: ruff (lint, import order, format), mypy, and the layers (import-linter), as CI runs them
 lint: install-dev

@@ -185,10 +185,9 @@ def pytest_collection_modifyitems(config, items):
     Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) a file's tests stay on one
     worker, so its module fixtures (a real run) are made once; every test of the served Prefect
     is on one worker, which starts one serve.sh; and the files whose tests read `short_real_run`
-    are on one worker, which makes that run once. The groups with slow tests are listed first, and
-    the Makefile's --no-loadscope-reorder has xdist hand them out in this order (by default it hands
-    out the groups with the most tests first: the many-test unit files, then the one-test files of a
-    minute-long run each, the last of which left the other worker idle at the end of the suite)."""
+    are on one worker, which makes that run once. Files with slow tests are listed first, but xdist
+    hands out the groups with the most tests first (its default --loadscope-reorder), so that order
+    only settles ties between groups of as many tests."""
     for item in items:
         if REAL_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
