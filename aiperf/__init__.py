@@ -6,3 +6,7 @@ is operations per second over the budget (see docs/design.md and docs/flops.md).
 """
 
 __version__ = "0.1.0"
+
+from aiperf import imports
+
+imports.install()
