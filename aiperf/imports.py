@@ -1,20 +1,22 @@
-"""Keep TensorFlow and Keras from importing JAX, scikit-learn and pandas only because they exist.
+"""Keep TensorFlow, Keras and keras-tuner from importing JAX, scikit-learn and pandas for nothing.
 
-TensorFlow and Keras try a few imports at start-up for features aiperf never uses: TensorFlow
-Lite's converter utilities try JAX, Keras' checkpoint callback tries JAX, Keras' scikit-learn
-wrappers try scikit-learn, and Keras' array adapters try pandas. Each `try: import X / except
+These frameworks try a few imports at start-up for features aiperf never uses: TensorFlow Lite's
+converter utilities and Keras' checkpoint callback try JAX, Keras' and keras-tuner's scikit-learn
+wrappers try scikit-learn, their array adapters try pandas. Each `try: import X / except
 ImportError` succeeds because aiperf installs the package for its own reasons (JAX for the GPU
 path, scikit-learn for keras-tuner's Bayesian oracle and the digits dataset), and together they
-cost about 3 of the 9 to 12 CPU-seconds of `import keras` on a 2-vCPU machine (docs/performance.md).
-Every trial worker, every run's head and many of the test suite's processes pay that import, so on
-the suite's slowest machine it is minutes of CPU spent loading code nothing calls.
+cost 4-5 of the 12 CPU-seconds of `import keras` on a 2-vCPU Zen 3, and 2 more in a run's head,
+which imports keras-tuner (docs/performance.md). Every trial worker, every run's head and many of
+the test suite's processes pay those imports: on the suite's slowest machine, minutes of CPU spent
+loading code nothing calls.
 
 `install()` puts a finder first on `sys.meta_path` that answers ModuleNotFoundError when one of
-the packages below is imported *by a module of TensorFlow or Keras*, which those modules already
-treat as "not installed". Every other importer is left alone: aiperf's own `import jax`,
-keras-tuner's `import sklearn`, Keras' JAX backend (when KERAS_BACKEND=jax, it imports JAX from
-keras.src.backend.jax, which is exempt), and a package once imported stays importable by anyone.
-The rules are data (OPTIONAL); nothing else changes what a library does.
+the packages in OPTIONAL, not yet imported, is imported *by one of those frameworks' modules*,
+which they already treat as "not installed". Every other importer is left alone (aiperf's own
+`import jax`, scikit-learn's `import pandas`), Keras' JAX backend is exempt (with
+KERAS_BACKEND=jax it imports JAX from keras.src.backend.jax), and a package once imported is
+there for everyone. The one feature aiperf uses of what is refused, keras-tuner's Bayesian oracle,
+is handed scikit-learn when a run builds one (aiperf.search.tuner_internals).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
 
-FRAMEWORKS = ("tensorflow.", "keras.")
-# Packages refused to FRAMEWORKS' modules; and the frameworks' modules that truly need them.
-OPTIONAL: dict[str, tuple[str, ...]] = {
-    "jax": ("keras.src.backend.jax",),
-    "sklearn": (),
-    "pandas": (),
+# Each optional package: the importers it is refused to (module-name prefixes), and those of them
+# that truly need it (Keras' JAX backend). keras-tuner's Bayesian oracle gets scikit-learn when a
+# run builds one (aiperf.search.tuner_internals.give_bayesian_oracle_scikit_learn).
+OPTIONAL: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "jax": (("tensorflow.", "keras."), ("keras.src.backend.jax",)),
+    "sklearn": (("tensorflow.", "keras.", "keras_tuner."), ()),
+    "pandas": (("tensorflow.", "keras.", "keras_tuner."), ()),
 }
 _IMPORT_MACHINERY = ("importlib", "_frozen_importlib")
 
@@ -44,9 +47,10 @@ def _importer(frame: FrameType | None) -> str:
 
 def refused(name: str, importer: str) -> bool:
     """Whether `importer` importing top-level package `name` is one of the optional imports."""
-    if name not in OPTIONAL or not importer.startswith(FRAMEWORKS):
+    if name not in OPTIONAL:
         return False
-    return not importer.startswith(OPTIONAL[name])
+    refused_to, needed_by = OPTIONAL[name]
+    return importer.startswith(refused_to) and not importer.startswith(needed_by)
 
 
 class OptionalImportFinder(importlib.abc.MetaPathFinder):
@@ -59,7 +63,7 @@ class OptionalImportFinder(importlib.abc.MetaPathFinder):
         target: ModuleType | None = None,
     ) -> ModuleSpec | None:
         if fullname in OPTIONAL and refused(fullname, _importer(sys._getframe(1))):
-            raise ModuleNotFoundError(f"aiperf skips {fullname} for {FRAMEWORKS}", name=fullname)
+            raise ModuleNotFoundError(f"aiperf.imports skips {fullname} here", name=fullname)
         return None
 
 

@@ -1,5 +1,6 @@
 """TensorFlow's and Keras' optional imports of JAX, scikit-learn and pandas are skipped, and only
-theirs: aiperf's own imports, keras-tuner's and Keras' JAX backend still get the packages."""
+theirs: aiperf's own imports, scikit-learn's and Keras' JAX backend still get the packages, and
+keras-tuner's Bayesian oracle gets scikit-learn when a run builds one."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from aiperf import imports
         ("sklearn", "keras.src.wrappers.fixes", True),
         ("pandas", "keras.src.trainers.data_adapters.array_slicing", True),
         ("jax", "keras.src.backend.jax.core", False),  # Keras' JAX backend needs it
-        ("sklearn", "keras_tuner.src.tuners.bayesian", False),  # the Bayesian oracle needs it
+        ("sklearn", "keras_tuner.src.tuners.bayesian", True),  # given when a run builds one
+        ("pandas", "keras_tuner.src.tuners.sklearn_tuner", True),
         ("pandas", "sklearn.utils.fixes", False),
         ("jax", "aiperf.train.fit", False),
         ("numpy", "keras.src.backend", False),  # not an optional import
@@ -40,15 +42,20 @@ def test_the_finder_names_the_module_that_imports():
 
 
 @pytest.mark.slow
-def test_importing_keras_after_aiperf_leaves_the_optional_packages_out_until_asked_for():
+def test_keras_and_keras_tuner_after_aiperf_leave_the_optional_packages_out_until_asked_for():
     script = (
         "import sys, aiperf, keras, tensorflow\n"
         "print(sorted(m for m in ('jax', 'sklearn', 'pandas') if m in sys.modules))\n"
-        "import jax, sklearn, pandas\n"
+        "import keras_tuner\n"
+        "print(sorted(m for m in ('jax', 'sklearn', 'pandas') if m in sys.modules))\n"
+        "from aiperf.search import tuner_internals\n"
+        "tuner_internals.give_bayesian_oracle_scikit_learn()\n"
+        "keras_tuner.oracles.BayesianOptimizationOracle(keras_tuner.Objective('loss', 'min'), 2)\n"
+        "import jax, pandas\n"
         "print('imported later')\n"
     )
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stdout.splitlines() == ["[]", "imported later"]
+    assert done.stdout.splitlines() == ["[]", "[]", "imported later"]

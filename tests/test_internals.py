@@ -108,3 +108,15 @@ def test_the_adapters_patch_and_call_real_oracles():
     assert oracle.get_state()["tried_so_far"] == []
     tuner_internals.record_values(oracle, trial)
     assert len(oracle.get_state()["tried_so_far"]) == 1, "the trial's values are marked as tried"
+
+
+def test_keras_tuners_bayesian_oracle_still_reads_scikit_learn_from_its_module_global():
+    """aiperf sets `bayesian.sklearn` (tuner_internals.give_bayesian_oracle_scikit_learn): a
+    release that imports scikit-learn some other way would leave the setting without effect."""
+    from keras_tuner.src.tuners import bayesian
+
+    source = inspect.getsource(bayesian)
+    assert (
+        "sklearn = None" in source
+        and "sklearn.gaussian_process.GaussianProcessRegressor" in source
+    )

@@ -93,6 +93,7 @@ def _tuner_oracle(config: BenchmarkConfig, objective: kt.Objective, seed: int) -
             max_consecutive_failed_trials=MAX_TRIALS,
         )
     if search.oracle == "bayesian":
+        tuner_internals.give_bayesian_oracle_scikit_learn()
         return kt.oracles.BayesianOptimizationOracle(
             objective=objective,
             max_trials=MAX_TRIALS,

@@ -13,6 +13,10 @@ with no folder (aiperf.search.oracles) and rebuilds it from database records on 
   twice; a resumed oracle must hold the hashes of the recorded trials, and keras-tuner offers no
   public way to add them.
 
+And one module global: `keras_tuner.src.tuners.bayesian.sklearn`, which the Bayesian oracle reads
+and aiperf sets when it builds one, since aiperf.imports keeps keras-tuner's import-time try of
+scikit-learn from running.
+
 Checked against keras-tuner 1.4.8 (pyproject.toml admits 1.4.7 up to 2). tests/test_internals.py fails,
 naming the method, if the installed release drops one or changes its parameters: read keras-tuner's
 engine/oracle.py for each of them before raising that pin.
@@ -43,3 +47,17 @@ def skip_failure_count(oracle: Any) -> None:
 def record_values(oracle: Any, trial: Any) -> None:
     """Mark `trial`'s values as tried, so `oracle` does not propose them again."""
     oracle._record_values(trial)
+
+
+def give_bayesian_oracle_scikit_learn() -> None:
+    """Set the module global `sklearn` that keras-tuner's Bayesian oracle reads, before one is built.
+
+    keras-tuner's bayesian.py tries `import sklearn` when keras-tuner is imported and keeps None if
+    it fails; aiperf.imports makes it fail (about 2 CPU-s in every run's head, which builds this
+    oracle only when a profile asks for it), so the import happens here instead.
+    """
+    import sklearn.exceptions
+    import sklearn.gaussian_process
+    from keras_tuner.src.tuners import bayesian
+
+    bayesian.sklearn = sklearn
