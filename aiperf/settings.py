@@ -118,6 +118,17 @@ GPU_MEMORY_FRACTION = Variable(
     "the share of each GPU's memory JAX takes on a GPU worker (XLA_PYTHON_CLIENT_MEM_FRACTION; "
     "JAX's own default is 0.75); recorded with each worker's peak",
 )
+POWERCAP = Variable(
+    "AIPERF_POWERCAP",
+    "/sys/class/powercap",
+    "where each node's kernel exposes its RAPL energy counters (Linux powercap); read by the "
+    "workers, which find the node's meters there (docs/rules.md, Energy)",
+)
+IDLE_POWER_S = Variable(
+    "AIPERF_IDLE_POWER_S",
+    "5",
+    "seconds each metered node is measured idle, nothing running, just before the timed window",
+)
 
 # --- set by aiperf in its workers' environment ---------------------------------------------------
 WORKER_CORES = Variable(

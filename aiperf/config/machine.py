@@ -17,6 +17,31 @@ from aiperf.config.values import _memory, _one_line, _Strict, _walltime
 ClusterKind = Literal["local", "slurm", "pbs", "lsf", "sge", "scheduler"]
 
 
+class BmcConfig(_Strict):
+    """Each node's baseboard management controller, read over IPMI for the node's power through
+    the timed window (aiperf.system.bmc; docs/rules.md, "Energy"). The password is never a
+    setting: it stays in `password_file`, which ipmitool reads on each node."""
+
+    host: str  # the BMC's address; "{node}" is each node's hostname: "{node}-ipmi"
+    user: str
+    password_file: str  # readable by the workers' user on every node
+    port: int = Field(623, ge=1, le=65535)
+    reading: str = "dcmi"  # the DCMI power reading, or sensor:NAME for a BMC's power sensor
+
+    _single_lines = field_validator("host", "user", "password_file", "reading")(_one_line)
+
+    @field_validator("reading")
+    @classmethod
+    def _a_reading(cls, reading: str) -> str:
+        if reading == "dcmi" or (reading.startswith("sensor:") and reading != "sensor:"):
+            return reading
+        raise PydanticCustomError(
+            "bmc",
+            f"cluster.bmc.reading {reading!r} is neither dcmi nor sensor:NAME; set dcmi (the "
+            "DCMI power reading most BMCs serve) or sensor:NAME (the BMC's power sensor)",
+        )
+
+
 class ClusterConfig(_Strict):
     """Where the workers run. Unset job settings come from aiperf/cluster/jobqueue.yaml (Dask config), so a
     site sets its queue once there; a profile's `cluster:` section and the command line override it.
@@ -53,6 +78,7 @@ class ClusterConfig(_Strict):
     tls_ca_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    bmc: BmcConfig | None = None  # each node's BMC, for its power over the window
 
     _single_lines = field_validator(
         "queue",

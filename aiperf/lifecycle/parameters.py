@@ -69,6 +69,12 @@ def check_parameters(
                 )
     for key, value in overrides.items():
         for setting in sorted(_cluster_settings(key, value) - PARAMETER_CLUSTER_SETTINGS):
+            if setting == "bmc":
+                raise UserError(
+                    "flow parameter overrides may not set cluster.bmc: it names the hosts the "
+                    "workers send a password file's secret to, so it comes from the profile or "
+                    "`aiperf run --set` only"
+                )
             raise UserError(
                 f"flow parameter overrides may not set cluster.{setting}: it is written into batch job "
                 "scripts, so it comes from the profile or `aiperf run --cluster-opt` only"

@@ -217,7 +217,7 @@ def describe_workers(
     run_id = recorder.run_id
     try:
         description = system_description.describe_system(
-            system_description.collect(client, config.out),
+            system_description.collect(client, config.out, _bmc(config)),
             division=classify(config).name,
             precision=config.train.precision,
         )
@@ -264,3 +264,9 @@ def record_provenance(
         for reason in what_ran.review_reasons(recorded):
             logger.warning("run %d: for review: %s", run_id, reason)
     return recorded
+
+
+def _bmc(config: BenchmarkConfig) -> dict[str, Any] | None:
+    """The run's cluster.bmc settings as the workers take them, if given."""
+    bmc = config.cluster.bmc
+    return None if bmc is None else bmc.model_dump()

@@ -141,6 +141,7 @@ class RunRecorder:
                 data_feed=row.data_feed,
                 feed_rates=list(row.feed_rates),
                 reference_rates=list(row.reference_rates),
+                energy_windows=list(row.energy_windows),
             )
         return recorder
 
@@ -271,6 +272,11 @@ class RunRecorder:
         """Each worker's bare Keras rate, or why it has none."""
         self.store.record_reference(self.claim, rates)
         self.events.resources(reference_rates=[dict(r) for r in rates])
+
+    def energy(self, segment: dict[str, Any]) -> None:
+        """A window segment's energy, node by node (aiperf.lifecycle.metering)."""
+        recorded = self.store.record_energy(self.claim, segment)
+        self.events.resources(energy_windows=recorded)
 
     def system_description(self, description: dict[str, Any]) -> None:
         self.store.save_system_description(self.claim, description)

@@ -46,6 +46,7 @@ from aiperf.lifecycle import live, liveness
 from aiperf.lifecycle.admission import Admission, TrialData
 from aiperf.lifecycle.feedcheck import measure_feed
 from aiperf.lifecycle.fitcheck import fit_seed
+from aiperf.lifecycle.metering import metered_window
 from aiperf.lifecycle.orchestrator import Orchestrator
 from aiperf.lifecycle.preflight import check_before_recording
 from aiperf.lifecycle.prepare import describe_workers, prepare_workers, record_provenance
@@ -305,7 +306,7 @@ def search_until_deadline(
         manifest = stages.stage_dataset(
             config, recorder.claim, cluster.scheduler_address, cluster.security
         )
-        config = _prepare(config, recorder, trials, manifest, logger, resumed=resumed)
+        config, description = _prepare(config, recorder, trials, manifest, logger, resumed=resumed)
         trials.client.subscribe_topic(topic, _into(events))
         oracle = make_oracle(config, manifest.image_shape, manifest.classes)
         admission = Admission(config, recorder, TrialData.of(manifest), trials.launch, topic)
@@ -318,7 +319,8 @@ def search_until_deadline(
             logger=logger,
         )
         budget_s = resume_search(config, recorder, orchestrator) if resumed else config.budget_s
-        _timed_search(config, recorder, orchestrator, budget_s, logger)
+        with metered_window(trials.client, description, recorder, logger):
+            _timed_search(config, recorder, orchestrator, budget_s, logger)
         return None if then is None else then(trials)
 
 
@@ -330,11 +332,12 @@ def _prepare(
     logger: logging.Logger | logging.LoggerAdapter,
     *,
     resumed: bool,
-) -> BenchmarkConfig:
+) -> tuple[BenchmarkConfig, dict[str, Any] | None]:
     """The workers warmed up and measured, and what they tell recorded; the config as resolved
-    from them. Warm-up and peaks come before anything reads what the profile leaves to the devices
-    (train.precision auto, search.space.batch_per_gib): the system description, the oracle and the
-    trials see the settings the run resolved from them."""
+    from them, and the system description (None if the nodes could not be described). Warm-up
+    and peaks come before anything reads what the profile leaves to the devices (train.precision
+    auto, search.space.batch_per_gib): the system description, the oracle and the trials see the
+    settings the run resolved from them."""
     listed = config.search.space.batch_size
     config = prepare_workers(config, recorder, trials.client, logger, resumed=resumed)
     if config.search.space.batch_size != listed:  # the devices resolved it (batch_per_gib)
@@ -343,9 +346,9 @@ def _prepare(
         config = fit_seed(config, recorder, trials.client, manifest, logger)
     measure_feed(config, recorder, trials.client, manifest, logger)  # feed-bound?
     measure_reference(config, recorder, trials.client, manifest, logger)  # bare Keras
-    describe_workers(config, recorder, trials.client, logger)
+    description = describe_workers(config, recorder, trials.client, logger)
     record_provenance(config, recorder, trials.client, logger)
-    return config
+    return config, description
 
 
 def _timed_search(

@@ -199,12 +199,14 @@ def _packaged(
     for setting in settable:
         if setting in flat:
             overrides[setting] = flat[setting]
-        else:  # a whole section, e.g. cluster
-            overrides[setting] = {
-                k.removeprefix(setting + "."): v
-                for k, v in flat.items()
-                if k.startswith(setting + ".")
-            }
+        else:  # a whole section, e.g. cluster (with its own sections: cluster.bmc)
+            overrides[setting] = unflatten(
+                {
+                    k.removeprefix(setting + "."): v
+                    for k, v in flat.items()
+                    if k.startswith(setting + ".")
+                }
+            )
     budget, workers = overrides.pop("budget_s", None), overrides.pop("workers", config.workers)
     # The worker count is copied in after loading, so that judging a run never depends on how many
     # cores the judging machine has.

@@ -158,4 +158,5 @@ def run_record(run: Run, *, with_trials: bool = False, at: datetime | None = Non
         worker_peaks=tuple(run.worker_peaks or ()),
         feed_rates=tuple(run.feed_rates or ()),
         reference_rates=tuple(run.reference_rates or ()),
+        energy_windows=tuple(run.energy_windows or ()),
     )

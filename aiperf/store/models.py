@@ -132,6 +132,12 @@ class Run(Base):
         "'skipped'}] each worker's bare Keras rate in a clean process on its node, measured "
         "before the window (aiperf.train.bare_reference), or why it was not",
     )
+    energy_windows: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        JSON,
+        doc="[{'opened', 'closed', 'idle_s', 'nodes': [{'node', 'meters': [{'kind', 'joules', "
+        "'seconds', 'mean_w', 'peak_w', 'samples', 'idle_w', 'stopped', ...}]} or {'node', "
+        "'missing'}]}] per window segment, each metered node's energy (aiperf.lifecycle.metering)",
+    )
     system_description: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, doc="the compute nodes as they describe themselves (MLPerf-style fields)"
     )

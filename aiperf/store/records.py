@@ -314,6 +314,8 @@ class RunRecord:
     # Each worker's bare Keras rate in a clean process (aiperf.train.bare_reference), before the
     # window, or {"worker", "skipped": why}; () when not recorded.
     reference_rates: tuple[dict[str, Any], ...] = ()
+    # Per window segment, each metered node's energy (aiperf.lifecycle.metering); () if none.
+    energy_windows: tuple[dict[str, Any], ...] = ()
     system_description: dict[str, Any] | None = None  # the compute nodes, MLPerf-style
     staging_s: float | None = None  # the data's staging, before the window (None: not recorded)
     # The best trial's kept weights: {"trial", "epoch", "file" (relative to the run's folder),

@@ -322,6 +322,16 @@ class RunWrites(StoreBase):
             self._get(s, Run, run_id, "run").reference_rates = [dict(r) for r in rates]
 
     @retried
+    def record_energy(self, claim: RunClaim, segment: dict[str, Any]) -> list[dict[str, Any]]:
+        """A window segment's energy (aiperf.lifecycle.metering), after the run's earlier
+        segments'; the run's segments as now recorded."""
+        with self.session() as s:
+            ownership.guard(s, claim)
+            run = self._get(s, Run, claim.run_id, "run")
+            run.energy_windows = [*(run.energy_windows or ()), dict(segment)]
+            return list(run.energy_windows)
+
+    @retried
     def record_resolved_settings(
         self,
         claim: RunClaim,

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from aiperf.cluster.broadcast import on_every_worker
-from aiperf.system import hostfacts, meters, nvidia_gpus
+from aiperf.system import hostfacts, meters, nvidia_gpus, power
 from aiperf.system.fingerprint import cpu_model, keras_backend, package_version
 
 FILE_NAME = "system_description.json"
@@ -139,11 +139,14 @@ def _job() -> dict[str, str] | None:
     return None
 
 
-def describe_node(dask_worker: Any = None, folder: str | None = None) -> dict[str, Any]:
+def describe_node(
+    dask_worker: Any = None, folder: str | None = None, bmc: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """This machine, as the process that runs on it sees it (run on every worker by `collect`).
     `dask_worker` (Client.run passes it): the worker, named as its trials record their worker, so
     verify can find every trial's worker in the description (aiperf.results.physical). `folder`:
-    the run's out folder, whose storage is described (the working folder when not given). The
+    the run's out folder, whose storage is described (the working folder when not given); `bmc`:
+    the run's cluster.bmc settings, whose reading says whether the node has that meter. The
     facts only the kernel and driver of each node can give (CPU frequency and caches, memory
     fitting, storage, GPU clocks and host links: aiperf.system.hostfacts) are read here, on the
     node, as the run starts, so a package written later on another machine still says them."""
@@ -194,7 +197,7 @@ def describe_node(dask_worker: Any = None, folder: str | None = None) -> dict[st
             name: v for name in FRAMEWORKS if (v := package_version(name)) is not None
         },
         "keras_backend": keras_backend(),
-        "energy_meters": meters.describe_meters(len(gpus)),
+        "energy_meters": meters.describe_meters(len(gpus), power.powercap(), bmc),
         "job": _job(),
         "worker": _worker_name(dask_worker),
     }
@@ -214,10 +217,12 @@ def _joined(values: Iterable[str | None]) -> str:
     return ", ".join(sorted({v for v in values if v})) or "n/a"
 
 
-def collect(client: Any, folder: str | None = None) -> dict[str, dict[str, Any]]:
+def collect(
+    client: Any, folder: str | None = None, bmc: dict[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
     """Every worker's description of its node: worker address -> describe_node(); `folder`: the
-    run's out folder, whose storage each node describes."""
-    return on_every_worker(client, describe_node, folder=folder)
+    run's out folder, whose storage each node describes; `bmc`: the run's cluster.bmc settings."""
+    return on_every_worker(client, describe_node, folder=folder, bmc=bmc)
 
 
 def _summary(values: list[Any]) -> Any:

@@ -5,9 +5,9 @@ its energy could come from and, for each kind it lacks, why.
 Three kinds, from the node's whole draw to its parts (the Energy Efficient HPC Working Group's
 methodology ranks a measurement by how much of the machine it covers and where in the power path):
 
-- `bmc`: the node at its power supplies, through its baseboard management controller over IPMI.
-  A BMC is reached over the network with a password, so a node has one only where the run is given
-  its address; this version is given none.
+- `bmc`: the node at its power supplies, through its baseboard management controller over IPMI
+  (aiperf.system.bmc). A BMC is reached over the network with a password, so a node has one only
+  where the run is given it (cluster.bmc), and only if it gives a reading as the run starts.
 - `nvml`: each NVIDIA GPU's energy counter (`nvmlDeviceGetTotalEnergyConsumption`, Volta and
   later) through nvidia-ml-py, the driver's own Python binding.
 - `rapl`: the CPU packages' and DRAM's energy counters, Intel's and AMD Zen's alike, as Linux
@@ -19,28 +19,46 @@ Nothing here imports a framework or starts a meter: finding them costs the node 
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 POWERCAP = Path("/sys/class/powercap")
 RAPL_PREFIX = "intel-rapl:"  # AMD's RAPL driver registers its zones under the same name
 KINDS = ("bmc", "nvml", "rapl")
+NO_BMC_GIVEN = "no BMC given to the run"
 
 
-def describe_meters(gpus: int, powercap: Path = POWERCAP) -> dict[str, Any]:
+def describe_meters(
+    gpus: int, powercap: Path = POWERCAP, bmc: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The node's meters (`meters`: one entry per counter it can read) and, for each kind it has
-    none of, why (`absent`: kind -> reason). `gpus`: the NVIDIA GPUs nvidia-smi listed."""
+    none of, why (`absent`: kind -> reason). `gpus`: the NVIDIA GPUs nvidia-smi listed; `bmc`:
+    the run's cluster.bmc settings, if given."""
     zones, rapl_absent = rapl_zones(powercap)
     devices, nvml_absent = nvml_devices(gpus)
-    absent = {
-        "bmc": "no BMC given to the run (this version reads none)",
-        "nvml": nvml_absent,
-        "rapl": rapl_absent,
-    }
+    node, bmc_absent = bmc_meter(bmc)
+    absent = {"bmc": bmc_absent, "nvml": nvml_absent, "rapl": rapl_absent}
     return {
-        "meters": devices + zones,
+        "meters": node + devices + zones,
         "absent": {kind: why for kind, why in absent.items() if why is not None},
     }
+
+
+def bmc_meter(settings: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], str | None]:
+    """This node's BMC as a meter, if the run was given one and it gives a power reading now;
+    or none and why. "{node}" in the host is this node's hostname."""
+    if settings is None:
+        return [], NO_BMC_GIVEN + " (cluster.bmc)"
+    from aiperf.system.bmc import Bmc, BmcError
+
+    given = {**settings, "host": str(settings["host"]).replace("{node}", socket.gethostname())}
+    try:
+        watts = Bmc(**given).watts()
+    except BmcError as exc:
+        return [], f"the BMC at {given['host']} gave no power reading: {exc}"
+    return [{"kind": "bmc", **given, "watts_at_start": watts}], None
 
 
 def rapl_zones(powercap: Path = POWERCAP) -> tuple[list[dict[str, Any]], str | None]:

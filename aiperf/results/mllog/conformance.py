@@ -80,6 +80,7 @@ RESOURCE_FIELDS = (
     "data_feed",
     "feed_rates",
     "reference_rates",
+    "energy_windows",
 )
 
 

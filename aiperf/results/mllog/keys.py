@@ -52,7 +52,8 @@ PROVENANCE = "provenance"  # value: prologue, scheduler, code digests, workers' 
 RUN_RESOURCES = (
     "run_resources"  # value: precision, backend, jit_compile, peak_flops, worker_peaks,
 )
-# data_feed and feed_rates (aiperf.train.feedrate), reference_rates (aiperf.train.bare_reference)
+# data_feed and feed_rates (aiperf.train.feedrate), reference_rates (aiperf.train.bare_reference),
+# energy_windows (aiperf.lifecycle.metering)
 DATASET = "dataset"  # value: the manifest (name, kind, sha256, sizes, classes, ...)
 # the data's staging, before the window and not in it (MLPerf HPC's keys)
 STAGING_START = "staging_start"  # INTERVAL_START; metadata: time_s

@@ -78,4 +78,5 @@ def resource_fields(resources: Mapping[str, Any]) -> dict[str, Any]:
         "data_feed": resources.get("data_feed"),
         "feed_rates": tuple(resources.get("feed_rates") or ()),
         "reference_rates": tuple(resources.get("reference_rates") or ()),
+        "energy_windows": tuple(resources.get("energy_windows") or ()),
     }
