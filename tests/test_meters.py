@@ -7,7 +7,11 @@ from dataclasses import replace
 from importlib.util import find_spec
 from pathlib import Path
 
+import pytest
+from records import run_record
+
 from aiperf.results.energy import Energy, NodeMeters, energy
+from aiperf.store.records import ScoreResult
 from aiperf.system import meters
 from aiperf.system.description import describe_node
 
@@ -67,17 +71,99 @@ def test_this_node_describes_its_meters_and_why_it_lacks_each_kind():
 
 def test_energy_is_never_a_number_it_did_not_measure():
     bare = NodeMeters("vm", (), {"bmc": "none given", "rapl": "no powercap"})
-    line = Energy(None, None, None, (bare,)).line()
+    line = Energy(None, None, None, None, (bare,)).line()
     assert line == "not measured: no node had a meter (vm: bmc: none given; rapl: no powercap)"
     metered = NodeMeters("n1", ({"kind": "rapl", "zone": "package-0"},), {"bmc": "none given"})
-    found = Energy(None, None, None, (bare, metered))
+    found = Energy(None, None, None, None, (bare, metered))
     assert found.line() == (
-        "not measured: meters found (n1: RAPL package-0), which this version does not read over "
-        "the window"
+        "not measured: meters found (n1: RAPL package-0), but the window was not sampled"
     )
     assert found.to_dict()["measured"] is False
-    assert Energy(None, None, None, None).line() == (
+    assert Energy(None, None, None, None, None).line() == (
         "not measured: the run's nodes were not described"
+    )
+
+
+PACKAGE = {"kind": "rapl", "zone": "package-0", "path": "/x", "wraps_at_uj": 10**9}
+DRAM = {**PACKAGE, "zone": "dram"}
+
+
+def _measured(meter, joules, *, seconds=100.0, stopped=None):
+    return {
+        **meter,
+        "joules": joules,
+        "seconds": seconds,
+        "mean_w": None if joules is None else joules / seconds,
+        "peak_w": 80.0,
+        "samples": 101,
+        "idle_w": 20.0,
+        "stopped": stopped,
+    }
+
+
+def _node(host, listed):
+    return {"hostname": host, "workers": [f"tcp://{host}:1"], "energy_meters": {"meters": listed}}
+
+
+def _scored_run(nodes, windows):
+    score = ScoreResult(
+        elapsed_s=100.0,
+        total_ops=10**12,
+        ops=1e10,
+        tensor_ops=1e10,
+        best_val_accuracy=0.5,
+        val_samples=10,
+        regulated_score=6.9e9,
+        trials_completed=3,
+        samples_trained=1,
+        samples_evaluated=1,
+        valid=True,
+    )
+    return run_record(
+        system_description={"nodes": nodes}, energy_windows=tuple(windows), score=score
+    )
+
+
+def test_a_fully_metered_window_gives_joules_operations_per_joule_and_its_level():
+    window = {
+        "nodes": [{"node": "n1", "meters": [_measured(PACKAGE, 5000.0), _measured(DRAM, 1000.0)]}]
+    }
+    found = energy(_scored_run([_node("n1", [PACKAGE, DRAM])], [window]))
+    assert found.joules == 6000.0
+    assert found.ops_per_watt == pytest.approx(10**12 / 6000.0)  # operations per joule
+    assert found.regulated_per_watt == pytest.approx(6.9e9 / 60.0)  # over the mean 60 W
+    assert found.level == "below L1"  # parts of the node, not the node at its power input
+    assert found.line().startswith("6 kJ in the window, 167 MOPS/W, below L1 (n1: 6 kJ, mean 60 W")
+    # a resumed run's second segment adds its joules
+    twice = energy(_scored_run([_node("n1", [PACKAGE, DRAM])], [window, window]))
+    assert twice.joules == 12000.0
+
+
+def test_a_node_that_missed_part_of_the_window_leaves_the_run_s_energy_unmeasured():
+    nodes = [_node("n1", [PACKAGE]), _node("n2", [PACKAGE])]
+    stopped = {
+        "nodes": [
+            {"node": "n1", "meters": [_measured(PACKAGE, 5000.0)]},
+            {
+                "node": "n2",
+                "meters": [_measured(PACKAGE, 900.0, stopped="stopped answering 9 s in")],
+            },
+        ]
+    }
+    found = energy(_scored_run(nodes, [stopped]))
+    assert found.joules is None and found.ops_per_watt is None and found.level is None
+    assert found.line() == "not measured: n2: RAPL package-0 stopped answering 9 s in"
+    left = {"nodes": [{"node": "n1", "missing": "its sampling worker left before the end"}]}
+    assert energy(_scored_run(nodes[:1], [left])).line() == (
+        "not measured: n1: its sampling worker left before the end"
+    )
+    unmetered = [
+        _node("n1", [PACKAGE]),
+        {"hostname": "n2", "energy_meters": {"absent": {"rapl": "none"}}},
+    ]
+    one = {"nodes": [{"node": "n1", "meters": [_measured(PACKAGE, 5000.0)]}]}
+    assert (
+        energy(_scored_run(unmetered, [one])).line() == "not measured: no meter on n2: rapl: none"
     )
 
 

@@ -171,6 +171,7 @@ FACTS: dict[str, Callable[[RunRecorder, int], Any]] = {
     "feed": lambda r, _: r.feed("tf.data", [{"worker": "w0", "feed_per_s": 1.0}]),
     "reference": lambda r, _: r.reference([{"worker": None, "skipped": "off"}]),
     "system_description": lambda r, _: r.system_description({"number_of_nodes": 1}),
+    "energy": lambda r, _: r.energy({"opened": T0, "closed": T0 + 60, "idle_s": 5, "nodes": []}),
     "provenance": lambda r, _: r.provenance({"scheduler": "local"}),
     "search_started": lambda r, _: r.search_started(T0 + 100, T0 + 160),
     "search_stopped": lambda r, _: r.search_stopped(T0 + 61),
