@@ -8,11 +8,13 @@
 #   infra/bmc/ctl.sh stop DIR
 #
 # The BMC's user is "aiperf"; its password is in DIR/password (mode 600), which is what a run's
-# cluster.bmc.password_file names. Installs openipmi and ipmitool with apt-get where missing.
+# cluster.bmc.password_file names. Installs openipmi and ipmitool with apt-get where missing;
+# without DIR, `start` only installs them and `stop` does nothing (infra/with-services.sh calls
+# every service so before the tests, which start their own simulators).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-action=${1:?usage: ctl.sh start|stop DIR [PORT]}
-dir=${2:?usage: ctl.sh start|stop DIR [PORT]}
+action=${1:?usage: ctl.sh start|stop [DIR [PORT]]}
+dir=${2:-}
 port=${3:-9623}
 
 install() {
@@ -58,7 +60,7 @@ stop() {
 }
 
 case "$action" in
-  start) start ;;
-  stop) stop ;;
+  start) if [ -n "$dir" ]; then start; else install; fi ;;
+  stop) if [ -n "$dir" ]; then stop; fi ;;
   *) echo "usage: ctl.sh start|stop DIR [PORT]" >&2; exit 2 ;;
 esac
