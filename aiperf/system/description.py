@@ -152,8 +152,7 @@ def describe_node(
     node, as the run starts, so a package written later on another machine still says them."""
     memory = int(psutil.virtual_memory().total)
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    physical = psutil.cpu_count(logical=False) or logical
-    sockets = _sockets()
+    physical, sockets = psutil.cpu_count(logical=False) or logical, _sockets()
     found = nvidia_gpus.describe()
     gpus = found["gpus"]
     gpu_facts = hostfacts.gpu_facts() if gpus else []
@@ -162,9 +161,7 @@ def describe_node(
         "hostname": socket.gethostname(),
         "host_processor_model_name": cpu_model(),
         "host_processors_per_node": sockets,
-        "host_processor_core_count": max(
-            1, physical // sockets
-        ),  # per processor, as MLPerf counts
+        "host_processor_core_count": max(1, physical // sockets),  # per socket, as MLPerf counts
         "host_processor_vcpu_count": logical,
         "host_processor_frequency": hostfacts.cpu_frequency(),
         "host_processor_caches": hostfacts.cpu_caches(),
