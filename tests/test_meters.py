@@ -133,7 +133,10 @@ def test_a_fully_metered_window_gives_joules_operations_per_joule_and_its_level(
     assert found.ops_per_watt == pytest.approx(10**12 / 6000.0)  # operations per joule
     assert found.regulated_per_watt == pytest.approx(6.9e9 / 60.0)  # over the mean 60 W
     assert found.level == "below L1"  # parts of the node, not the node at its power input
-    assert found.line().startswith("6 kJ in the window, 167 MOPS/W, below L1 (n1: 6 kJ, mean 60 W")
+    assert found.line() == (
+        "6 kJ in the window, 167 MOPS/W, below L1 (n1: 6 kJ, mean 60 W, peak 160 W, idle 40 W, "
+        "from CPU packages and DRAM (RAPL))"
+    )
     # a resumed run's second segment adds its joules
     twice = energy(_scored_run([_node("n1", [PACKAGE, DRAM])], [window, window]))
     assert twice.joules == 12000.0

@@ -26,15 +26,20 @@ def _counter(readings, to_joules=1.0, wraps_at=None):
 
 def test_a_counter_adds_its_steps_and_unfolds_each_wrap():
     counter = _counter([990, 995, 3, 10], to_joules=0.5, wraps_at=999)
-    assert [counter.joules() for _ in range(4)] == [0.0, 2.5, 6.5, 10.0]
+    assert [counter.joules(t) for t in range(4)] == [0.0, 2.5, 6.5, 10.0]
     # a counter without a wrap that steps back (a driver reset) adds nothing, never a negative step
     reset = _counter([100, 40, 50])
-    assert [reset.joules() for _ in range(3)] == [0.0, 0.0, 10.0]
+    assert [reset.joules(t) for t in range(3)] == [0.0, 0.0, 10.0]
+
+
+def test_a_power_meter_is_integrated_on_the_reader_s_clock():
+    bmc = power.Counter({"kind": "bmc"}, iter([100.0, 300.0, 300.0]).__next__, watts=True)
+    assert [bmc.joules(t) for t in (10.0, 12.0, 13.0)] == [0.0, 400.0, 700.0]
 
 
 def test_a_meter_that_cannot_be_read_raises_meter_error():
     with pytest.raises(power.MeterError, match="OSError: gone"):
-        _counter([OSError("gone")]).joules()
+        _counter([OSError("gone")]).joules(0.0)
 
 
 def _clocked(watts: float) -> power.Counter:

@@ -24,7 +24,7 @@ from typing import Any
 from aiperf.store import RunRecord
 from aiperf.units import si
 
-PARTS = {"rapl": "CPU packages and DRAM (RAPL)", "nvml": "GPUs (NVML)", "bmc": "the node (BMC)"}
+PARTS = {"rapl": "CPU packages and DRAM (RAPL)", "nvml": "GPUs (NVML)", "bmc": "the node's BMC"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class NodeMeters:
 @dataclass(frozen=True)
 class NodeEnergy:
     """One node's energy over the window: `joules` (None if any part of it is missing, `missing`
-    saying why), the meter kinds it came from, and its mean and idle power."""
+    saying why), the meter kinds it came from, its mean and idle power, and its peak: for parts,
+    the sum of their peaks, a bound (they need not have coincided)."""
 
     node: str
     joules: float | None
@@ -60,9 +61,8 @@ class NodeEnergy:
             return f"{self.node}: {self.missing}"
         return (
             f"{self.node}: {si(self.joules, 'J')}, mean {_watts(self.mean_w)}, "
-            f"peak {_watts(self.peak_w)}, idle {_watts(self.idle_w)} ("
+            f"peak {_watts(self.peak_w)}, idle {_watts(self.idle_w)}, from "
             + ", ".join(PARTS.get(k, k) for k in self.kinds)
-            + ")"
         )
 
 

@@ -44,7 +44,9 @@ class MeterError(Exception):
 class Counter:
     """One meter as an energy counter: `read` gives its raw value, `to_joules` its unit, `wraps_at`
     the raw value after which it starts again from zero (None: it does not wrap). A meter that
-    reads power (`watts`: a BMC) is integrated between reads, the trapezoid of each interval."""
+    reads power (`watts`: a BMC) is integrated between reads, the trapezoid of each interval, on
+    the clock of whoever reads it (the sampler's), so that the power it reports over an interval
+    is what it read, whatever a read's own latency."""
 
     meter: dict[str, Any]
     read: Callable[[], float]
@@ -55,13 +57,13 @@ class Counter:
     _at: float = 0.0
     _joules: float = 0.0
 
-    def joules(self) -> float:
-        """The energy counted since the first call, wraps unfolded; MeterError if unreadable."""
+    def joules(self, now: float) -> float:
+        """The energy counted since the first call, wraps unfolded, read at time `now`;
+        MeterError if unreadable."""
         try:
             raw = float(self.read())
         except Exception as exc:  # OSError from sysfs, BmcError, a driver's own (NVMLError)
             raise MeterError(f"{type(exc).__name__}: {exc}") from exc
-        now = time.monotonic()
         if self._last is not None and self.watts:
             self._joules += (raw + self._last) / 2 * (now - self._at)
         elif self._last is not None:
@@ -91,7 +93,7 @@ class Track:
         if self.stopped is not None:
             return
         try:
-            reading = (now, self.counter.joules())
+            reading = (now, self.counter.joules(now))
         except MeterError as exc:
             since = self.opened or self.begun
             self.stopped = (
