@@ -29,7 +29,8 @@ GPU", has the device command and the sizing). The parts, most valuable first:
    precision, one worker per GPU, on synthetic in-memory data at 224 px and 1000 classes (the
    profile's TFRecord shards need TensorFlow to decode, which the H200 machine lacks): OPS, MFU,
    window utilisation, staging time. Its budget is what --limit leaves, 1 to 5 minutes.
-   The table's last line names the node's energy meters (record.node_meters), read by none yet.
+   Its window is metered where the node serves NVML (its line in the table: joules, OPS/W, the
+   level); the table's last line names the node's energy meters (record.node_meters).
 
 Parts 0-2 run in a child process that exits before part 3 starts (a JAX process holds most of a
 GPU's memory until it ends). Should it die (an out-of-memory abort), the part it died in is

@@ -104,8 +104,9 @@ def test_smoke_mode_runs_every_part_and_saves_each_as_it_ends(prefect_api, tmp_p
                 part["aiperf"]["images_per_s"] / part["bare"]["images_per_s"]
             )
     _check_feed_and_fit(parts["feed"], parts["fit"], settings, devices)
-    # The node's meters, which this checkout names but reads none of (issue 51): none on a VM
-    assert "energy: not measured: this checkout reads no meter over a window" in table
+    # The node's meters (none on a VM), and what the run's window measured with them: nothing here
+    assert "energy: the meters part 3's run reads over its window; meters: none" in table
+    assert str(parts["part3"].get("energy")).startswith("not measured: no node had a meter")
     assert "meters: " in table and "bmc: no BMC given to the run" in table
     run = parts["part3"]
     # Shorter than the profile's minimum: verified and invalid (aiperf.cli.exit_codes.EXIT_INVALID)
@@ -179,7 +180,7 @@ def test_table_names_the_gpu_what_was_not_measured_and_what_was_not_reached():
     assert "feed as a trial gets it: not measured: this checkout has no" in text
     fit = "fit of resnet50 at 1022/device x 1 device(s), mixed_bfloat16: XLA needs 70.0 GiB a "
     assert fit + "device, of 60.0 GiB (headroom applied): does NOT fit" in flat
-    assert "not reached: part2, part3" in text and "energy: not measured" in text
+    assert "not reached: part2, part3" in text and "energy: the meters part 3's run reads" in text
     assert lines[-2].startswith("stopped: signal 15")
     assert all(len(line) <= 100 for line in lines)
 

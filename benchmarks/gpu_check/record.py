@@ -19,10 +19,9 @@ from typing import Any
 # The parts, in the order they run: the most valuable figures first. part0-2, feed and fit run in
 # the child process that holds the devices (compare.py); part3 is the `aiperf run` (run.py).
 PARTS = ("part0", "part1", "feed", "fit", "part2", "part3")
-# The node's energy meters (aiperf.system.meters): this checkout finds them but reads none over a
-# window yet (issue 51), so the table says which the node has, e.g. whether each GPU's driver
-# serves its energy counter through NVML, instead of a figure.
-ENERGY = "not measured: this checkout reads no meter over a window (issue 51)"
+# The node's energy meters (aiperf.system.meters), e.g. whether each GPU's driver serves its energy
+# counter through NVML; part 3's run reads them over its window and its line says what they measured.
+ENERGY = "the meters part 3's run reads over its window"
 EXPECTED_GPU = "H200"  # the check is sized for one NVIDIA H200 (141 GB); docs/performance.md
 SUMMARY, TABLE = "gpu_check.json", "gpu_check.txt"
 RUN_DATA_WHY = "not the profile's TFRecord shards: decoding them needs TensorFlow"
@@ -255,6 +254,10 @@ def _run_lines(run: dict[str, Any] | None) -> list[str]:
             + ("-" if accuracy is None else f"{accuracy:.3f}")
             + f"   {'valid' if run.get('valid') else 'invalid'}, {run.get('division')}"
         )
+        if run.get("energy"):
+            lines += textwrap.wrap(
+                f"energy: {run['energy']}", 98, initial_indent="  ", subsequent_indent="    "
+            )
     elif run.get("message"):
         lines.append(f"  {run['message']}")
     return lines

@@ -158,8 +158,11 @@ def run_figures(db: str) -> dict[str, Any]:
             record = store.get_run(runs[0].id)
     except Exception as exc:  # noqa: BLE001 - the table still comes, saying why there are none
         return {"status": f"unreadable: {exc}"}
+    from aiperf.results.energy import energy
+
     score = record.score
     return {
+        "energy": energy(record).line(),  # the window metered through NVML where it serves
         "run_id": record.id,
         "status": str(record.status),
         "message": record.message,
