@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import shutil
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -438,6 +439,55 @@ def test_results_list_json_and_csv(listed, tmp_path):
     done = _aiperf("results", "list", "--csv", "--to", str(tmp_path / "list.csv"), "--db", listed)
     assert done.exit_code == 0, done.output
     assert len((tmp_path / "list.csv").read_text().splitlines()) == 1 + 5
+
+
+def _metered(r: ResultRecord, ops_per_watt: float, level: str, meters: str) -> ResultRecord:
+    joules = r.ops * 60 / ops_per_watt
+    return replace(
+        r,
+        ops_per_watt=ops_per_watt,
+        energy_joules=joules,
+        energy_level=level,
+        energy_meters=meters,
+    )
+
+
+def test_by_ops_per_watt_ranks_within_one_level_and_meter_kind_and_lists_the_rest(sqlite_url):
+    rows = [
+        _metered(result(1, "fast-hot", 9e12, accelerators=8), 2e9, "L1", "bmc"),
+        _metered(result(2, "slow-cool", 1e12, accelerators=8), 5e9, "L1", "bmc"),
+        # more efficient still, but by its parts' counters: never ranked beside the BMCs
+        _metered(result(3, "parts-only", 2e12, accelerators=8), 9e9, "below L1", "nvml+rapl"),
+        result(4, "unmetered", 5e12, accelerators=8),
+    ]
+    groups = standings.rank(rows, by="ops-per-watt")
+    assert [(g.key.energy, _rows(g)) for g in groups] == [
+        ("L1, bmc", [(1, "slow-cool"), (2, "fast-hot")]),
+        ("below L1, nvml+rapl", [(1, "parts-only")]),
+        ("not metered", [(None, "unmetered")]),
+    ]
+    assert groups[2].standings[0].reason == "energy not metered"
+    assert [_rows(g) for g in standings.rank(rows)] == [
+        [(1, "fast-hot"), (2, "unmetered"), (3, "parts-only"), (4, "slow-cool")]
+    ], "by OPS, energy groups nothing"
+
+    with Store.open(sqlite_url) as store:
+        add_results(store, [_row(r) for r in rows])
+    done = _aiperf("results", "list", "--by", "ops-per-watt", "--db", sqlite_url, columns=120)
+    assert done.exit_code == 0, done.output
+    assert f"workload {WORKLOAD[:12]}, energy L1, bmc" in done.output
+    assert (
+        "5 GOPS/W" in done.output and "not ranked: unmetered (energy not metered)" in done.output
+    )
+    listed = json.loads(
+        _aiperf("results", "list", "--by", "ops-per-watt", "--json", "--db", sqlite_url).output
+    )
+    assert [(r["system"], r["ops_per_watt"], r["energy"]) for r in listed[0]["rows"]] == [
+        ("slow-cool", 5e9, "L1, bmc"),
+        ("fast-hot", 2e9, "L1, bmc"),
+    ]
+    refused = _aiperf("results", "list", "--by", "watts", "--db", sqlite_url)
+    assert refused.exit_code != 0 and "--by 'watts': give ops or ops-per-watt" in refused.output
 
 
 def test_results_bad_input_is_one_line(listed, tmp_path):

@@ -60,15 +60,19 @@ def import_(
         raise typer.Exit(1)
 
 
-def _ranked(db: str, division: str | None, ruleset: str | None, profile: str | None):
-    from aiperf.ranking.standings import rank
+def _ranked(
+    db: str, division: str | None, ruleset: str | None, profile: str | None, by: str = "ops"
+):
+    from aiperf.ranking.standings import BY, rank
     from aiperf.store.results_models import list_results
 
     if division is not None and division not in ("closed", "open"):
         raise fail(f"--division {division!r}: give closed or open")
+    if by not in BY:
+        raise fail(f"--by {by!r}: give {' or '.join(BY)}")
     with open_existing(db) as store:
         results = list_results(store)
-    return rank(results, division=division, ruleset=ruleset, profile=profile)
+    return rank(results, division=division, ruleset=ruleset, profile=profile, by=by)
 
 
 @app.command("list")
@@ -82,6 +86,12 @@ def list_(
         False, "--csv", help="CSV, one line per system, MLPerf result summarizer's columns first."
     ),
     to: Path | None = typer.Option(None, "--to", help="Write the CSV or JSON to this file."),
+    by: str = typer.Option(
+        "ops",
+        "--by",
+        help="ops, or ops-per-watt: by operations per joule, each energy level and meter kind "
+        "a group of its own, and the results without a metered window listed unranked.",
+    ),
 ) -> None:
     """Print the ranked list, one row per system and workload; each group is ranked from 1.
 
@@ -96,7 +106,7 @@ def list_(
         raise fail("give --json or --csv, not both")
     if to is not None and not (as_json or as_csv):
         raise fail("--to writes the --csv or --json output; give one of them")
-    groups = _ranked(db, division, ruleset, profile)
+    groups = _ranked(db, division, ruleset, profile, by)
     if as_json or as_csv:
         from aiperf.cli.as_json import dumps
 
@@ -109,14 +119,17 @@ def list_(
         to.write_text(text, encoding="utf-8")
         console.print(f"wrote {to}")
         return
-    _print_groups(groups)
+    _print_groups(groups, by)
 
 
-def _print_groups(groups) -> None:
+def _print_groups(groups, by: str = "ops") -> None:
     from aiperf.ranking.page import plus_minus, spread
     from aiperf.report.phases import percent
     from aiperf.report.tables import Col, FitTable
-    from aiperf.units import ops_rate
+    from aiperf.units import ops_rate, si
+
+    def efficiency(value: float | None) -> str:
+        return "-" if value is None else si(value, "OPS/W")
 
     if not groups:
         console.print("no results yet; import packages with `aiperf results import PACKAGE...`")
@@ -134,6 +147,7 @@ def _print_groups(groups) -> None:
         Col("runs", "right"),
         Col("spread", wrap=True, rank=2),
         Col("date", rank=6),
+        *([Col("OPS/W", "right")] if by == "ops-per-watt" else []),
     )
     for i, g in enumerate(groups):
         if i:
@@ -153,13 +167,18 @@ def _print_groups(groups) -> None:
                 str(s.runs),
                 spread(s, full=False),
                 s.date.strftime("%Y-%m-%d"),
+                *([efficiency(s.ops_per_watt)] if by == "ops-per-watt" else []),
             ]
             for s in g.standings
         ]
         console.print(FitTable(columns, rows, title=g.key.heading()), soft_wrap=False)
-        console.print(
-            f"ranked by OPS of {rule}; =N: tied, their 95% intervals overlap", highlight=False
+        ranked_by = (
+            "ranked by OPS/W (operations per joule; a series' median), within one energy level "
+            "and meter kind"
+            if by == "ops-per-watt"
+            else f"ranked by OPS of {rule}; =N: tied, their 95% intervals overlap"
         )
+        console.print(ranked_by, highlight=False)
         # Why a row has no rank: a line under its group, not a column that would crowd out the
         # figures at 80 columns.
         for s in g.standings:

@@ -35,6 +35,7 @@ from aiperf.report.series_package import (
     run_folder,
     verify_series_package,
 )
+from aiperf.results.energy import energy
 from aiperf.results.mllog import LoggedRun
 from aiperf.store import CheckRecord, Store
 from aiperf.store.results_models import AlreadyImported, add_results, find_result
@@ -224,6 +225,8 @@ def result_row(logged: LoggedRun, folder: Path, events_sha256: str) -> dict[str,
     if score is None:  # verify_package refuses a run without a score before this
         raise UserError(f"{folder}: the run has no score")
     description = run.system_description
+    found = energy(run)
+    kinds = sorted({k for n in found.measured for k in n.kinds}) if found.joules else []
     return {
         "events_sha256": events_sha256,
         "run_id": run.id,
@@ -239,6 +242,10 @@ def result_row(logged: LoggedRun, folder: Path, events_sha256: str) -> dict[str,
         "ops_high": score.ops_high,
         "regulated_low": score.regulated_low,
         "regulated_high": score.regulated_high,
+        "energy_joules": found.joules,
+        "ops_per_watt": found.ops_per_watt,
+        "energy_level": found.level,
+        "energy_meters": "+".join(kinds) or None,
         "best_val_accuracy": score.best_val_accuracy,
         "valid": bool(score.valid),
         "reasons": list(score.reasons),

@@ -31,28 +31,36 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from aiperf.results.series import SeriesRule, SeriesSummary, enough_runs, series_rule, summarise
 from aiperf.results.uncertainty import Interval, ranks
 from aiperf.store.results_models import ResultRecord
 
+BY = ("ops", "ops-per-watt")  # what a list is ranked by
+NOT_METERED = "not metered"
+
 
 @dataclass(frozen=True)
 class GroupKey:
-    """What a ranking may compare: one division, ruleset, profile and workload hash."""
+    """What a ranking may compare: one division, ruleset, profile and workload hash; ranked by
+    efficiency, one energy class too (the level and meters, ResultRecord.energy_class), "not
+    metered" for the results without one."""
 
     division: str | None
     ruleset: str | None
     profile: str
     workload_hash: str | None
+    energy: str | None = None
 
     def heading(self) -> str:
         """The group's heading line."""
         workload = (self.workload_hash or "-")[:12]
+        energy = "" if self.energy is None else f", energy {self.energy}"
         return (
             f"{self.division or 'no'} division, {self.ruleset or 'no ruleset'}, profile "
-            f"{self.profile}, workload {workload}"
+            f"{self.profile}, workload {workload}{energy}"
         )
 
 
@@ -73,6 +81,7 @@ class Standing:
     ops_interval: Interval | None  # 95%: a run's own, a series' across its runs (None: unknown)
     regulated_interval: Interval | None
     mfu: float | None  # the median of its runs' MFU (None where none was measured)
+    ops_per_watt: float | None  # the median of its runs' operations per joule (None: not metered)
     key: GroupKey
     date: datetime  # its latest run's
     series: str | None
@@ -177,6 +186,7 @@ def unranked_reason(
 def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | None) -> Standing:
     first = unit[0]
     mfus = [r.mfu for r in unit if r.mfu is not None]
+    efficiency = [r.ops_per_watt for r in unit if r.ops_per_watt is not None]
     valid = all(r.valid for r in unit)
     verified = all(r.verified for r in unit)
     reasons = tuple(dict.fromkeys(x for r in unit if not r.valid for x in r.reasons or ()))
@@ -197,6 +207,7 @@ def _standing(unit: Sequence[ResultRecord], key: GroupKey, rule: SeriesRule | No
         ops_interval=_unit_interval(unit, "ops", ops),
         regulated_interval=_unit_interval(unit, "regulated", regulated),
         mfu=statistics.median(mfus) if mfus else None,
+        ops_per_watt=statistics.median(efficiency) if len(efficiency) == len(unit) else None,
         key=key,
         date=max(r.run_date for r in unit),
         series=first.series,
@@ -230,20 +241,24 @@ def _unit_interval(
     return None if low is None or high is None else Interval(low, high)
 
 
-def _ranked(qualified: Sequence[Standing]) -> list[Standing]:
+def _ranked(qualified: Sequence[Standing], by: str) -> list[Standing]:
     """The qualified rows with their ranks by interval (aiperf.results.uncertainty.ranks), tied
-    where they share one, in rank order."""
-    intervals = [s.ops_interval or Interval(s.ops.ranked, s.ops.ranked) for s in qualified]
+    where they share one, in rank order; by efficiency, by its figure (it has no interval)."""
+    if by == "ops-per-watt":
+        intervals = [Interval(s.ops_per_watt or 0.0, s.ops_per_watt or 0.0) for s in qualified]
+    else:
+        intervals = [s.ops_interval or Interval(s.ops.ranked, s.ops.ranked) for s in qualified]
     given = ranks(intervals)
     ranked = [
         replace(s, rank=rank, tied=given.count(rank) > 1)
         for s, rank in zip(qualified, given, strict=True)
     ]
-    return sorted(ranked, key=lambda s: (s.rank, *_order(s)))
+    return sorted(ranked, key=lambda s: (s.rank, *_order(s, by)))
 
 
-def _order(s: Standing) -> tuple[Any, ...]:
-    return (not s.qualified, -s.ops.ranked, s.date, s.system)
+def _order(s: Standing, by: str = "ops") -> tuple[Any, ...]:
+    figure = (s.ops_per_watt or 0.0) if by == "ops-per-watt" else s.ops.ranked
+    return (not s.qualified, -figure, s.date, s.system)
 
 
 def rank(
@@ -252,10 +267,12 @@ def rank(
     division: str | None = None,
     ruleset: str | None = None,
     profile: str | None = None,
+    by: str = "ops",
 ) -> list[Group]:
     """The groups of the list in a stable order (division, ruleset, profile, workload), each's
     qualified rows ranked from 1 and its others after them, unranked; only the results matching
-    the filters given."""
+    the filters given. `by` "ops-per-watt": by efficiency, each energy class a group of its own,
+    and the results without one in a group where none is ranked ("energy not metered")."""
     grouped: dict[GroupKey, list[ResultRecord]] = defaultdict(list)
     for r in results:
         if division is not None and r.division != division:
@@ -264,7 +281,8 @@ def rank(
             continue
         if profile is not None and r.profile != profile:
             continue
-        grouped[GroupKey(r.division, r.ruleset, r.profile, r.workload_hash)].append(r)
+        energy = (r.energy_class() or NOT_METERED) if by == "ops-per-watt" else None
+        grouped[GroupKey(r.division, r.ruleset, r.profile, r.workload_hash, energy)].append(r)
     groups = []
     for key in sorted(grouped, key=lambda k: tuple(v or "" for v in vars(k).values())):
         rule = series_rule(key.ruleset)
@@ -272,8 +290,13 @@ def rank(
         for unit in _units(grouped[key]):
             standing = _standing(unit, key, rule)
             by_system[standing.system_key].append(standing)
-        best = sorted((min(units, key=_order) for units in by_system.values()), key=_order)
-        ranked = _ranked([q for q in best if q.qualified])
+        order = partial(_order, by=by)
+        best = sorted((min(units, key=order) for units in by_system.values()), key=order)
+        if key.energy == NOT_METERED:  # nothing to rank them by: each says so
+            best = [replace(s, reason=s.reason or "energy not metered") for s in best]
+            groups.append(Group(key, rule, tuple(best)))
+            continue
+        ranked = _ranked([q for q in best if q.qualified], by)
         unranked = tuple(s for s in best if not s.qualified)
         groups.append(Group(key, rule, (*ranked, *unranked)))
     return groups
@@ -304,6 +327,8 @@ def standing_json(s: Standing) -> dict[str, Any]:
         "ops": s.ops.ranked,
         "regulated_score": s.regulated_score.ranked,
         "mfu": s.mfu,
+        "ops_per_watt": s.ops_per_watt,
+        "energy": s.key.energy,
         "division": s.key.division,
         "ruleset": s.key.ruleset,
         "profile": s.key.profile,
@@ -373,6 +398,8 @@ CSV_COLUMNS = (
     "date",
     "valid",
     "verified",
+    "ops_per_watt",
+    "energy",
 )
 
 
@@ -433,6 +460,8 @@ def to_csv(groups: Sequence[Group]) -> str:
                     s.date.isoformat(),
                     s.valid_word,
                     "yes" if s.verified else "no",
+                    "" if s.ops_per_watt is None else repr(s.ops_per_watt),
+                    s.key.energy or "",
                 ]
             )
     return out.getvalue()

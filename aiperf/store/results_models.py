@@ -80,6 +80,14 @@ class Result(Base):
     ops_high: Mapped[float | None] = mapped_column(Float, doc="OPS's 95% interval, its high end")
     regulated_low: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, low")
     regulated_high: Mapped[float | None] = mapped_column(Float, doc="the regulated score's, high")
+    energy_joules: Mapped[float | None] = mapped_column(
+        Float, doc="the window's joules over every node (None: not fully metered)"
+    )
+    ops_per_watt: Mapped[float | None] = mapped_column(Float, doc="operations per joule")
+    energy_level: Mapped[str | None] = mapped_column(String(16), doc="L1 or below L1")
+    energy_meters: Mapped[str | None] = mapped_column(
+        String(64), doc="the meter kinds the joules came from: bmc, or nvml+rapl, ..."
+    )
     best_val_accuracy: Mapped[float | None] = mapped_column(Float)
     valid: Mapped[bool] = mapped_column(Boolean, doc="valid by its ruleset")
     reasons: Mapped[list[str] | None] = mapped_column(
@@ -146,6 +154,17 @@ class ResultRecord:
     ops_high: float | None = None
     regulated_low: float | None = None
     regulated_high: float | None = None
+    # The window's energy (aiperf.results.energy; None: not fully metered, or imported before).
+    energy_joules: float | None = None
+    ops_per_watt: float | None = None
+    energy_level: str | None = None
+    energy_meters: str | None = None
+
+    def energy_class(self) -> str | None:
+        """What an efficiency may be compared within: its level and meter kinds ("L1, bmc")."""
+        if self.ops_per_watt is None:
+            return None
+        return f"{self.energy_level}, {self.energy_meters}"
 
 
 class AlreadyImported(Exception):
