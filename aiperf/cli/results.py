@@ -122,14 +122,27 @@ def list_(
     _print_groups(groups, by)
 
 
+def _efficiency(value: float | None) -> str:
+    from aiperf.units import si
+
+    return "-" if value is None else si(value, "OPS/W")
+
+
+def _ranked_by(by: str, rule: str) -> str:
+    """The line under a group that says what it is ranked by."""
+    if by == "ops-per-watt":
+        return (
+            "ranked by OPS/W (operations per joule; a series' median), within one energy level "
+            "and meter kind"
+        )
+    return f"ranked by OPS of {rule}; =N: tied, their 95% intervals overlap"
+
+
 def _print_groups(groups, by: str = "ops") -> None:
     from aiperf.ranking.page import plus_minus, spread
     from aiperf.report.phases import percent
     from aiperf.report.tables import Col, FitTable
-    from aiperf.units import ops_rate, si
-
-    def efficiency(value: float | None) -> str:
-        return "-" if value is None else si(value, "OPS/W")
+    from aiperf.units import ops_rate
 
     if not groups:
         console.print("no results yet; import packages with `aiperf results import PACKAGE...`")
@@ -167,18 +180,12 @@ def _print_groups(groups, by: str = "ops") -> None:
                 str(s.runs),
                 spread(s, full=False),
                 s.date.strftime("%Y-%m-%d"),
-                *([efficiency(s.ops_per_watt)] if by == "ops-per-watt" else []),
+                *([_efficiency(s.ops_per_watt)] if by == "ops-per-watt" else []),
             ]
             for s in g.standings
         ]
         console.print(FitTable(columns, rows, title=g.key.heading()), soft_wrap=False)
-        ranked_by = (
-            "ranked by OPS/W (operations per joule; a series' median), within one energy level "
-            "and meter kind"
-            if by == "ops-per-watt"
-            else f"ranked by OPS of {rule}; =N: tied, their 95% intervals overlap"
-        )
-        console.print(ranked_by, highlight=False)
+        console.print(_ranked_by(by, rule), highlight=False)
         # Why a row has no rank: a line under its group, not a column that would crowd out the
         # figures at 80 columns.
         for s in g.standings:
