@@ -67,3 +67,20 @@ def simulated_orchestrator(
         pacing=pacing,
         **options,
     )
+
+
+class EndAfter:
+    """A launcher that ends the search (Orchestrator.end_early) once `launch` has started `n`
+    trials: a test that needs some trials waits for them, not for a window of wall-clock time a
+    loaded machine may spend on one. Set `orchestrator` before the search runs."""
+
+    def __init__(self, launch: Launcher, n: int) -> None:
+        self.launch, self.n, self.launched = launch, n, 0
+        self.orchestrator: Orchestrator | None = None
+
+    def __call__(self, request: Any) -> Any:
+        handle = self.launch(request)
+        self.launched += 1
+        if self.launched >= self.n and self.orchestrator is not None:
+            self.orchestrator.end_early()
+        return handle

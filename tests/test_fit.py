@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from nvidia_smi_samples import h200_node, stand_in
-from simulated_search import simulated_orchestrator
+from simulated_search import EndAfter, simulated_orchestrator
 
 from aiperf import settings
 from aiperf.rules import FitRule, _fit_rule, load_ruleset
@@ -99,10 +99,12 @@ def test_a_too_large_trial_is_stored_with_its_own_status_and_the_search_goes_on(
             return Done(TrialResult(request.trial_key, TrialStatus.TOO_LARGE, plan.built, [], "x"))
         return Done(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
-    orchestrator = simulated_orchestrator(tmp_path, launch)
+    ending = EndAfter(launch, 3)
+    orchestrator = simulated_orchestrator(tmp_path, ending)
+    ending.orchestrator = orchestrator
     with orchestrator.recorder.store:
         started = time.time()
-        summary = orchestrator.run(started, started + 1.0)
+        summary = orchestrator.run(started, started + 600.0)
     assert summary.trials >= 2 and orchestrator.counts[TrialStatus.TOO_LARGE] == 1
     with sqlite3.connect(tmp_path / "a.db") as connection:
         statuses = [s for (s,) in connection.execute("SELECT status FROM trials ORDER BY id")]

@@ -206,7 +206,7 @@ def test_the_rate_scales_with_the_global_batch_only_where_the_profile_says():
 
 def test_the_orchestrator_sends_each_trial_its_scaled_rate(tmp_path):
     from conftest import FinishedTrial
-    from simulated_search import simulated_orchestrator
+    from simulated_search import EndAfter, simulated_orchestrator
 
     from aiperf.train.messages import TrialRequest, TrialResult
     from aiperf.train.simulated import SimulatedModel, plan_trial
@@ -220,10 +220,12 @@ def test_the_orchestrator_sends_each_trial_its_scaled_rate(tmp_path):
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
     scaled = {"train.lr_reference_batch": 16, "cluster.devices_per_trial": 2}
-    orchestrator = simulated_orchestrator(tmp_path, launch, overrides=scaled)
+    ending = EndAfter(launch, 2)
+    orchestrator = simulated_orchestrator(tmp_path, ending, overrides=scaled)
+    ending.orchestrator = orchestrator
     with orchestrator.recorder.store:
         started = time.time()
-        orchestrator.run(started, started + 0.3)
+        orchestrator.run(started, started + 600.0)
         trials = {
             t.trial_key: t for t in orchestrator.recorder.store.get_run(orchestrator.run_id).trials
         }

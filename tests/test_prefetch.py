@@ -11,7 +11,7 @@ import time
 import pytest
 from claims import add_trial, claim_of
 from conftest import FinishedTrial
-from simulated_search import simulated_orchestrator
+from simulated_search import EndAfter, simulated_orchestrator
 from sqlalchemy import event
 from test_history_data import system_facts
 
@@ -100,8 +100,9 @@ def test_proposals_ahead_grow_with_the_workers_and_none_for_a_few():
     ]
 
 
-def _run(tmp_path, ahead: int, budget_s: float = 1.0):
-    """The real orchestrator, random oracle and store with 4 workers; trials end as they start."""
+def _run(tmp_path, ahead: int, trials: int):
+    """The real orchestrator, random oracle and store with 4 workers; trials end as they start,
+    and the search ends once `trials` have started."""
     planned: dict[str, list[int]] = {}
 
     def launch(request):
@@ -109,9 +110,11 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
         planned[request.trial_key] = [e.epoch for e in plan.epochs]
         return FinishedTrial(TrialResult(request.trial_key, plan.status, plan.built, plan.epochs))
 
-    orchestrator = simulated_orchestrator(tmp_path, launch, workers=4, poll_s=0.01, ahead=ahead)
+    ending = EndAfter(launch, trials)
+    orchestrator = simulated_orchestrator(tmp_path, ending, workers=4, poll_s=0.01, ahead=ahead)
+    ending.orchestrator = orchestrator
     started = time.time()
-    orchestrator.run(started, started + budget_s)
+    orchestrator.run(started, started + 600.0)
     return (
         orchestrator.config,
         orchestrator.recorder.store,
@@ -122,9 +125,7 @@ def _run(tmp_path, ahead: int, budget_s: float = 1.0):
 
 
 def test_a_proposal_that_never_runs_is_not_recorded_and_a_resumed_run_proposes_it(tmp_path):
-    # 3 s: about 750 trials on a fast machine; one was recorded in 1 s on the slowest machine's
-    # reproduction, its first proposal waiting on the CPU a run beside it held.
-    config, store, run_id, oracle, planned = _run(tmp_path, ahead=3, budget_s=3.0)
+    config, store, run_id, oracle, planned = _run(tmp_path, ahead=3, trials=6)
     with store:
         record = store.get_run(run_id)
         state = store.search_state(run_id)

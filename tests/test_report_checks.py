@@ -11,7 +11,7 @@ import time
 
 import pytest
 from conftest import FinishedTrial
-from simulated_search import simulated_orchestrator
+from simulated_search import EndAfter, simulated_orchestrator
 
 from aiperf.status import TrialStatus
 from aiperf.train.messages import TrialResult, to_event
@@ -38,10 +38,12 @@ class _Forger:
 
 def _search(tmp_path, forge) -> tuple[list, str]:
     events: queue.Queue = queue.Queue()
-    orchestrator = simulated_orchestrator(tmp_path, _Forger(events, forge), events=events)
+    launch = EndAfter(_Forger(events, forge), 3)  # the forged trial and two after it
+    orchestrator = simulated_orchestrator(tmp_path, launch, events=events)
+    launch.orchestrator = orchestrator
     with orchestrator.recorder.store as store:
         started = time.time()
-        orchestrator.run(started, started + 1.0)
+        orchestrator.run(started, started + 600.0)
         trials = store.get_run(orchestrator.run_id).trials
     return list(trials), trials[0].message or ""
 

@@ -186,6 +186,12 @@ class Orchestrator:
             turn, self._turn = self._turn, self.recorder.turn()
             self.recorder.commit(turn)
 
+    def end_early(self) -> None:
+        """Bring the deadline forward to now: no trial starts after this, and those running are
+        waited for as at the deadline. (What a test calls once it has the trials it needs, so that
+        it waits for work, not for a window of wall-clock time on a machine of unknown speed.)"""
+        self.deadline = time.time()
+
     def _run(self, started_at: float, deadline: float) -> SearchSummary:
         self.deadline = deadline
         slots = self.config.workers
@@ -198,13 +204,14 @@ class Orchestrator:
         while True:
             liveness.raise_if_stopped()
             now = time.time()
-            if now < deadline:
+            if now < self.deadline:
                 while (
                     len(self.running) < slots
-                    and time.time() < deadline
-                    and self.admission.fill(proposals, slots, deadline)
+                    and time.time() < self.deadline
+                    and self.admission.fill(proposals, slots, self.deadline)
                 ):
                     pass
+            deadline = self.deadline  # this turn's: end_early() may have brought it forward
             self._ended.clear()  # before looking: a trial that ends after this look wakes the wait below
             with self._recording():
                 self._drain_events()

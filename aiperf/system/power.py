@@ -140,6 +140,7 @@ class Sampler:
 
     tracks: list[Track]
     interval_s: float = SAMPLE_S
+    clock: Callable[[], float] = time.time  # the time of a sample, as every counter is read at it
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -165,7 +166,7 @@ class Sampler:
 
     def _sample(self, *, opening: bool = False) -> None:
         with self._lock:
-            now = time.time()
+            now = self.clock()
             for track in self.tracks:
                 track.sample(now, opening=opening)
 
