@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from conftest import TINY_SIMULATED
 from in_process import aiperf_here
 from rapl_standin import RaplStandIn
 
+from aiperf.report.power_logs import log_name
 from aiperf.results import mllog
 from aiperf.results.energy import energy
 from aiperf.store import Store
@@ -81,8 +83,37 @@ def test_a_run_on_a_metered_node_records_shows_and_packages_its_window_s_energy(
     assert f"- energy: {found.line()}" in (tmp_path / "package" / "README.md").read_text()
     checked = aiperf_here("verify", "--package", str(tmp_path / "package"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "power_logs" in checked.stdout and "energy_readings" in checked.stdout
+    _power_log_gives_the_joules(tmp_path / "package", window, node_meter["joules"])
 
     password = (tmp_path / "bmc" / "password").read_text().strip()
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "bmc"]
     assert not [p for p in written if password.encode() in p.read_bytes()], "the BMC's password"
     assert password not in done.stdout + done.stderr
+
+
+def _power_log_gives_the_joules(package: Path, window: dict, joules: float) -> None:
+    """The node's power log in the package, read by MLCommons' own result summarizer, gives the
+    joules the run recorded for the node (its BMC's); edited, it fails `verify --package`."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+    from mlperf_logging.result_summarizer.result_summarizer import _compute_power_node
+
+    log = package / log_name(0, window["nodes"][0]["node"])
+    lines, errors = parse_file(str(log), ruleset="5.1.0")
+    assert not errors and len(lines) >= 7, errors
+    span_ms = lines[-1].timestamp - lines[0].timestamp
+    # Over the log's own span (MLCommons scales a node's mean power by the time to train) ...
+    assert _compute_power_node(lines, span_ms) == pytest.approx(joules, rel=1e-6)
+    # ... and over the window the run metered, as MLCommons scales it to a result's time to train.
+    window_ms = (window["closed"] - window["opened"]) * 1000
+    assert _compute_power_node(lines, window_ms) == pytest.approx(joules, rel=0.05)
+
+    edited = Path(shutil.copytree(package, package.parent / "edited"))
+    text = (edited / log.relative_to(package)).read_text().splitlines()
+    reading = next(i for i, line in enumerate(text) if '"power_reading"' in line)
+    event = json.loads(text[reading].removeprefix(":::MLLOG "))
+    event["value"] = event["value"] / 2  # a second at half the power it drew
+    text[reading] = ":::MLLOG " + json.dumps(event)
+    (edited / log.relative_to(package)).write_text("\n".join(text) + "\n")
+    refused = aiperf_here("verify", "--package", str(edited))
+    assert refused.returncode == 1 and "power_logs" in refused.stdout, refused.stdout

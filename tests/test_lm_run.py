@@ -140,7 +140,7 @@ def test_lm_quick_is_valid_and_verified_with_two_transformer_shapes(lm_quick):
     )
     assert grown and all(epoch is not None and complete for epoch, complete in grown), grown
     verify = _cli("verify", "1", "--db", f"sqlite:///{db}", cwd=db.parent)
-    assert verify.returncode == 0 and "all 18 checks pass" in verify.stdout, (
+    assert verify.returncode == 0 and "all 19 checks pass" in verify.stdout, (
         verify.stdout[-3000:] + verify.stderr[-3000:]
     )
     assert "val_loss" in verify.stdout  # the re-measured loss, against loss_tolerance

@@ -87,9 +87,7 @@ def postgres_quick_run(prefect_api, tmp_path_factory):
         def new_db() -> str:
             return databases.enter_context(contextmanager(_fresh_postgres_database)(server))
 
-        yield _quick_run(
-            new_db, tmp_path_factory.mktemp("conformance-postgresql"), TINY_SIMULATED
-        )
+        yield _quick_run(new_db, tmp_path_factory.mktemp("conformance-postgresql"), TINY_SIMULATED)
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])

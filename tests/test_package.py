@@ -238,8 +238,8 @@ def test_verify_package_passes_on_a_clean_copy(packaged, tmp_path):
     copy = shutil.copytree(packaged, tmp_path / "elsewhere")
     result = aiperf("verify", "--package", str(copy))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    # every check of the records, and the package's files held to the log
-    assert f"all {len(verify.CHECKS) + 1} checks pass" in result.stdout
+    # every check of the records, and the package's files and power logs held to the log
+    assert f"all {len(verify.CHECKS) + 2} checks pass" in result.stdout
     _logged, checks = package.verify_package(copy)
     (held,) = [c for c in checks if c.check == package_files.PACKAGE_FILES]
     assert held.passed and "system_description.json, config.json" in held.detail, held.detail

@@ -23,7 +23,7 @@ from aiperf.cli.exit_codes import EXIT_VERIFICATION_FAILED, run_exit_code
 from aiperf.cli.main import app
 from aiperf.config import BenchmarkConfig
 from aiperf.lifecycle.scoring import verify_and_record
-from aiperf.results import record_checks, remeasure, verify
+from aiperf.results import energy_checks, record_checks, remeasure, verify
 from aiperf.results.division import classify
 from aiperf.results.mllog import read_run
 from aiperf.rules import load_ruleset
@@ -121,6 +121,35 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
         "UPDATE scores SET utilisation = utilisation * 1.01"
     ),
     **PHYSICAL_TAMPERS,  # issue 25 item 3: epochs within devices, workers within peaks and described
+    # This machine has no meter: a node's meter written in, its joules not its readings' last.
+    energy_checks.ENERGY_READINGS: lambda sql: sql.execute(
+        "UPDATE runs SET energy_windows = ?",
+        (
+            json.dumps(
+                [
+                    {
+                        "nodes": [
+                            {
+                                "node": "vm",
+                                "meters": [
+                                    {
+                                        "kind": "rapl",
+                                        "zone": "package-0",
+                                        "joules": 50.0,
+                                        "seconds": 2.0,
+                                        "mean_w": 25.0,
+                                        "peak_w": 30.0,
+                                        "stopped": None,
+                                        "readings": [[0, 0], [1, 20], [2, 40]],
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            ),
+        ),
+    ),
 }
 
 

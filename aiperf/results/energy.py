@@ -178,7 +178,7 @@ def _node_energy(node: str, windows: Iterable[Mapping[str, Any]]) -> NodeEnergy:
     for entry in segments:
         if entry.get("missing"):
             return NodeEnergy(node, None, (), None, None, None, str(entry["missing"]))
-        chosen = _best(entry.get("meters") or [])
+        chosen = best_meters(entry.get("meters") or [])
         broken = [m for m in chosen if m.get("joules") is None or m.get("stopped")]
         if not chosen or broken:
             why = "; ".join(
@@ -195,7 +195,7 @@ def _node_energy(node: str, windows: Iterable[Mapping[str, Any]]) -> NodeEnergy:
     return NodeEnergy(node, joules, tuple(sorted(kinds)), mean, idle / len(segments), peak, None)
 
 
-def _best(meters: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def best_meters(meters: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The whole node's meter where it has one, else every part's."""
     node = [m for m in meters if m.get("kind") == "bmc"]
     return node or [m for m in meters if m.get("kind") in ("nvml", "rapl")]

@@ -7,7 +7,8 @@ dataset, its times against the timed window and the other epochs of its worker; 
 rates, the best accuracy, the regulated score and the verdict are recomputed and compared with what
 the score says (operations to the unit, rates to 1e-9 relative), and so are its model FLOPs
 utilisation (over the workers' measured peaks) and its window utilisation (from the trials' phases);
-and the run's division and validity are judged again from its stored config by its ruleset.
+the run's division and validity are judged again from its stored config by its ruleset; and each
+meter's energy is held to its own readings (aiperf.results.energy_checks).
 
 This module gathers the evidence and runs every check in order (CHECKS); the checkers of the
 records are aiperf.results.record_checks, one per concern, each returning a named CheckRecord.
@@ -25,6 +26,7 @@ from aiperf import paths, quality
 from aiperf.config import BenchmarkConfig
 from aiperf.results.data_checks import DATASET_PINNED, check_dataset_pinned
 from aiperf.results.division import judging_rules
+from aiperf.results.energy_checks import ENERGY_READINGS, check_energy_readings
 from aiperf.results.evidence import Counter, Counts, Evaluator, Evidence
 from aiperf.results.physical import CHECKS as PHYSICAL_CHECKS
 from aiperf.results.record_checks import (
@@ -218,4 +220,5 @@ CHECKS: dict[str, Callable[[Evidence], CheckRecord]] = {
     DATASET_PINNED: check_dataset_pinned,
     ACCURACY_REMEASURED: check_accuracy_remeasured,
     **PHYSICAL_CHECKS,  # epochs within devices, workers within their peaks and in the system
+    ENERGY_READINGS: check_energy_readings,
 }

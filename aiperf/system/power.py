@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,6 +34,9 @@ from aiperf import settings
 from aiperf.system import meters
 
 SAMPLE_S = 1.0
+# Readings kept per meter and window segment: a second apart for the first 10 minutes, evenly
+# spaced after (the database and the event log carry them; a package's power logs are made of them).
+MAX_READINGS = 600
 
 
 class MeterError(Exception):
@@ -87,6 +90,7 @@ class Track:
     peak_w: float | None = None
     samples: int = 0
     stopped: str | None = None
+    window: list[tuple[float, float]] = field(default_factory=list)  # (time, joules) from opening
 
     def sample(self, now: float, *, opening: bool = False) -> None:
         """Read the counter; the first reading begins the idle measurement, `opening` the window."""
@@ -109,11 +113,13 @@ class Track:
             self.peak_w = watts if self.peak_w is None else max(self.peak_w, watts)
         if self.opened is not None:
             self.samples += 1
+            self.window.append(reading)
         self.last = reading
 
     def result(self) -> dict[str, Any]:
         """The meter as listed, with its window's joules, seconds, mean and peak watts, samples,
-        idle watts and, if it stopped answering, when and why."""
+        idle watts, its readings (`opened_at`, then [seconds, joules] since it) and, if it stopped
+        answering, when and why."""
         idle_w = joules = seconds = None
         if self.begun is not None and self.opened is not None and self.opened[0] > self.begun[0]:
             idle_w = (self.opened[1] - self.begun[1]) / (self.opened[0] - self.begun[0])
@@ -129,7 +135,24 @@ class Track:
             "samples": self.samples,
             "idle_w": idle_w,
             "stopped": self.stopped,
+            "opened_at": None if self.opened is None else self.opened[0],
+            "readings": readings(self.window),
         }
+
+
+def readings(window: list[tuple[float, float]], most: int = MAX_READINGS) -> list[list[float]]:
+    """A window's (time, joules) samples as [seconds, joules] since its first, to the millisecond
+    and millijoule, at most `most` of them: a long window keeps evenly spaced ones, its first and
+    last always. The joules are cumulative, so a kept reading loses nothing of the total (only the
+    detail of the power between two kept ones), and every node's sampler keeps the same ones."""
+    if not window:
+        return []
+    keep: Sequence[int] = range(len(window))
+    if len(window) > most:
+        step = (len(window) - 1) / (most - 1)
+        keep = sorted({round(i * step) for i in range(most)})
+    t0, j0 = window[0]
+    return [[round(window[i][0] - t0, 3), round(window[i][1] - j0, 3)] for i in keep]
 
 
 @dataclass
