@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SIMULATED, scored
+from conftest import TINY, TINY_SIMULATED, scored
 
 pytestmark = pytest.mark.slow
 
@@ -118,10 +118,9 @@ def slurm_run(slurm, prefect_api, tmp_path_factory):
 
 
 SITE_LINE = "export KERAS_SITE_MARK=from-the-prologue"
-# These runs ask nothing of what trains: their trials are the simulated trainer's (conftest's
-# TINY_SIMULATED), which on a worker sleeps through each modelled epoch and reports it as it ends, as
-# Keras' trials do; so a cancelled job loses its epoch in progress the same way. (Keras' trials on
-# Dask workers are the flow's own tests'.)
+# The run whose jobs' records are read and the one whose jobs are replaced before their walltime ask
+# nothing of what trains: they use the simulated trainer (conftest's TINY_SIMULATED). The cancelled
+# job's run trains Keras, epoch by epoch.
 
 
 def test_what_ran_on_the_jobs_is_recorded(slurm_run):
@@ -224,8 +223,14 @@ def test_cancelled_job_costs_only_the_epoch_in_progress(slurm, prefect_api, tmp_
 
     killer = threading.Thread(target=cancel_when_an_epoch_is_done, daemon=True)
     killer.start()
-    overrides = {**TINY_SIMULATED, "train.epochs": 6, "cluster.kind": "slurm"}
-    # The cancel comes with the first epoch (seconds into the window even on a loaded machine), the
+    overrides = {
+        **TINY,
+        "train.epochs": 6,
+        "search.space.base_filters": [8],
+        "search.space.stages": [2],
+        "cluster.kind": "slurm",
+    }
+    # The cancel comes with the first epoch (10-20 s into the window even on a loaded machine), the
     # lost worker is recorded and the next trial starts seconds later: 35 s leaves room for all of it.
     result = scored(
         benchmark,
