@@ -15,7 +15,10 @@ Walltime: each worker retires (`--lifetime`, staggered so jobs do not all end at
 queue would kill it, and a keeper replaces jobs that ended, whether retired, cancelled or killed.
 A trial stops itself at its worker's end of life, like at the run's deadline, keeping every step
 it finished. A worker lost mid-trial fails that trial at once (allowed-failures 0: Dask does not
-rerun it from scratch); its reported epochs are already recorded, and the run goes on.
+rerun it from scratch); its reported epochs are already recorded, and the run goes on. Not yet: a
+worker lost in the moment between its trial's end and the run collecting the result loses that
+result, and Dask computes it again on another worker (the trial trains twice and is recorded as
+completed, not as worker-lost).
 
 Every cluster speaks TLS with a key and certificate made for the run (start.tls_credentials), carried
 as `StartedCluster.security`: every client of the scheduler passes it.
